@@ -1,0 +1,5 @@
+import sys
+
+from dualdrop.cli import main
+
+sys.exit(main())

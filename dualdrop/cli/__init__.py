@@ -1,0 +1,56 @@
+"""The ``dualdrop`` command line: one module per subcommand.
+
+Each module in ``_SUBCOMMANDS`` exposes ``register(subparsers)`` which adds its parser and sets
+``func`` (a callable taking the parsed namespace and returning an exit code). Modules are imported
+lazily so that ``dualdrop penalties`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module (relative to dualdrop.cli)
+_SUBCOMMANDS = {
+    "penalties": "penalties_cmd",
+    "demo": "demo_cmd",
+    "fit": "fit_cmd",
+    "sparsify": "sparsify_cmd",
+    "compare": "compare_cmd",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dualdrop",
+        description="Adaptive dropout as regularized ERM: penalties, sparse linear models, "
+        "network sparsification.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, modname in _SUBCOMMANDS.items():
+        if only is not None and name != only:
+            continue
+        try:
+            mod = importlib.import_module(f"dualdrop.cli.{modname}")
+        except ModuleNotFoundError as exc:  # subcommand not shipped yet
+            if exc.name == f"dualdrop.cli.{modname}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
