@@ -1,0 +1,51 @@
+"""``dualdrop compare``: train several methods, draw the seed's Figure 2 and the table.
+
+Example::
+
+    dualdrop compare --methods vardrop-lr logsum magnitude --epochs 200 \
+        --data-dir ../shared/mnist --out runs/compare
+
+Resumable: run the same command again to continue; finished runs are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def register(subparsers) -> None:
+    from dualdrop.cli.sparsify_cmd import add_common
+
+    p = subparsers.add_parser(
+        "compare",
+        help="train several sparsification methods and compare them (seed's Figure 2 + table)",
+        description="Train each method (defaults: the seed's, per method) into OUT/runs/<method>, "
+        "resuming unfinished runs and skipping finished ones, then write OUT/figure2.png/.pdf "
+        "(fraction of nonzero weights and validation error vs epoch) and OUT/table.md/.csv "
+        "(end-of-training test error and fraction nonzero beside the seed's table).",
+    )
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="methods to compare (default: the seed's seven plus hardconcrete and "
+                   "magnitude)")
+    p.add_argument("--out", default="runs/compare", help="output folder (default runs/compare)")
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dualdrop.train.compare import DEFAULT_METHODS, run_comparison
+
+    try:
+        run_comparison(
+            methods=args.methods or DEFAULT_METHODS, epochs=args.epochs, out=args.out,
+            data_dir=args.data_dir, seed=args.seed, device=args.device, threads=args.threads,
+            progress=not args.no_progress, stop_after=args.stop_after,
+        )
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
+        print(f"dualdrop compare: error: {exc}", file=sys.stderr)
+        return 2
+    if os.environ.get("RANK", "0") == "0":
+        print((open(os.path.join(args.out, "table.md")).read()))
+        print(f"figure: {os.path.join(args.out, 'figure2.png')} (and .pdf)")
+    return 0

@@ -1,0 +1,193 @@
+"""Compare sparsification methods: train several, draw the seed's Figure 2, tabulate.
+
+:func:`run_comparison` trains every method into ``out/runs/<method>/`` with :func:`train` and
+``resume=True``, so that an interrupted comparison continues where it stopped and finished runs
+are skipped. :func:`plot_comparison` draws the seed's Figure 2 (fraction of nonzero weights vs
+epoch on a log scale; validation error vs epoch) as PNG and PDF, and :func:`comparison_table`
+writes the end-of-training test error and fraction of nonzero weights beside the seed's reported
+table (DUALITY.md section 5) as Markdown and CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from dualdrop.train.loop import DENSE, TrainConfig, check_method, train
+
+# Seed's reported results after 200 epochs on MNIST: method -> (label, test error, fraction nonzero)
+SEED_TABLE: dict[str, tuple[str, float, float]] = {
+    "vardrop-lr-ar": ("VarDrop+LR+AR", 0.0321, 0.0238),
+    "vardrop-lr": ("VarDrop+LR", 0.0141, 0.0885),
+    "vardrop": ("VarDrop", 0.0154, 0.595),
+    "eta-trick": ("eta-Trick", 0.0216, 0.0513),
+    "adaprox": ("AdaProx", 0.0294, 0.0276),
+    "adatikhonov": ("AdaTikhonov", 0.0288, 0.0183),
+    "logsum": ("LogSum", 0.0293, 0.0190),
+}
+# The issue's comparison: the seed's seven methods plus hard-concrete and magnitude pruning.
+DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
+                   "adatikhonov", "logsum", "hardconcrete", "magnitude")
+
+
+def run_dir(out: str | os.PathLike, method: str) -> Path:
+    """Folder of one method's run inside a comparison folder."""
+    return Path(out) / "runs" / method.replace(":", "_").replace("/", "_")
+
+
+def run_comparison(
+    methods=DEFAULT_METHODS,
+    epochs: int = 200,
+    out: str | os.PathLike = "runs/compare",
+    data_dir: str | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    threads: int | None = None,
+    progress: bool = True,
+    stop_after: int | None = None,
+    data=None,
+) -> dict:
+    """Train each method (resumable), then write the figure and the table.
+
+    Returns ``{method: report}`` (the final report, or a ``"stopped"`` record when
+    ``stop_after`` < ``epochs``). Unknown methods are refused before any training starts.
+    """
+    methods = [check_method(m) for m in methods]
+    if not methods:
+        raise ValueError("methods is empty; name at least one method, e.g. vardrop-lr logsum")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods={methods!r} lists a method twice")
+    out = Path(out)
+    if data is None:
+        from dualdrop.data import load_dataset
+
+        data = load_dataset(data_dir, seed=seed)
+    base = TrainConfig(epochs=epochs, data_dir=data_dir, seed=seed, device=device,
+                       threads=threads, progress=progress, stop_after=stop_after, resume=True)
+    reports = {}
+    for m in methods:
+        cfg = dataclasses.replace(base, method=m, out=str(run_dir(out, m)))
+        reports[m] = train(cfg, data=data)
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        runs = load_runs(out, methods)
+        plot_comparison(runs, out)
+        comparison_table(runs, out)
+    return reports
+
+
+def load_runs(out: str | os.PathLike, methods) -> dict:
+    """``{method: {"history": [...], "final": {...} or None}}`` for the runs present in ``out``."""
+    runs = {}
+    for m in methods:
+        d = run_dir(out, m)
+        hist = d / "history.json"
+        if not hist.exists():
+            continue
+        final = d / "final.json"
+        runs[m] = {
+            "history": json.loads(hist.read_text()),
+            "final": json.loads(final.read_text()) if final.exists() else None,
+        }
+    return runs
+
+
+def _label(m: str) -> str:
+    if m in SEED_TABLE:
+        return SEED_TABLE[m][0]
+    return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
+            "hardconcrete-neuron": "HardConcrete (neuron)"}.get(m, m)
+
+
+def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
+    """The seed's Figure 2 from the runs' histories: ``figure2.png`` and ``figure2.pdf``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for m, run in runs.items():
+        h = run["history"]
+        ep = [r["epoch"] for r in h]
+        ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], label=_label(m))
+        ax1.plot(ep, [100 * r["val_error"] for r in h], label=_label(m))
+    ax0.set_yscale("log")
+    ax0.set_xlabel("epoch")
+    ax0.set_ylabel("fraction of nonzero weights")
+    ax0.set_title("sparsity (weights of all layers, no biases)")
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("validation error (%)")
+    ax1.set_title("validation error")
+    errs = [100 * r["val_error"] for run in runs.values() for r in run["history"]]
+    if errs:
+        lo = min(errs)
+        ax1.set_ylim(max(0.0, lo - 0.5), min(100.0, max(lo * 4, lo + 3)))
+    for ax in (ax0, ax1):
+        ax.grid(True, which="both", alpha=0.3)
+    ax1.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    out = Path(out)
+    paths = [out / "figure2.png", out / "figure2.pdf"]
+    for p in paths:
+        fig.savefig(p, dpi=130)
+    plt.close(fig)
+    return paths
+
+
+def comparison_table(runs: dict, out: str | os.PathLike) -> str:
+    """Markdown (``table.md``) and CSV (``table.csv``) of ours beside the seed's; returns the Markdown.
+
+    Ours: end-of-training test error and fraction of nonzero weights (biases excluded). An
+    unfinished run shows its last epoch and validation error, and no test error.
+    """
+    rows = []
+    for m, run in runs.items():
+        h, f = run["history"], run["final"]
+        seed = SEED_TABLE.get(m)
+        rows.append({
+            "method": m,
+            "label": _label(m),
+            "epochs": f["epochs"] if f else h[-1]["epoch"],
+            "finished": bool(f),
+            "test_error": f["test_error"] if f else None,
+            "nonzero": f["nonzero_total"] if f else h[-1]["nonzero_total"],
+            "val_error": h[-1]["val_error"],
+            "s_per_epoch": sum(r["seconds"] for r in h) / len(h),
+            "seed_test_error": seed[1] if seed else None,
+            "seed_nonzero": seed[2] if seed else None,
+        })
+    out = Path(out)
+    with open(out / "table.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["method"])
+        w.writeheader()
+        w.writerows(rows)
+
+    def pct(v):
+        return "—" if v is None else f"{100 * v:.2f}%"
+
+    def frac(v):
+        return "—" if v is None else f"{v:.4f}"
+
+    lines = [
+        "| method | epochs | test error | fraction nonzero | val. error | s/epoch "
+        "| seed: test error (200 ep.) | seed: fraction nonzero |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        ep = str(r["epochs"]) if r["finished"] else f"{r['epochs']} (unfinished)"
+        lines.append(
+            f"| {r['label']} | {ep} | {pct(r['test_error'])} | {frac(r['nonzero'])} | "
+            f"{pct(r['val_error'])} | {r['s_per_epoch']:.1f} | {pct(r['seed_test_error'])} | "
+            f"{frac(r['seed_nonzero'])} |"
+        )
+    md = "\n".join(lines) + "\n"
+    (out / "table.md").write_text(md)
+    return md
+
+
+__all__ = ["DEFAULT_METHODS", "DENSE", "SEED_TABLE", "comparison_table", "load_runs",
+           "plot_comparison", "run_comparison", "run_dir"]
