@@ -1,0 +1,52 @@
+"""Fixtures for the training tests: tiny MNIST-shaped IDX files made on the fly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dualdrop.data import write_idx
+
+
+def make_tiny_mnist(folder, n_train=300, n_test=100, seed=0, side=28, compress=True):
+    """Learnable MNIST-shaped IDX files: each class is a bright block at its own place + noise."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    ext = ".gz" if compress else ""
+
+    def images(n):
+        y = rng.integers(0, 10, n).astype(np.uint8)
+        x = rng.integers(0, 60, (n, side, side)).astype(np.uint8)
+        for c in range(10):
+            r, q = divmod(c, 4)
+            x[y == c, 2 + 6 * r:6 + 6 * r, 2 + 6 * q:6 + 6 * q] = 250
+        return x, y
+
+    xtr, ytr = images(n_train)
+    xte, yte = images(n_test)
+    write_idx(folder / f"train-images-idx3-ubyte{ext}", xtr)
+    write_idx(folder / f"train-labels-idx1-ubyte{ext}", ytr)
+    write_idx(folder / f"t10k-images-idx3-ubyte{ext}", xte)
+    write_idx(folder / f"t10k-labels-idx1-ubyte{ext}", yte)
+    return folder, (xtr, ytr, xte, yte)
+
+
+@pytest.fixture
+def tiny_mnist(tmp_path):
+    folder, arrays = make_tiny_mnist(tmp_path / "mnist")
+    return folder, arrays
+
+
+@pytest.fixture
+def tiny_data(tmp_path):
+    """A loaded :class:`dualdrop.data.Dataset` from tiny IDX files (checksums not verified)."""
+    from dualdrop.data import load_mnist
+
+    folder, _ = make_tiny_mnist(tmp_path / "mnist")
+    return load_mnist(folder, seed=0, verify=False)
+
+
+@pytest.fixture
+def mnist_maker():
+    """The :func:`make_tiny_mnist` function (fixture, to avoid importing conftest by name)."""
+    return make_tiny_mnist
