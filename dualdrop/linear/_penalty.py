@@ -1,0 +1,99 @@
+"""Resolving the ``penalty`` argument and asking what a penalty object can do.
+
+The penalty objects themselves live in the top-level :mod:`penalties` package (the numeric core);
+this module only turns a name plus parameters into an object and answers capability questions
+the solvers need (does it have a compiled prox? is it separable? is it concave in ``|w|``?).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import penalties
+
+__all__ = [
+    "resolve_penalty",
+    "kernel_spec",
+    "is_separable",
+    "right_derivative_at_zero",
+    "is_concave_in_abs",
+]
+
+
+def resolve_penalty(penalty, penalty_params=None):
+    """Return a penalty object from a name (with ``penalty_params``) or an object.
+
+    Raises ``ValueError`` for an unknown name, ``TypeError`` for a wrong type.
+    """
+    params = {} if penalty_params is None else penalty_params
+    if not isinstance(params, dict):
+        raise TypeError(
+            f"penalty_params must be a dict of the penalty's parameters or None, got "
+            f"{type(penalty_params).__name__}"
+        )
+    if isinstance(penalty, str):
+        try:
+            return penalties.get(penalty, **params)
+        except TypeError as exc:
+            raise ValueError(
+                f"penalty={penalty!r} does not accept penalty_params={params!r}: {exc}"
+            ) from exc
+    if hasattr(penalty, "omega") and hasattr(penalty, "prox"):
+        if params:
+            raise ValueError(
+                "penalty_params is only used with a penalty name; pass the parameters to the "
+                "penalty object's constructor instead"
+            )
+        return penalty
+    raise TypeError(
+        "penalty must be a penalty name such as 'l1', 'logsum', 'mcp' or a penalty object from "
+        f"the `penalties` package, got {type(penalty).__name__}"
+    )
+
+
+def penalty_name(P) -> str:
+    return str(getattr(P, "name", type(P).__name__))
+
+
+def kernel_spec(P):
+    """``(code, params)`` for the numba kernels, or ``None`` if the penalty has none."""
+    spec = getattr(P, "kernel_spec", None)
+    if spec is None:
+        return None
+    try:
+        code, params = spec()
+    except (NotImplementedError, TypeError, ValueError):
+        return None
+    return int(code), np.ascontiguousarray(params, dtype=np.float64)
+
+
+def is_separable(P) -> bool:
+    """Separable penalties act coordinate by coordinate; the top-k indicator does not."""
+    sep = getattr(P, "is_separable", None)
+    if sep is not None:
+        return bool(sep)
+    return penalty_name(P) not in ("hard_threshold", "hardthreshold", "top_k")
+
+
+def right_derivative_at_zero(P) -> float:
+    """``Omega'(0+)`` (``inf`` for Lp with p < 1, ``0`` for penalties smooth at 0)."""
+    tiny = 1e-150
+    d = float(np.asarray(P.derivative(np.array([tiny]))).ravel()[0])
+    return abs(d) if np.isfinite(d) else np.inf
+
+
+def abs_derivative(P, w):
+    """``Omega'(|w|) >= 0`` with the right derivative at 0 (reweighted-l1 weights)."""
+    a = np.maximum(np.abs(w), 1e-300)
+    d = np.abs(np.asarray(P.derivative(a), dtype=np.float64))
+    d[np.isnan(d)] = np.inf
+    return d
+
+
+def is_concave_in_abs(P, scale=1.0) -> bool:
+    """Numerical check that ``Omega'(t)`` is nonincreasing on ``t > 0`` (so ``Omega`` is concave
+    in ``|w|`` and reweighted l1 is a majorization-minimization scheme)."""
+    t = scale * np.logspace(-8, 4, 400)
+    d = abs_derivative(P, t)
+    d = np.where(np.isfinite(d), d, np.finfo(float).max)
+    return bool(np.all(np.diff(d) <= 1e-10 * (1.0 + np.abs(d[:-1]))))

@@ -1,0 +1,128 @@
+"""The optimization problem every solver receives, and the result every solver returns.
+
+Problem: ``min_{w, b} F(w, b) = L(y, X w + b) + sum_j lam_j Omega(w_j)``, with ``lam_j = alpha *
+weights_j`` (``weights`` defaults to ones; reweighted l1 uses it) and ``b`` present only when
+``fit_intercept``. Stopping criterion shared by all solvers: the largest coordinate-wise gradient
+mapping (see ``solvers._kernels.scores``), together with ``|dL/db|`` for the intercept.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _penalty
+from ._design import Design
+from .datafits import Datafit
+
+__all__ = ["Problem", "SolverResult"]
+
+
+class Problem:
+    """Data, datafit, penalty and regularization strength of one fit."""
+
+    def __init__(self, X, y, datafit: Datafit, penalty, alpha: float, fit_intercept=True, weights=None):
+        self.design = X if isinstance(X, Design) else Design(X)
+        self.y = np.ascontiguousarray(y, dtype=np.float64)
+        self.datafit = datafit
+        self.penalty = penalty
+        self.alpha = float(alpha)
+        self.fit_intercept = bool(fit_intercept)
+        p = self.design.p
+        self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
+        self.lam_w = self.alpha * self.weights
+        self.spec = _penalty.kernel_spec(penalty)
+        self.lips = datafit.lipschitz(self.design.col_norms2, self.design.n)
+        self._lglobal = None
+
+    @property
+    def n(self):
+        return self.design.n
+
+    @property
+    def p(self):
+        return self.design.p
+
+    def global_lipschitz(self):
+        """Lipschitz constant of the datafit gradient in ``(w, b)``."""
+        if self._lglobal is None:
+            s = self.design.spectral_norm2()
+            if self.fit_intercept:  # the ones column adds at most n to ||[X 1]||^2
+                s = s + self.n
+            self._lglobal = self.datafit.curvature * s / self.n
+        return self._lglobal
+
+    def z(self, w, b):
+        return self.design.matvec(w) + b
+
+    def penalty_value(self, w):
+        if self.spec is not None:
+            from .solvers._kernels import penalty_sum
+
+            return float(penalty_sum(np.ascontiguousarray(w, dtype=np.float64), self.lam_w, *self.spec))
+        return float(np.sum(self.lam_w * self.penalty.omega(w)))
+
+    def objective(self, w, b, z=None):
+        if z is None:
+            z = self.z(w, b)
+        return self.datafit.value(self.y, z) + self.penalty_value(w)
+
+    def gradient(self, w, b, z=None):
+        """``(grad_w, grad_b)`` of the datafit."""
+        if z is None:
+            z = self.z(w, b)
+        return self.datafit.gradient(self.design.X, self.y, z)
+
+    def criterion(self, w, b, z=None):
+        """Largest gradient-mapping violation (and ``|dL/db|`` with an intercept)."""
+        if z is None:
+            z = self.z(w, b)
+        G = self.datafit.raw_grad(self.y, z)
+        gb = abs(float(G.sum())) if self.fit_intercept else 0.0
+        if self.spec is not None:
+            from .solvers._kernels import scores
+
+            out = np.zeros(self.p)
+            feats = np.arange(self.p, dtype=np.int64)
+            m = scores(*self.design.arrays, feats, G, 1.0, np.ascontiguousarray(w, dtype=np.float64),
+                       self.lips, self.lam_w, self.spec[0], self.spec[1], out)
+            return max(float(m), gb)
+        g = self.design.rmatvec(G)
+        L = np.where(self.lips > 0, self.lips, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = self.penalty.prox(w - g / L, self.lam_w / L)
+        viol = np.where(self.lips > 0, L * np.abs(w - new), 0.0)
+        return max(float(np.max(viol, initial=0.0)), gb)
+
+    def initial_intercept(self):
+        return self.datafit.intercept_init(self.y) if self.fit_intercept else 0.0
+
+
+@dataclass
+class SolverResult:
+    """What a solver returns: the fit, the objective history and how it stopped."""
+
+    coef: np.ndarray
+    intercept: float
+    n_iter: int
+    objective: np.ndarray  # objective after each iteration (index 0: at the start)
+    criterion: float  # final optimality criterion (see Problem.criterion)
+    converged: bool
+    solver: str
+    time: float = 0.0
+    info: dict = field(default_factory=dict)
+
+    @property
+    def final_objective(self):
+        return float(self.objective[-1])
+
+
+class Timer:
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.elapsed = time.perf_counter() - self.t0
