@@ -1,0 +1,199 @@
+"""The training loop: outputs, determinism, exact resume, bad inputs, CLI, comparison."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dualdrop.cli import main as cli_main
+from dualdrop.train import (
+    LeNet300100,
+    TrainConfig,
+    epoch_order,
+    lenet_300_100,
+    resolve_hparams,
+    train,
+)
+
+
+def _cfg(tmp_path, name="run", **kw):
+    base = dict(method="none", epochs=2, out=str(tmp_path / name), seed=0, progress=False,
+                threads=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _weights(out):
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    return ck["model"], ck["optimizer"], ck
+
+
+def test_lenet_shapes_and_input_check():
+    net = lenet_300_100(784)
+    assert [tuple(m.weight.shape) for m in (net.fc1, net.fc2, net.fc3)] == [
+        (300, 784), (100, 300), (10, 100)]
+    assert net(torch.zeros(5, 1, 28, 28)).shape == (5, 10)
+    assert lenet_300_100(64)(torch.zeros(3, 64)).shape == (3, 10)
+    with pytest.raises(ValueError, match="64 features per sample but the network was built for 784"):
+        net(torch.zeros(2, 64))
+    with pytest.raises(ValueError, match="n_features"):
+        LeNet300100(0)
+
+
+def test_epoch_order_is_a_seeded_permutation():
+    a = epoch_order(50, 1, 0)
+    assert sorted(a.tolist()) == list(range(50))
+    assert torch.equal(a, epoch_order(50, 1, 0))
+    assert not torch.equal(a, epoch_order(50, 1, 1))
+    assert not torch.equal(a, epoch_order(50, 2, 0))
+
+
+def test_dense_run_writes_outputs_and_learns(tmp_path, tiny_data):
+    rep = train(_cfg(tmp_path, epochs=3), data=tiny_data)
+    out = tmp_path / "run"
+    assert rep["status"] == "finished" and 0 <= rep["test_error"] <= 1
+    hist = json.loads((out / "history.json").read_text())
+    assert [r["epoch"] for r in hist] == [1, 2, 3]
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"]
+    assert hist[-1]["lr"] == 0.0  # linear decay reaches 0 at the last step
+    for key in ("val_error", "nonzero_total", "nonzero_fc1", "nonzero_fc2", "nonzero_fc3",
+                "seconds", "train_loss"):
+        assert key in hist[0]
+    csv_lines = (out / "history.csv").read_text().strip().splitlines()
+    assert len(csv_lines) == 4 and "val_error" in csv_lines[0]
+    final = json.loads((out / "final.json").read_text())
+    assert final["test_error"] == rep["test_error"]
+    assert final["nonzero_total"] == 1.0
+    # the tiny problem is learnable: far better than chance (0.9) after 3 epochs
+    assert final["test_error"] < 0.5
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # atomic writes cleaned up
+    # test error is the one of the final model (recomputed from the checkpoint)
+    sd, _, _ = _weights(out)
+    net = lenet_300_100(784)
+    net.load_state_dict(sd)
+    net.eval()
+    with torch.no_grad():
+        pred = net(torch.from_numpy(tiny_data.X_test)).argmax(1).numpy()
+    assert final["test_error"] == pytest.approx(float(np.mean(pred != tiny_data.y_test)))
+
+
+def test_seed_determinism(tmp_path, tiny_data):
+    train(_cfg(tmp_path, "a", epochs=1), data=tiny_data)
+    train(_cfg(tmp_path, "b", epochs=1), data=tiny_data)
+    train(_cfg(tmp_path, "c", epochs=1, seed=1), data=tiny_data)
+    a, b, c = (_weights(tmp_path / n)[0] for n in "abc")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["fc1.weight"], c["fc1.weight"])
+
+
+def _assert_resume_exact(tmp_path, data, **kw):
+    full = train(_cfg(tmp_path, "full", epochs=2, **kw), data=data)
+    part = train(_cfg(tmp_path, "part", epochs=2, stop_after=1, **kw), data=data)
+    assert part["status"] == "stopped"
+    assert not (tmp_path / "part" / "final.json").exists()
+    res = train(_cfg(tmp_path, "part", epochs=2, resume=True, **kw), data=data)
+    a, oa, _ = _weights(tmp_path / "full")
+    b, ob, _ = _weights(tmp_path / "part")
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert torch.equal(a[k], b[k]), k
+    for pid, st in oa["state"].items():
+        for name, t in st.items():
+            assert torch.equal(t, ob["state"][pid][name]), (pid, name)
+    assert res["test_error"] == full["test_error"]
+    ha = json.loads((tmp_path / "full" / "history.json").read_text())
+    hb = json.loads((tmp_path / "part" / "history.json").read_text())
+    strip = lambda h: [{k: v for k, v in r.items() if "seconds" not in k} for r in h]  # noqa: E731
+    assert strip(ha) == strip(hb)
+    return a
+
+
+def test_resume_is_bit_exact_dense(tmp_path, tiny_data):
+    _assert_resume_exact(tmp_path, tiny_data)
+
+
+def test_resume_refusals(tmp_path, tiny_data):
+    train(_cfg(tmp_path, epochs=2, stop_after=1), data=tiny_data)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(_cfg(tmp_path, epochs=2), data=tiny_data)
+    with pytest.raises(ValueError, match="epochs: checkpoint 2 vs now 3"):
+        train(_cfg(tmp_path, epochs=3, resume=True), data=tiny_data)
+    with pytest.raises(ValueError, match="lr"):
+        train(_cfg(tmp_path, epochs=2, resume=True, lr=0.5), data=tiny_data)
+    # a finished run resumed again returns its report without training
+    rep = train(_cfg(tmp_path, epochs=2, resume=True), data=tiny_data)
+    again = train(_cfg(tmp_path, epochs=2, resume=True), data=tiny_data)
+    assert again == json.loads((tmp_path / "run" / "final.json").read_text())
+    assert again["test_error"] == rep["test_error"]
+
+
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        (dict(method="bogus"), ValueError, "method='bogus' is unknown"),
+        (dict(method=3), TypeError, "method"),
+        (dict(epochs=0), ValueError, "epochs"),
+        (dict(batch_size=-1), ValueError, "batch_size"),
+        (dict(lr=-1.0), ValueError, "lr"),
+        (dict(lr=float("nan")), ValueError, "lr"),
+        (dict(device="tpu"), ValueError, "device"),
+        (dict(stop_after=5, epochs=2), ValueError, "stop_after"),
+        (dict(hparams={"lam": 1.0}), ValueError, "unknown hyperparameter 'lam'"),
+    ],
+)
+def test_bad_inputs(tmp_path, tiny_data, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        train(_cfg(tmp_path, **kw), data=tiny_data)
+
+
+def test_cuda_refused_without_cuda(tmp_path, tiny_data):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        train(_cfg(tmp_path, device="cuda"), data=tiny_data)
+
+
+def test_resolve_hparams_dense():
+    assert resolve_hparams("dense") == (1e-3, {})
+    assert resolve_hparams("none", lr=3e-4) == (3e-4, {})
+
+
+def test_cli_sparsify_on_idx_files(tmp_path, tiny_mnist, capsys):
+    folder, _ = tiny_mnist
+    out = tmp_path / "cli"
+    argv = ["sparsify", "--method", "none", "--epochs", "1", "--data-dir", str(folder),
+            "--out", str(out), "--no-verify", "--no-progress", "--threads", "1"]
+    assert cli_main(argv) == 0
+    assert "test error" in capsys.readouterr().out
+    assert (out / "final.json").exists()
+    # MD5 verification is on by default: the tiny files are refused with a clear message
+    assert cli_main(argv[:-4] + ["--out", str(tmp_path / "cli2")]) == 2
+    assert "MD5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--method", "bogus"], "unknown"),
+        (["--method", "none", "--hp", "oops"], "NAME=VALUE"),
+        (["--method", "none", "--hp", "lam=1"], "unknown hyperparameter"),
+        (["--method", "none", "--data-dir", "/nonexistent/mnist"], "not a directory"),
+    ],
+)
+def test_cli_errors(tmp_path, capsys, extra, match):
+    rc = cli_main(["sparsify", "--epochs", "1", "--out", str(tmp_path / "x"), "--no-progress"]
+                  + extra)
+    assert rc == 2
+    assert match in capsys.readouterr().err
+
+
+def test_cli_embedded_digits_default(tmp_path, capsys):
+    out = tmp_path / "digits"
+    assert cli_main(["sparsify", "--method", "none", "--epochs", "1", "--out", str(out),
+                     "--no-progress", "--threads", "1"]) == 0
+    final = json.loads((out / "final.json").read_text())
+    assert final["data"].startswith("digits") and "64 features" in final["data"]
