@@ -1,0 +1,110 @@
+"""Vector penalties: sums of separable penalties, the top-k indicator of magnitude pruning, ARD,
+and the "penalty against number of nonzeros at fixed l2 norm" curve (DUALITY.md section 3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_real_array, check_param
+from .base import Penalty
+
+
+def _as_vector(w, name="w"):
+    arr = as_real_array(w, name)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D vector, got shape {arr.shape}; flatten it or apply per row")
+    return arr
+
+
+class HardThreshold:
+    """Magnitude pruning as a penalty: the indicator of ``||w||_0 <= k``.
+
+    As an eta-trick rule, ``eta_j = inf`` for the k largest ``|w_j|`` and 0 for the rest; the
+    effective penalty is non-separable: 0 with at most k nonzeros, inf otherwise. Its prox (for
+    any step) keeps the k largest magnitudes, i.e. hard thresholding / magnitude pruning. Ties at
+    the k-th magnitude are broken by position (lower index kept), deterministically.
+    """
+
+    name = "hard_threshold"
+    is_separable = False
+    is_vector_penalty = True
+    is_convex = False
+
+    def __init__(self, k=1):
+        self.k = check_param(k, "k", low=0, low_open=False, integer=True)
+
+    def get_params(self):
+        return {"k": self.k}
+
+    @property
+    def params(self):
+        return self.get_params()
+
+    def __repr__(self):
+        return f"HardThreshold(k={self.k})"
+
+    def __eq__(self, other):
+        return type(other) is HardThreshold and other.k == self.k
+
+    def __hash__(self):
+        return hash(("HardThreshold", self.k))
+
+    def support(self, w) -> np.ndarray:
+        """Boolean mask of the k largest |w_j| (stable: ties keep the lower index)."""
+        arr = _as_vector(w)
+        keep = np.zeros(arr.shape, dtype=bool)
+        k = min(self.k, arr.size)
+        if k > 0:
+            order = np.argsort(-np.abs(arr), kind="stable")
+            keep[order[:k]] = True
+        return keep
+
+    def omega(self, w) -> float:
+        arr = _as_vector(w)
+        return 0.0 if np.count_nonzero(arr) <= self.k else np.inf
+
+    value = omega
+
+    def eta_hat(self, w) -> np.ndarray:
+        return np.where(self.support(w), np.inf, 0.0)
+
+    def keep_ratio(self, w, lam=1.0):
+        return self.support(w).astype(float)
+
+    def prox(self, v, t=1.0) -> np.ndarray:
+        arr = _as_vector(v, "v")
+        return np.where(self.support(arr), arr, 0.0)
+
+
+class SumPenalty:
+    """``sum_j Omega(w_j)`` of a separable penalty, optionally with per-coordinate weights."""
+
+    is_separable = True
+    is_vector_penalty = True
+
+    def __init__(self, penalty: Penalty, weights=None):
+        if not isinstance(penalty, Penalty):
+            raise ValueError(f"penalty must be a separable penalties.Penalty, got {type(penalty).__name__}")
+        self.penalty = penalty
+        self.weights = None if weights is None else as_real_array(weights, "weights")
+        if self.weights is not None and (self.weights < 0).any():
+            raise ValueError("weights must be >= 0")
+
+    def omega(self, w) -> float:
+        arr = _as_vector(w)
+        om = self.penalty.omega(arr)
+        if self.weights is not None:
+            if self.weights.shape != arr.shape:
+                raise ValueError(f"weights shape {self.weights.shape} does not match w shape {arr.shape}")
+            om = om * self.weights
+        return float(np.sum(om))
+
+    value = omega
+
+    def prox(self, v, t=1.0):
+        arr = _as_vector(v, "v")
+        tt = t if self.weights is None else np.asarray(t) * self.weights
+        return self.penalty.prox(arr, tt)
+
+    def __repr__(self):
+        return f"SumPenalty({self.penalty!r})"
