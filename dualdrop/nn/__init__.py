@@ -1,0 +1,29 @@
+"""Sparsify existing PyTorch models: adaptive dropout and the penalty methods it is dual to.
+
+Entry points::
+
+    from dualdrop.nn import sparsify, export_sparse, sparsity_report, default_hparams, METHODS
+
+    sp = sparsify(model, "vardrop-lr")            # in place, on every nn.Linear / nn.Conv2d
+    opt = torch.optim.Adam(model.parameters(), lr=sp.hparams["lr"])   # build it AFTER sparsify
+    loss = data_loss + sp.regularizer(n_train)    # per step
+    sp.after_step(opt, step, total_steps)         # after every opt.step()
+    sp.density()                                  # {layer: fraction nonzero, "total": ...}
+    plain = export_sparse(model, layout="dense")  # loads strictly into the plain architecture
+
+Methods (``METHODS``, plus ``"penalty:<name>"`` for any separable ``penalties`` catalog name):
+variational dropout without / with local / with local + additive reparameterization
+(``vardrop``, ``vardrop-lr``, ``vardrop-lr-ar``), hard-concrete L0 gates per weight or per neuron
+(``hardconcrete``, ``hardconcrete-neuron``), gradual magnitude pruning (``magnitude``), and the
+eta-trick family (``eta-trick``, ``adaprox``, ``adatikhonov``, ``logsum``). One module per family:
+``vardrop``, ``hardconcrete``, ``magnitude``, ``penalty``; ``export`` for export and reports.
+
+Densities count weights only (biases are neither pruned nor counted) with each method's
+deterministic test-time rule; ``model.eval()`` runs exactly that pruned network.
+"""
+
+from dualdrop.nn.export import CSRLinear, export_sparse, format_report, sparsity_report
+from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
+
+__all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
+           "METHODS", "Sparsifier", "CSRLinear"]

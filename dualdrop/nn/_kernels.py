@@ -1,0 +1,54 @@
+"""numba loops over weight arrays that call the ``penalties`` scalar kernels.
+
+One kernel, many callers: the formulas of every catalog penalty live in ``penalties.kernels``;
+these loops only map them over a flat weight array (a zero-copy numpy view of a CPU tensor).
+If ``penalties`` provides no compiled kernels, ``AVAILABLE`` is False and callers fall back to
+the penalty object's vectorized numpy methods.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # pragma: no cover - depends on the installed penalties package
+    from numba import njit
+
+    from penalties.kernels import derivative_scalar, eta_hat_scalar, omega_scalar
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover
+    AVAILABLE = False
+
+
+if AVAILABLE:
+
+    @njit(cache=True)
+    def value_and_derivative(code, params, w, grad, tikhonov):
+        """Fill ``grad[i] = Omega'(w[i])``; return ``sum Omega(w)`` or, with ``tikhonov``,
+        ``sum 1/2 w Omega'(w) = sum 1/2 w^2 / eta_hat(w)``."""
+        total = 0.0
+        for i in range(w.size):
+            wi = np.float64(w[i])
+            d = derivative_scalar(code, params, wi)
+            grad[i] = d
+            if tikhonov:
+                total += 0.5 * wi * d
+            else:
+                total += omega_scalar(code, params, wi)
+        return total
+
+    @njit(cache=True)
+    def tikhonov_prox(code, params, w, rho_lam):
+        """In place ``w[i] <- w[i] eta / (eta + rho_lam[i])``, ``eta = eta_hat(w[i])``."""
+        for i in range(w.size):
+            wi = np.float64(w[i])
+            if wi == 0.0:
+                continue
+            e = eta_hat_scalar(code, params, wi)
+            if np.isinf(e):
+                continue
+            r = np.float64(rho_lam[i])
+            if e + r <= 0.0:
+                w[i] = 0.0
+            else:
+                w[i] = wi * (e / (e + r))

@@ -1,0 +1,301 @@
+"""Penalty methods of the eta-trick duality (DUALITY.md sections 2-4) on network weights.
+
+All of them hold a separable ``penalties`` object ``P`` (LogSum(eps) for the four named
+methods) and a strength ``lam``; the penalty is ``lam * sum_j Omega(w_j)`` over the weights of the
+sparsified layers (biases excluded), added to the mean-over-batch data loss as is (not divided by
+``n_train``: the seed's convention, ``lam = 1e-3``).
+
+``logsum`` / ``penalty:<name>`` (``algorithm="gradient"``)
+    gradient descent on ``L + lam sum Omega(w)``. ``Omega`` and ``Omega'`` come from ``P`` through
+    a custom autograd function: forward returns ``lam sum Omega(w)``, backward
+    ``lam Omega'(w) = lam w / eta_hat(w)``. Evaluation runs on the CPU (numba loop over
+    ``penalties.kernels`` when ``P.kernel_spec()`` exists, else ``P.omega``/``P.derivative`` in
+    numpy); CUDA weights are copied to the host and back each step.
+``adatikhonov`` (``algorithm="adatikhonov"``)
+    gradient descent on ``L + lam/2 sum w^2 / eta`` with ``eta = eta_hat(w)`` recomputed from
+    the current weights at every forward and held fixed (no state is needed: the weights only
+    change at optimizer steps). Its gradient equals LogSum's, ``lam w / eta_hat(w)``; the value
+    differs (``1/2 w Omega'(w)`` instead of ``Omega(w)``).
+``adaprox`` (``algorithm="adaprox"``)
+    no regularizer in the loss; after every optimizer step the prox of the adaptive Tikhonov
+    term, ``w <- w eta / (eta + rho lam)`` with ``eta = eta_hat(w)`` and the optimizer's actual
+    per-coordinate step ``rho = lr / (sqrt(v_hat) + eps)`` for Adam/AdamW (``rho = lr`` for
+    optimizers without second moments, e.g. SGD).
+``eta-trick``
+    learnable ``log_eta`` per weight, joint gradient descent on
+    ``J = L + lam sum 1/2 [w^2/eta + f(eta)] + eta_decay/2 sum (log eta)^2`` with the LogSum dual
+    ``f(eta) = 2 log((s + eps)/(2 eps)) - 4 eta/(s + eps)^2``, ``s = sqrt(eps^2 + 4 eta)`` (equal to
+    DUALITY.md's form, shifted so that f(0+) = 0; ``min_eta J`` gives ``lam log(1 + |w|/eps)``).
+    The decay term is the coupled L2 weight decay of log eta (``eta_decay = 1e-3``).
+
+Test time (all of them): the keep ratio ``alpha = eta_hat(w)/(eta_hat(w) + lam)``; a weight is
+pruned when ``alpha < tol``, i.e. ``eta_hat(|w|) < lam tol/(1 - tol)``. For penalties whose
+``eta_hat`` is nondecreasing in ``|w|`` (all catalog ones) this is ``|w| < t*`` with ``t*`` found
+once by bisection on ``P.eta_hat``; otherwise ``P.keep_ratio`` is evaluated on every call.
+``eta-trick`` can instead prune on its learned ``eta`` (``prune_rule="eta"``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from dualdrop.nn import _kernels
+from dualdrop.nn._base import SparseLayerMixin, check_choice, check_float
+
+_ALGORITHMS = ("gradient", "adatikhonov", "adaprox")
+
+HPARAMS = {
+    "logsum": {"lam": 1e-3, "eps": 2.0, "tol": 0.05},
+    "adatikhonov": {"lam": 1e-3, "eps": 2.0, "tol": 0.05},
+    "adaprox": {"lam": 1e-3, "eps": 2.0, "tol": 0.05},
+    "eta-trick": {"lam": 1e-3, "eps": 2.0, "tol": 0.05, "eta_decay": 1e-3,
+                  "prune_rule": "eta_hat"},
+    "penalty": {"lam": 1e-3, "tol": 0.05, "penalty_params": {}, "algorithm": "gradient"},
+}
+_ALGO_OF = {"logsum": "gradient", "adatikhonov": "adatikhonov", "adaprox": "adaprox",
+            "eta-trick": "eta"}
+
+
+def _import_penalties():
+    try:
+        import penalties
+    except ImportError as exc:  # pragma: no cover - penalties ships with dualdrop
+        raise ImportError("the penalty methods need the 'penalties' package (part of dualdrop); "
+                          "install dualdrop with pip install -e .") from exc
+    return penalties
+
+
+def make_penalty(name: str, params: dict):
+    """``penalties.get(name, **params)`` with errors that name the argument to fix."""
+    penalties = _import_penalties()
+    if not isinstance(params, dict):
+        raise TypeError(f"penalty_params must be a dict of the penalty's constructor arguments, "
+                        f"got {type(params).__name__}")
+    try:
+        P = penalties.get(name, **params)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"cannot build penalty {name!r} with penalty_params={params!r}: {exc}") \
+            from exc
+    if type(P).__name__ == "HardThreshold" or name == "hard_threshold":
+        raise ValueError("penalty:hard_threshold is not separable (an l0 ball); use method "
+                         "'magnitude' (gradual magnitude pruning) for it")
+    return P
+
+
+def validate(method: str, hp: dict) -> dict:
+    out = dict(hp)
+    out["lam"] = check_float("lam", hp["lam"], low=0.0, low_open=True)
+    out["tol"] = check_float("tol", hp["tol"], low=0.0, high=1.0, low_open=True, high_open=True)
+    if "eps" in hp:
+        out["eps"] = check_float("eps", hp["eps"], low=0.0, low_open=True)
+    if "eta_decay" in hp:
+        out["eta_decay"] = check_float("eta_decay", hp["eta_decay"], low=0.0)
+    if "prune_rule" in hp:
+        out["prune_rule"] = check_choice("prune_rule", hp["prune_rule"], {"eta_hat", "eta"})
+    if method.startswith("penalty:"):
+        out["algorithm"] = check_choice("algorithm", hp["algorithm"], set(_ALGORITHMS))
+        out["penalty"] = make_penalty(method.split(":", 1)[1], dict(hp["penalty_params"]))
+        out["penalty_params"] = dict(hp["penalty_params"])
+    else:
+        out["algorithm"] = _ALGO_OF[method]
+        out["penalty"] = make_penalty("logsum", {"eps": out["eps"]})
+    return out
+
+
+# ---- pruning threshold -------------------------------------------------------------------------
+
+def abs_threshold(P, c: float):
+    """``t*`` with ``eta_hat(t) < c  <=>  t < t*`` for ``t >= 0``, or None if eta_hat is not
+    monotone on a wide grid (then the rule must be evaluated pointwise)."""
+    grid = np.concatenate([[0.0], np.logspace(-12, 4, 1601)])
+    with np.errstate(all="ignore"):
+        e = np.asarray(P.eta_hat(grid), dtype=np.float64)
+    if np.any(np.isnan(e)):
+        return None
+    finite = np.where(np.isinf(e), np.finfo(np.float64).max, e)
+    if np.any(np.diff(finite) < -1e-12 * np.abs(finite[:-1])):
+        return None
+    if e[0] >= c:
+        return 0.0
+    above = np.nonzero(e >= c)[0]
+    if above.size == 0:
+        return math.inf
+    lo, hi = grid[above[0] - 1], grid[above[0]]
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if float(P.eta_hat(mid)) < c:
+            lo = mid
+        else:
+            hi = mid
+    return float(hi)
+
+
+def logsum_dual(eta: torch.Tensor, eps: float) -> torch.Tensor:
+    """LogSum dual ``f(eta)`` (normalized f(0+) = 0), differentiable in torch."""
+    sp = torch.sqrt(eps * eps + 4.0 * eta) + eps
+    return 2.0 * torch.log(sp / (2.0 * eps)) - 4.0 * eta / (sp * sp)
+
+
+# ---- differentiable penalty from the numpy/numba penalties object ------------------------------
+
+def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool):
+    """(value, Omega'(w)) of ``sum Omega(w)`` (or the Tikhonov value) on the CPU."""
+    wc = w.detach()
+    if wc.device.type != "cpu":
+        wc = wc.cpu()
+    wc = wc.contiguous()
+    if layer._kernel is not None:
+        code, params = layer._kernel
+        grad = torch.empty_like(wc)
+        value = _kernels.value_and_derivative(code, params, wc.view(-1).numpy(),
+                                              grad.view(-1).numpy(), tikhonov)
+    else:
+        w64 = wc.to(torch.float64).numpy()
+        d = np.asarray(layer.penalty.derivative(w64), dtype=np.float64)
+        value = float(0.5 * np.sum(w64 * d)) if tikhonov else \
+            float(np.sum(layer.penalty.omega(w64)))
+        grad = torch.from_numpy(d).to(wc.dtype)
+    return value, grad.to(w.device)
+
+
+class _PenaltyFunction(torch.autograd.Function):
+    """``lam * sum Omega(w)`` (or ``lam/2 sum w^2/eta_hat(w)``) with gradient ``lam Omega'(w)``."""
+
+    @staticmethod
+    def forward(ctx, w, layer, tikhonov):
+        value, grad = _penalty_value_and_grad(layer, w, tikhonov)
+        ctx.save_for_backward(grad)
+        ctx.lam = layer.lam
+        return w.new_tensor(layer.lam * value)
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        return g * ctx.lam * grad, None, None
+
+
+def penalty_value(layer, w: torch.Tensor, tikhonov: bool = False) -> torch.Tensor:
+    """Differentiable ``lam * sum Omega(w)`` of a penalty layer (public for tests/gradcheck)."""
+    return _PenaltyFunction.apply(w, layer, tikhonov)
+
+
+# ---- the layers --------------------------------------------------------------------------------
+
+class PenaltyMixin(SparseLayerMixin):
+    def _setup(self, *, lam, tol, penalty, algorithm, eps=None, eta_decay=0.0,
+               prune_rule="eta_hat", penalty_params=None):
+        self.lam, self.tol, self.algorithm = lam, tol, algorithm
+        self.penalty = penalty
+        self.eta_decay, self.prune_rule = eta_decay, prune_rule
+        self.eps = eps
+        self._kernel = None
+        if _kernels.AVAILABLE and hasattr(penalty, "kernel_spec"):
+            code, params = penalty.kernel_spec()
+            self._kernel = (int(code), np.ascontiguousarray(params, dtype=np.float64))
+        # eta_hat(|w|) < c  <=>  alpha < tol
+        self._eta_cut = lam * tol / (1.0 - tol)
+        self._abs_cut = abs_threshold(penalty, self._eta_cut)
+        if algorithm == "eta":
+            with torch.no_grad():
+                w64 = self.weight.detach().cpu().to(torch.float64).numpy()
+                with np.errstate(divide="ignore"):
+                    le = np.log(np.asarray(penalty.eta_hat(w64), dtype=np.float64))
+                le = np.clip(le, -20.0, 20.0)
+            self.log_eta = nn.Parameter(torch.from_numpy(le).to(self.weight))
+
+    def keep_mask(self) -> torch.Tensor:
+        if self.algorithm == "eta" and self.prune_rule == "eta":
+            return self.log_eta >= math.log(self._eta_cut)
+        if self._abs_cut is not None:
+            return self.weight.abs() >= self._abs_cut
+        w64 = self.weight.detach().cpu().to(torch.float64).numpy()
+        alpha = np.asarray(self.penalty.keep_ratio(w64, self.lam))
+        return torch.from_numpy(alpha >= self.tol).to(self.weight.device)
+
+    def train_forward(self, x):
+        return self._op(x, self.weight, self.bias)
+
+    def eval_weight_bias(self):
+        return self.weight * self.keep_mask(), self.bias
+
+    def regularizer_term(self, n_train):
+        if self.algorithm == "gradient":
+            return penalty_value(self, self.weight, tikhonov=False)
+        if self.algorithm == "adatikhonov":
+            return penalty_value(self, self.weight, tikhonov=True)
+        if self.algorithm == "eta":
+            eta = torch.exp(self.log_eta)
+            w = self.weight
+            j = 0.5 * (w * w / eta + logsum_dual(eta, self.eps)).sum()
+            return self.lam * j + 0.5 * self.eta_decay * (self.log_eta * self.log_eta).sum()
+        return self.weight.new_zeros(())  # adaprox: the penalty acts through the prox
+
+
+class PenaltyLinear(PenaltyMixin, nn.Linear):
+    pass
+
+
+class PenaltyConv2d(PenaltyMixin, nn.Conv2d):
+    pass
+
+
+# ---- AdaProx step ------------------------------------------------------------------------------
+
+def _param_groups(optimizer):
+    return {id(p): g for g in optimizer.param_groups for p in g["params"]}
+
+
+@torch.no_grad()
+def adaprox_step(layers, optimizer) -> None:
+    """Adaptive Tikhonov prox with the optimizer's per-coordinate step size."""
+    if optimizer is None:
+        raise ValueError("adaprox needs the optimizer in after_step(optimizer, step, total_steps)")
+    groups = _param_groups(optimizer)
+    for layer in layers:
+        w = layer.weight
+        group = groups.get(id(w))
+        if group is None:
+            raise ValueError("adaprox: a sparsified weight is not in the optimizer; build the "
+                             "optimizer after sparsify(model, ...) from model.parameters()")
+        lr = float(group["lr"])
+        state = optimizer.state.get(w, {})
+        v = state.get("max_exp_avg_sq") if group.get("amsgrad") else None
+        if v is None:
+            v = state.get("exp_avg_sq")
+        if v is not None and "step" in state:
+            step = float(state["step"])
+            beta2 = float(group["betas"][1])
+            bc2 = 1.0 - beta2 ** step
+            rho = lr / (torch.sqrt(v / bc2) + float(group["eps"]))
+        else:
+            rho = torch.full_like(w, lr)
+        rho_lam = rho * layer.lam
+        if layer._kernel is not None:
+            wc = w.detach().cpu().contiguous()
+            code, params = layer._kernel
+            _kernels.tikhonov_prox(code, params, wc.view(-1).numpy(),
+                                   rho_lam.detach().cpu().contiguous().view(-1).numpy())
+            if wc.data_ptr() != w.data_ptr():
+                w.copy_(wc)
+        else:
+            w64 = w.detach().cpu().to(torch.float64).numpy()
+            eta = np.asarray(layer.penalty.eta_hat(w64), dtype=np.float64)
+            r = rho_lam.detach().cpu().to(torch.float64).numpy()
+            with np.errstate(invalid="ignore", divide="ignore"):
+                factor = np.where(np.isinf(eta), 1.0, eta / (eta + r))
+            factor = np.where(np.isnan(factor), 0.0, factor)
+            w.mul_(torch.from_numpy(factor).to(w))
+
+
+def after_step(sp, optimizer, step: int, total_steps: int) -> None:
+    if sp.hparams["algorithm"] == "adaprox":
+        adaprox_step([layer for _, layer in sp.layers], optimizer)
+
+
+LAYER_CLASSES = (PenaltyLinear, PenaltyConv2d)
