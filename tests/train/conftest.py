@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import torch
 
 from dualdrop.data import write_idx
 
@@ -50,3 +53,47 @@ def tiny_data(tmp_path):
 def mnist_maker():
     """The :func:`make_tiny_mnist` function (fixture, to avoid importing conftest by name)."""
     return make_tiny_mnist
+
+
+def _resume_cfg(tmp_path, name, **kw):
+    from dualdrop.train import TrainConfig
+
+    base = dict(method="none", out=str(tmp_path / name), seed=0, progress=False, threads=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _weights(out):
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    return ck["model"], ck["optimizer"], ck
+
+
+def _assert_resume_exact(tmp_path, data, **kw):
+    """Stop after epoch 1 + resume == uninterrupted 2 epochs, bit for bit (weights, Adam state)."""
+    from dualdrop.train import train
+
+    full = train(_resume_cfg(tmp_path, "full", epochs=2, **kw), data=data)
+    part = train(_resume_cfg(tmp_path, "part", epochs=2, stop_after=1, **kw), data=data)
+    assert part["status"] == "stopped"
+    assert not (tmp_path / "part" / "final.json").exists()
+    res = train(_resume_cfg(tmp_path, "part", epochs=2, resume=True, **kw), data=data)
+    a, oa, _ = _weights(tmp_path / "full")
+    b, ob, _ = _weights(tmp_path / "part")
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert torch.equal(a[k], b[k]), k
+    for pid, st in oa["state"].items():
+        for name, t in st.items():
+            assert torch.equal(t, ob["state"][pid][name]), (pid, name)
+    assert res["test_error"] == full["test_error"]
+    ha = json.loads((tmp_path / "full" / "history.json").read_text())
+    hb = json.loads((tmp_path / "part" / "history.json").read_text())
+    strip = lambda h: [{k: v for k, v in r.items() if "seconds" not in k} for r in h]  # noqa: E731
+    assert strip(ha) == strip(hb)
+    return a
+
+
+@pytest.fixture
+def assert_resume_exact():
+    return _assert_resume_exact

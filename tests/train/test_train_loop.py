@@ -89,31 +89,8 @@ def test_seed_determinism(tmp_path, tiny_data):
     assert not torch.equal(a["fc1.weight"], c["fc1.weight"])
 
 
-def _assert_resume_exact(tmp_path, data, **kw):
-    full = train(_cfg(tmp_path, "full", epochs=2, **kw), data=data)
-    part = train(_cfg(tmp_path, "part", epochs=2, stop_after=1, **kw), data=data)
-    assert part["status"] == "stopped"
-    assert not (tmp_path / "part" / "final.json").exists()
-    res = train(_cfg(tmp_path, "part", epochs=2, resume=True, **kw), data=data)
-    a, oa, _ = _weights(tmp_path / "full")
-    b, ob, _ = _weights(tmp_path / "part")
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert torch.equal(a[k], b[k]), k
-    for pid, st in oa["state"].items():
-        for name, t in st.items():
-            assert torch.equal(t, ob["state"][pid][name]), (pid, name)
-    assert res["test_error"] == full["test_error"]
-    ha = json.loads((tmp_path / "full" / "history.json").read_text())
-    hb = json.loads((tmp_path / "part" / "history.json").read_text())
-    strip = lambda h: [{k: v for k, v in r.items() if "seconds" not in k} for r in h]  # noqa: E731
-    assert strip(ha) == strip(hb)
-    return a
-
-
-def test_resume_is_bit_exact_dense(tmp_path, tiny_data):
-    _assert_resume_exact(tmp_path, tiny_data)
+def test_resume_is_bit_exact_dense(tmp_path, tiny_data, assert_resume_exact):
+    assert_resume_exact(tmp_path, tiny_data)
 
 
 def test_resume_refusals(tmp_path, tiny_data):
@@ -197,3 +174,15 @@ def test_cli_embedded_digits_default(tmp_path, capsys):
                      "--no-progress", "--threads", "1"]) == 0
     final = json.loads((out / "final.json").read_text())
     assert final["data"].startswith("digits") and "64 features" in final["data"]
+
+
+def test_compare_dense_only(tmp_path, tiny_data):
+    from dualdrop.train.compare import run_comparison
+
+    out = tmp_path / "cmp"
+    run_comparison(["dense"], epochs=1, out=out, progress=False, threads=1, data=tiny_data)
+    for f in ("figure2.png", "figure2.pdf", "table.md", "table.csv"):
+        assert (out / f).stat().st_size > 0
+    assert "| dense | 1 |" in (out / "table.md").read_text()
+    with pytest.raises(ValueError, match="twice"):
+        run_comparison(["none", "dense"], epochs=1, out=out, data=tiny_data)
