@@ -57,32 +57,55 @@ def check_increasing(fun, lo, hi, what, n=4001):
     return grid, vals
 
 
+def uniform_breakpoints(x_lo, x_hi, interval=0.25):
+    n = max(1, int(np.ceil((x_hi - x_lo) / interval)))
+    return np.linspace(x_lo, x_hi, n + 1)
+
+
+def graded_breakpoints(x_lo, x_hi, x_sing, interval=0.25, ratio=0.8):
+    """Breakpoints uniform far from a singularity at x_sing > x_hi and geometrically graded toward
+    it, so each interval is at least ``ratio/(1-ratio)`` of its width away from x_sing."""
+    d_far = interval * ratio / (1.0 - ratio)  # distance beyond which uniform intervals suffice
+    x_switch = min(x_hi, x_sing - d_far)
+    pts = list(uniform_breakpoints(x_lo, x_switch, interval)) if x_switch > x_lo else [x_lo]
+    d = x_sing - pts[-1]
+    while True:
+        d *= ratio
+        nxt = x_sing - d
+        if nxt >= x_hi - 1e-12 * max(1.0, abs(x_hi)):
+            break
+        pts.append(nxt)
+    if x_hi - pts[-1] < 0.25 * (pts[-1] - pts[-2]) if len(pts) > 1 else False:
+        pts[-1] = x_hi
+    else:
+        pts.append(x_hi)
+    return np.asarray(pts)
+
+
 def build_table(
     x_of_theta,
     omega_at,
     theta_lo: float,
     theta_hi: float,
-    x_lo: float,
-    x_hi: float,
+    breakpoints,
     *,
-    interval: float = 0.25,
     degree: int = 12,
     p_lo: float = 1.0,
     tail_kind: int = K.TAIL_LOG,
     tail_c: float = 1.0,
     cap: float | None = None,
 ) -> Table:
-    """Tabulate Omega from an envelope description.
+    """Tabulate Omega from an envelope description on the given breakpoints in x = log|w|.
 
     x_of_theta(theta) -> log w at which theta is optimal (increasing);
     omega_at(w, theta) -> 1/2 (w^2 / eta(theta) + f(theta)).
     """
-    n = max(1, int(np.ceil((x_hi - x_lo) / interval)))
+    bp = np.asarray(breakpoints, dtype=float)
+    n = bp.size - 1
     m = int(degree)
-    h = (x_hi - x_lo) / n
+    h = np.diff(bp)
     s = np.cos(np.pi * (np.arange(m + 1) + 0.5) / (m + 1))  # first-kind Chebyshev points
-    left = x_lo + h * np.arange(n)
-    xs = left[:, None] + 0.5 * h * (s[None, :] + 1.0)
+    xs = bp[:-1, None] + 0.5 * h[:, None] * (s[None, :] + 1.0)
     theta = _bisect_increasing(x_of_theta, xs.ravel(), theta_lo, theta_hi).reshape(xs.shape)
     y = np.log(omega_at(np.exp(xs), theta))
     if not np.all(np.isfinite(y)):
@@ -91,7 +114,7 @@ def build_table(
     coef = y @ vinv.T  # (n, m+1)
     dcoef = np.zeros_like(coef)
     for k in range(n):
-        d = C.chebder(coef[k]) * (2.0 / h)
+        d = C.chebder(coef[k]) * (2.0 / h[k])
         dcoef[k, : d.size] = d
     om_lo = float(np.exp(C.chebval(-1.0, coef[0])))
     om_hi = float(np.exp(C.chebval(1.0, coef[-1])))
@@ -99,8 +122,6 @@ def build_table(
         om_hi = float(cap)
         tail_c = float(cap)
     header = np.zeros(K.T_HEADER)
-    header[K.T_XLO] = x_lo
-    header[K.T_XHI] = x_hi
     header[K.T_N] = n
     header[K.T_M] = m
     header[K.T_PLO] = p_lo
@@ -108,14 +129,14 @@ def build_table(
     header[K.T_TAILC] = tail_c
     header[K.T_OMLO] = om_lo
     header[K.T_OMHI] = om_hi
-    params = np.concatenate([header, coef.ravel(), dcoef.ravel()])
-    # Accuracy audit at interval midpoints (points the interpolant never saw).
-    xm = left + 0.5 * h
+    params = np.concatenate([header, bp, coef.ravel(), dcoef.ravel()])
+    # Accuracy audit at points the interpolant never saw (interval midpoints and quarter points).
+    xm = np.concatenate([bp[:-1] + 0.5 * h, bp[:-1] + 0.23 * h, bp[:-1] + 0.91 * h])
     tm = _bisect_increasing(x_of_theta, xm, theta_lo, theta_hi)
     direct = omega_at(np.exp(xm), tm)
     approx = K.map_kernel("omega", K.TABLE, params, np.exp(xm))
     err = float(np.max(np.abs(approx / direct - 1.0)))
-    return Table(params=params, max_rel_error=err, x_lo=x_lo, x_hi=x_hi)
+    return Table(params=params, max_rel_error=err, x_lo=float(bp[0]), x_hi=float(bp[-1]))
 
 
 # Gauss-Legendre nodes on [-1, 1], reused by the moment integrals.

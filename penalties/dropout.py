@@ -23,7 +23,7 @@ from scipy import special
 
 from . import kernels as K
 from ._checks import check_param
-from ._table import build_table, check_increasing, gauss_legendre
+from ._table import build_table, check_increasing, gauss_legendre, graded_breakpoints, uniform_breakpoints
 from .base import KernelPenalty
 
 EULER_GAMMA = 0.5772156649015329
@@ -74,7 +74,8 @@ def _vd_approx_table():
         return 0.5 * (w * w / eta + _vd_approx_f(eta))
 
     check_increasing(x_of, -40.0, 40.0, "VarDrop: eta^2 f'(eta)")
-    return build_table(x_of, omega_at, -40.0, 40.0, X_LO, X_HI, p_lo=1.0, tail_kind=K.TAIL_LOG, tail_c=1.0)
+    bp = uniform_breakpoints(X_LO, X_HI)
+    return build_table(x_of, omega_at, -40.0, 40.0, bp, p_lo=1.0, tail_kind=K.TAIL_LOG, tail_c=1.0)
 
 
 class VarDrop(_TablePenalty):
@@ -157,7 +158,8 @@ def _vd_exact_table():
         return 0.5 * (w * w / (2.0 * u * u) + 4.0 * dawson_integral(u))
 
     check_increasing(x_of, -16.0, 17.0, "VarDropExact: eta^2 f'(eta)")
-    return build_table(x_of, omega_at, -16.0, 17.0, X_LO, X_HI, p_lo=1.0, tail_kind=K.TAIL_LOG, tail_c=1.0)
+    bp = uniform_breakpoints(X_LO, X_HI)
+    return build_table(x_of, omega_at, -16.0, 17.0, bp, p_lo=1.0, tail_kind=K.TAIL_LOG, tail_c=1.0)
 
 
 class VarDropExact(_TablePenalty):
@@ -271,7 +273,18 @@ def _hc_branch_end():
     """
     grid = np.linspace(HC_THETA_LO, 20.0, 20001)
     w2 = _HC.envelope(grid)[2]
-    peak = grid[int(np.argmax(w2))]
+    ipk = int(np.argmax(w2))
+    peak = grid[ipk]
+    # refine the fold (maximum of w~(theta)) by golden section for the table grading
+    a, b = grid[ipk - 1], grid[ipk + 1]
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(60):
+        c, d = b - g * (b - a), a + g * (b - a)
+        if _HC.envelope(np.array([c]))[2][0] > _HC.envelope(np.array([d]))[2][0]:
+            b = d
+        else:
+            a = c
+    x_fold = 0.5 * math.log(_HC.envelope(np.array([0.5 * (a + b)]))[2][0])
 
     def excess(theta):
         rho, pi, w2 = _HC.envelope(theta)
@@ -286,7 +299,7 @@ def _hc_branch_end():
             lo = mid
         else:
             hi = mid
-    return 0.5 * (lo + hi)
+    return 0.5 * (lo + hi), x_fold
 
 
 @functools.lru_cache(maxsize=None)
@@ -298,12 +311,13 @@ def _hc_table():
         rho, pi, _ = _HC.envelope(theta)
         return 0.5 * (w * w * rho + pi)
 
-    theta_star = _hc_branch_end()
+    theta_star, x_fold = _hc_branch_end()
     check_increasing(x_of, HC_THETA_LO, theta_star, "HardConcrete: w~(theta)")
     x_cap = float(x_of(np.array([theta_star]))[0])
-    table = build_table(
-        x_of, omega_at, HC_THETA_LO, theta_star, X_LO, x_cap, p_lo=1.0, tail_kind=K.TAIL_CAP, cap=0.5
-    )
+    # the fold of the envelope is a square-root branch point of Omega(x) just beyond x_cap:
+    # grade the intervals geometrically toward it
+    bp = graded_breakpoints(X_LO, x_cap, x_fold)
+    table = build_table(x_of, omega_at, HC_THETA_LO, theta_star, bp, p_lo=1.0, tail_kind=K.TAIL_CAP, cap=0.5)
     table.theta_star = theta_star
     return table
 

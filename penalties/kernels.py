@@ -26,9 +26,10 @@ MCP = 6
 STANDOUT = 7
 TABLE = 8
 
-# Layout of a TABLE parameter vector (see ``penalties._table``).
-T_XLO, T_XHI, T_N, T_M, T_PLO, T_TAIL, T_TAILC, T_OMLO, T_OMHI = range(9)
-T_HEADER = 9
+# Layout of a TABLE parameter vector (see ``penalties._table``): a header, then n+1 breakpoints in
+# x = log|w|, then n*(m+1) Chebyshev coefficients of y = log Omega, then those of dy/dx.
+T_N, T_M, T_PLO, T_TAIL, T_TAILC, T_OMLO, T_OMHI = range(7)
+T_HEADER = 7
 TAIL_CAP = 0  # Omega constant beyond x_hi (eta_hat = inf)
 TAIL_LOG = 1  # Omega = Omega(w_hi) + c log(|w|/w_hi)
 TAIL_POW = 2  # Omega = Omega(w_hi) (|w|/w_hi)^c
@@ -53,20 +54,25 @@ def _clenshaw(p, offset, m, s):
 @njit(cache=True)
 def _table_y_dy(p, x):
     """log Omega and d log Omega / d log|w| at x = log|w| inside the table range."""
-    xlo = p[T_XLO]
-    xhi = p[T_XHI]
     n = int(p[T_N])
     m = int(p[T_M])
-    h = (xhi - xlo) / n
-    k = int((x - xlo) / h)
-    if k < 0:
-        k = 0
-    elif k > n - 1:
-        k = n - 1
-    s = 2.0 * (x - (xlo + k * h)) / h - 1.0
+    bp = T_HEADER  # offset of the breakpoints
+    lo = 0
+    hi = n
+    while hi - lo > 1:  # binary search: bp[lo] <= x < bp[hi]
+        mid = (lo + hi) // 2
+        if x < p[bp + mid]:
+            hi = mid
+        else:
+            lo = mid
+    k = lo
+    a = p[bp + k]
+    b = p[bp + k + 1]
+    s = 2.0 * (x - a) / (b - a) - 1.0
     stride = m + 1
-    y = _clenshaw(p, T_HEADER + k * stride, m, s)
-    dy = _clenshaw(p, T_HEADER + n * stride + k * stride, m, s)
+    cbase = bp + n + 1
+    y = _clenshaw(p, cbase + k * stride, m, s)
+    dy = _clenshaw(p, cbase + n * stride + k * stride, m, s)
     return y, dy
 
 
@@ -74,13 +80,13 @@ def _table_y_dy(p, x):
 def _table_omega_and_slope(p, a):
     """(Omega(a), Omega'(a)) for a > 0 from a TABLE parameter vector."""
     x = math.log(a)
-    xlo = p[T_XLO]
-    xhi = p[T_XHI]
+    xlo = p[T_HEADER]
+    xhi = p[T_HEADER + int(p[T_N])]
     if x < xlo:
         plo = p[T_PLO]
         om = p[T_OMLO] * math.exp(plo * (x - xlo))
         return om, plo * om / a
-    if x > xhi:
+    if x >= xhi:
         kind = int(p[T_TAIL])
         c = p[T_TAILC]
         if kind == TAIL_CAP:
@@ -210,7 +216,7 @@ def eta_hat_scalar(code, p, w):
             if plo < 2.0:
                 return 0.0
             # Omega ~ Om_lo (a / w_lo)^2 near 0: eta_hat(0) = w_lo^2 / (2 Om_lo)
-            return math.exp(2.0 * p[T_XLO]) / (2.0 * p[T_OMLO])
+            return math.exp(2.0 * p[T_HEADER]) / (2.0 * p[T_OMLO])
         _, d = _table_omega_and_slope(p, a)
         if d <= 0.0:
             return np.inf

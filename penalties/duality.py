@@ -1,0 +1,613 @@
+"""Build a penalty from any one description of it (DUALITY.md section 2).
+
+==========================  =================================================================
+constructor                 numerics
+==========================  =================================================================
+``from_dual(f)``            ``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)]``: grid scan in log eta,
+                            then golden-section refinement (robust to several local minima)
+``from_penalty(omega)``     ``f(eta) = max_w [2 Omega(w) - w^2/eta]`` the same way in log w;
+                            ``eta_hat = w / Omega'(w)`` with Richardson-extrapolated differences
+``from_eta_hat(eta_hat)``   ``Omega(w) = int_0^|w| t / eta_hat(t) dt`` (Corollary 2) by composite
+                            10-point Gauss-Legendre in log t, with an exact power-law head
+``from_keep_ratio(a, lam)`` ``eta_hat = lam a / (1 - a)``, then as above
+``from_mask_moments(...)``  biased masks: ``alpha~ = mu^2 / m2``, ``rho = 1/eta~ = m2/mu^2 - 1``,
+                            ``Omega(w~) = 1/2 min_theta [w~^2 rho(theta) + penalty(theta)]``
+==========================  =================================================================
+
+Each takes vectorized callables (numpy arrays in, arrays out) and verifies what the duality needs
+on a grid at construction: a rule that is not monotone, or an Omega whose ``Omega(sqrt z)`` is not
+concave and nondecreasing, raises ``ValueError`` naming where it fails. The returned objects are
+:class:`penalties.Penalty` instances (omega, f, eta_hat, derivative, prox, keep_ratio).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._checks import check_param
+from .base import Penalty
+
+_GOLD = (math.sqrt(5.0) - 1.0) / 2.0
+_CHUNK = 1 << 15
+_GL10 = np.polynomial.legendre.leggauss(10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared vectorized numerics
+# ----------------------------------------------------------------------------------------------
+def _call(fn, x, name):
+    """Call a user callable on an array and insist on a same-shape finite float result."""
+    try:
+        out = np.asarray(fn(x), dtype=float)
+    except Exception as exc:  # surface the user's error with context
+        raise ValueError(f"{name} raised {type(exc).__name__}: {exc} (it must accept numpy arrays)") from exc
+    if out.shape != np.shape(x):
+        try:
+            out = np.broadcast_to(out, np.shape(x)).astype(float)
+        except ValueError:
+            raise ValueError(
+                f"{name} must be vectorized: for an input of shape {np.shape(x)} it returned shape {out.shape}"
+            ) from None
+    return out
+
+
+def grid_golden_min(obj, n_points, lo, hi, n_grid=97, iters=64):
+    """Minimize obj(i, P) over a scalar parameter in [lo, hi] for each of n_points rows.
+
+    ``obj(P)`` receives an (n, k) array of parameters (row i belongs to point i) and returns (n, k)
+    values. A grid scan locates the best cell (several local minima are handled), golden-section
+    search refines within its two neighbouring cells. Returns (argmin, min) arrays of length n.
+    """
+    grid = np.linspace(lo, hi, n_grid)
+    vals = obj(np.broadcast_to(grid, (n_points, n_grid)))
+    vals = np.where(np.isnan(vals), np.inf, vals)
+    i = np.argmin(vals, axis=1)
+    a = grid[np.maximum(i - 1, 0)]
+    b = grid[np.minimum(i + 1, n_grid - 1)]
+    c = b - _GOLD * (b - a)
+    d = a + _GOLD * (b - a)
+    fc = obj(c[:, None])[:, 0]
+    fd = obj(d[:, None])[:, 0]
+    for _ in range(iters):
+        left = fc <= fd
+        a_n = np.where(left, a, c)
+        b_n = np.where(left, d, b)
+        c_n = np.where(left, b_n - _GOLD * (b_n - a_n), d)
+        d_n = np.where(left, c, a_n + _GOLD * (b_n - a_n))
+        f_new = obj(np.where(left, c_n, d_n)[:, None])[:, 0]
+        fc, fd = np.where(left, f_new, fd), np.where(left, fc, f_new)
+        a, b, c, d = a_n, b_n, c_n, d_n
+    x = 0.5 * (a + b)
+    # one parabolic step on a fixed stencil: golden section leaves x at ~sqrt(machine eps)
+    h = 1e-4 * max(1.0, abs(hi - lo) / 50.0)
+    f3 = obj(np.stack([x - h, x, x + h], axis=1))
+    curv = f3[:, 0] - 2.0 * f3[:, 1] + f3[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = 0.5 * h * (f3[:, 0] - f3[:, 2]) / curv
+    ok = np.isfinite(step) & (curv > 0) & (np.abs(step) < h)
+    x = np.where(ok, x + np.where(ok, step, 0.0), x)
+    fx = obj(x[:, None])[:, 0]
+    fx = np.where(ok, fx, np.minimum(fx, f3[:, 1]))
+    gmin = vals[np.arange(n_points), i]
+    use_grid = gmin < fx
+    x = np.where(use_grid, grid[i], x)
+    fx = np.where(use_grid, gmin, fx)
+    return x, fx
+
+
+def _chunked(fn, arr, *extra):
+    """Apply fn to 1-D chunks of arr (bounding the memory of grid scans)."""
+    flat = arr.ravel()
+    outs = [fn(flat[s : s + _CHUNK], *extra) for s in range(0, flat.size, _CHUNK)]
+    if not outs:
+        return tuple(np.empty(0) for _ in range(2))
+    return tuple(np.concatenate(parts).reshape(arr.shape) for parts in zip(*outs))
+
+
+def richardson_derivative(fn, x, name):
+    """d fn / dx at x > 0 by central differences in log x with one Richardson step (~1e-10)."""
+    h = 1e-3
+    def d(hh):
+        return (_call(fn, x * math.exp(hh), name) - _call(fn, x * math.exp(-hh), name)) / (2.0 * hh)
+    dlog = (4.0 * d(h / 2.0) - d(h)) / 3.0  # d fn / d log x
+    return dlog / x
+
+
+def numeric_prox(omega, derivative, v, t, n_cells=24, iters=70):
+    """Vectorized 1-D prox ``argmin_x 1/2 (x-v)^2 + t Omega(x)`` for even, nondecreasing Omega.
+
+    Every sign change (- to +) of ``phi(x) = x + t Omega'(x) - |v|`` on a grid of [0, |v|] is a
+    local minimizer; each is refined by bisection and the best is compared with x = 0.
+    """
+    a = np.abs(v).ravel()
+    tt = np.broadcast_to(t, np.shape(v)).ravel()
+    grid = np.linspace(0.0, 1.0, n_cells + 1)
+    grid[0] = 1e-14
+    xs = a[:, None] * grid[None, :]
+    phi = xs + tt[:, None] * derivative(xs) - a[:, None]
+    brk = (phi[:, :-1] < 0.0) & (phi[:, 1:] >= 0.0)
+    rows, cols = np.nonzero(brk)
+    best = np.zeros_like(a)
+    hbest = 0.5 * a * a
+    if rows.size:
+        lo = xs[rows, cols].copy()
+        hi = xs[rows, cols + 1].copy()
+        ar, tr = a[rows], tt[rows]
+        for _ in range(iters):
+            mid = 0.5 * (lo + hi)
+            neg = mid + tr * derivative(mid) - ar < 0.0
+            lo = np.where(neg, mid, lo)
+            hi = np.where(neg, hi, mid)
+        r = 0.5 * (lo + hi)
+        hr = 0.5 * (r - ar) ** 2 + tr * omega(r)
+        order = np.lexsort((hr, rows))  # per row, smallest objective first
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = rows[order][1:] != rows[order][:-1]
+        sel = order[first]
+        improve = hr[sel] < hbest[rows[sel]]
+        best[rows[sel][improve]] = r[sel][improve]
+    return (np.sign(v).ravel() * best).reshape(np.shape(v))
+
+
+class NumericPenalty(Penalty):
+    """A penalty defined by vectorized callables, with generic numerics for the rest."""
+
+    name = "numeric"
+
+    def _omega(self, w):
+        raise NotImplementedError
+
+    def _derivative(self, w):
+        a = np.abs(w)
+        eta = self._eta_hat(a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = np.where(a == 0, 0.0, np.where(np.isinf(eta), 0.0, a / eta))
+        return np.sign(w) * d
+
+    def _prox(self, v, t):
+        return numeric_prox(self._omega, self._derivative, v, t)
+
+    def get_params(self):
+        return {}
+
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self):
+        return id(self)
+
+    def __reduce__(self):  # callables may be lambdas: pickle by value is not possible in general
+        return object.__reduce__(self)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.description})"
+
+    description = ""
+
+
+def _log_grid(lo, hi, n=801):
+    return np.exp(np.linspace(math.log(lo), math.log(hi), n))
+
+
+def _check_range(rng, name):
+    if not (isinstance(rng, (tuple, list)) and len(rng) == 2):
+        raise ValueError(f"{name} must be a (low, high) pair, got {rng!r}")
+    lo = check_param(rng[0], f"{name}[0]", low=0.0)
+    hi = check_param(rng[1], f"{name}[1]", low=lo)
+    return lo, hi
+
+
+# ----------------------------------------------------------------------------------------------
+# a. From the dual function f
+# ----------------------------------------------------------------------------------------------
+class DualPenalty(NumericPenalty):
+    """``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)] - 1/2 inf f`` (so that Omega(0) = 0)."""
+
+    def __init__(self, f, eta_range=(1e-12, 1e12), name="from_dual"):
+        if not callable(f):
+            raise ValueError("f must be a vectorized callable eta -> f(eta)")
+        self._fn = f
+        self.eta_range = _check_range(eta_range, "eta_range")
+        self.description = getattr(f, "__name__", "f")
+        self.name = name
+        lo, hi = self.eta_range
+        grid = _log_grid(lo, hi)
+        vals = _call(f, grid, "f")
+        if not np.all(np.isfinite(vals)):
+            raise ValueError(f"f is not finite at eta = {grid[~np.isfinite(vals)][0]:.6g}")
+        # Omega(0) = 1/2 inf f; when the infimum sits at eta -> 0, extrapolate f linearly to 0
+        i = int(np.argmin(vals))
+        fmin = float(vals[i])
+        if i == 0:
+            f2 = float(_call(f, np.array([2.0 * lo]), "f")[0])
+            fmin = min(fmin, 2.0 * fmin - f2)
+        self._offset = 0.5 * fmin
+        self._llo, self._lhi = math.log(lo), math.log(hi)
+
+    def _f(self, eta):
+        return _call(self._fn, eta, "f")
+
+    def _solve(self, a):
+        w2 = (a * a)[:, None]
+
+        def obj(le):
+            eta = np.exp(le)
+            return w2 / eta + _call(self._fn, eta, "f")
+
+        le, val = grid_golden_min(obj, a.size, self._llo, self._lhi)
+        eta = np.where(le >= self._lhi - 1e-6, np.inf, np.exp(le))  # minimizer at eta -> inf
+        return eta, 0.5 * val - self._offset
+
+    def _omega(self, w):
+        a = np.abs(w)
+        return np.where(a == 0, 0.0, _chunked(self._solve, a)[1])
+
+    def _eta_hat(self, w):
+        a = np.abs(w)
+        eta = _chunked(self._solve, a)[0]
+        return np.where(a == 0, 0.0, eta)
+
+
+def from_dual(f, eta_range=(1e-12, 1e12)) -> Penalty:
+    """Penalty from its dual function f (vectorized callable of eta > 0).
+
+    ``eta_range`` bounds the search; a minimizer at its upper end is reported as eta_hat = inf.
+    """
+    return DualPenalty(f, eta_range)
+
+
+# ----------------------------------------------------------------------------------------------
+# b. From the penalty Omega
+# ----------------------------------------------------------------------------------------------
+def _verify_subquadratic(omega_fn, w_range, name="omega"):
+    """Omega(sqrt z) must be nondecreasing and concave in z: check on a log grid of w."""
+    lo, hi = w_range
+    w = _log_grid(lo, hi, 1601)
+    om = _call(omega_fn, w, name)
+    if not np.all(np.isfinite(om)):
+        raise ValueError(f"{name} is not finite at w = {w[~np.isfinite(om)][0]:.6g}")
+    z = w * w
+    scale = max(1.0, float(np.max(np.abs(om))))
+    dom = np.diff(om)
+    if np.any(dom < -1e-12 * scale):
+        i = int(np.argmax(dom < -1e-12 * scale))
+        raise ValueError(f"{name} must be nondecreasing in |w|; it decreases near w = {w[i]:.6g}")
+    slopes = dom / np.diff(z)
+    # concavity in z: slopes nonincreasing (relative tolerance for rounding)
+    ds = np.diff(slopes)
+    tol = 1e-7 * np.abs(slopes[:-1]) + 1e-12
+    if np.any(ds > tol):
+        i = int(np.argmax(ds > tol))
+        raise ValueError(
+            f"{name}(sqrt(z)) must be concave in z = w^2 (a subquadratic penalty); "
+            f"it is convex near w = {w[i + 1]:.6g}, so no dropout rule has it as effective penalty"
+        )
+
+
+class PrimalPenalty(NumericPenalty):
+    """A penalty given by Omega itself; f is its concave conjugate in z = w^2."""
+
+    def __init__(self, omega, w_range=(1e-9, 1e6), verify=True, name="from_penalty"):
+        if not callable(omega):
+            raise ValueError("omega must be a vectorized callable w -> Omega(w)")
+        self._fn = omega
+        self.w_range = _check_range(w_range, "w_range")
+        self.description = getattr(omega, "__name__", "omega")
+        self.name = name
+        om0 = float(_call(omega, np.zeros(1), "omega")[0])
+        if abs(om0) > 1e-12:
+            raise ValueError(f"omega(0) must be 0 (got {om0:.6g}); subtract omega(0) from your function")
+        if verify:
+            _verify_subquadratic(omega, self.w_range)
+
+    def _omega(self, w):
+        return _call(self._fn, np.abs(w), "omega")
+
+    def _derivative(self, w):
+        a = np.abs(w)
+        safe = np.where(a == 0, 1.0, a)
+        d = richardson_derivative(self._fn, safe, "omega")
+        return np.sign(w) * np.where(a == 0, 0.0, d)
+
+    def _eta_hat(self, w):
+        a = np.abs(w)
+        d = np.abs(self._derivative(a))
+        with np.errstate(divide="ignore"):
+            eta = np.where(d <= 1e-300, np.inf, a / np.where(d == 0, 1.0, d))
+        return np.where(a == 0, 0.0, eta)
+
+    def _f(self, eta):
+        lo, hi = self.w_range
+
+        def solve(e):
+            def obj(lw):
+                w = np.exp(lw)
+                return -(2.0 * _call(self._fn, w, "omega") - w * w / e[:, None])
+
+            _, val = grid_golden_min(obj, e.size, math.log(lo), math.log(hi))
+            return (np.maximum(-val, 0.0),)
+
+        flat = eta.ravel()
+        parts = [solve(flat[s : s + _CHUNK])[0] for s in range(0, flat.size, _CHUNK)]
+        return np.concatenate(parts).reshape(eta.shape) if parts else np.empty(eta.shape)
+
+
+def from_penalty(omega, w_range=(1e-9, 1e6), verify=True) -> Penalty:
+    """Penalty from Omega (vectorized, even, Omega(0) = 0); ``f(eta) = max_w 2 Omega(w) - w^2/eta``.
+
+    With ``verify`` (default) Omega(sqrt z) is checked to be concave and nondecreasing on
+    ``w_range``; otherwise no dropout rule can have it as effective penalty and ValueError says
+    where it fails.
+    """
+    return PrimalPenalty(omega, w_range, verify)
+
+
+# ----------------------------------------------------------------------------------------------
+# c. From an update rule eta_hat(w)  (Corollary 2)
+# ----------------------------------------------------------------------------------------------
+class RulePenalty(NumericPenalty):
+    """``Omega(w) = int_0^|w| t / eta_hat(t) dt`` for a rule nondecreasing in |w|."""
+
+    PANEL = 0.25  # width of the log-t quadrature panels
+
+    def __init__(self, eta_hat, w_range=(1e-12, 1e8), name="from_eta_hat", verify=True):
+        if not callable(eta_hat):
+            raise ValueError("eta_hat must be a vectorized callable w -> eta_hat(w)")
+        self._fn = eta_hat
+        self.w_range = _check_range(w_range, "w_range")
+        self.description = getattr(eta_hat, "__name__", "eta_hat")
+        self.name = name
+        lo, hi = self.w_range
+        grid = _log_grid(lo, hi, 2001)
+        eta = _call(eta_hat, grid, "eta_hat")
+        if np.any(np.isnan(eta)) or np.any(eta < 0):
+            bad = grid[np.isnan(eta) | (eta < 0)][0]
+            raise ValueError(f"eta_hat must be >= 0 (or +inf); got {eta[grid == bad][0]} at w = {bad:.6g}")
+        de = np.diff(eta)
+        with np.errstate(invalid="ignore"):
+            bad = de < -1e-12 * np.maximum(np.abs(eta[:-1]), 1e-300)
+        bad &= ~(np.isinf(eta[:-1]) & np.isinf(eta[1:]))
+        if verify and np.any(bad):
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"eta_hat must be nondecreasing in |w| (Corollary 2); it decreases between "
+                f"w = {grid[i]:.6g} and w = {grid[i + 1]:.6g}, so the rule has no effective penalty"
+            )
+        # cumulative integral at the panel knots of [lo, hi] in s = log t
+        s_lo, s_hi = math.log(lo), math.log(hi)
+        n = int(math.ceil((s_hi - s_lo) / self.PANEL))
+        self._knots = np.linspace(s_lo, s_hi, n + 1)
+        panel = self._panels(self._knots[:-1], self._knots[1:])
+        # head [0, lo]: integrand ~ C e^{p s}  ->  integral = integrand(lo) / p
+        g0, g1 = self._integrand(np.array([s_lo, s_lo + self.PANEL]))
+        if g0 > 0 and g1 > 0:
+            p = (math.log(g1) - math.log(g0)) / self.PANEL
+            head = g0 / p if p > 0 else 0.0
+        else:
+            head = 0.0
+        self._head = head
+        self._cum = head + np.concatenate([[0.0], np.cumsum(panel)])
+
+    def _gl(self, left, right):
+        """10-point Gauss-Legendre over [left, right] in s = log t; a panel in which eta_hat
+        switches to +inf (capped penalties such as MCP) is cut at the switch (bisection)."""
+        x, wts = _GL10
+        h = right - left
+        s = left[:, None] + 0.5 * h[:, None] * (x[None, :] + 1.0)
+        eta = _call(self._fn, np.exp(s), "eta_hat")
+        cut = np.isinf(eta).any(axis=1) & np.isfinite(eta).any(axis=1)
+        if np.any(cut):
+            lo, hi = left[cut].copy(), right[cut].copy()
+            for _ in range(60):
+                mid = 0.5 * (lo + hi)
+                fin = np.isfinite(_call(self._fn, np.exp(mid), "eta_hat"))
+                lo = np.where(fin, mid, lo)
+                hi = np.where(fin, hi, mid)
+            right = right.copy()
+            right[cut] = lo
+            h = right - left
+            s = left[:, None] + 0.5 * h[:, None] * (x[None, :] + 1.0)
+        return 0.5 * h * np.sum(wts * self._integrand(s), axis=1)
+
+    def _panels(self, left, right, whole=None, depth=0):
+        """Adaptive integral over panels [left, right]: a panel whose halves disagree with it
+        (a kink inside, e.g. SCAD at lam) is bisected recursively."""
+        if whole is None:
+            whole = self._gl(left, right)
+        mid = 0.5 * (left + right)
+        lh, rh = self._gl(left, mid), self._gl(mid, right)
+        halves = lh + rh
+        bad = np.abs(halves - whole) > 1e-15 * np.abs(halves) + 1e-300
+        if depth < 45 and np.any(bad):
+            halves[bad] = self._panels(left[bad], mid[bad], lh[bad], depth + 1) + self._panels(
+                mid[bad], right[bad], rh[bad], depth + 1
+            )
+        return halves
+
+    def _integrand(self, s):
+        t = np.exp(s)
+        eta = _call(self._fn, t, "eta_hat")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(np.isinf(eta), 0.0, t * t / eta)
+
+    def _omega(self, w):
+        a = np.abs(w).ravel()
+        lo, hi = self.w_range
+        if np.any(a > hi * (1 + 1e-12)):
+            raise ValueError(f"|w| = {a.max():.6g} exceeds w_range[1] = {hi:.6g}; build with a larger w_range")
+        out = np.zeros_like(a)
+        pos = a > 0
+        sa = np.log(a[pos])
+        small = sa < self._knots[0]
+        # below the first knot: power-law head scaled
+        res = np.empty_like(sa)
+        if np.any(small):
+            g0 = self._integrand(np.array([self._knots[0]]))[0]
+            p = g0 / self._head if self._head > 0 else 2.0
+            res[small] = self._head * np.exp(p * (sa[small] - self._knots[0]))
+        big = ~small
+        if np.any(big):
+            sb = sa[big]
+            k = np.minimum(((sb - self._knots[0]) / self.PANEL).astype(int), self._knots.size - 2)
+            res[big] = self._cum[k] + self._panels(self._knots[k], sb)
+        out[pos] = res
+        return out.reshape(np.shape(w))
+
+    def _eta_hat(self, w):
+        a = np.abs(w)
+        return _call(self._fn, a, "eta_hat")
+
+    def _f(self, eta):
+        # max_w 2 Omega(w) - w^2/eta is attained where eta_hat(w) = eta (bisection in log w)
+        lo, hi = self.w_range
+        e = eta.ravel()
+        llo = np.full_like(e, math.log(lo))
+        lhi = np.full_like(e, math.log(hi))
+        for _ in range(70):
+            mid = 0.5 * (llo + lhi)
+            below = _call(self._fn, np.exp(mid), "eta_hat") < e
+            llo = np.where(below, mid, llo)
+            lhi = np.where(below, lhi, mid)
+        w = np.exp(0.5 * (llo + lhi))
+        w = np.where(_call(self._fn, np.full(1, lo), "eta_hat")[0] >= e, 0.0, w)
+        val = 2.0 * self._omega(w) - w * w / e
+        return np.maximum(val, 0.0).reshape(eta.shape)
+
+
+def from_eta_hat(eta_hat, w_range=(1e-12, 1e8)) -> Penalty:
+    """Penalty from an eta-trick update rule eta_hat(w), nondecreasing in |w| (Corollary 2).
+
+    ``Omega(w) = int_0^|w| t / eta_hat(t) dt`` by composite Gauss-Legendre quadrature in log t over
+    ``w_range`` (panels of width 0.25, 10 nodes each) with an exact power-law head below it.
+    """
+    return RulePenalty(eta_hat, w_range)
+
+
+# ----------------------------------------------------------------------------------------------
+# d. From an adaptive keep-ratio rule
+# ----------------------------------------------------------------------------------------------
+def from_keep_ratio(alpha_hat, lam, w_range=(1e-12, 1e8)) -> Penalty:
+    """Penalty of an adaptive dropout rule with keep ratio alpha_hat(w) in (0, 1] and strength lam.
+
+    ``eta_hat = lam alpha / (1 - alpha)`` (``alpha = 1`` means never dropped: eta = inf).
+    """
+    if not callable(alpha_hat):
+        raise ValueError("alpha_hat must be a vectorized callable w -> keep ratio in (0, 1]")
+    lam = check_param(lam, "lam", low=0.0)
+
+    def eta_hat(w):
+        al = _call(alpha_hat, w, "alpha_hat")
+        if np.any((al <= 0) | (al > 1)):
+            bad = np.asarray(w)[(al <= 0) | (al > 1)].flat[0]
+            raise ValueError(f"alpha_hat must lie in (0, 1]; at w = {bad:.6g} it is outside")
+        with np.errstate(divide="ignore"):
+            return np.where(al >= 1.0, np.inf, lam * al / (1.0 - al))
+
+    eta_hat.__name__ = f"keep_ratio[{getattr(alpha_hat, '__name__', 'alpha_hat')}, lam={lam:g}]"
+    # monotonicity is checked on alpha itself: lam alpha/(1-alpha) amplifies rounding near alpha = 1
+    grid = _log_grid(*_check_range(w_range, "w_range"), 2001)
+    al = _call(alpha_hat, grid, "alpha_hat")
+    dal = np.diff(al)
+    if np.any(dal < -1e-12):
+        i = int(np.argmax(dal < -1e-12))
+        raise ValueError(
+            f"alpha_hat must be nondecreasing in |w| (the dropout rate must fall as |w| grows); it "
+            f"decreases between w = {grid[i]:.6g} and w = {grid[i + 1]:.6g}, so the rule has no effective penalty"
+        )
+    pen = RulePenalty(eta_hat, w_range, name="from_keep_ratio", verify=False)
+    return pen
+
+
+# ----------------------------------------------------------------------------------------------
+# e. From the moments of a biased mask
+# ----------------------------------------------------------------------------------------------
+class MaskPenalty(NumericPenalty):
+    """Penalty on ``w~ = E[s] w`` of a biased mask with moments mu(theta), m2(theta)."""
+
+    def __init__(self, mean, second_moment, penalty, theta_range, name="from_mask_moments"):
+        for nm, fn in (("mean", mean), ("second_moment", second_moment), ("penalty", penalty)):
+            if not callable(fn):
+                raise ValueError(f"{nm} must be a vectorized callable of the mask parameter")
+        self._mean, self._m2, self._pen = mean, second_moment, penalty
+        self.theta_range = self._check_theta(theta_range)
+        self.name = name
+        self.description = getattr(penalty, "__name__", "penalty")
+        lo, hi = self.theta_range
+        th = np.linspace(lo, hi, 2001)
+        rho = self.rho(th)
+        if np.any(rho <= 0) or not np.all(np.isfinite(rho)):
+            bad = th[(rho <= 0) | ~np.isfinite(rho)][0]
+            raise ValueError(f"mask moments need m2 > mean^2 > 0; violated at theta = {bad:.6g}")
+        if np.any(np.diff(rho) >= 0):
+            i = int(np.argmax(np.diff(rho) >= 0))
+            raise ValueError(
+                f"1/eta~ = m2/mean^2 - 1 must decrease as the mask parameter grows; it does not near "
+                f"theta = {th[i]:.6g} (reorder or restrict theta_range)"
+            )
+        pv = _call(penalty, th, "penalty")
+        if np.any(np.diff(pv) < -1e-12 * np.max(np.abs(pv))):
+            i = int(np.argmax(np.diff(pv) < 0))
+            raise ValueError(f"penalty(theta) must be nondecreasing; it decreases near theta = {th[i]:.6g}")
+        self._offset = 0.5 * float(pv[0])
+
+    @staticmethod
+    def _check_theta(rng):
+        if not (isinstance(rng, (tuple, list)) and len(rng) == 2):
+            raise ValueError(f"theta_range must be a (low, high) pair, got {rng!r}")
+        lo = check_param(rng[0], "theta_range[0]")
+        hi = check_param(rng[1], "theta_range[1]", low=lo)
+        return lo, hi
+
+    def rho(self, theta):
+        """1/eta~ = m2/mu^2 - 1 (lambda = 1)."""
+        mu = _call(self._mean, theta, "mean")
+        m2 = _call(self._m2, theta, "second_moment")
+        return m2 / (mu * mu) - 1.0
+
+    def _solve(self, a):
+        w2 = (a * a)[:, None]
+
+        def obj(th):
+            return w2 * self.rho(th) + _call(self._pen, th, "penalty")
+
+        return grid_golden_min(obj, a.size, *self.theta_range, n_grid=193)
+
+    def theta_hat(self, w):
+        """Optimal mask parameter for the effective weight w~."""
+        a = np.abs(np.asarray(w, dtype=float))
+        return _chunked(self._solve, a)[0]
+
+    def _omega(self, w):
+        a = np.abs(w)
+        return np.where(a == 0, 0.0, 0.5 * _chunked(self._solve, a)[1] - self._offset)
+
+    def _eta_hat(self, w):
+        a = np.abs(w)
+        th = _chunked(self._solve, a)[0]
+        eta = 1.0 / self.rho(th)
+        eta = np.where(th >= self.theta_range[1] - 1e-9 * max(1.0, abs(self.theta_range[1])), np.inf, eta)
+        return np.where(a == 0, 0.0, eta)
+
+    def _f(self, eta):
+        lo, hi = self.theta_range
+        e = eta.ravel()
+        tlo = np.full_like(e, lo)
+        thi = np.full_like(e, hi)
+        for _ in range(80):
+            mid = 0.5 * (tlo + thi)
+            below = 1.0 / self.rho(mid) < e
+            tlo = np.where(below, mid, tlo)
+            thi = np.where(below, thi, mid)
+        return (_call(self._pen, 0.5 * (tlo + thi), "penalty") - 2.0 * self._offset).reshape(eta.shape)
+
+
+def from_mask_moments(mean, second_moment, penalty, theta_range=(-30.0, 30.0)) -> Penalty:
+    """Effective penalty of a biased mask s (E[s] != 1) on ``w~ = E[s] w`` (DUALITY.md 2.5).
+
+    ``mean(theta) = E[s]``, ``second_moment(theta) = E[s^2]`` and ``penalty(theta)`` (the method's
+    own regularizer, which becomes f in the unit convention) are vectorized callables of the mask
+    parameter theta over ``theta_range``; ``1/eta~ = E[s^2]/E[s]^2 - 1`` must decrease in theta.
+    """
+    return MaskPenalty(mean, second_moment, penalty, theta_range)
