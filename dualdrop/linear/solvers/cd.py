@@ -297,7 +297,6 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
             crit = max(float(m), float(gb))
             if crit <= tol:
                 converged = True
-                it -= 1
                 break
             if working_set:
                 nnz = int(np.count_nonzero(w))

@@ -1,0 +1,310 @@
+"""scikit-learn estimators: :class:`SparseLinearRegression` and :class:`SparseLogisticRegression`.
+
+Objective (``n`` samples, ``lambda = alpha``)::
+
+    least squares:  (1/2n) ||y - X w - b||^2            + alpha * sum_j Omega(s_j w_j)
+    logistic:       (1/n) sum_i log(1 + exp(-y_i z_i))   + alpha * sum_j Omega(s_j w_j)
+
+with ``Omega`` any separable penalty of the :mod:`penalties` catalog (or the top-k indicator with
+the ``adaprox`` solver).
+
+Column scaling (``scaling``). The dropout/penalty duality is exact for standardized columns
+(``c_j = ||x_j||^2 / n = 1``). For other columns, adaptive dropout with keep ratio ``alpha_j``
+adds ``1/2 sum_j c_j (1/alpha_j - 1) w_j^2 = lambda/2 sum_j (sqrt(c_j) w_j)^2 / eta_j`` to the loss,
+so the penalty it induces is ``lambda Omega(sqrt(c_j) w_j)``: the penalty acts on the coefficient
+a standardized column would have. ``scaling="dropout"`` (default) fits exactly that, with
+``s_j = sqrt(c_j)`` (``c_j`` of the design as given, not centred: dropout does not touch the
+intercept); internally the solvers see ``X_j / s_j`` and the coefficients are mapped back, so
+``coef_`` is always on the scale of the data you passed. ``scaling="none"`` uses ``s_j = 1``
+(``Omega(w_j)``, the scikit-learn/skglm convention). Both coincide on standardized designs; an
+all-zero column gets ``s_j = 1`` and a zero coefficient.
+
+Nested penalty parameters: pass ``penalty="logsum", penalty_params={"eps": 2.0}``;
+``get_params()`` also lists ``penalty_params__eps`` and ``set_params(penalty_params__eps=...)``
+works, so ``GridSearchCV(est, {"penalty_params__eps": [...], "alpha": [...]})`` searches penalty
+parameters. Fitted estimators clone and pickle.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from . import _penalty
+from ._design import Design
+from ._problem import Problem
+from .datafits import Logistic, Quadratic
+from .solvers import SOLVERS, get_solver
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    def _validate_data(est, *args, **kwargs):
+        return est._validate_data(*args, **kwargs)
+
+__all__ = ["SparseLinearRegression", "SparseLogisticRegression"]
+
+_NESTED = "penalty_params__"
+
+
+class _SparseLinearBase(BaseEstimator):
+    _datafit = None
+
+    def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, solver="auto", tol=1e-4,
+                 max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
+                 solver_params=None, verbose=False):
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.alpha = alpha
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.warm_start = warm_start
+        self.scaling = scaling
+        self.solver_params = solver_params
+        self.verbose = verbose
+
+    # ---- nested penalty parameters ----------------------------------------------------------
+    def get_params(self, deep=True):
+        params = super().get_params(deep=False)
+        if deep and isinstance(self.penalty_params, dict):
+            for k, v in self.penalty_params.items():
+                params[_NESTED + str(k)] = v
+        return params
+
+    def set_params(self, **params):
+        nested = {k[len(_NESTED):]: params.pop(k) for k in list(params) if k.startswith(_NESTED)}
+        if "penalty_params" in params:
+            super().set_params(penalty_params=params.pop("penalty_params"))
+        if params:
+            super().set_params(**params)
+        if nested:
+            base = self.penalty_params
+            if base is not None and not isinstance(base, dict):
+                raise TypeError("penalty_params must be a dict to set penalty_params__<name>")
+            new = dict(base or {})
+            new.update(nested)
+            self.penalty_params = new
+        return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    # ---- checks -----------------------------------------------------------------------------
+    def _check_params(self):
+        a = self.alpha
+        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not np.isfinite(a) or a < 0:
+            raise ValueError(f"alpha must be a finite number >= 0 (the penalty strength lambda), got {a!r}")
+        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real) or not self.tol > 0:
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        mi = self.max_iter
+        if mi is not None and (isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1):
+            raise ValueError(f"max_iter must be a positive integer or None (solver default), got {mi!r}")
+        if self.scaling not in ("dropout", "none"):
+            raise ValueError(f"scaling must be 'dropout' or 'none', got {self.scaling!r}")
+        if self.solver != "auto" and self.solver not in SOLVERS:
+            raise ValueError(f"solver={self.solver!r} is unknown; use 'auto' or one of {sorted(SOLVERS)}")
+        sp_ = self.solver_params
+        if sp_ is not None and not isinstance(sp_, dict):
+            raise TypeError(f"solver_params must be a dict or None, got {type(sp_).__name__}")
+        return _penalty.resolve_penalty(self.penalty, self.penalty_params)
+
+    def _scales(self, X):
+        n = X.shape[0]
+        if sp.issparse(X):
+            c = np.asarray(X.multiply(X).sum(axis=0)).ravel() / n
+        else:
+            c = np.einsum("ij,ij->j", X, X) / n
+        if self.scaling == "none":
+            return np.ones(X.shape[1])
+        s = np.sqrt(c)
+        s[s == 0] = 1.0
+        return s
+
+    @staticmethod
+    def _scaled_design(X, s):
+        if np.all(np.abs(s - 1.0) <= 1e-12):
+            return Design(X)
+        if sp.issparse(X):
+            return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
+        return Design(np.asfortranarray(X) * (1.0 / s))
+
+    def _solve_one(self, design, y, P, w0, b0):
+        datafit = self._datafit()
+        problem = Problem(design, y, datafit, P, float(self.alpha), self.fit_intercept)
+        name = self.solver
+        if name == "auto":
+            name = "cd" if get_solver("cd").supports(problem) is None else "adaprox"
+        mod = get_solver(name)
+        reason = mod.supports(problem)
+        if reason:
+            from .solvers import capable_solvers
+
+            raise ValueError(
+                f"solver={name!r} cannot handle penalty {P!r} with the {datafit.name} datafit: "
+                f"{reason}. Solvers that can: {capable_solvers(problem)}"
+            )
+        kwargs = dict(self.solver_params or {})
+        if self.max_iter is not None:
+            kwargs["max_iter"] = int(self.max_iter)
+        res = mod.solve(problem, w0, b0, tol=float(self.tol), verbose=bool(self.verbose), **kwargs)
+        if not res.converged:
+            warnings.warn(
+                f"{type(self).__name__} (solver={name!r}) did not converge after {res.n_iter} "
+                f"iterations: final optimality criterion {res.criterion:.3e} > tol={self.tol:g}. "
+                "Increase max_iter, loosen tol, or try another solver.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return res, name
+
+
+class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
+    """Least squares with any effective penalty: ``(1/2n)||y - Xw - b||^2 + alpha sum Omega(s_j w_j)``.
+
+    Parameters
+    ----------
+    penalty : str or penalty object, default="l1"
+        A name of ``penalties.available()`` (``"l1"``, ``"logsum"``, ``"mcp"``, ``"scad"``, ``"lp"``,
+        ``"log2sum"``, ``"vardrop"``, ``"hardconcrete"``, ... ) or a penalty object.
+    penalty_params : dict or None
+        Parameters of a named penalty, e.g. ``{"eps": 2.0}`` for LogSum.
+    alpha : float, default=1.0
+        The penalty strength lambda (>= 0).
+    solver : str, default="auto"
+        ``"cd"`` (working-set coordinate descent, the default for separable penalties),
+        ``"irls"``, ``"adaprox"``, ``"adatikhonov"``, ``"eta_trick"``, ``"reweighted_l1"``,
+        ``"cvxpy"`` (convex penalties), ``"dropout_sgd"`` (adaptive dropout itself).
+    tol : float, default=1e-4
+        Tolerance on the optimality criterion (largest coordinate-wise gradient mapping).
+    max_iter : int or None
+        Solver iterations (``None``: the solver's default).
+    fit_intercept, warm_start : bool
+    scaling : {"dropout", "none"}, default="dropout"
+        How unstandardized columns are penalized (see the module docstring).
+    solver_params : dict or None
+        Extra keyword arguments of the solver (e.g. ``{"inner": "cvxpy"}`` for reweighted l1).
+    verbose : bool
+        Progress bar.
+
+    Attributes
+    ----------
+    coef_, intercept_, n_iter_, objective_ (objective history), criterion_ (final criterion),
+    solver_ (the solver used), n_features_in_.
+    """
+
+    _datafit = Quadratic
+
+    def fit(self, X, y):
+        P = self._check_params()
+        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=np.float64, y_numeric=True)
+        s = self._scales(X)
+        design = self._scaled_design(X, s)
+        w0 = b0 = None
+        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == (X.shape[1],):
+            w0, b0 = self.coef_ * s, (self.intercept_ if self.fit_intercept else None)
+        res, name = self._solve_one(design, y, P, w0, b0)
+        self.coef_ = res.coef / s
+        self.intercept_ = float(res.intercept)
+        self.n_iter_ = int(res.n_iter)
+        self.objective_ = res.objective
+        self.criterion_ = float(res.criterion)
+        self.solver_ = name
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self)
+        X = _validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        return np.asarray(X @ self.coef_).ravel() + self.intercept_
+
+
+class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
+    """Logistic regression with any effective penalty:
+    ``(1/n) sum log(1 + exp(-y_i z_i)) + alpha sum Omega(s_j w_j)``.
+
+    Binary problems fit one model (``coef_`` of shape ``(1, p)``); with more classes, one-vs-rest
+    (``coef_`` of shape ``(K, p)``). Same parameters as :class:`SparseLinearRegression` (but
+    ``alpha`` defaults to 0.01: the logistic gradient at 0 is at most 1/2 per standardized column,
+    so ``alpha = 1`` would give the empty model); the
+    default solver is proximal Newton with coordinate descent (``"cd"``). ``n_iter_``,
+    ``criterion_`` are arrays (one entry per binary problem), ``objective_`` a list of histories.
+    """
+
+    _datafit = Logistic
+
+    def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, solver="auto", tol=1e-4,
+                 max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
+                 solver_params=None, verbose=False):
+        super().__init__(penalty, penalty_params, alpha, solver=solver, tol=tol, max_iter=max_iter,
+                         fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
+                         solver_params=solver_params, verbose=verbose)
+
+    def fit(self, X, y):
+        P = self._check_params()
+        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        K = self.classes_.size
+        if K < 2:
+            raise ValueError(
+                f"SparseLogisticRegression needs samples of at least 2 classes; y has only one "
+                f"class ({self.classes_[0]!r})"
+            )
+        s = self._scales(X)
+        design = self._scaled_design(X, s)
+        targets = [self.classes_[1]] if K == 2 else list(self.classes_)
+        old = getattr(self, "coef_", None)
+        warm = (self.warm_start and old is not None and old.shape == (len(targets), X.shape[1]))
+        coefs, icpts, iters, objs, crits = [], [], [], [], []
+        for k, cls in enumerate(targets):
+            yk = np.where(y == cls, 1.0, -1.0)
+            w0 = old[k] * s if warm else None
+            b0 = self.intercept_[k] if (warm and self.fit_intercept) else None
+            res, name = self._solve_one(design, yk, P, w0, b0)
+            coefs.append(res.coef / s)
+            icpts.append(res.intercept)
+            iters.append(res.n_iter)
+            objs.append(res.objective)
+            crits.append(res.criterion)
+        self.coef_ = np.vstack(coefs)
+        self.intercept_ = np.asarray(icpts, dtype=np.float64)
+        self.n_iter_ = np.asarray(iters)
+        self.objective_ = objs
+        self.criterion_ = np.asarray(crits)
+        self.solver_ = name
+        return self
+
+    def decision_function(self, X):
+        check_is_fitted(self)
+        X = _validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        d = np.asarray(X @ self.coef_.T) + self.intercept_
+        return d.ravel() if d.shape[1] == 1 else d
+
+    def predict_proba(self, X):
+        from scipy.special import expit
+
+        d = self.decision_function(X)
+        if d.ndim == 1:
+            p1 = expit(d)
+            return np.column_stack([1.0 - p1, p1])
+        p = expit(d)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict_log_proba(self, X):
+        return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        d = self.decision_function(X)
+        if d.ndim == 1:
+            return self.classes_[(d > 0).astype(int)]
+        return self.classes_[np.argmax(d, axis=1)]

@@ -1,0 +1,69 @@
+"""cvxpy for convex penalties (L1 and Lp with ``p >= 1``, per-feature weights allowed): a
+certifiable reference used as ground truth in the tests and as the inner solver of reweighted l1
+(``inner="cvxpy"``). Least squares and logistic datafits, dense or sparse designs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._problem import Problem, SolverResult, Timer
+from ._common import check_tol_iter
+
+NAME = "cvxpy"
+
+
+def supports(problem: Problem):
+    P = problem.penalty
+    name = getattr(P, "name", "")
+    if name == "l1" or (name == "lp" and float(P.params.get("p", 0)) >= 1.0):
+        return None
+    return f"cvxpy handles the convex penalties l1 and lp (p >= 1) only, not {P!r}"
+
+
+def solve(problem: Problem, w0=None, b0=None, *, tol=1e-8, max_iter=10000, verbose=False,
+          cvxpy_solver=None) -> SolverResult:
+    import cvxpy as cp
+
+    reason = supports(problem)
+    if reason:
+        raise ValueError(reason)
+    tol, max_iter = check_tol_iter(tol, max_iter)
+    P = problem.penalty
+    n, p = problem.n, problem.p
+    X = problem.design.X
+    y = problem.y
+    w = cp.Variable(p)
+    b = cp.Variable() if problem.fit_intercept else 0.0
+    z = X @ w + b
+    if problem.datafit.code == 0:
+        fit = cp.sum_squares(y - z) / (2 * n)
+    else:
+        fit = cp.sum(cp.logistic(-cp.multiply(y, z))) / n
+    lam = problem.lam_w
+    finite = np.isfinite(lam)
+    cons = [w[np.flatnonzero(~finite)] == 0] if not finite.all() else []
+    lamf = np.where(finite, lam, 0.0)
+    if P.name == "l1" or float(P.params["p"]) == 1.0:
+        pen = cp.sum(cp.multiply(lamf, cp.abs(w)))
+    else:
+        pp = float(P.params["p"])
+        pen = cp.sum(cp.multiply(lamf / pp, cp.power(cp.abs(w), pp)))
+    prob = cp.Problem(cp.Minimize(fit + pen), cons)
+    kw = {}
+    solver = cvxpy_solver
+    if solver is None:
+        solver = "CLARABEL" if "CLARABEL" in cp.installed_solvers() else None
+    if solver == "CLARABEL":
+        kw = dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol, max_iter=max_iter)
+    with Timer() as timer:
+        prob.solve(solver=solver, verbose=bool(verbose), **kw)
+    if w.value is None:
+        raise RuntimeError(f"cvxpy failed: status {prob.status}")
+    coef = np.asarray(w.value, dtype=np.float64).ravel()
+    intercept = float(b.value) if problem.fit_intercept else 0.0
+    crit = problem.criterion(coef, intercept)
+    obj = problem.objective(coef, intercept)
+    return SolverResult(coef, intercept, 1, np.array([obj]), float(crit),
+                        prob.status == "optimal", NAME, timer.elapsed,
+                        info={"status": prob.status, "cvxpy_value": float(prob.value)})

@@ -1,0 +1,102 @@
+"""eta-trick: joint gradient descent on ``J(w, s) = L(w) + lam/2 sum_j [w_j^2 / eta_j + f(eta_j)]``
+in ``(w, s = log eta)`` (DUALITY.md sections 1 and 4).
+
+``dJ/dw = grad L + lam w / eta``, ``dJ/ds = lam/2 [-w^2/eta + eta f'(eta)]`` (``eta f'(eta)``, the
+derivative of ``f`` in ``log eta``, by a central difference of the penalty's ``f``). Armijo
+backtracking on ``J`` makes ``J`` monotone; since ``min_eta J = F``, the reported objective ``F(w)``
+lies below it. Needs the dual function ``f`` of the penalty. Like AdaTikhonov it is the
+deep-network method, shown on linear models; zeros are approached, not reached.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._penalty import is_separable
+from .._problem import Problem, SolverResult, Timer
+from ._common import check_tol_iter, progress, start_point
+
+NAME = "eta_trick"
+_H = 1e-5
+
+
+def supports(problem: Problem):
+    P = problem.penalty
+    if not is_separable(P):
+        return "the eta-trick needs a separable penalty with a dual function f"
+    try:
+        P.f(np.array([1.0]))
+    except (NotImplementedError, AttributeError):
+        return f"the penalty {P!r} has no dual function f"
+    return None
+
+
+def _dfds(P, eta):
+    return (np.asarray(P.f(eta * np.exp(_H))) - np.asarray(P.f(eta * np.exp(-_H)))) / (2 * _H)
+
+
+def _J(problem, w, s, b, z):
+    lam = problem.lam_w
+    eta = np.exp(s)
+    return problem.datafit.value(problem.y, z) + 0.5 * float(
+        np.sum(lam * (w * w / eta + np.asarray(problem.penalty.f(eta)))))
+
+
+def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbose=False,
+          eta0=None, stall_rtol=1e-13, log_eta_min=-60.0) -> SolverResult:
+    reason = supports(problem)
+    if reason:
+        raise ValueError(reason)
+    tol, max_iter = check_tol_iter(tol, max_iter)
+    P = problem.penalty
+    w, b = start_point(problem, w0, b0)
+    lam = problem.lam_w
+    if eta0 is None:
+        eta = np.asarray(P.eta_hat(w), dtype=np.float64)
+        eta = np.where((eta > 0) & np.isfinite(eta), eta, 1.0)
+    else:
+        eta = np.broadcast_to(np.asarray(eta0, dtype=np.float64), w.shape).copy()
+    s = np.log(eta)
+    L = problem.global_lipschitz()
+    rho = 1.0 / L if L > 0 else 1.0
+    z = problem.z(w, b)
+    Jv = _J(problem, w, s, b, z)
+    history = [problem.objective(w, b, z)]
+    Jhist = [Jv]
+    converged, crit, it = False, np.inf, 0
+    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
+        for it in range(1, max_iter + 1):
+            crit = problem.criterion(w, b, z)
+            if crit <= tol:
+                converged = True
+                break
+            eta = np.exp(s)
+            gw, gb = problem.gradient(w, b, z)
+            gw = gw + lam * w / eta
+            gs = 0.5 * lam * (-w * w / eta + _dfds(P, eta))
+            gb = gb if problem.fit_intercept else 0.0
+            gn2 = gw @ gw + gs @ gs + gb * gb
+            rho = rho * 2.0
+            accepted = False
+            for _ls in range(60):
+                w_new, b_new = w - rho * gw, b - rho * gb
+                s_new = np.maximum(s - rho * gs, log_eta_min)
+                z_new = problem.z(w_new, b_new)
+                J_new = _J(problem, w_new, s_new, b_new, z_new)
+                if J_new <= Jv - 1e-4 * rho * gn2:
+                    accepted = True
+                    break
+                rho *= 0.5
+            if not accepted:
+                break
+            stalled = Jv - J_new <= stall_rtol * max(1.0, abs(J_new))
+            w, s, b, z, Jv = w_new, s_new, b_new, z_new, J_new
+            history.append(problem.objective(w, b, z))
+            Jhist.append(Jv)
+            bar.update(1)
+            if stalled:
+                break
+        crit = problem.criterion(w, b, z)
+        converged = crit <= tol
+    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
+                        timer.elapsed, info={"J": np.asarray(Jhist), "eta": np.exp(s)})

@@ -1,0 +1,81 @@
+"""Reweighted l1 (Candes, Wakin & Boyd 2008) for penalties concave in ``|w|``: the MM scheme whose
+step is the weighted Lasso ``min L(w) + sum_j lam_j Omega'(|w_j^k|) |w_j|``.
+
+The weights are ``Omega'(|w|) >= 0`` evaluated at ``|w|`` with the *right* derivative at 0
+(``Omega'(0+)``, e.g. ``1/eps`` for LogSum), never the signed derivative (which is 0 at 0 and would
+leave zero coefficients unpenalized). Concavity of ``Omega`` on ``[0, inf)`` gives
+``Omega(|u|) <= Omega(|w|) + Omega'(|w|)(|u| - |w|)``, so the objective is monotone whenever each
+weighted Lasso is solved from the previous iterate by a descent method (our CD) or exactly
+(``inner="cvxpy"``, a certifiable reference). A weight of ``inf`` (Lp, p < 1, at 0) keeps the
+coefficient at 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import penalties
+
+from .._penalty import abs_derivative, is_concave_in_abs, is_separable
+from .._problem import Problem, SolverResult, Timer
+from ._common import check_tol_iter, progress, start_point
+
+NAME = "reweighted_l1"
+
+
+def supports(problem: Problem):
+    P = problem.penalty
+    if not is_separable(P):
+        return "reweighted l1 needs a separable penalty"
+    if not is_concave_in_abs(P):
+        return f"reweighted l1 needs a penalty concave in |w| (Omega' nonincreasing); {P!r} is not"
+    return None
+
+
+def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose=False,
+          inner="cd", inner_tol=None, inner_max_iter=1000) -> SolverResult:
+    reason = supports(problem)
+    if reason:
+        raise ValueError(reason)
+    tol, max_iter = check_tol_iter(tol, max_iter)
+    if inner == "cd":
+        from . import cd as inner_mod
+    elif inner == "cvxpy":
+        from . import cvxpy_solver as inner_mod
+    else:
+        raise ValueError(f"inner must be 'cd' or 'cvxpy', got {inner!r}")
+    inner_tol = 0.1 * tol if inner_tol is None else float(inner_tol)
+    P = problem.penalty
+    l1 = penalties.get("l1")
+    w, b = start_point(problem, w0, b0)
+    z = problem.z(w, b)
+    history = [problem.objective(w, b, z)]
+    converged, crit, it = False, np.inf, 0
+    n_inner = 0
+    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
+        for it in range(1, max_iter + 1):
+            crit = problem.criterion(w, b, z)
+            if crit <= tol:
+                converged = True
+                break
+            weights = problem.weights * abs_derivative(P, w)
+            sub = Problem(problem.design, problem.y, problem.datafit, l1, problem.alpha,
+                          problem.fit_intercept, weights=weights)
+            # an infinite weight pins the coefficient at 0
+            w = np.where(np.isfinite(weights), w, 0.0)
+            res = inner_mod.solve(sub, w, b, tol=inner_tol, max_iter=inner_max_iter)
+            n_inner += res.n_iter
+            w, b = res.coef, res.intercept
+            z = problem.z(w, b)
+            history.append(problem.objective(w, b, z))
+            bar.update(1)
+            bar.set_postfix(obj=f"{history[-1]:.6g}")
+            if abs(history[-2] - history[-1]) <= 1e-15 * max(1.0, abs(history[-1])):
+                crit = problem.criterion(w, b, z)
+                converged = crit <= tol
+                break
+        else:
+            crit = problem.criterion(w, b, z)
+            converged = crit <= tol
+    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
+                        timer.elapsed, info={"inner_iterations": n_inner, "inner": inner})
