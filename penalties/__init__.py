@@ -13,8 +13,12 @@ holds that duality as code:
 
 from __future__ import annotations
 
+from . import curves, kernels
 from .base import KernelPenalty, Penalty
 from .catalog import L1, MCP, SCAD, Log2Sum, LogSum, Lp
+from .dropout import HardConcrete, Standout, VarDrop, VarDropExact
+from .duality import from_dual, from_eta_hat, from_keep_ratio, from_mask_moments, from_penalty
+from .vector import ARD, HardThreshold, SumPenalty
 
 __all__ = [
     "Penalty",
@@ -25,8 +29,22 @@ __all__ = [
     "Log2Sum",
     "SCAD",
     "MCP",
+    "VarDrop",
+    "VarDropExact",
+    "HardConcrete",
+    "Standout",
+    "HardThreshold",
+    "SumPenalty",
+    "ARD",
+    "from_dual",
+    "from_penalty",
+    "from_eta_hat",
+    "from_keep_ratio",
+    "from_mask_moments",
     "get",
     "available",
+    "curves",
+    "kernels",
 ]
 
 _REGISTRY = {
@@ -36,21 +54,12 @@ _REGISTRY = {
     "log2sum": Log2Sum,
     "scad": SCAD,
     "mcp": MCP,
+    "vardrop": VarDrop,
+    "vardrop_exact": VarDropExact,
+    "hardconcrete": HardConcrete,
+    "standout": Standout,
+    "hard_threshold": HardThreshold,
 }
-
-
-def _register_more():
-    from . import dropout, vector
-
-    _REGISTRY.update(
-        {
-            "vardrop": dropout.VarDrop,
-            "vardrop_exact": dropout.VarDropExact,
-            "hardconcrete": dropout.HardConcrete,
-            "standout": dropout.Standout,
-            "hard_threshold": vector.HardThreshold,
-        }
-    )
 
 
 def available() -> list[str]:
@@ -61,7 +70,7 @@ def available() -> list[str]:
 def get(name, **params):
     """Build a catalog penalty by name, e.g. ``get("logsum", eps=2.0)``.
 
-    An existing :class:`Penalty` is returned unchanged (``params`` must then be empty).
+    An existing penalty object is returned unchanged (``params`` must then be empty).
     """
     if isinstance(name, Penalty) or getattr(name, "is_vector_penalty", False):
         if params:
@@ -77,13 +86,3 @@ def get(name, **params):
         return cls(**params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for penalty {name!r}: {exc}") from None
-
-
-try:  # the dropout-derived and vector penalties (import lazily-failing pieces last)
-    _register_more()
-    from .dropout import HardConcrete, Standout, VarDrop, VarDropExact  # noqa: F401
-    from .vector import HardThreshold  # noqa: F401
-
-    __all__ += ["VarDrop", "VarDropExact", "HardConcrete", "Standout", "HardThreshold"]
-except ImportError:  # pragma: no cover - during bootstrap only
-    pass
