@@ -3,10 +3,26 @@
 Split as in skglm: a *datafit* (:mod:`.datafits`), a *penalty* (objects of the top-level
 :mod:`penalties` package) and a *solver* (:mod:`.solvers`, one module per algorithm). The
 scikit-learn estimators (:mod:`.estimators`) and the regularization path (:mod:`.path`) sit on top.
+
+    >>> from dualdrop.linear import SparseLinearRegression
+    >>> est = SparseLinearRegression(penalty="logsum", penalty_params={"eps": 1.0}, alpha=0.05)
 """
 
-from .datafits import Logistic, Quadratic
 from ._problem import Problem, SolverResult
+from .datafits import Logistic, Quadratic
+from .estimators import SparseLinearRegression, SparseLogisticRegression
+from .path import alpha_max, regularization_path
 from .solvers import SOLVERS, get_solver
 
-__all__ = ["Quadratic", "Logistic", "Problem", "SolverResult", "SOLVERS", "get_solver"]
+__all__ = [
+    "SparseLinearRegression",
+    "SparseLogisticRegression",
+    "regularization_path",
+    "alpha_max",
+    "Quadratic",
+    "Logistic",
+    "Problem",
+    "SolverResult",
+    "SOLVERS",
+    "get_solver",
+]

@@ -45,7 +45,8 @@ def weighted_ridge(design, h, t, D, fit_intercept):
         XH = XS * h[:, None]
         A = XS.T @ XH
         diag = np.zeros(n_free)
-        diag[: S.size] = np.where(np.isfinite(D[S]), 1.0 / np.where(np.isfinite(D[S]), D[S], 1.0), 0.0)
+        with np.errstate(over="ignore", divide="ignore"):
+            diag[: S.size] = np.where(np.isfinite(D[S]), 1.0 / np.where(np.isfinite(D[S]), D[S], 1.0), 0.0)
         A[np.diag_indices_from(A)] += diag
         sol = _solve_spd(A, XH.T @ t)
         w[S] = sol[: S.size]
