@@ -1,9 +1,11 @@
 """Regularization paths: fits over a decreasing grid of ``alpha`` with warm starts.
 
-``alpha_max`` is the smallest ``alpha`` at which ``w = 0`` is stationary:
-``||grad_w L(0, b0)||_inf / Omega'(0+)`` (gradient on the scaled design, ``b0`` the best
-intercept); for penalties smooth at 0 (``Omega'(0+) = 0``) zero is never stationary and the L1
-value is used. Warm starts are sequential by nature; with ``n_jobs > 1`` the grid is cut into
+``alpha_max`` is the smallest ``alpha`` at which ``w = 0`` is a fixed point of the coordinate
+prox-gradient step every solver's criterion uses: ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for
+all ``j`` (``g = grad_w L(0, b0)`` on the scaled design, ``b0`` the best intercept). For convex
+penalties this is ``||g||_inf / Omega'(0+)``; for nonconvex ones (MCP with a small ``a lam``) the
+prox can jump away from 0 even where 0 is first-order stationary, so it is found by bisection.
+For penalties smooth at 0 (no exact zeros) the L1 value ``||g||_inf`` is returned. Warm starts are sequential by nature; with ``n_jobs > 1`` the grid is cut into
 ``n_jobs`` contiguous chunks solved in parallel by joblib, each chunk warm-started along itself
 (this pays on long grids and large problems).
 """
@@ -40,11 +42,36 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
         from .datafits import Quadratic as D
     df = D()
     b0 = df.intercept_init(y) if fit_intercept else 0.0
-    g = design.rmatvec(df.raw_grad(y, np.full(y.shape[0], b0)))
+    g = np.abs(design.rmatvec(df.raw_grad(y, np.full(y.shape[0], b0))))
+    L = df.lipschitz(design.col_norms2, design.n)
+    keep = L > 0
+    g, L = g[keep], L[keep]
+    if g.size == 0 or not np.any(g):
+        return 0.0
+
+    def all_zero(a):
+        return not np.any(np.asarray(P.prox(g / L, a / L)))
+
     d0 = _penalty.right_derivative_at_zero(P)
-    if not np.isfinite(d0) or d0 <= 0:
-        d0 = 1.0
-    return float(np.max(np.abs(g))) / d0
+    guess = float(np.max(g)) / (d0 if np.isfinite(d0) and d0 > 0 else 1.0)
+    lo, hi = 0.0, guess
+    for _ in range(60):
+        if all_zero(hi):
+            break
+        lo, hi = hi, 2.0 * hi
+    else:
+        return float(np.max(g))  # smooth at 0: no alpha gives exact zeros
+    if lo == 0.0 and all_zero(0.5 * hi):
+        lo = 0.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if all_zero(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return hi
 
 
 def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, **kw):
