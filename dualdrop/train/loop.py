@@ -94,6 +94,18 @@ def check_method(method: Any) -> str:
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """Convert an override to the type of its default, refusing lossy or odd conversions."""
+    if isinstance(value, str) and isinstance(default, (dict, list, tuple)):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"hyperparameter {key}={value!r}: expected JSON like its default {default!r} "
+                f"({exc.msg})"
+            ) from None
+        if not isinstance(parsed, dict if isinstance(default, dict) else list):
+            raise ValueError(f"hyperparameter {key}={value!r}: expected JSON of the type of "
+                             f"its default {default!r}")
+        return parsed
     if isinstance(value, str) and not isinstance(default, str):
         text = value.strip()
         if isinstance(default, bool):

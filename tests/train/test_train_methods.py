@@ -67,3 +67,24 @@ def test_compare_two_methods(tmp_path, tiny_data):
     stamp = (out / "runs" / methods[1] / "checkpoint.pt").stat().st_mtime_ns
     run_comparison(methods, epochs=1, out=out, progress=False, threads=1, data=tiny_data)
     assert (out / "runs" / methods[1] / "checkpoint.pt").stat().st_mtime_ns == stamp
+
+
+def test_cli_penalty_method_with_json_params(tmp_path, tiny_mnist, capsys):
+    from dualdrop.cli import main as cli_main
+
+    folder, _ = tiny_mnist
+    base = ["sparsify", "--epochs", "1", "--data-dir", str(folder), "--no-verify",
+            "--no-progress", "--threads", "1"]
+    assert cli_main(base + ["--method", "penalty:logsum", "--hp", 'penalty_params={"eps": 2.0}',
+                            "--out", str(tmp_path / "p")]) == 0
+    final = json.loads((tmp_path / "p" / "final.json").read_text())
+    assert final["hparams"]["penalty_params"] == {"eps": 2.0}
+    capsys.readouterr()
+    for extra, match in [
+        (["--method", "penalty:logsum", "--hp", "penalty_params=[1"], "expected JSON"),
+        (["--method", "penalty:nosuch"], "nosuch"),
+        (["--method", "vardrop", "--hp", "tol=2"], "tol"),
+        (["--method", "vardrop", "--hp", "tol=abc"], "tol"),
+    ]:
+        assert cli_main(base + extra + ["--out", str(tmp_path / "bad")]) == 2
+        assert match in capsys.readouterr().err
