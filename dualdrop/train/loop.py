@@ -292,6 +292,21 @@ class _Dist:
         dist.all_gather_object(out, obj)
         return out
 
+    @torch.no_grad()
+    def check_in_sync(self, module: nn.Module) -> None:
+        """Raise if the processes' parameters or buffers have drifted apart (they must not)."""
+        if self.world == 1:
+            return
+        tensors = list(module.parameters()) + [b for b in module.buffers()
+                                                if b.is_floating_point()]
+        digest = [float(t.double().sum()) for t in tensors]
+        digests = self.gather(digest)
+        if any(d != digests[0] for d in digests[1:]):
+            raise RuntimeError(
+                "data-parallel processes hold different weights; a method's state is updated "
+                "from per-process randomness or data outside the gradient all-reduce"
+            )
+
     def barrier(self) -> None:
         if self.world > 1:
             import torch.distributed as dist
@@ -574,6 +589,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
             row["seconds"] = t_train
             row["eval_seconds"] = t_eval
             history.append(row)
+            dist_.check_in_sync(model)
             rngs = dist_.gather(_rng_state(dev))
             if dist_.main:
                 state = {

@@ -57,3 +57,52 @@ def test_two_gloo_processes_match_one(tmp_path, tiny_mnist):
         assert torch.equal(ck_r["model"][k], ck_d["model"][k]), k
     assert fin_r["test_error"] == fin_d["test_error"]
     assert abs(fin_d["test_error"] - fin_s["test_error"]) <= 0.02
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_stochastic_method_stays_in_sync(tmp_path, tiny_mnist):
+    pytest.importorskip("dualdrop.nn")
+    folder, _ = tiny_mnist
+    # per-process noise differs; the loop checks every epoch that the weights agree bit for bit
+    _torchrun(["--method", "vardrop-lr", "--epochs", "1", "--data-dir", str(folder),
+               "--no-verify", "--no-progress", "--threads", "1", "--out", str(tmp_path / "v")],
+              tmp_path)
+    ck = torch.load(tmp_path / "v" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert len(ck["rng"]) == 2
+    assert not torch.equal(ck["rng"][0]["torch"], ck["rng"][1]["torch"])
+    assert json.loads((tmp_path / "v" / "final.json").read_text())["world_size"] == 2
+
+
+def _desync_worker(rank, port, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                      RANK=str(rank), LOCAL_RANK=str(rank))
+    from dualdrop.train.loop import _Dist
+
+    d = _Dist(torch.device("cpu"))
+    try:
+        net = torch.nn.Linear(3, 2)
+        d.broadcast_module(net)
+        d.check_in_sync(net)  # in sync after the broadcast
+        with torch.no_grad():
+            net.weight[0, 0] += rank  # drift on rank 1 only
+        try:
+            d.check_in_sync(net)
+            results[rank] = "no error"
+        except RuntimeError as exc:
+            results[rank] = str(exc)
+    finally:
+        d.close()
+
+
+def test_desync_detected():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_desync_worker, args=(port, results), nprocs=2, join=True)
+        assert all("different weights" in results[r] for r in (0, 1)), dict(results)
