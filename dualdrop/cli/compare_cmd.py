@@ -29,19 +29,36 @@ def register(subparsers) -> None:
                    help="methods to compare (default: the seed's seven plus hardconcrete and "
                    "magnitude)")
     p.add_argument("--out", default="runs/compare", help="output folder (default runs/compare)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: draw the figure and table from the runs already in --out "
+                   "(finished or not), e.g. while a long comparison is still running")
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from dualdrop.train.compare import DEFAULT_METHODS, run_comparison
+    from dualdrop.train.compare import (
+        DEFAULT_METHODS,
+        comparison_table,
+        load_runs,
+        plot_comparison,
+        run_comparison,
+    )
 
     try:
-        run_comparison(
-            methods=args.methods or DEFAULT_METHODS, epochs=args.epochs, out=args.out,
-            data_dir=args.data_dir, seed=args.seed, device=args.device, threads=args.threads,
-            progress=not args.no_progress, stop_after=args.stop_after,
-        )
+        if args.report_only:
+            runs = load_runs(args.out, args.methods or DEFAULT_METHODS)
+            if not runs:
+                raise FileNotFoundError(f"no runs with a history.json under {args.out}/runs")
+            plot_comparison(runs, args.out)
+            comparison_table(runs, args.out)
+        else:
+            run_comparison(
+                methods=args.methods or DEFAULT_METHODS, epochs=args.epochs, out=args.out,
+                data_dir=args.data_dir, seed=args.seed, device=args.device,
+                threads=args.threads, progress=not args.no_progress,
+                stop_after=args.stop_after,
+            )
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
         print(f"dualdrop compare: error: {exc}", file=sys.stderr)
         return 2

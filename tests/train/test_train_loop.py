@@ -186,3 +186,16 @@ def test_compare_dense_only(tmp_path, tiny_data):
     assert "| dense | 1 |" in (out / "table.md").read_text()
     with pytest.raises(ValueError, match="twice"):
         run_comparison(["none", "dense"], epochs=1, out=out, data=tiny_data)
+
+
+def test_compare_report_only_on_unfinished_run(tmp_path, tiny_data, capsys):
+    from dualdrop.train.compare import run_dir
+
+    out = tmp_path / "cmp"
+    train(_cfg(tmp_path, epochs=3, stop_after=1, out=str(run_dir(out, "none"))), data=tiny_data)
+    assert cli_main(["compare", "--report-only", "--methods", "none", "--out", str(out)]) == 0
+    md = (out / "table.md").read_text()
+    assert "1 (unfinished)" in md and "| — |" in md  # no test error before the end
+    assert (out / "figure2.png").exists()
+    assert cli_main(["compare", "--report-only", "--out", str(tmp_path / "empty")]) == 2
+    assert "no runs" in capsys.readouterr().err
