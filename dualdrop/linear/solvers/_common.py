@@ -38,6 +38,21 @@ def start_point(problem: Problem, w0=None, b0=None):
     return w, b
 
 
+_CONTROLLER = None
+
+
+def single_thread_blas():
+    """Context limiting BLAS to one thread. The solvers' BLAS calls are memory-bound
+    matrix-vector products; on a busy machine multithreaded OpenBLAS oversubscribes the cores and
+    runs several times slower than one thread (measured in benchmarks/bench_linear.py)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
 class _NoBar:
     def update(self, *a, **k):
         pass

@@ -24,8 +24,8 @@ import numpy as np
 from numba import njit
 
 from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
-from ._kernels import col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, scores
+from ._common import check_tol_iter, progress, single_thread_blas, start_point
+from ._kernels import col_axpy, col_dot, col_wnorm2, prox_step, scores_from_grad
 
 from penalties.kernels import omega_scalar
 
@@ -284,16 +284,11 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
     crit = np.inf
     it = 0
     total_inner = 0
-    with Timer() as timer, progress(max_iter, verbose, "cd") as bar:
+    with Timer() as timer, progress(max_iter, verbose, "cd") as bar, single_thread_blas():
         for it in range(1, max_iter + 1):
-            if quad:
-                r = y - z
-                m = scores(*arrs, all_feats, r, -1.0 / problem.n, w, lips, lam_w, code, params, score)
-                gb = abs(r.mean()) if problem.fit_intercept else 0.0
-            else:
-                G = problem.datafit.raw_grad(y, z)
-                m = scores(*arrs, all_feats, G, 1.0, w, lips, lam_w, code, params, score)
-                gb = abs(G.sum()) if problem.fit_intercept else 0.0
+            G = problem.datafit.raw_grad(y, z)
+            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, score)
+            gb = abs(G.sum()) if problem.fit_intercept else 0.0
             crit = max(float(m), float(gb))
             if crit <= tol:
                 converged = True
@@ -315,6 +310,8 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
                 n_in, b = _inner_logistic(*arrs, y, ws, w, z, float(b), problem.fit_intercept,
                                           lam_w, code, params, tol_in, 50, 50)
             total_inner += int(n_in)
+            if verbose == 2:
+                print(f"it {it}: crit {crit:.3e} ws {len(ws)} nnz {np.count_nonzero(w)} inner {n_in}")
             history.append(problem.objective(w, b, z))
             if callback is not None:
                 callback(w, b)

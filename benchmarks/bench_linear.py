@@ -1,0 +1,287 @@
+"""Sparse linear estimators: dualdrop.linear against skglm, scikit-learn and cvxpy (issue 4).
+
+Protocol (every method on the same data, same objective, same alpha):
+
+- design: correlated Gaussian, Toeplitz correlation rho^|i-j| (rho = 0.5, an AR(1) across
+  columns), centred and standardized (||x_j||^2 / n = 1); truth with a fraction ``--support`` of
+  nonzeros (random signs, magnitude 1); y = X w* + noise at signal-to-noise ratio ``--snr`` (std),
+  centred; no intercept for anyone;
+- alpha = alpha_max / 20 with alpha_max = ||X^T y||_inf / n, for every penalty: Lasso, MCP
+  (gamma = a = 3: skglm MCPenalty(alpha, 3) == alpha * penalties.MCP(a=3, lam=alpha)) and LogSum
+  (eps: skglm LogSumPenalty(alpha, eps) == alpha * penalties.LogSum(eps));
+- objective of every result evaluated by one function; "best" = lowest over all methods and tols;
+- each method is run at tol = 1e-2, 1e-3, ... until its objective is within ``--rtol`` (1e-6,
+  relative) of the best; its time is the median of ``--repeats`` runs at that tol, after a JIT
+  warm-up on a small problem. A method that never gets there is reported with its final gap.
+- first-fit overhead: a fresh Python process times its first fit of a small MCP problem (numba
+  compilation or cache loading included), for us and for skglm.
+
+Run:  python3 benchmarks/bench_linear.py --sizes 500x5000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import penalties  # noqa: E402
+from dualdrop.linear import Problem, Quadratic, get_solver  # noqa: E402
+
+TOLS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
+
+
+def make_data(n, p, support, snr, rho=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.empty((n, p), order="F")
+    X[:, 0] = rng.standard_normal(n)
+    c = np.sqrt(1 - rho * rho)
+    for j in range(1, p):
+        X[:, j] = rho * X[:, j - 1] + c * rng.standard_normal(n)
+    X -= X.mean(axis=0)
+    X /= np.sqrt((X ** 2).mean(axis=0))
+    k = max(1, int(round(support * p)))
+    w = np.zeros(p)
+    idx = rng.choice(p, k, replace=False)
+    w[idx] = rng.choice([-1.0, 1.0], k)
+    signal = X @ w
+    y = signal + rng.standard_normal(n) * signal.std() / snr
+    y -= y.mean()
+    return X, y, w
+
+
+def penalty_of(kind, alpha, eps):
+    if kind == "lasso":
+        return penalties.get("l1")
+    if kind == "mcp":
+        return penalties.get("mcp", a=3.0, lam=alpha)
+    return penalties.get("logsum", eps=eps)
+
+
+# ---- method runners: (X, y, alpha, tol) -> coef ------------------------------------------------
+def ours(solver, kind, eps, **opts):
+    def run(X, y, alpha, tol):
+        pr = Problem(X, y, Quadratic(), penalty_of(kind, alpha, eps), alpha, fit_intercept=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return get_solver(solver).solve(pr, tol=tol, **opts).coef
+    return run
+
+
+def skglm_run(kind, eps):
+    import skglm
+    from skglm import GeneralizedLinearEstimator
+    from skglm.datafits import Quadratic as SQ
+    from skglm.penalties import LogSumPenalty
+    from skglm.solvers import AndersonCD
+
+    def run(X, y, alpha, tol):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if kind == "lasso":
+                m = skglm.Lasso(alpha=alpha, tol=tol, fit_intercept=False, max_iter=1000)
+            elif kind == "mcp":
+                m = skglm.MCPRegression(alpha=alpha, gamma=3.0, tol=tol, fit_intercept=False,
+                                        max_iter=1000)
+            else:
+                m = GeneralizedLinearEstimator(SQ(), LogSumPenalty(alpha, eps),
+                                               AndersonCD(tol=tol, fit_intercept=False, max_iter=1000))
+            return np.asarray(m.fit(X, y).coef_).ravel()
+    return run
+
+
+def sklearn_run(X, y, alpha, tol):
+    from sklearn.linear_model import Lasso
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Lasso(alpha=alpha, tol=tol, fit_intercept=False, max_iter=100000).fit(X, y).coef_
+
+
+def cvxpy_run(X, y, alpha, tol):
+    pr = Problem(X, y, Quadratic(), penalties.get("l1"), alpha, fit_intercept=False)
+    return get_solver("cvxpy").solve(pr, tol=max(tol, 1e-10)).coef
+
+
+def methods_for(kind, eps, with_cvxpy, all_ours):
+    m = {"dualdrop cd": ours("cd", kind, eps)}
+    if kind == "lasso":
+        m["skglm Lasso"] = skglm_run(kind, eps)
+        m["sklearn Lasso"] = sklearn_run
+        if with_cvxpy:
+            m["cvxpy (Clarabel)"] = cvxpy_run
+    elif kind == "mcp":
+        m["skglm MCPRegression"] = skglm_run(kind, eps)
+        if all_ours:
+            m["dualdrop reweighted_l1"] = ours("reweighted_l1", kind, eps)
+    else:
+        m["skglm LogSum (AndersonCD)"] = skglm_run(kind, eps)
+        if all_ours:
+            m["dualdrop reweighted_l1"] = ours("reweighted_l1", kind, eps)
+            m["dualdrop irls"] = ours("irls", kind, eps, max_iter=500)
+            m["dualdrop adaprox"] = ours("adaprox", kind, eps, max_iter=3000)
+            m["dualdrop adatikhonov"] = ours("adatikhonov", kind, eps, max_iter=3000)
+            m["dualdrop eta_trick"] = ours("eta_trick", kind, eps, max_iter=3000)
+    return m
+
+
+def timed(fn, *a):
+    t0 = time.perf_counter()
+    out = fn(*a)
+    return time.perf_counter() - t0, out
+
+
+def bench_problem(X, y, wtrue, kind, eps, args, with_cvxpy):
+    n = X.shape[0]
+    alpha = float(np.max(np.abs(X.T @ y)) / n / 20)
+    pr = Problem(X, y, Quadratic(), penalty_of(kind, alpha, eps), alpha, fit_intercept=False)
+    methods = methods_for(kind, eps, with_cvxpy, args.all_ours)
+    scans = {}
+    for name, fn in methods.items():
+        runs = []
+        tols = [1e-8] if name.startswith("cvxpy") else TOLS
+        for tol in tols:
+            t, coef = timed(fn, X, y, alpha, tol)
+            runs.append((tol, t, pr.objective(coef, 0.0), coef))
+            if t > args.budget:
+                break
+        scans[name] = runs
+    best = min(r[2] for runs in scans.values() for r in runs)
+    target = best * (1 + args.rtol)
+    rows = []
+    for name, runs in scans.items():
+        hit = next((r for r in runs if r[2] <= target), None)
+        if hit is None:
+            last = runs[-1]
+            rows.append(dict(method=name, reached=False, tol=last[0], time=last[1],
+                             gap=(last[2] - best) / abs(best), **quality(last[3], wtrue)))
+            continue
+        times = [hit[1]]
+        for _ in range(args.repeats - 1):
+            times.append(timed(methods[name], X, y, alpha, hit[0])[0])
+        rows.append(dict(method=name, reached=True, tol=hit[0], time=float(np.median(times)),
+                         times=times, gap=(hit[2] - best) / abs(best), **quality(hit[3], wtrue)))
+    return dict(kind=kind, alpha=alpha, best=best, rows=rows)
+
+
+def quality(coef, wtrue):
+    sup, est = wtrue != 0, coef != 0
+    tp = int(np.sum(sup & est))
+    prec = tp / max(1, int(est.sum()))
+    rec = tp / max(1, int(sup.sum()))
+    return dict(nnz=int(est.sum()), rel_err=float(np.linalg.norm(coef - wtrue) / np.linalg.norm(wtrue)),
+                precision=prec, recall=rec)
+
+
+FIRST_FIT = r"""
+import time, warnings, numpy as np
+rng = np.random.default_rng(0); X = np.asfortranarray(rng.standard_normal((100, 300))); y = X[:, :5].sum(1)
+t0 = time.perf_counter()
+if {which!r} == "dualdrop":
+    from dualdrop.linear import SparseLinearRegression as M
+    M(penalty="mcp", penalty_params={{"a": 3.0, "lam": 0.1}}, alpha=0.1, fit_intercept=False).fit(X, y)
+else:
+    from skglm import MCPRegression
+    MCPRegression(alpha=0.1, gamma=3.0, fit_intercept=False).fit(X, y)
+print(time.perf_counter() - t0)
+"""
+
+
+def first_fit(which):
+    out = subprocess.run([sys.executable, "-c", FIRST_FIT.format(which=which)], cwd=ROOT,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), **_env()})
+    try:
+        return float(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return float("nan")
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def warmup():
+    X, y, _ = make_data(50, 100, 0.05, 5.0, seed=1)
+    for kind in ("lasso", "mcp", "logsum"):
+        for fn in methods_for(kind, 1.0, False, True).values():
+            fn(X, y, 0.05, 1e-4)
+
+
+def to_markdown(results, cmd):
+    lines = [f"Command: `{cmd}`", ""]
+    for res in results:
+        lines.append(f"### {res['title']}")
+        lines.append("")
+        lines.append("| problem | method | time (s) | vs dualdrop cd | tol used | reached 1e-6 | rel. gap | nnz | rel. err | precision | recall |")
+        lines.append("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+        for prob in res["problems"]:
+            ref = next(r for r in prob["rows"] if r["method"] == "dualdrop cd")
+            for r in prob["rows"]:
+                ratio = r["time"] / ref["time"] if ref["reached"] and r["reached"] else float("nan")
+                lines.append(
+                    f"| {prob['kind']} | {r['method']} | {r['time']:.3f} | "
+                    f"{'%.2fx' % ratio if np.isfinite(ratio) else '-'} | {r['tol']:.0e} | "
+                    f"{'yes' if r['reached'] else 'no'} | {r['gap']:.1e} | {r['nnz']} | "
+                    f"{r['rel_err']:.3f} | {r['precision']:.2f} | {r['recall']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="500x5000", help="comma-separated NxP")
+    ap.add_argument("--support", type=float, nargs="+", default=[0.05, 0.01])
+    ap.add_argument("--snr", type=float, default=5.0)
+    ap.add_argument("--eps", type=float, default=1.0, help="LogSum eps")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rtol", type=float, default=1e-6)
+    ap.add_argument("--budget", type=float, default=60.0, help="stop a method's tol scan past this many s")
+    ap.add_argument("--cvxpy-max-p", type=int, default=5000)
+    ap.add_argument("--all-ours", action="store_true", help="LogSum/MCP with every dualdrop solver")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--markdown", default=None)
+    args = ap.parse_args(argv)
+    cmd = "python3 benchmarks/bench_linear.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    warmup()
+    results = []
+    ff = {"dualdrop": first_fit("dualdrop"), "skglm": first_fit("skglm")}
+    print(f"first fit in a fresh process (small MCP problem): dualdrop {ff['dualdrop']:.2f} s, "
+          f"skglm {ff['skglm']:.2f} s", flush=True)
+    for size in args.sizes.split(","):
+        n, p = (int(v) for v in size.lower().split("x"))
+        for support in args.support:
+            X, y, w = make_data(n, p, support, args.snr)
+            title = f"n={n}, p={p}, {support:.0%} nonzero truth, SNR {args.snr:g}"
+            probs = []
+            for kind in ("lasso", "mcp", "logsum"):
+                pr = bench_problem(X, y, w, kind, args.eps, args, with_cvxpy=p <= args.cvxpy_max_p)
+                probs.append(pr)
+                for r in pr["rows"]:
+                    print(f"{title} | {kind:6s} | {r['method']:26s} {r['time']:8.3f} s tol={r['tol']:.0e} "
+                          f"reached={r['reached']} gap={r['gap']:.1e} nnz={r['nnz']} err={r['rel_err']:.3f}",
+                          flush=True)
+            results.append(dict(title=title, problems=probs))
+    md = to_markdown(results, cmd)
+    md = (f"First fit in a fresh process (small MCP problem, numba cache warm on disk): dualdrop "
+          f"{ff['dualdrop']:.2f} s, skglm {ff['skglm']:.2f} s.\n\n") + md
+    print(md)
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(cmd=cmd, first_fit=ff, results=results), indent=1,
+                                              default=float))
+    if args.markdown:
+        Path(args.markdown).write_text(md)
+
+
+if __name__ == "__main__":
+    main()
