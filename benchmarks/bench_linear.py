@@ -36,27 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 import penalties  # noqa: E402
 from dualdrop.linear import Problem, Quadratic, get_solver  # noqa: E402
+from dualdrop.linear.synthetic import make_sparse_problem  # noqa: E402
 
 TOLS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
 
 
 def make_data(n, p, support, snr, rho=0.5, seed=0):
-    rng = np.random.default_rng(seed)
-    X = np.empty((n, p), order="F")
-    X[:, 0] = rng.standard_normal(n)
-    c = np.sqrt(1 - rho * rho)
-    for j in range(1, p):
-        X[:, j] = rho * X[:, j - 1] + c * rng.standard_normal(n)
-    X -= X.mean(axis=0)
-    X /= np.sqrt((X ** 2).mean(axis=0))
-    k = max(1, int(round(support * p)))
-    w = np.zeros(p)
-    idx = rng.choice(p, k, replace=False)
-    w[idx] = rng.choice([-1.0, 1.0], k)
-    signal = X @ w
-    y = signal + rng.standard_normal(n) * signal.std() / snr
-    y -= y.mean()
-    return X, y, w
+    return make_sparse_problem(n, p, support, snr, rho, random_state=seed)
 
 
 def penalty_of(kind, alpha, eps):

@@ -1,0 +1,33 @@
+"""``dualdrop fit`` end to end on tiny problems."""
+
+import numpy as np
+
+from dualdrop.cli import main
+
+
+def test_fit_synthetic_with_path(tmp_path, capsys):
+    rc = main(["fit", "--synthetic", "60,40", "--penalty", "mcp:a=3,lam=0.1", "--path", "4",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "solver=cd" in out and "support recovery" in out
+    coef = np.loadtxt(tmp_path / "coef.csv", delimiter=",", skiprows=1)
+    assert coef.shape == (40,) and np.count_nonzero(coef) > 0
+    path = np.loadtxt(tmp_path / "path.csv", delimiter=",", skiprows=1)
+    assert path.shape == (4, 41) and not np.any(path[0, 1:])  # alpha_max first: all zero
+    assert (tmp_path / "path.png").stat().st_size > 1000
+
+
+def test_fit_npz_classification_and_errors(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 5))
+    y = (X[:, 0] > 0).astype(int)
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    assert main(["fit", "--data", str(tmp_path / "d.npz"), "--task", "classification",
+                 "--penalty", "logsum:eps=1"]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    assert main(["fit", "--data", str(tmp_path / "d.npz"), "--penalty", "nope"]) == 2
+    assert "unknown penalty" in capsys.readouterr().err
+    assert main(["fit", "--data", str(tmp_path / "missing.npz")]) == 2
+    assert main(["fit", "--synthetic", "60,40", "--penalty", "logsum", "--solver", "cvxpy"]) == 2
+    assert "Solvers that can" in capsys.readouterr().err
