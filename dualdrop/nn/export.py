@@ -21,6 +21,7 @@ a copy. Only the first layer pays for one transpose copy of the input.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 import torch.nn as nn
@@ -47,7 +48,10 @@ class CSRLinear(nn.Module):
 
     @classmethod
     def from_dense(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "CSRLinear":
-        return cls(weight.detach().to_sparse_csr(), bias)
+        with warnings.catch_warnings():  # torch flags its (stable enough) CSR support as beta
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            csr = weight.detach().to_sparse_csr()
+        return cls(csr, bias)
 
     def forward(self, x):
         if x.shape[-1] != self.in_features:

@@ -80,9 +80,9 @@ def make_penalty(name: str, params: dict):
     except (TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"cannot build penalty {name!r} with penalty_params={params!r}: {exc}") \
             from exc
-    if type(P).__name__ == "HardThreshold" or name == "hard_threshold":
-        raise ValueError("penalty:hard_threshold is not separable (an l0 ball); use method "
-                         "'magnitude' (gradual magnitude pruning) for it")
+    if not getattr(P, "is_separable", True):
+        raise ValueError(f"penalty {name!r} is not separable (e.g. hard_threshold, an l0 ball); "
+                         "use method 'magnitude' (gradual magnitude pruning) instead")
     return P
 
 
@@ -98,7 +98,7 @@ def validate(method: str, hp: dict) -> dict:
         out["prune_rule"] = check_choice("prune_rule", hp["prune_rule"], {"eta_hat", "eta"})
     if method.startswith("penalty:"):
         out["algorithm"] = check_choice("algorithm", hp["algorithm"], set(_ALGORITHMS))
-        out["penalty"] = make_penalty(method.split(":", 1)[1], dict(hp["penalty_params"]))
+        out["penalty"] = make_penalty(method.split(":", 1)[1], hp["penalty_params"])
         out["penalty_params"] = dict(hp["penalty_params"])
     else:
         out["algorithm"] = _ALGO_OF[method]
@@ -195,8 +195,9 @@ class PenaltyMixin(SparseLayerMixin):
         self.eta_decay, self.prune_rule = eta_decay, prune_rule
         self.eps = eps
         self._kernel = None
-        if _kernels.AVAILABLE and hasattr(penalty, "kernel_spec"):
-            code, params = penalty.kernel_spec()
+        spec = penalty.kernel_spec() if hasattr(penalty, "kernel_spec") else None
+        if _kernels.AVAILABLE and spec is not None:
+            code, params = spec
             self._kernel = (int(code), np.ascontiguousarray(params, dtype=np.float64))
         # eta_hat(|w|) < c  <=>  alpha < tol
         self._eta_cut = lam * tol / (1.0 - tol)

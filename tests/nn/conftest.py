@@ -1,0 +1,112 @@
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+torch.set_num_threads(1)
+
+
+class TinyMLP(nn.Module):
+    """A small LeNet-like MLP (two hidden layers) for fast tests."""
+
+    def __init__(self, d_in=20, h1=24, h2=16, d_out=4):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, h1)
+        self.fc2 = nn.Linear(h1, h2)
+        self.fc3 = nn.Linear(h2, d_out)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class TinyCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def make_mlp(seed=0, **kw):
+    torch.manual_seed(seed)
+    return TinyMLP(**kw)
+
+
+def make_cnn(seed=0):
+    torch.manual_seed(seed)
+    return TinyCNN()
+
+
+@pytest.fixture(scope="session")
+def tiny_data():
+    """400 samples, 20 features, 4 classes; the label depends on the first 4 features only."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 20)).astype(np.float32)
+    W = np.zeros((20, 4), np.float32)
+    W[:4] = rng.standard_normal((4, 4))
+    y = (X @ W).argmax(1)
+    return torch.from_numpy(X), torch.from_numpy(y)
+
+
+# hyperparameters that make each method act within 2 epochs (50 steps) on 400 samples; the
+# larger tol of some is a test-time rule only (it makes the short runs' effect visible)
+FAST_HPARAMS = {
+    "vardrop": {"lam": 3.0, "init_log_alpha": 0.0, "tol": 0.3},
+    "vardrop-lr": {"lam": 1.0, "init_log_alpha": 0.0, "tol": 0.3},
+    "vardrop-lr-ar": {"lam": 0.3},
+    "hardconcrete": {"lam": 1.0, "droprate_init": 0.5},
+    "hardconcrete-neuron": {"lam": 0.3, "droprate_init": 0.5},
+    "magnitude": {"sparsity": 0.8, "prune_every": 2, "end": 0.6},
+    "eta-trick": {"lam": 0.01, "eps": 1.0, "tol": 0.3},
+    "adaprox": {"lam": 0.01, "tol": 0.3},
+    "adatikhonov": {"lam": 0.02, "tol": 0.3},
+    "logsum": {"lam": 0.02, "tol": 0.3},
+    "penalty:mcp": {"lam": 0.01, "tol": 0.3, "penalty_params": {"a": 3.0, "lam": 0.1}},
+    "penalty:l1": {"lam": 0.006, "tol": 0.3},
+}
+FAST_LR = {"vardrop": 3e-2, "vardrop-lr": 3e-2, "vardrop-lr-ar": 1e-2, "hardconcrete": 0.1,
+           "hardconcrete-neuron": 0.1}
+
+
+def train(model, sp, X, y, epochs=2, batch=16, lr=1e-2, seed=0, opt=None, start_step=0,
+          total_steps=None, stop_step=None, check=None):
+    """Plain Adam loop (the contract's usage); returns the optimizer and the last step."""
+    import torch.nn.functional as F
+
+    if opt is None:
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+    n = len(y)
+    steps_per_epoch = (n + batch - 1) // batch
+    total = total_steps or epochs * steps_per_epoch
+    step = start_step
+    model.train()
+    g = torch.Generator().manual_seed(seed)
+    orders = [torch.randperm(n, generator=g) for _ in range(epochs)]
+    torch.manual_seed(seed + 1)
+    for e in range(epochs):
+        for b in range(steps_per_epoch):
+            k = e * steps_per_epoch + b + 1
+            if k <= start_step:
+                continue
+            if stop_step is not None and k > stop_step:
+                return opt, step
+            idx = orders[e][b * batch:(b + 1) * batch]
+            loss = F.cross_entropy(model(X[idx]), y[idx]) + sp.regularizer(n)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step = k
+            sp.after_step(opt, step, total)
+            if check is not None:
+                check(step)
+    return opt, step
+
+
+@pytest.fixture(scope="session")
+def h():
+    """These helpers (conftest modules share a name across folders, so tests get them here)."""
+    import sys
+
+    return sys.modules[__name__]

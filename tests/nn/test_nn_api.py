@@ -1,0 +1,202 @@
+"""The contract of dualdrop.nn: names, defaults, parameters/buffers, and clear errors."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import penalties
+from dualdrop.nn import METHODS, Sparsifier, default_hparams, export_sparse, sparsify, \
+    sparsity_report
+
+
+def test_methods_and_seed_defaults():
+    assert METHODS == ("vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete",
+                       "hardconcrete-neuron", "magnitude", "eta-trick", "adaprox", "adatikhonov",
+                       "logsum")
+    # DUALITY.md section 5
+    lr = {"vardrop-lr-ar": 1e-4, "logsum": 1e-4, "adatikhonov": 1e-4, "adaprox": 1e-4,
+          "vardrop-lr": 1e-3, "vardrop": 1e-3, "eta-trick": 1e-3}
+    for m, v in lr.items():
+        assert default_hparams(m)["lr"] == v
+    for m in ("logsum", "adatikhonov", "adaprox", "eta-trick"):
+        hp = default_hparams(m)
+        assert hp["lam"] == 1e-3 and hp["eps"] == 2.0 and hp["tol"] == 0.05
+    assert default_hparams("eta-trick")["eta_decay"] == 1e-3
+    for m in ("vardrop", "vardrop-lr", "vardrop-lr-ar"):
+        assert default_hparams(m)["tol"] == 0.05
+    hp = default_hparams("penalty:mcp")
+    assert hp["lr"] == 1e-4 and hp["penalty_params"] == {}
+    # a fresh dict each time
+    default_hparams("penalty:mcp")["penalty_params"]["a"] = 5
+    assert default_hparams("penalty:mcp")["penalty_params"] == {}
+
+
+@pytest.mark.parametrize("method", list(METHODS) + ["penalty:scad"])
+def test_defaults_are_accepted_and_stored(method, h):
+    model = h.make_mlp()
+    hp = default_hparams(method)
+    sp = sparsify(model, method, **hp)
+    assert isinstance(sp, Sparsifier)
+    assert sp.hparams["lr"] == hp["lr"]
+    assert [n for n, _ in sp.layers] == ["fc1", "fc2", "fc3"]
+    # same module objects, new classes, still instances of nn.Linear
+    assert isinstance(model.fc1, nn.Linear) and type(model.fc1) is not nn.Linear
+    assert "method=" in repr(model.fc1)
+
+
+def test_new_tensors_are_parameters_state_is_buffers(h):
+    m = h.make_mlp()
+    sparsify(m, "vardrop-lr-ar")
+    assert "fc1.log_sigma2" in dict(m.named_parameters())
+    m = h.make_mlp()
+    sparsify(m, "vardrop-lr")
+    assert "fc1.log_alpha" in dict(m.named_parameters())
+    m = h.make_mlp()
+    sparsify(m, "hardconcrete")
+    assert dict(m.named_parameters())["fc1.gate_logits"].shape == m.fc1.weight.shape
+    m = h.make_mlp()
+    sparsify(m, "hardconcrete-neuron")
+    assert dict(m.named_parameters())["fc1.gate_logits"].shape == (m.fc1.in_features,)
+    m = h.make_mlp()
+    sparsify(m, "eta-trick")
+    assert "fc2.log_eta" in dict(m.named_parameters())
+    m = h.make_mlp()
+    sparsify(m, "magnitude")
+    assert "fc3.weight_mask" in dict(m.named_buffers())
+    assert "fc3.weight_mask" in m.state_dict()
+
+
+def test_layers_argument(h):
+    m = h.make_mlp()
+    sp = sparsify(m, "logsum", layers=["fc1", "fc3"])
+    assert [n for n, _ in sp.layers] == ["fc1", "fc3"]
+    assert type(m.fc2) is nn.Linear
+    assert set(sp.density()) == {"fc1", "fc3", "total"}
+    with pytest.raises(ValueError, match="no module named 'fc9'"):
+        sparsify(h.make_mlp(), "logsum", layers=["fc9"])
+    with pytest.raises(TypeError, match="iterable of module names"):
+        sparsify(h.make_mlp(), "logsum", layers="fc1")
+    with pytest.raises(TypeError, match="only exact"):
+        sparsify(h.make_mlp(), "logsum", layers=[""])
+
+
+@pytest.mark.parametrize("bad, exc, match", [
+    ("dropconnect", ValueError, "unknown method 'dropconnect'"),
+    ("penalty:", ValueError, "unknown method"),
+    ("penalty:nosuch", ValueError, "cannot build penalty 'nosuch'"),
+    ("penalty:hard_threshold", ValueError, "not separable"),
+    (3, TypeError, "method must be a string"),
+])
+def test_bad_method(bad, exc, match, h):
+    with pytest.raises(exc, match=match):
+        sparsify(h.make_mlp(), bad)
+
+
+@pytest.mark.parametrize("method, kw, exc, match", [
+    ("vardrop", {"alpha": 1.0}, TypeError, r"unknown hyperparameter\(s\) \['alpha'\]"),
+    ("vardrop", {"tol": 0.0}, ValueError, "tol must be > 0"),
+    ("vardrop", {"tol": 1.5}, ValueError, "tol must be < 1"),
+    ("vardrop", {"clip": 2.0}, ValueError, "raise clip"),
+    ("vardrop-lr", {"lam": -1.0}, ValueError, "lam must be >= 0"),
+    ("vardrop-lr", {"lam": "big"}, TypeError, "lam must be a real number"),
+    ("vardrop-lr-ar", {"init_log_alpha": -3.0}, TypeError, "init_log_alpha"),
+    ("hardconcrete", {"gamma": 0.1}, ValueError, "gamma must be < 0"),
+    ("hardconcrete", {"zeta": 0.9}, ValueError, "zeta must be > 1"),
+    ("hardconcrete", {"droprate_init": 1.0}, ValueError, "droprate_init must be < 1"),
+    ("magnitude", {"sparsity": 1.0}, ValueError, "sparsity must be < 1"),
+    ("magnitude", {"begin": 0.5, "end": 0.2}, ValueError, "end .* must be greater than begin"),
+    ("magnitude", {"prune_every": 0}, ValueError, "prune_every must be >= 1"),
+    ("magnitude", {"prune_every": 2.5}, TypeError, "prune_every must be an integer"),
+    ("magnitude", {"scope": "model"}, ValueError, "scope must be one of"),
+    ("logsum", {"lam": 0.0}, ValueError, "lam must be > 0"),
+    ("logsum", {"eps": -2.0}, ValueError, "eps must be > 0"),
+    ("logsum", {"lr": 0.0}, ValueError, "lr must be a positive number"),
+    ("eta-trick", {"prune_rule": "w"}, ValueError, "prune_rule must be one of"),
+    ("penalty:mcp", {"algorithm": "sgd"}, ValueError, "algorithm must be one of"),
+    ("penalty:mcp", {"penalty_params": {"b": 1}}, ValueError, "penalty_params"),
+    ("penalty:mcp", {"penalty_params": 3}, TypeError, "penalty_params must be a dict"),
+    ("penalty:l1", {"eps": 2.0}, TypeError, "unknown hyperparameter"),
+])
+def test_bad_hyperparameters(method, kw, exc, match, h):
+    m = h.make_mlp()
+    with pytest.raises(exc, match=match):
+        sparsify(m, method, **kw)
+    # nothing was changed on failure
+    assert type(m.fc1) is nn.Linear
+
+
+def test_bad_models_and_calls(h):
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        sparsify("model", "logsum")
+    with pytest.raises(ValueError, match="no nn.Linear or nn.Conv2d"):
+        sparsify(nn.Sequential(nn.ReLU()), "logsum")
+    m = h.make_mlp()
+    sp = sparsify(m, "vardrop")
+    with pytest.raises(ValueError, match="already sparsified"):
+        sparsify(m, "logsum")
+    with pytest.raises(ValueError, match="n_train must be >= 1"):
+        sp.regularizer(0)
+    with pytest.raises(TypeError, match="n_train must be an integer"):
+        sp.regularizer(10.0)
+    opt = torch.optim.Adam(m.parameters())
+    with pytest.raises(ValueError, match="must not exceed total_steps"):
+        sp.after_step(opt, 11, 10)
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        sp.after_step("adam", 1, 10)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        export_sparse(m, "coo")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        sparsity_report(None)
+    # shape mismatch gives torch's own clear error, unchanged by the wrapper
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        m(torch.randn(3, 7))
+
+
+def test_adaprox_needs_optimizer_with_the_weights(h):
+    m = h.make_mlp()
+    sp = sparsify(m, "adaprox")
+    with pytest.raises(ValueError, match="needs the optimizer"):
+        sp.after_step(None, 1, 10)
+    other = torch.optim.Adam([nn.Parameter(torch.zeros(3))])
+    with pytest.raises(ValueError, match="build the optimizer after sparsify"):
+        sp.after_step(other, 1, 10)
+
+
+def test_state_dict_of_another_method_is_refused(h):
+    a = h.make_mlp()
+    sparsify(a, "logsum")
+    b = h.make_mlp()
+    sparsify(b, "adatikhonov")  # same parameter names
+    with pytest.raises(ValueError, match="sparsified with method 'logsum'"):
+        b.load_state_dict(a.state_dict())
+    c = h.make_mlp()
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        c.load_state_dict(a.state_dict())
+
+
+def test_attach_and_report(h):
+    m = h.make_mlp()
+    sparsify(m, "magnitude")
+    sp = Sparsifier.attach(m, "magnitude")
+    assert sp.density()["total"] == 1.0
+    with pytest.raises(ValueError, match="not 'logsum'"):
+        Sparsifier.attach(m, "logsum")
+    rows = sp.report()
+    assert [r["layer"] for r in rows] == ["fc1", "fc2", "fc3", "total"]
+    assert rows[0]["shape"] == (24, 20) and rows[0]["total"] == 480
+    assert rows[-1]["total"] == 480 + 24 * 16 + 16 * 4
+    # the report also reads plain models
+    assert sparsity_report(h.make_mlp())[-1]["fraction"] == 1.0
+    from dualdrop.nn import format_report
+
+    assert "fc2" in format_report(rows)
+
+
+def test_penalties_package_is_used():
+    # penalty:<name> resolves through the penalties catalog
+    m = nn.Linear(4, 3)
+    sp = sparsify(m, "penalty:logsum", penalty_params={"eps": 0.5})
+    assert m.penalty == penalties.get("logsum", eps=0.5)
+    assert sp.density()["total"] == 1.0
+    # the model itself may be the one layer
+    assert type(export_sparse(m, "dense")) is nn.Linear
