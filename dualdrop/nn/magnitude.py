@@ -1,7 +1,9 @@
 """Gradual magnitude pruning (Zhu & Gupta 2017) with per-layer floors.
 
-Each layer holds a boolean buffer ``weight_mask``; the forward pass uses ``weight * weight_mask``
-in training and at test time. ``Sparsifier.after_step`` drives the schedule: at step ``t`` (the
+Each layer holds a 0/1 buffer ``weight_mask`` (in the weight's dtype, like ``torch.nn.utils.prune``). The test-time (eval) forward uses
+``weight * weight_mask``; the training forward uses ``weight`` itself, which ``after_step`` keeps at
+exactly zero at pruned entries (so the masks must be enforced by calling ``after_step`` after
+every optimizer step, as the contract says). ``Sparsifier.after_step`` drives the schedule: at step ``t`` (the
 number of optimizer steps taken so far) the target sparsity is the cubic ramp
 
     s_t = sparsity * (1 - (1 - (t - t0) / (t1 - t0))^3),   t0 = begin * T,  t1 = end * T,
@@ -54,10 +56,14 @@ def validate(hp: dict) -> dict:
 
 class MagnitudeMixin(SparseLayerMixin):
     def _setup(self, **hp):
-        self.register_buffer("weight_mask", torch.ones_like(self.weight, dtype=torch.bool))
+        # 0/1 in the weight's dtype (as torch.nn.utils.prune): w.mul_(mask) is ~4x faster than
+        # with a bool mask
+        self.register_buffer("weight_mask", torch.ones_like(self.weight.detach()))
 
     def train_forward(self, x):
-        return self._op(x, self.weight * self.weight_mask, self.bias)
+        # after_step keeps pruned weights at exactly 0 after every optimizer step, so training
+        # uses the weight as is (the dense cost); masking here as well would only add work.
+        return self._op(x, self.weight, self.bias)
 
     def eval_weight_bias(self):
         return self.weight * self.weight_mask, self.bias
@@ -91,20 +97,20 @@ def _floor(n: int, min_density: float) -> int:
 def update_masks(layers, hp: dict, sparsity: float) -> None:
     """Prune ``layers`` (list of MagnitudeMixin) to ``sparsity`` by magnitude, masks only shrink."""
     # score: |w| where alive, -1 where already pruned (never chosen while alive ones remain)
-    scores = [torch.where(l.weight_mask, l.weight.abs(), torch.full_like(l.weight, -1.0))
+    scores = [torch.where(l.weight_mask > 0, l.weight.abs(), torch.full_like(l.weight, -1.0))
               .flatten() for l in layers]
     sizes = [s.numel() for s in scores]
     floors = [_floor(n, hp["min_layer_density"]) for n in sizes]
     if hp["scope"] == "layer":
         for layer, sc, n, fl in zip(layers, scores, sizes, floors):
-            alive = int(layer.weight_mask.sum())
+            alive = int(torch.count_nonzero(layer.weight_mask))
             k = min(alive, max(fl, n - round(sparsity * n)))
             mask = torch.zeros(n, dtype=torch.bool, device=sc.device)
             mask[torch.topk(sc, k, sorted=False).indices] = True
             layer.weight_mask.copy_(mask.view_as(layer.weight_mask))
         return
     total = sum(sizes)
-    alive = sum(int(l.weight_mask.sum()) for l in layers)
+    alive = sum(int(torch.count_nonzero(l.weight_mask)) for l in layers)
     k = min(alive, max(total - round(sparsity * total), sum(floors)))
     # each layer's own top-`floor` weights are kept unconditionally
     forced = []
