@@ -410,3 +410,42 @@ def test_eta_trick_fused_objective_matches_plain_autograd():
     assert reg.item() == pytest.approx(ref.item(), rel=1e-12)
     torch.testing.assert_close(gw, w.grad, rtol=1e-10, atol=1e-14)
     torch.testing.assert_close(ge, le.grad, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("name, params", [("logsum", {"eps": 2.0}), ("logsum", {"eps": 0.1}),
+                                          ("l1", {}), ("lp", {"p": 0.5}), ("lp", {"p": 1.5}),
+                                          ("log2sum", {"eps": 0.3}), ("mcp", {"a": 3.0, "lam": 0.1}),
+                                          ("scad", {"a": 3.7, "lam": 0.2})])
+def test_torch_forms_match_penalties(name, params):
+    """The torch speed path reproduces the penalties object (omega, derivative, eta_hat)."""
+    from dualdrop.nn.penalty import TORCH_FORMS, torch_form
+
+    P = penalties.get(name, **params)
+    assert torch_form(P) == name
+    w = np.concatenate([[0.0, 1e-12, -1e-6], np.linspace(-3, 3, 601),
+                        np.random.default_rng(1).standard_normal(200) * 0.3])
+    wt = torch.from_numpy(w)
+    om, d, eta = TORCH_FORMS[name](wt, wt.abs(), P.params)
+    np.testing.assert_allclose(om.numpy(), P.omega(w), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(d.numpy(), P.derivative(w), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(eta.numpy(), P.eta_hat(w), rtol=1e-12, atol=1e-15)
+    # and the layer's regularizer agrees with the generic kernel path
+    layer, _ = tiny_layer(f"penalty:{name}", lam=0.7, penalty_params=params)
+    wt4 = torch.from_numpy(w[:20].reshape(4, 5)).clone().requires_grad_(True)
+    fast = penalty_value(layer, wt4)
+    (g_fast,) = torch.autograd.grad(fast, wt4)
+    layer._torch_form = None
+    slow = penalty_value(layer, wt4)
+    (g_slow,) = torch.autograd.grad(slow, wt4)
+    assert fast.item() == pytest.approx(slow.item(), rel=1e-12)
+    torch.testing.assert_close(g_fast, g_slow, rtol=1e-12, atol=1e-15)
+
+
+def test_adaprox_generic_kernel_path_matches_torch_form():
+    a, spa = tiny_layer("adaprox", lam=0.05, seed=3)
+    b, spb = tiny_layer("adaprox", lam=0.05, seed=3)
+    b._torch_form = None  # force the numba loop over penalties.kernels
+    for layer, sp in ((a, spa), (b, spb)):
+        opt = torch.optim.SGD(layer.parameters(), lr=0.2)
+        sp.after_step(opt, 1, 2)
+    torch.testing.assert_close(a.weight, b.weight, rtol=1e-12, atol=1e-15)
