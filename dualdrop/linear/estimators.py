@@ -22,17 +22,19 @@ all-zero column gets ``s_j = 1`` and a zero coefficient.
 Nested penalty parameters: pass ``penalty="logsum", penalty_params={"eps": 2.0}``;
 ``get_params()`` also lists ``penalty_params__eps`` and ``set_params(penalty_params__eps=...)``
 works, so ``GridSearchCV(est, {"penalty_params__eps": [...], "alpha": [...]})`` searches penalty
-parameters. Fitted estimators clone and pickle.
+parameters. With a penalty object (``penalty=penalties.LogSum(eps=2.0)``) the keys are
+``penalty__eps`` (``set_params`` builds a new object). Estimators clone and pickle.
 """
 
 from __future__ import annotations
 
+import copy
 import numbers
 import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
@@ -52,6 +54,7 @@ except ImportError:  # pragma: no cover - older scikit-learn
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression"]
 
 _NESTED = "penalty_params__"
+_NESTED_OBJ = "penalty__"
 
 
 class _SparseLinearBase(BaseEstimator):
@@ -78,14 +81,27 @@ class _SparseLinearBase(BaseEstimator):
         if deep and isinstance(self.penalty_params, dict):
             for k, v in self.penalty_params.items():
                 params[_NESTED + str(k)] = v
+        if deep and not isinstance(self.penalty, str) and hasattr(self.penalty, "get_params"):
+            for k, v in self.penalty.get_params().items():
+                params[_NESTED_OBJ + str(k)] = v
         return params
 
     def set_params(self, **params):
         nested = {k[len(_NESTED):]: params.pop(k) for k in list(params) if k.startswith(_NESTED)}
-        if "penalty_params" in params:
-            super().set_params(penalty_params=params.pop("penalty_params"))
+        nested_obj = {k[len(_NESTED_OBJ):]: params.pop(k) for k in list(params)
+                      if k.startswith(_NESTED_OBJ)}
+        for key in ("penalty", "penalty_params"):
+            if key in params:
+                super().set_params(**{key: params.pop(key)})
         if params:
             super().set_params(**params)
+        if nested_obj:
+            P = self.penalty
+            if isinstance(P, str) or not hasattr(P, "get_params"):
+                raise ValueError("penalty__<name> needs a penalty object; with a penalty name use "
+                                 "penalty_params__<name>")
+            # a new object (never mutate one that a clone may share)
+            self.penalty = type(P)(**{**P.get_params(), **nested_obj})
         if nested:
             base = self.penalty_params
             if base is not None and not isinstance(base, dict):
@@ -94,6 +110,18 @@ class _SparseLinearBase(BaseEstimator):
             new.update(nested)
             self.penalty_params = new
         return self
+
+    def __sklearn_clone__(self):
+        # Penalty objects carry their own ``get_params`` (without sklearn's ``deep`` argument), so
+        # sklearn's clone would treat them as estimators: copy them instead.
+        params = super().get_params(deep=False)
+        new = {}
+        for k, v in params.items():
+            if k == "penalty" and not isinstance(v, str):
+                new[k] = copy.deepcopy(v)
+            else:
+                new[k] = clone(v, safe=False)
+        return type(self)(**new)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

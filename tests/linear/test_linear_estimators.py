@@ -22,9 +22,10 @@ from dualdrop.linear import (SparseLinearRegression, SparseLogisticRegression, a
     SparseLinearRegression(penalty="logsum", penalty_params={"eps": 1.0}, alpha=0.01),
     SparseLinearRegression(penalty="mcp", penalty_params={"a": 3.0, "lam": 0.1}, alpha=0.1,
                            solver="irls"),
+    SparseLinearRegression(penalty=penalties.MCP(a=3.0, lam=0.1), alpha=0.1),
     SparseLogisticRegression(),
     SparseLogisticRegression(penalty="scad", penalty_params={"a": 3.7, "lam": 0.05}, alpha=0.05),
-], ids=lambda e: f"{type(e).__name__}-{e.penalty}-{e.solver}")
+], ids=lambda e: f"{type(e).__name__}-{getattr(e.penalty, 'name', e.penalty)}-{e.solver}")
 def test_check_estimator(est):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -101,6 +102,12 @@ def test_penalty_object_parameter():
     np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-12)
     loaded = pickle.loads(pickle.dumps(a))
     np.testing.assert_array_equal(loaded.coef_, a.coef_)
+    c = clone(a)
+    assert c.penalty == a.penalty and c.penalty is not a.penalty and not hasattr(c, "coef_")
+    assert a.get_params()["penalty__eps"] == 0.5
+    gs = GridSearchCV(a, {"penalty__eps": [0.2, 2.0]}, cv=3).fit(X, y)
+    assert gs.best_estimator_.penalty.eps == gs.best_params_["penalty__eps"]
+    assert a.penalty.eps == 0.5  # the original object was not mutated
 
 
 def test_convergence_warning_reports_criterion():

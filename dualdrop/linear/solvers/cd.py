@@ -63,10 +63,17 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
     hist = np.zeros((K + 1, nws))
     n_hist = 0
     ep = 0
+    # Passes alternate between the whole working set and its nonzero part ("active set
+    # cycling"): once a full pass has found the support, cheaper passes over the nonzeros converge
+    # it, and a full pass confirms (or lets new coordinates in).
+    act = np.empty(nws, dtype=ws.dtype)
+    n_act = nws
+    full = True
     for ep in range(max_epochs):
         maxd = 0.0
-        for jj in range(nws):
-            j = ws[jj]
+        n_feats = nws if full else n_act
+        for jj in range(n_feats):
+            j = ws[jj] if full else act[jj]
             L = lips[j]
             if L == 0.0:
                 continue
@@ -86,8 +93,17 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
                 r -= m
                 if abs(m) > maxd:
                     maxd = abs(m)
-        if maxd <= tol_in:
-            break
+        if full:
+            if maxd <= tol_in:
+                break
+            n_act = 0
+            for jj in range(nws):
+                if w[ws[jj]] != 0.0:
+                    act[n_act] = ws[jj]
+                    n_act += 1
+            full = n_act == nws
+        elif maxd <= tol_in:
+            full = True
         if K > 0:
             for jj in range(nws):
                 hist[n_hist, jj] = w[ws[jj]]
