@@ -41,6 +41,32 @@ HPARAMS = {
 _U_EPS = 1e-6
 
 
+class _HardConcreteSample(torch.autograd.Function):
+    """Gate sample ``z = clamp(sigmoid((logit u + log a)/beta) (zeta - gamma) + gamma, 0, 1)``
+    for given uniforms ``u``, with the fused gradient
+    ``dz/dlog a = (zeta - gamma)/beta s (1 - s)`` where the clamp is inactive, 0 where it is."""
+
+    @staticmethod
+    def forward(ctx, logits, u, beta, gamma, zeta):
+        s = torch.logit(u).add_(logits).mul_(1.0 / beta).sigmoid_()
+        z = s * (zeta - gamma) + gamma
+        active = (z > 0.0) & (z < 1.0)
+        z.clamp_(0.0, 1.0)
+        grad = torch.addcmul(s, s, s, value=-1.0).mul_((zeta - gamma) / beta)
+        grad.mul_(active)
+        ctx.save_for_backward(grad)
+        ctx.shape = logits.shape
+        return z
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        gl = g * grad
+        if gl.shape != ctx.shape:  # gates broadcast over a batch dimension
+            gl = gl.sum_to_size(ctx.shape)
+        return gl, None, None, None, None
+
+
 def validate(hp: dict) -> dict:
     out = dict(hp)
     out["lam"] = check_float("lam", hp["lam"], low=0.0)
@@ -78,9 +104,8 @@ class HardConcreteMixin(SparseLayerMixin):
 
     def sample_gates(self, shape) -> torch.Tensor:
         u = torch.rand(shape, dtype=self.gate_logits.dtype, device=self.gate_logits.device)
-        u = u.clamp(_U_EPS, 1.0 - _U_EPS)
-        s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + self.gate_logits) / self.beta)
-        return (s * (self.zeta - self.gamma) + self.gamma).clamp(0.0, 1.0)
+        u.clamp_(_U_EPS, 1.0 - _U_EPS)
+        return _HardConcreteSample.apply(self.gate_logits, u, self.beta, self.gamma, self.zeta)
 
     def test_gates(self) -> torch.Tensor:
         s = torch.sigmoid(self.gate_logits)
