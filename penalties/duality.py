@@ -23,6 +23,7 @@ concave and nondecreasing, raises ``ValueError`` naming where it fails. The retu
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -87,9 +88,11 @@ def grid_golden_min(obj, n_points, lo, hi, n_grid=97, iters=64):
     with np.errstate(divide="ignore", invalid="ignore"):
         step = 0.5 * h * (f3[:, 0] - f3[:, 2]) / curv
     ok = np.isfinite(step) & (curv > 0) & (np.abs(step) < h)
-    x = np.where(ok, x + np.where(ok, step, 0.0), x)
-    fx = obj(x[:, None])[:, 0]
-    fx = np.where(ok, fx, np.minimum(fx, f3[:, 1]))
+    xp = x + np.where(ok, step, 0.0)
+    fp = obj(xp[:, None])[:, 0]
+    better = ok & (fp <= f3[:, 1])  # keep the step only where it does not make things worse
+    x = np.where(better, xp, x)
+    fx = np.where(better, fp, f3[:, 1])
     gmin = vals[np.arange(n_points), i]
     use_grid = gmin < fx
     x = np.where(use_grid, grid[i], x)
@@ -205,7 +208,7 @@ def _check_range(rng, name):
 class DualPenalty(NumericPenalty):
     """``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)] - 1/2 inf f`` (so that Omega(0) = 0)."""
 
-    def __init__(self, f, eta_range=(1e-12, 1e12), name="from_dual"):
+    def __init__(self, f, eta_range=(1e-12, 1e12), f0=0.0, name="from_dual"):
         if not callable(f):
             raise ValueError("f must be a vectorized callable eta -> f(eta)")
         self._fn = f
@@ -217,13 +220,8 @@ class DualPenalty(NumericPenalty):
         vals = _call(f, grid, "f")
         if not np.all(np.isfinite(vals)):
             raise ValueError(f"f is not finite at eta = {grid[~np.isfinite(vals)][0]:.6g}")
-        # Omega(0) = 1/2 inf f; when the infimum sits at eta -> 0, extrapolate f linearly to 0
-        i = int(np.argmin(vals))
-        fmin = float(vals[i])
-        if i == 0:
-            f2 = float(_call(f, np.array([2.0 * lo]), "f")[0])
-            fmin = min(fmin, 2.0 * fmin - f2)
-        self._offset = 0.5 * fmin
+        # Omega(0) = 1/2 f(0+): 0 in the unit convention, or estimated as inf f over the range
+        self._offset = 0.5 * (float(np.min(vals)) if f0 is None else check_param(f0, "f0"))
         self._llo, self._lhi = math.log(lo), math.log(hi)
 
     def _f(self, eta):
@@ -237,6 +235,14 @@ class DualPenalty(NumericPenalty):
             return w2 / eta + _call(self._fn, eta, "f")
 
         le, val = grid_golden_min(obj, a.size, self._llo, self._lhi)
+        if np.any((le <= self._llo + 1e-6) & (a > 0)):
+            warnings.warn(
+                f"from_dual: the minimizing eta is at the lower end of eta_range={self.eta_range} for some "
+                f"w (smallest such |w| = {a[(le <= self._llo + 1e-6) & (a > 0)].min():.3g}); Omega is "
+                "inaccurate there: widen eta_range",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         eta = np.where(le >= self._lhi - 1e-6, np.inf, np.exp(le))  # minimizer at eta -> inf
         return eta, 0.5 * val - self._offset
 
@@ -250,12 +256,14 @@ class DualPenalty(NumericPenalty):
         return np.where(a == 0, 0.0, eta)
 
 
-def from_dual(f, eta_range=(1e-12, 1e12)) -> Penalty:
+def from_dual(f, eta_range=(1e-12, 1e12), f0=0.0) -> Penalty:
     """Penalty from its dual function f (vectorized callable of eta > 0).
 
     ``eta_range`` bounds the search; a minimizer at its upper end is reported as eta_hat = inf.
+    ``Omega(0) = 1/2 f(0+)`` is subtracted: ``f0`` is f(0+) (0 in the unit convention); pass
+    ``f0=None`` to estimate it as the infimum of f over ``eta_range``.
     """
-    return DualPenalty(f, eta_range)
+    return DualPenalty(f, eta_range, f0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -411,18 +419,23 @@ class RulePenalty(NumericPenalty):
             s = left[:, None] + 0.5 * h[:, None] * (x[None, :] + 1.0)
         return 0.5 * h * np.sum(wts * self._integrand(s), axis=1)
 
-    def _panels(self, left, right, whole=None, depth=0):
+    def _panels(self, left, right, whole=None, prev_err=None, depth=0):
         """Adaptive integral over panels [left, right]: a panel whose halves disagree with it
-        (a kink inside, e.g. SCAD at lam) is bisected recursively."""
+        (a kink inside, e.g. SCAD at lam) is bisected recursively, as long as the disagreement
+        keeps shrinking (so rounding noise in a user's rule cannot trigger endless refinement)."""
         if whole is None:
             whole = self._gl(left, right)
+        if prev_err is None:
+            prev_err = np.full(left.shape, np.inf)
         mid = 0.5 * (left + right)
         lh, rh = self._gl(left, mid), self._gl(mid, right)
         halves = lh + rh
-        bad = np.abs(halves - whole) > 1e-15 * np.abs(halves) + 1e-300
-        if depth < 45 and np.any(bad):
-            halves[bad] = self._panels(left[bad], mid[bad], lh[bad], depth + 1) + self._panels(
-                mid[bad], right[bad], rh[bad], depth + 1
+        err = np.abs(halves - whole)
+        bad = (err > 1e-13 * np.abs(halves) + 1e-300) & (err < 0.5 * prev_err)
+        if depth < 40 and np.any(bad):
+            e = err[bad] / 2.0
+            halves[bad] = self._panels(left[bad], mid[bad], lh[bad], e, depth + 1) + self._panels(
+                mid[bad], right[bad], rh[bad], e, depth + 1
             )
         return halves
 
@@ -526,7 +539,7 @@ def from_keep_ratio(alpha_hat, lam, w_range=(1e-12, 1e8)) -> Penalty:
 class MaskPenalty(NumericPenalty):
     """Penalty on ``w~ = E[s] w`` of a biased mask with moments mu(theta), m2(theta)."""
 
-    def __init__(self, mean, second_moment, penalty, theta_range, name="from_mask_moments"):
+    def __init__(self, mean, second_moment, penalty, theta_range, f0=0.0, name="from_mask_moments"):
         for nm, fn in (("mean", mean), ("second_moment", second_moment), ("penalty", penalty)):
             if not callable(fn):
                 raise ValueError(f"{nm} must be a vectorized callable of the mask parameter")
@@ -550,7 +563,7 @@ class MaskPenalty(NumericPenalty):
         if np.any(np.diff(pv) < -1e-12 * np.max(np.abs(pv))):
             i = int(np.argmax(np.diff(pv) < 0))
             raise ValueError(f"penalty(theta) must be nondecreasing; it decreases near theta = {th[i]:.6g}")
-        self._offset = 0.5 * float(pv[0])
+        self._offset = 0.5 * (float(pv[0]) if f0 is None else check_param(f0, "f0"))
 
     @staticmethod
     def _check_theta(rng):
@@ -603,11 +616,13 @@ class MaskPenalty(NumericPenalty):
         return (_call(self._pen, 0.5 * (tlo + thi), "penalty") - 2.0 * self._offset).reshape(eta.shape)
 
 
-def from_mask_moments(mean, second_moment, penalty, theta_range=(-30.0, 30.0)) -> Penalty:
+def from_mask_moments(mean, second_moment, penalty, theta_range=(-30.0, 30.0), f0=0.0) -> Penalty:
     """Effective penalty of a biased mask s (E[s] != 1) on ``w~ = E[s] w`` (DUALITY.md 2.5).
 
     ``mean(theta) = E[s]``, ``second_moment(theta) = E[s^2]`` and ``penalty(theta)`` (the method's
     own regularizer, which becomes f in the unit convention) are vectorized callables of the mask
     parameter theta over ``theta_range``; ``1/eta~ = E[s^2]/E[s]^2 - 1`` must decrease in theta.
+    ``f0`` is the penalty's limit as the mask closes (0 for an L0 count; None: its value at the
+    lower end of theta_range), subtracted so that Omega(0) = 0.
     """
-    return MaskPenalty(mean, second_moment, penalty, theta_range)
+    return MaskPenalty(mean, second_moment, penalty, theta_range, f0)
