@@ -373,8 +373,8 @@ class RulePenalty(NumericPenalty):
         if np.any(np.isnan(eta)) or np.any(eta < 0):
             bad = grid[np.isnan(eta) | (eta < 0)][0]
             raise ValueError(f"eta_hat must be >= 0 (or +inf); got {eta[grid == bad][0]} at w = {bad:.6g}")
-        de = np.diff(eta)
         with np.errstate(invalid="ignore"):
+            de = np.diff(eta)
             bad = de < -1e-12 * np.maximum(np.abs(eta[:-1]), 1e-300)
         bad &= ~(np.isinf(eta[:-1]) & np.isinf(eta[1:]))
         if verify and np.any(bad):
