@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover
 
 if AVAILABLE:
 
-    @njit(cache=True, error_model="numpy", fastmath=True)
+    @njit(cache=True, error_model="numpy")  # no fastmath: it drops the isinf checks
     def value_and_derivative(code, params, w, grad, tikhonov):
         """Fill ``grad[i] = Omega'(w[i])``; return ``sum Omega(w)`` or, with ``tikhonov``,
         ``sum 1/2 w Omega'(w) = sum 1/2 w^2 / eta_hat(w)``."""
@@ -43,7 +43,7 @@ if AVAILABLE:
                 total += omega_scalar(code, params, wi)
         return total
 
-    @njit(cache=True, error_model="numpy", fastmath=True)
+    @njit(cache=True, error_model="numpy")  # no fastmath: it drops the isinf checks
     def tikhonov_prox(code, params, w, rho_lam):
         """In place ``w[i] <- w[i] eta / (eta + rho_lam[i])``, ``eta = eta_hat(w[i])``."""
         for i in range(w.size):

@@ -8,14 +8,18 @@ plain layer holding its deterministic test-time weights (masks and gates folded 
 - ``"csr"``: every Linear layer becomes ``CSRLinear`` (weight stored as a torch sparse CSR
   tensor, out_features x in_features, multiplied as ``W_csr @ H`` with ``H`` the activations in
   feature-major layout, in_features x batch). Conv2d layers stay dense.
-- ``"auto"``: CSR for Linear layers whose density is at most ``csr_max_density`` (default 0.1;
-  on the 2-core reference machine CSR beat dense below about 20-30% density, see
-  benchmarks/bench_nn_overhead.py), dense otherwise.
+- ``"auto"``: ``"csr"`` when the Linear layers' total density is at most ``csr_max_density``
+  (default 0.1; on the 2-core reference machine the CSR export beat dense up to about 10%
+  density and lost at 30%, see benchmarks/RESULTS.md), else ``"dense"``. One layout for all
+  Linear layers: mixing them makes a dense layer receive the feature-major view of a CSR layer's
+  output, which measured slower than either pure layout.
 
 ``CSRLinear`` takes and returns the usual ``(batch, features)`` tensors, but its output is a
 transposed view of a contiguous ``(features, batch)`` result: elementwise layers in between
 (ReLU, ...) keep that layout, so the next ``CSRLinear`` receives its feature-major operand without
-a copy. Only the first layer pays for one transpose copy of the input.
+a copy. Only the first layer pays for one transpose copy of the input; at 1-2% density that copy
+costs as much as the sparse products (see benchmarks/RESULTS.md), so feeding feature-major data
+is where further speed would come from.
 """
 
 from __future__ import annotations
@@ -95,20 +99,29 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
     for name in sparse_layers:
         layer = out.get_submodule(name)
         _set_submodule(out, name, layer.plain_module())
-    if layout != "dense":
+    if layout == "auto":
+        layout = "csr" if _linear_density(out) <= csr_max_density else "dense"
+    if layout == "csr":
         for name, module in list(out.named_modules()):
             if type(module) is nn.Linear and name:
-                _set_submodule(out, name, _maybe_csr(module, layout, csr_max_density))
+                _set_submodule(out, name, CSRLinear.from_dense(module.weight, module.bias))
     return out.eval()
+
+
+def _linear_density(model):
+    nnz = tot = 0
+    for m in model.modules():
+        if type(m) is nn.Linear:
+            nnz += int(torch.count_nonzero(m.weight))
+            tot += m.weight.numel()
+    return nnz / tot if tot else 1.0
 
 
 def _maybe_csr(module, layout, csr_max_density):
     if type(module) is not nn.Linear or layout == "dense":
         return module
-    w = module.weight.detach()
-    density = float(torch.count_nonzero(w)) / max(1, w.numel())
-    if layout == "csr" or density <= csr_max_density:
-        return CSRLinear.from_dense(w, module.bias)
+    if layout == "csr" or _linear_density(module) <= csr_max_density:
+        return CSRLinear.from_dense(module.weight, module.bias)
     return module
 
 

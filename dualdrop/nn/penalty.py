@@ -194,6 +194,7 @@ def _tf_scad(w, a, prm):
     return om, d, eta
 
 
+_INFINITE_ETA = {"mcp", "scad"}  # forms whose eta_hat reaches +inf
 TORCH_FORMS = {"l1": _tf_l1, "lp": _tf_lp, "logsum": _tf_logsum, "log2sum": _tf_log2sum,
                "mcp": _tf_mcp, "scad": _tf_scad}
 
@@ -378,13 +379,16 @@ def adaprox_step(layers, optimizer) -> None:
             step = float(state["step"])
             beta2 = float(group["betas"][1])
             bc2 = 1.0 - beta2 ** step
-            rho = lr / (torch.sqrt(v / bc2) + float(group["eps"]))
+            # rho lam = lr lam / (sqrt(v)/sqrt(bc2) + eps): Adam's own denominator, in place
+            rho_lam = torch.sqrt(v).div_(math.sqrt(bc2)).add_(float(group["eps"]))
+            rho_lam = rho_lam.reciprocal_().mul_(lr * layer.lam)
         else:
-            rho = torch.full_like(w, lr)
-        rho_lam = rho * layer.lam
+            rho_lam = torch.full_like(w, lr * layer.lam)
         if layer._torch_form is not None:
             _, _, eta = TORCH_FORMS[layer._torch_form](w, w.abs(), layer.penalty.params)
-            factor = torch.where(torch.isinf(eta), torch.ones_like(eta), eta / (eta + rho_lam))
+            factor = eta / rho_lam.add_(eta)       # eta / (eta + rho lam)
+            if layer._torch_form in _INFINITE_ETA:
+                factor.nan_to_num_(nan=1.0)         # eta = inf: inf/inf, no shrinkage
             w.mul_(factor)
         elif layer._kernel is not None:
             wc = w.detach().cpu().contiguous()

@@ -34,6 +34,11 @@ def _family(method: str):
     if method in ("eta-trick", "adaprox", "adatikhonov", "logsum"):
         return "penalty"
     if method.startswith("penalty:") and len(method) > len("penalty:"):
+        name = method.split(":", 1)[1]
+        available = penalty._import_penalties().available()
+        if name.strip().lower().replace("-", "_") not in available:
+            raise ValueError(f"unknown penalty in method {method!r}; catalog names are "
+                             f"{available}")
         return "penalty"
     raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)} or "
                      "'penalty:<name>' with a penalties catalog name (e.g. 'penalty:mcp')")
@@ -163,6 +168,9 @@ class Sparsifier:
             out[name] = k / n
             nnz += k
             tot += n
+        if tot == 0:
+            raise ValueError("the model has no sparsified layer (was it exported, or "
+                             "sparsified under another name?)")
         out["total"] = nnz / tot
         return out
 
@@ -183,7 +191,8 @@ def sparsify(model: nn.Module, method: str, *, layers=None, **hparams) -> Sparsi
     Every ``nn.Linear`` and ``nn.Conv2d`` (exact types; or the modules named in ``layers``) is
     turned into the method's layer class in place; new learnable tensors become parameters of
     the model, so build the optimizer *after* this call. Hyperparameters not given take
-    ``default_hparams(method)``; unknown names raise ``TypeError``. The global torch RNG
+    ``default_hparams(method)``; unknown names raise ``TypeError``. ``lr`` is validated and kept in
+    ``Sparsifier.hparams`` for the caller's optimizer; the layers do not use it. The global torch RNG
     initializes stochastic parameters (hard-concrete gate logits): seed it first for
     reproducibility.
 

@@ -19,6 +19,15 @@ on the KL term and on the pruning rule). KL approximation (Molchanov et al. 2017
 ``-KL ~= k1 sigmoid(k2 + k3 log a) - 1/2 log(1 + 1/a) - k1``; the regularizer is
 ``lam * sum KL / n_train`` (``lam = 1``: the evidence lower bound divided by ``n_train``).
 
+Initialization: ``log a = init_log_alpha`` (-4) for the two ``(theta, log a)`` variants;
+``log sigma^2 = init_log_sigma2`` (-10, Molchanov et al.'s value) for ``vardrop-lr-ar``, so that
+small weights start with a large ``a``. Hyperparameters: ``lam``, ``tol``, ``clip`` (8) and the
+initialization; ``default_hparams`` lists them.
+
+Cost notes: the KL term, the LR weight variance and their gradients are fused autograd functions
+(one pass each over the weights instead of a chain of small ops), since they run over every
+weight at every step.
+
 Test time: a weight is pruned when its keep ratio ``1/(1+a)`` is below ``tol`` (default 0.05,
 i.e. ``log a > log 19 ~ 2.944``; the official code's ``log a >= 3`` is ``tol ~ 0.0474``); the
 eval network uses ``theta * mask`` without noise.

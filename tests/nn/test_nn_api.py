@@ -83,7 +83,7 @@ def test_layers_argument(h):
 @pytest.mark.parametrize("bad, exc, match", [
     ("dropconnect", ValueError, "unknown method 'dropconnect'"),
     ("penalty:", ValueError, "unknown method"),
-    ("penalty:nosuch", ValueError, "cannot build penalty 'nosuch'"),
+    ("penalty:nosuch", ValueError, "unknown penalty in method 'penalty:nosuch'"),
     ("penalty:hard_threshold", ValueError, "not separable"),
     (3, TypeError, "method must be a string"),
 ])
@@ -114,6 +114,7 @@ def test_bad_method(bad, exc, match, h):
     ("eta-trick", {"prune_rule": "w"}, ValueError, "prune_rule must be one of"),
     ("penalty:mcp", {"algorithm": "sgd"}, ValueError, "algorithm must be one of"),
     ("penalty:mcp", {"penalty_params": {"b": 1}}, ValueError, "penalty_params"),
+    ("penalty:mcp", {"penalty_params": {"a": -1.0}}, ValueError, "cannot build penalty 'mcp'"),
     ("penalty:mcp", {"penalty_params": 3}, TypeError, "penalty_params must be a dict"),
     ("penalty:l1", {"eps": 2.0}, TypeError, "unknown hyperparameter"),
 ])

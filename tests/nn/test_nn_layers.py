@@ -441,11 +441,19 @@ def test_torch_forms_match_penalties(name, params):
     torch.testing.assert_close(g_fast, g_slow, rtol=1e-12, atol=1e-15)
 
 
-def test_adaprox_generic_kernel_path_matches_torch_form():
-    a, spa = tiny_layer("adaprox", lam=0.05, seed=3)
-    b, spb = tiny_layer("adaprox", lam=0.05, seed=3)
+@pytest.mark.parametrize("method, kw", [("adaprox", {"lam": 0.05}),
+                                        ("penalty:mcp", {"lam": 0.05, "algorithm": "adaprox",
+                                                         "penalty_params": {"a": 2.0,
+                                                                            "lam": 0.2}})])
+def test_adaprox_generic_kernel_path_matches_torch_form(method, kw):
+    a, spa = tiny_layer(method, seed=3, **kw)
+    b, spb = tiny_layer(method, seed=3, **kw)
     b._torch_form = None  # force the numba loop over penalties.kernels
     for layer, sp in ((a, spa), (b, spb)):
-        opt = torch.optim.SGD(layer.parameters(), lr=0.2)
+        with torch.no_grad():
+            layer.weight.mul_(3.0)  # some beyond MCP's flat part (eta_hat = inf)
+        opt = torch.optim.Adam(layer.parameters(), lr=0.2)
+        layer(torch.ones(2, 5, dtype=torch.float64)).sum().backward()
+        opt.step()
         sp.after_step(opt, 1, 2)
     torch.testing.assert_close(a.weight, b.weight, rtol=1e-12, atol=1e-15)
