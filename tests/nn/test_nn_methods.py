@@ -86,6 +86,10 @@ def test_export_dense_loads_strictly_and_matches(method, trained_models, tiny_da
         csr = export_sparse(model, "csr")
         assert type(csr.fc1).__name__ == "CSRLinear"
         torch.testing.assert_close(csr(X), ref, rtol=1e-5, atol=1e-5)
+        # feature-major input (features x batch storage, passed as a transposed view)
+        fm = X.t().contiguous().t()
+        assert not fm.is_contiguous()
+        torch.testing.assert_close(csr(fm), ref, rtol=1e-5, atol=1e-5)
         auto = export_sparse(model, "auto")
         torch.testing.assert_close(auto(X), ref, rtol=1e-5, atol=1e-5)
     # the source model is untouched and still sparsified
