@@ -46,7 +46,19 @@ class Lp(KernelPenalty):
         return eta**q / q
 
 
-class LogSum(KernelPenalty):
+class _EpsPenalty(KernelPenalty):
+    """Shared constructor of the penalties with one smoothing parameter ``eps > 0``."""
+
+    _param_names = ("eps",)
+
+    def __init__(self, eps=1.0):
+        self.eps = check_param(eps, "eps", low=0.0)
+
+    def _kernel_params(self):
+        return np.array([self.eps])
+
+
+class LogSum(_EpsPenalty):
     """Log-sum penalty ``Omega = log(|w| + eps) - log(eps)`` (Candes, Wakin & Boyd 2008).
 
     Shifted by ``log eps`` so that ``Omega(0) = 0`` (the classical form is unshifted).
@@ -55,14 +67,7 @@ class LogSum(KernelPenalty):
     """
 
     name = "logsum"
-    _param_names = ("eps",)
     _code = K.LOGSUM
-
-    def __init__(self, eps=1.0):
-        self.eps = check_param(eps, "eps", low=0.0)
-
-    def _kernel_params(self):
-        return np.array([self.eps])
 
     def _f(self, eta):
         eps = self.eps
@@ -71,7 +76,7 @@ class LogSum(KernelPenalty):
         return 2.0 * np.log1p(2.0 * eta / (eps * (s + eps))) - 4.0 * eta / (s + eps) ** 2
 
 
-class Log2Sum(KernelPenalty):
+class Log2Sum(_EpsPenalty):
     """Log-of-squares penalty ``Omega = log(w^2 + eps) - log(eps)``; ``eta_hat = (w^2 + eps)/2``.
 
     ``f(eta) = 0`` for ``eta <= eps/2`` and ``2 log(2 eta / eps) - 2 + eps / eta`` beyond. Smooth
@@ -79,14 +84,7 @@ class Log2Sum(KernelPenalty):
     """
 
     name = "log2sum"
-    _param_names = ("eps",)
     _code = K.LOG2SUM
-
-    def __init__(self, eps=1.0):
-        self.eps = check_param(eps, "eps", low=0.0)
-
-    def _kernel_params(self):
-        return np.array([self.eps])
 
     def _f(self, eta):
         eps = self.eps

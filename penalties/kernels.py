@@ -359,29 +359,26 @@ def prox_scalar(code, p, v, t):
 # Array maps (serial and parallel); out-parameters keep allocation in the caller
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True)
+def _apply(which, code, p, x, t):
+    if which == 0:
+        return omega_scalar(code, p, x)
+    if which == 1:
+        return derivative_scalar(code, p, x)
+    if which == 2:
+        return eta_hat_scalar(code, p, x)
+    return prox_scalar(code, p, x, t)
+
+
+@njit(cache=True)
 def _map_serial(which, code, p, x, t, out):
     for i in range(x.size):
-        if which == 0:
-            out[i] = omega_scalar(code, p, x[i])
-        elif which == 1:
-            out[i] = derivative_scalar(code, p, x[i])
-        elif which == 2:
-            out[i] = eta_hat_scalar(code, p, x[i])
-        else:
-            out[i] = prox_scalar(code, p, x[i], t[i])
+        out[i] = _apply(which, code, p, x[i], t[i if t.size > 1 else 0])
 
 
 @njit(cache=True, parallel=True)
 def _map_parallel(which, code, p, x, t, out):
     for i in prange(x.size):
-        if which == 0:
-            out[i] = omega_scalar(code, p, x[i])
-        elif which == 1:
-            out[i] = derivative_scalar(code, p, x[i])
-        elif which == 2:
-            out[i] = eta_hat_scalar(code, p, x[i])
-        else:
-            out[i] = prox_scalar(code, p, x[i], t[i])
+        out[i] = _apply(which, code, p, x[i], t[i if t.size > 1 else 0])
 
 
 _WHICH = {"omega": 0, "derivative": 1, "eta_hat": 2, "prox": 3}
