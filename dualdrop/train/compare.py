@@ -110,11 +110,13 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     import matplotlib.pyplot as plt
 
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for m, run in runs.items():
+    styles = ("-", "--", "-.", ":")
+    for i, (m, run) in enumerate(runs.items()):
         h = run["history"]
         ep = [r["epoch"] for r in h]
-        ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], label=_label(m))
-        ax1.plot(ep, [100 * r["val_error"] for r in h], label=_label(m))
+        kw = dict(label=_label(m), linestyle=styles[i % len(styles)])  # coinciding curves stay visible
+        ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], **kw)
+        ax1.plot(ep, [100 * r["val_error"] for r in h], **kw)
     ax0.set_yscale("log")
     ax0.set_xlabel("epoch")
     ax0.set_ylabel("fraction of nonzero weights")
@@ -123,9 +125,10 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     ax1.set_ylabel("validation error (%)")
     ax1.set_title("validation error")
     errs = [100 * r["val_error"] for run in runs.values() for r in run["history"]]
-    if errs:
+    if errs:  # zoom on the end of training: every run's last value in view
         lo = min(errs)
-        ax1.set_ylim(max(0.0, lo - 0.5), min(100.0, max(lo * 4, lo + 3)))
+        last = max(100 * run["history"][-1]["val_error"] for run in runs.values())
+        ax1.set_ylim(max(0.0, lo - 0.5), min(100.0, max(1.5 * last, lo + 3)))
     for ax in (ax0, ax1):
         ax.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize=8, loc="upper right")
