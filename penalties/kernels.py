@@ -371,14 +371,16 @@ def _apply(which, code, p, x, t):
 
 @njit(cache=True)
 def _map_serial(which, code, p, x, t, out):
+    st = 1 if t.size == x.size else 0  # t is either elementwise or a single (unused) value
     for i in range(x.size):
-        out[i] = _apply(which, code, p, x[i], t[i if t.size > 1 else 0])
+        out[i] = _apply(which, code, p, x[i], t[i * st])
 
 
 @njit(cache=True, parallel=True)
 def _map_parallel(which, code, p, x, t, out):
+    st = 1 if t.size == x.size else 0
     for i in prange(x.size):
-        out[i] = _apply(which, code, p, x[i], t[i if t.size > 1 else 0])
+        out[i] = _apply(which, code, p, x[i], t[i * st])
 
 
 _WHICH = {"omega": 0, "derivative": 1, "eta_hat": 2, "prox": 3}
