@@ -614,7 +614,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
             bar.close()
 
         if last < cfg.epochs:
-            return {"status": "stopped", "epoch": last, "out": str(out), "history": history}
+            return {"status": "stopped", "epoch": max(last, start_epoch), "out": str(out),
+                    "history": history}
 
         # ---- final report: end-of-training numbers; the test set is read here only
         Xte = torch.from_numpy(data.X_test).to(dev)
