@@ -148,7 +148,8 @@ def sparsity_report(model: nn.Module) -> list[dict]:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     rows = []
     for name, module in model.named_modules():
-        if not (isinstance(module, (SparseLayerMixin, CSRLinear)) or type(module) in SUPPORTED_TYPES):
+        known = isinstance(module, (SparseLayerMixin, CSRLinear))
+        if not (known or type(module) in SUPPORTED_TYPES):
             continue
         nnz, total = _weight_counts(module)
         rows.append({

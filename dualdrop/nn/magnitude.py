@@ -1,10 +1,11 @@
 """Gradual magnitude pruning (Zhu & Gupta 2017) with per-layer floors.
 
-Each layer holds a 0/1 buffer ``weight_mask`` (in the weight's dtype, like ``torch.nn.utils.prune``). The test-time (eval) forward uses
-``weight * weight_mask``; the training forward uses ``weight`` itself, which ``after_step`` keeps at
-exactly zero at pruned entries (so the masks must be enforced by calling ``after_step`` after
-every optimizer step, as the contract says). ``Sparsifier.after_step`` drives the schedule: at step ``t`` (the
-number of optimizer steps taken so far) the target sparsity is the cubic ramp
+Each layer holds a 0/1 buffer ``weight_mask`` (in the weight's dtype, like
+``torch.nn.utils.prune``). The test-time (eval) forward uses ``weight * weight_mask``; the
+training forward uses ``weight`` itself, which ``after_step`` keeps at exactly zero at pruned
+entries (so the masks must be enforced by calling ``after_step`` after every optimizer step, as
+the contract says). ``Sparsifier.after_step`` drives the schedule: at step ``t`` (the number of
+optimizer steps taken so far) the target sparsity is the cubic ramp
 
     s_t = sparsity * (1 - (1 - (t - t0) / (t1 - t0))^3),   t0 = begin * T,  t1 = end * T,
 

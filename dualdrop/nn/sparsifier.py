@@ -192,8 +192,8 @@ def sparsify(model: nn.Module, method: str, *, layers=None, **hparams) -> Sparsi
     turned into the method's layer class in place; new learnable tensors become parameters of
     the model, so build the optimizer *after* this call. Hyperparameters not given take
     ``default_hparams(method)``; unknown names raise ``TypeError``. ``lr`` is validated and kept in
-    ``Sparsifier.hparams`` for the caller's optimizer; the layers do not use it. The global torch RNG
-    initializes stochastic parameters (hard-concrete gate logits): seed it first for
+    ``Sparsifier.hparams`` for the caller's optimizer; the layers do not use it. The global torch
+    RNG initializes stochastic parameters (hard-concrete gate logits): seed it first for
     reproducibility.
 
     Training loop::

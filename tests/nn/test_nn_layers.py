@@ -414,7 +414,8 @@ def test_eta_trick_fused_objective_matches_plain_autograd():
 
 @pytest.mark.parametrize("name, params", [("logsum", {"eps": 2.0}), ("logsum", {"eps": 0.1}),
                                           ("l1", {}), ("lp", {"p": 0.5}), ("lp", {"p": 1.5}),
-                                          ("log2sum", {"eps": 0.3}), ("mcp", {"a": 3.0, "lam": 0.1}),
+                                          ("log2sum", {"eps": 0.3}),
+                                          ("mcp", {"a": 3.0, "lam": 0.1}),
                                           ("scad", {"a": 3.7, "lam": 0.2})])
 def test_torch_forms_match_penalties(name, params):
     """The torch speed path reproduces the penalties object (omega, derivative, eta_hat)."""
