@@ -64,3 +64,20 @@ def test_non_monotone_rules_are_rejected_with_location():
 def test_from_dual_warns_when_range_too_narrow():
     with pytest.warns(RuntimeWarning, match="widen eta_range"):
         P.from_dual(P.L1().f, eta_range=(1e-2, 1e2)).omega(1e-5)
+
+
+def test_parallel_switch_gives_identical_results():
+    from penalties import kernels
+
+    w = np.linspace(-5, 5, kernels.PARALLEL_MIN + 17)
+    pen = P.VarDropExact()
+    try:
+        kernels.set_parallel(True)
+        par = pen.omega(w)
+        kernels.set_parallel(False)
+        ser = pen.omega(w)
+    finally:
+        kernels.set_parallel(None)
+    np.testing.assert_array_equal(par, ser)
+    with pytest.raises(ValueError, match="True, False or None"):
+        kernels.set_parallel("yes")
