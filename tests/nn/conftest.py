@@ -6,27 +6,9 @@ import torch.nn as nn
 torch.set_num_threads(1)
 
 
-class TinyMLP(nn.Module):
-    """A small LeNet-like MLP (two hidden layers) for fast tests."""
-
-    def __init__(self, d_in=20, h1=24, h2=16, d_out=4):
-        super().__init__()
-        self.fc1 = nn.Linear(d_in, h1)
-        self.fc2 = nn.Linear(h1, h2)
-        self.fc3 = nn.Linear(h2, d_out)
-
-    def forward(self, x):
-        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
-
-
-class TinyCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(2, 4, 3, padding=1)
-        self.fc = nn.Linear(4 * 6 * 6, 3)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
+# The tiny models live in a module with a unique name so that pickle can find their classes
+# (every test folder has a module called "conftest").
+from nn_tiny_models import TinyCNN, TinyMLP  # noqa: E402
 
 
 def make_mlp(seed=0, **kw):
@@ -106,7 +88,10 @@ def train(model, sp, X, y, epochs=2, batch=16, lr=1e-2, seed=0, opt=None, start_
 
 @pytest.fixture(scope="session")
 def h():
-    """These helpers (conftest modules share a name across folders, so tests get them here)."""
-    import sys
+    """These helpers (conftest modules share a name across folders, so tests get them here).
 
-    return sys.modules[__name__]
+    The namespace is taken from this function's own globals: ``sys.modules["conftest"]`` may be
+    another folder's conftest when the whole suite runs."""
+    import types
+
+    return types.SimpleNamespace(**globals())
