@@ -16,7 +16,9 @@ import json
 import os
 from pathlib import Path
 
-from dualdrop.train.loop import DENSE, TrainConfig, check_method, train
+import sys
+
+from dualdrop.train.loop import DENSE, RunLockedError, TrainConfig, check_method, train
 
 # Seed's reported results after 200 epochs on MNIST: method -> (label, test error, fraction nonzero)
 SEED_TABLE: dict[str, tuple[str, float, float]] = {
@@ -52,8 +54,10 @@ def run_comparison(
 ) -> dict:
     """Train each method (resumable), then write the figure and the table.
 
-    Returns ``{method: report}`` (the final report, or a ``"stopped"`` record when
-    ``stop_after`` < ``epochs``). Unknown methods are refused before any training starts.
+    Returns ``{method: report}`` (the final report, a ``"stopped"`` record when ``stop_after`` <
+    ``epochs``, or a ``"locked"`` record when another process is training that method into the
+    same folder: several processes may thus share one comparison). Unknown methods are refused
+    before any training starts.
     """
     methods = [check_method(m) for m in methods]
     if not methods:
@@ -70,7 +74,11 @@ def run_comparison(
     reports = {}
     for m in methods:
         cfg = dataclasses.replace(base, method=m, out=str(run_dir(out, m)))
-        reports[m] = train(cfg, data=data)
+        try:
+            reports[m] = train(cfg, data=data)
+        except RunLockedError as exc:  # another process trains it right now: go on with the rest
+            print(f"skipping {m}: {exc}", file=sys.stderr)
+            reports[m] = {"status": "locked", "method": m, "message": str(exc)}
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
         runs = load_runs(out, methods)

@@ -368,6 +368,52 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     os.replace(tmp, path)
 
 
+class RunLockedError(FileExistsError):
+    """Another live process is training into the same output folder."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(out: Path) -> Path:
+    """Create ``out/.lock`` (pid, host) exclusively; take over a lock whose process is gone.
+
+    Two processes resuming the same run would write over each other's checkpoints; the second
+    one gets :class:`RunLockedError` instead.
+    """
+    import socket
+
+    path = out / ".lock"
+    host = socket.gethostname()
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid_s, _, owner = path.read_text().partition(" ")
+                pid = int(pid_s)
+            except (OSError, ValueError):
+                continue  # being written or removed right now: retry
+            if owner.strip() == host and not _pid_alive(pid):
+                path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            raise RunLockedError(
+                f"{out} is being trained by process {pid} on {owner.strip()}; wait for it to "
+                f"finish, or delete {path} if that process no longer exists"
+            ) from None
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{os.getpid()} {host}")
+        return path
+    raise RunLockedError(f"could not acquire {path}; another process keeps creating it")
+
+
 def write_history(out: Path, history: list[dict]) -> None:
     """``history.json`` and ``history.csv`` (atomically)."""
     atomic_write_text(out / "history.json", json.dumps(history, indent=1) + "\n")
@@ -449,6 +495,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
+    lock = None
     dist_ = _Dist(_device(cfg.device))
     try:
         dev = dist_.device
@@ -460,6 +507,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         final_path = out / "final.json"
         if dist_.main:
             out.mkdir(parents=True, exist_ok=True)
+            lock = acquire_lock(out)
         dist_.barrier()
         ckpt = None
         if ckpt_path.exists():
@@ -656,4 +704,6 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         dist_.barrier()
         return report
     finally:
+        if lock is not None:
+            lock.unlink(missing_ok=True)
         dist_.close()

@@ -199,3 +199,34 @@ def test_compare_report_only_on_unfinished_run(tmp_path, tiny_data, capsys):
     assert (out / "figure2.png").exists()
     assert cli_main(["compare", "--report-only", "--out", str(tmp_path / "empty")]) == 2
     assert "no runs" in capsys.readouterr().err
+
+
+def test_run_lock(tmp_path, tiny_data):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from dualdrop.train.compare import run_comparison, run_dir
+    from dualdrop.train.loop import RunLockedError
+
+    out = tmp_path / "run"
+    out.mkdir()
+    host = socket.gethostname()
+    # a live process (this one) holds the lock: refused, nothing written
+    (out / ".lock").write_text(f"{os.getpid()} {host}")
+    with pytest.raises(RunLockedError, match=str(os.getpid())):
+        train(_cfg(tmp_path, epochs=1), data=tiny_data)
+    assert not (out / "checkpoint.pt").exists()
+    # a comparison skips the locked method and trains the others
+    cmp_out = tmp_path / "cmp"
+    run_dir(cmp_out, "none").mkdir(parents=True)
+    (run_dir(cmp_out, "none") / ".lock").write_text(f"{os.getpid()} {host}")
+    reps = run_comparison(["none"], epochs=1, out=cmp_out, progress=False, data=tiny_data)
+    assert reps["none"]["status"] == "locked"
+    # a stale lock (its process has exited) is taken over and released at the end
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / ".lock").write_text(f"{dead.pid} {host}")
+    assert train(_cfg(tmp_path, epochs=1), data=tiny_data)["status"] == "finished"
+    assert not (out / ".lock").exists()
