@@ -57,7 +57,7 @@ def run(args) -> int:
                 methods=args.methods or DEFAULT_METHODS, epochs=args.epochs, out=args.out,
                 data_dir=args.data_dir, seed=args.seed, device=args.device,
                 threads=args.threads, progress=not args.no_progress,
-                stop_after=args.stop_after,
+                stop_after=args.stop_after, flush_denormal=not args.keep_denormals,
             )
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
         print(f"dualdrop compare: error: {exc}", file=sys.stderr)

@@ -51,6 +51,7 @@ def run_comparison(
     progress: bool = True,
     stop_after: int | None = None,
     data=None,
+    flush_denormal: bool = True,
 ) -> dict:
     """Train each method (resumable), then write the figure and the table.
 
@@ -70,7 +71,8 @@ def run_comparison(
 
         data = load_dataset(data_dir, seed=seed)
     base = TrainConfig(epochs=epochs, data_dir=data_dir, seed=seed, device=device,
-                       threads=threads, progress=progress, stop_after=stop_after, resume=True)
+                       threads=threads, progress=progress, stop_after=stop_after, resume=True,
+                       flush_denormal=flush_denormal)
     reports = {}
     for m in methods:
         cfg = dataclasses.replace(base, method=m, out=str(run_dir(out, m)))

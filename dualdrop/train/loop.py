@@ -187,6 +187,11 @@ class TrainConfig:
     threads: int | None = None
     verify_data: bool = True
     eval_batch_size: int = 4096
+    # Flush subnormal floats to zero during training (CPU). Penalty methods shrink weights
+    # geometrically towards 0: without this, subnormal weights and Adam moments slow every
+    # matmul and elementwise op on x86 by orders of magnitude (eta-trick on MNIST went from 51 to
+    # 290 s/epoch within 10 epochs). Values below 1.2e-38 become 0; restored when train() ends.
+    flush_denormal: bool = True
 
     def validate(self) -> None:
         def pos_int(name):
@@ -496,7 +501,13 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
     lock = None
-    dist_ = _Dist(_device(cfg.device))
+    flushed = bool(cfg.flush_denormal) and torch.set_flush_denormal(True)
+    try:
+        dist_ = _Dist(_device(cfg.device))
+    except BaseException:
+        if flushed:
+            torch.set_flush_denormal(False)
+        raise
     try:
         dev = dist_.device
         if data is None:
@@ -706,4 +717,6 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     finally:
         if lock is not None:
             lock.unlink(missing_ok=True)
+        if flushed:
+            torch.set_flush_denormal(False)
         dist_.close()

@@ -230,3 +230,10 @@ def test_run_lock(tmp_path, tiny_data):
     (out / ".lock").write_text(f"{dead.pid} {host}")
     assert train(_cfg(tmp_path, epochs=1), data=tiny_data)["status"] == "finished"
     assert not (out / ".lock").exists()
+
+
+def test_flush_denormal_is_restored(tmp_path, tiny_data):
+    sub = torch.tensor([1e-39], dtype=torch.float32)  # a subnormal float32
+    assert float(sub * 1.0) != 0.0
+    train(_cfg(tmp_path, epochs=1), data=tiny_data)  # flushes while training (default)
+    assert float(sub * 1.0) != 0.0  # the process's setting is back
