@@ -25,7 +25,8 @@ from numba import njit
 
 from .._problem import Problem, SolverResult, Timer
 from ._common import check_tol_iter, progress, single_thread_blas, start_point
-from ._kernels import col_axpy, col_dot, col_wnorm2, prox_step, scores_from_grad
+from ._kernels import (col_axpy, col_dot, col_wnorm2, prox_step, scores_from_grad,
+                       zero_threshold)
 
 from penalties.kernels import omega_scalar
 
@@ -55,7 +56,7 @@ def _ws_penalty(w, ws, lam_w, code, params):
 
 @njit(cache=True)
 def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_intercept, lips, lam_w,
-                     code, params, tol_in, max_epochs, K):
+                     code, params, tol_in, max_epochs, K, t_ref, T_ref):
     """CD passes over the working set ``ws`` until the largest scaled coordinate move is below
     ``tol_in``. Updates ``w`` and ``r`` in place; returns ``(epochs, b)``."""
     n = r.shape[0]
@@ -79,7 +80,10 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
                 continue
             old = w[j]
             g = -col_dot(X, data, indices, indptr, is_sparse, j, r) / n
-            new = prox_step(code, params, old - g / L, lam_w[j] / L)
+            t = lam_w[j] / L
+            if old == 0.0 and t == t_ref and abs(g) <= T_ref * L:
+                continue  # the prox would return 0 (see _kernels.zero_threshold)
+            new = prox_step(code, params, old - g / L, t)
             if new != old:
                 col_axpy(X, data, indices, indptr, is_sparse, j, old - new, r)
                 w[j] = new
@@ -296,6 +300,11 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
     score = np.zeros(problem.p)
     all_feats = np.arange(problem.p, dtype=np.int64)
     lips, lam_w = problem.lips, problem.lam_w
+    # the prox step shared by most coordinates (all of them on a standardized design) and the
+    # interval of steps its prox maps to 0: lets CD skip prox calls for zeros that stay zero
+    pos = np.flatnonzero(lips > 0)
+    t_ref = float(lam_w[pos[0]] / lips[pos[0]]) if pos.size else -1.0
+    T_ref = float(zero_threshold(code, params, t_ref)) if pos.size else 0.0
     converged = False
     crit = np.inf
     it = 0
@@ -303,7 +312,7 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
     with Timer() as timer, progress(max_iter, verbose, "cd") as bar, single_thread_blas():
         for it in range(1, max_iter + 1):
             G = problem.datafit.raw_grad(y, z)
-            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, score)
+            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, t_ref, T_ref, score)
             gb = abs(G.sum()) if problem.fit_intercept else 0.0
             crit = max(float(m), float(gb))
             if crit <= tol:
@@ -319,7 +328,8 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
             if quad:
                 r = np.ascontiguousarray(y - z)
                 n_in, b = _inner_quadratic(*arrs, ws, w, r, float(b), problem.fit_intercept, lips,
-                                           lam_w, code, params, tol_in, max_epochs, int(anderson))
+                                           lam_w, code, params, tol_in, max_epochs, int(anderson),
+                                           t_ref, T_ref)
                 z = y - r
             else:
                 z = np.ascontiguousarray(z)
