@@ -613,10 +613,13 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                 loss.backward()
                 dist_.allreduce_grads(params)
                 optimizer.step()
-                scheduler.step()
                 step += 1
                 if sp is not None:
+                    # before the scheduler moves on: a prox step (AdaProx) must use the learning
+                    # rate of the gradient step it completes, not the next one (which is 0 after
+                    # the last step)
                     sp.after_step(optimizer, step, total_steps)
+                scheduler.step()
                 sums[0] += float(ce_sum.detach())
                 sums[1] += reg_val
                 sums[2] += 1
@@ -627,6 +630,13 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                     )
                 if bar is not None:
                     bar.update(1)
+            bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+            if bad:
+                raise FloatingPointError(
+                    f"non-finite weights after epoch {epoch + 1} in {', '.join(bad)} (method "
+                    f"{cfg.method}, hyperparameters {hp}, lr {lr}); the run is not checkpointed "
+                    "past the last finite epoch: resume from it after fixing the cause"
+                )
             ce_total = dist_.sum_floats([sums[0]])[0]
             t_train = time.perf_counter() - t0
             t1 = time.perf_counter()

@@ -88,3 +88,17 @@ def test_cli_penalty_method_with_json_params(tmp_path, tiny_mnist, capsys):
     ]:
         assert cli_main(base + extra + ["--out", str(tmp_path / "bad")]) == 2
         assert match in capsys.readouterr().err
+
+
+@pytest.mark.skipif("adaprox" not in ALL, reason="adaprox not available")
+def test_adaprox_last_step_keeps_weights_finite(tmp_path, tiny_data):
+    # Regression: the prox ran after the scheduler had set the learning rate of the NEXT step,
+    # which is 0 after the last step; a zero step size made 0/0 = NaN of every pruned weight and
+    # the final network classified at chance. The loop now proxes with the step's own rate and
+    # refuses non-finite weights.
+    rep = train(_cfg(tmp_path, "adaprox", epochs=3, lr=1e-3), data=tiny_data)
+    ck = torch.load(tmp_path / "adaprox" / "checkpoint.pt", map_location="cpu",
+                    weights_only=False)
+    assert all(bool(torch.isfinite(v).all()) for v in ck["model"].values()
+               if isinstance(v, torch.Tensor) and v.is_floating_point())
+    assert rep["nonzero_total"] < 1.0 and rep["test_error"] < 0.5
