@@ -100,8 +100,20 @@ class Penalty:
         return float(np.sum(self.omega(w)))
 
     # ---- parameters, equality, pickling ---------------------------------------------------
-    def get_params(self) -> dict:
+    def get_params(self, deep=True) -> dict:
+        """Constructor parameters (scikit-learn style, so estimators can clone and grid-search)."""
         return {k: getattr(self, k) for k in self._param_names}
+
+    def set_params(self, **params):
+        """Change constructor parameters, validated by the constructor; returns self."""
+        unknown = set(params) - set(self._param_names)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} has no parameter(s) {sorted(unknown)}; valid: {list(self._param_names)}"
+            )
+        fresh = type(self)(**{**self.get_params(), **params})
+        self.__dict__.update(fresh.__dict__)
+        return self
 
     @property
     def params(self) -> dict:

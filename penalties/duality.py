@@ -172,7 +172,7 @@ class NumericPenalty(Penalty):
     def _prox(self, v, t):
         return numeric_prox(self._omega, self._derivative, v, t)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {}
 
     def __eq__(self, other):

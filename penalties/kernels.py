@@ -231,17 +231,12 @@ def _prox_objective(code, p, x, a, t):
 
 
 @njit(cache=True)
-def _prox_best(code, p, a, t, cands, ncand):
-    """Best of candidate points for min 1/2 (x - a)^2 + t Omega(x) (ties go to the smaller x)."""
-    best = 0.0
-    hbest = 0.5 * a * a
-    for i in range(ncand):
-        x = cands[i]
-        h = _prox_objective(code, p, x, a, t)
-        if h < hbest or (h == hbest and x < best):
-            hbest = h
-            best = x
-    return best
+def _consider(code, p, a, t, x, best, hbest):
+    """Keep x if it beats the incumbent for min 1/2 (x - a)^2 + t Omega(x) (ties: smaller x)."""
+    h = _prox_objective(code, p, x, a, t)
+    if h < hbest or (h == hbest and x < best):
+        return x, h
+    return best, hbest
 
 
 @njit(cache=True)
@@ -325,34 +320,31 @@ def prox_scalar(code, p, v, t):
         if _prox_objective(code, p, r, a, t) < 0.5 * a * a:
             return sgn * r
         return 0.0
-    if code == MCP or code == SCAD:
+    if code == MCP:
+        A = p[0] * p[1]
+        if t < A:  # convex objective: firm thresholding
+            if a <= t:
+                return 0.0
+            if a <= A:
+                return sgn * (a - t) / (1.0 - t / A)
+            return v
+        # t >= A: concave on [0, A], so the minimum is 0 or v itself (|v| > A), whichever is lower
+        return v if a * a > t * A else 0.0
+    if code == SCAD:
         # Piecewise-quadratic objective: the minimum is a clipped stationary point of a piece or a
-        # breakpoint; evaluate them all.
-        cands = np.empty(8)
-        nc = 0
-        if code == MCP:
-            A = p[0] * p[1]
-            cands[0] = min(max(a - t, 0.0), A)
-            cands[1] = A
-            cands[2] = max(a, A)
-            nc = 3
-            if 1.0 - t / A > 0.0:
-                cands[3] = min(max((a - t) / (1.0 - t / A), 0.0), A)
-                nc = 4
-        else:
-            sa = p[0]
-            lam = p[1]
-            cands[0] = min(max(a - t, 0.0), lam)
-            cands[1] = lam
-            cands[2] = sa * lam
-            cands[3] = max(a, sa * lam)
-            nc = 4
-            den = 1.0 - t / ((sa - 1.0) * lam)
-            if den != 0.0:
-                x2 = (a - t * sa / (sa - 1.0)) / den
-                cands[4] = min(max(x2, lam), sa * lam)
-                nc = 5
-        return sgn * _prox_best(code, p, a, t, cands, nc)
+        # breakpoint; compare them all (scalars only: this runs inside coordinate descent).
+        sa = p[0]
+        lam = p[1]
+        best, hbest = 0.0, 0.5 * a * a
+        best, hbest = _consider(code, p, a, t, min(max(a - t, 0.0), lam), best, hbest)
+        best, hbest = _consider(code, p, a, t, lam, best, hbest)
+        best, hbest = _consider(code, p, a, t, sa * lam, best, hbest)
+        best, hbest = _consider(code, p, a, t, max(a, sa * lam), best, hbest)
+        den = 1.0 - t / ((sa - 1.0) * lam)
+        if den != 0.0:
+            x2 = (a - t * sa / (sa - 1.0)) / den
+            best, hbest = _consider(code, p, a, t, min(max(x2, lam), sa * lam), best, hbest)
+        return sgn * best
     return prox_numeric_scalar(code, p, v, t)
 
 

@@ -33,8 +33,15 @@ class HardThreshold:
     def __init__(self, k=1):
         self.k = check_param(k, "k", low=0, low_open=False, integer=True)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"k": self.k}
+
+    def set_params(self, **params):
+        unknown = set(params) - {"k"}
+        if unknown:
+            raise ValueError(f"HardThreshold has no parameter(s) {sorted(unknown)}; valid: ['k']")
+        self.k = HardThreshold(**{"k": self.k, **params}).k
+        return self
 
     @property
     def params(self):

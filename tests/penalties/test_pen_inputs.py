@@ -81,3 +81,17 @@ def test_parallel_switch_gives_identical_results():
     np.testing.assert_array_equal(par, ser)
     with pytest.raises(ValueError, match="True, False or None"):
         kernels.set_parallel("yes")
+
+
+def test_get_and_set_params_sklearn_style():
+    from sklearn.base import clone
+
+    pen = P.LogSum(2.0)
+    assert pen.get_params(deep=False) == {"eps": 2.0}
+    assert pen.set_params(eps=3.0) is pen and pen.eps == 3.0 and pen.omega(3.0) == pytest.approx(np.log(2.0))
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        pen.set_params(eps=-1.0)
+    with pytest.raises(ValueError, match="no parameter"):
+        pen.set_params(p=1.0)
+    assert clone(P.MCP(3.0, 0.5)) == P.MCP(3.0, 0.5)
+    assert P.HardThreshold(3).set_params(k=5).k == 5
