@@ -18,11 +18,7 @@ def register(sub):
     p.set_defaults(func=run)
 
 
-def _regression_demo(seed: int) -> str | None:
-    try:
-        from dualdrop.linear import SparseLinearRegression  # noqa: F401
-    except Exception:  # the linear layer is optional for this demo
-        return None
+def _regression_demo(seed: int) -> str:
     import numpy as np
 
     from dualdrop.linear import SparseLinearRegression
@@ -67,8 +63,6 @@ def run(args) -> int:
     print()
     for f in res["files"]:
         print(f"wrote {f}")
-    table = _regression_demo(args.seed)
-    if table is not None:
-        print("\nSparse regression, n=200, p=500, 10 true nonzeros, noise 0.5:\n")
-        print(table)
+    print("\nSparse regression, n=200, p=500, 10 true nonzeros, noise 0.5:\n")
+    print(_regression_demo(args.seed))
     return 0

@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._problem import Problem
+from .._problem import Problem, Timer
 
 
 def check_tol_iter(tol, max_iter):
@@ -72,3 +72,34 @@ def progress(total, verbose, desc):
         yield bar
     finally:
         bar.close()
+
+
+def mm_loop(problem: Problem, w, b, update, *, tol, max_iter, verbose, name, stall_rtol):
+    """Outer loop shared by the majorization-minimization solvers (IRLS, reweighted l1).
+
+    ``update(w, b) -> (w, b)`` is one MM step. Stops when the criterion reaches ``tol``, when the
+    objective stops moving (relative change <= ``stall_rtol``) or at ``max_iter``. Returns
+    ``(w, b, n_iter, history, criterion, converged, seconds)``.
+    """
+    z = problem.z(w, b)
+    history = [problem.objective(w, b, z)]
+    converged, crit, it = False, np.inf, 0
+    with Timer() as timer, progress(max_iter, verbose, name) as bar:
+        for it in range(1, max_iter + 1):
+            crit = problem.criterion(w, b, z)
+            if crit <= tol:
+                converged = True
+                break
+            w, b = update(w, b)
+            z = problem.z(w, b)
+            history.append(problem.objective(w, b, z))
+            bar.update(1)
+            bar.set_postfix(obj=f"{history[-1]:.6g}")
+            if abs(history[-2] - history[-1]) <= stall_rtol * max(1.0, abs(history[-1])):
+                crit = problem.criterion(w, b, z)
+                converged = crit <= tol
+                break
+        else:
+            crit = problem.criterion(w, b, z)
+            converged = crit <= tol
+    return w, b, it, np.asarray(history), float(crit), converged, timer.elapsed

@@ -239,7 +239,6 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
         if crit <= tol_in:
             break
         F0 = _logistic_value(y, z) + _ws_penalty(w, ws, lam_w, code, params)
-        wt = np.empty(nws)
         w0 = np.empty(nws)
         for jj in range(nws):
             w0[jj] = w[ws[jj]]

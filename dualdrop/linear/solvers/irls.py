@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._penalty import is_separable
-from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
+from .._problem import Problem, SolverResult
+from ._common import check_tol_iter, mm_loop, start_point
 from ._ridge import weighted_ridge
 
 NAME = "irls"
@@ -56,36 +56,19 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=200, verbose
     tol, max_iter = check_tol_iter(tol, max_iter)
     P = problem.penalty
     w, b = start_point(problem, w0, b0)
-    y = problem.y
     quad = problem.datafit.code == 0
     eta = np.asarray(P.eta_hat(w), dtype=np.float64)
     if not np.any(eta > 0):
         eta = np.ones(problem.p)
         w, b = _ridge_step(problem, w, b, _D(problem, eta), quad, max_newton)
-    z = problem.z(w, b)
-    history = [problem.objective(w, b, z)]
-    converged, crit, it = False, np.inf, 0
-    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
-        for it in range(1, max_iter + 1):
-            crit = problem.criterion(w, b, z)
-            if crit <= tol:
-                converged = True
-                break
-            eta = np.asarray(P.eta_hat(w), dtype=np.float64)
-            w, b = _ridge_step(problem, w, b, _D(problem, eta), quad, max_newton)
-            z = problem.z(w, b)
-            history.append(problem.objective(w, b, z))
-            bar.update(1)
-            bar.set_postfix(obj=f"{history[-1]:.6g}")
-            if abs(history[-2] - history[-1]) <= 1e-16 * max(1.0, abs(history[-1])):
-                crit = problem.criterion(w, b, z)
-                converged = crit <= tol
-                break
-        else:
-            crit = problem.criterion(w, b, z)
-            converged = crit <= tol
-    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
-                        timer.elapsed)
+
+    def step(w, b):
+        eta = np.asarray(P.eta_hat(w), dtype=np.float64)
+        return _ridge_step(problem, w, b, _D(problem, eta), quad, max_newton)
+
+    w, b, it, history, crit, converged, seconds = mm_loop(
+        problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME, stall_rtol=1e-16)
+    return SolverResult(w, float(b), it, history, crit, converged, NAME, seconds)
 
 
 def _ridge_step(problem, w, b, D, quad, max_newton):

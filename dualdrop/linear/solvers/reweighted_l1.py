@@ -17,8 +17,8 @@ import numpy as np
 import penalties
 
 from .._penalty import abs_derivative, is_concave_in_abs, is_separable
-from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
+from .._problem import Problem, SolverResult
+from ._common import check_tol_iter, mm_loop, start_point
 
 NAME = "reweighted_l1"
 
@@ -48,34 +48,19 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
     P = problem.penalty
     l1 = penalties.get("l1")
     w, b = start_point(problem, w0, b0)
-    z = problem.z(w, b)
-    history = [problem.objective(w, b, z)]
-    converged, crit, it = False, np.inf, 0
     n_inner = 0
-    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
-        for it in range(1, max_iter + 1):
-            crit = problem.criterion(w, b, z)
-            if crit <= tol:
-                converged = True
-                break
-            weights = problem.weights * abs_derivative(P, w)
-            sub = Problem(problem.design, problem.y, problem.datafit, l1, problem.alpha,
-                          problem.fit_intercept, weights=weights)
-            # an infinite weight pins the coefficient at 0
-            w = np.where(np.isfinite(weights), w, 0.0)
-            res = inner_mod.solve(sub, w, b, tol=inner_tol, max_iter=inner_max_iter)
-            n_inner += res.n_iter
-            w, b = res.coef, res.intercept
-            z = problem.z(w, b)
-            history.append(problem.objective(w, b, z))
-            bar.update(1)
-            bar.set_postfix(obj=f"{history[-1]:.6g}")
-            if abs(history[-2] - history[-1]) <= 1e-15 * max(1.0, abs(history[-1])):
-                crit = problem.criterion(w, b, z)
-                converged = crit <= tol
-                break
-        else:
-            crit = problem.criterion(w, b, z)
-            converged = crit <= tol
-    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
-                        timer.elapsed, info={"inner_iterations": n_inner, "inner": inner})
+
+    def step(w, b):
+        nonlocal n_inner
+        weights = problem.weights * abs_derivative(P, w)
+        sub = Problem(problem.design, problem.y, problem.datafit, l1, problem.alpha,
+                      problem.fit_intercept, weights=weights)
+        # an infinite weight pins the coefficient at 0
+        w = np.where(np.isfinite(weights), w, 0.0)
+        res = inner_mod.solve(sub, w, b, tol=inner_tol, max_iter=inner_max_iter)
+        n_inner += res.n_iter
+        return res.coef, res.intercept
+
+    w, b, it, history, crit, converged, seconds = mm_loop(
+        problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME, stall_rtol=1e-15)
+    return SolverResult(w, float(b), it, history, crit, converged, NAME, seconds, info={"inner_iterations": n_inner, "inner": inner})
