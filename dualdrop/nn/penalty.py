@@ -393,6 +393,8 @@ def adaprox_step(layers, optimizer) -> None:
             raise ValueError("adaprox: a sparsified weight is not in the optimizer; build the "
                              "optimizer after sparsify(model, ...) from model.parameters()")
         lr = float(group["lr"])
+        if lr * layer.lam == 0.0:  # a zero step: the prox is the identity (and 0/0 at w = 0)
+            continue
         state = optimizer.state.get(w, {})
         v = state.get("max_exp_avg_sq") if group.get("amsgrad") else None
         if v is None:

@@ -458,3 +458,23 @@ def test_adaprox_generic_kernel_path_matches_torch_form(method, kw):
         opt.step()
         sp.after_step(opt, 1, 2)
     torch.testing.assert_close(a.weight, b.weight, rtol=1e-12, atol=1e-15)
+
+
+def test_adaprox_zero_step_is_identity_and_never_nan():
+    """A zero learning rate (the last step of a linear decay) must not turn exact zeros into NaN."""
+    import torch
+
+    from dualdrop.nn import sparsify
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4))
+    sp = sparsify(model, "adaprox")
+    with torch.no_grad():
+        model[0].weight[:, :3] = 0.0
+    opt = torch.optim.Adam(model.parameters(), lr=0.0)
+    model(torch.randn(5, 6)).sum().backward()
+    opt.step()
+    before = model[0].weight.detach().clone()
+    sp.after_step(opt, 1, 10)
+    assert torch.isfinite(model[0].weight).all()
+    assert torch.equal(model[0].weight, before)
