@@ -9,7 +9,8 @@ optimizer steps taken so far) the target sparsity is the cubic ramp
 
     s_t = sparsity * (1 - (1 - (t - t0) / (t1 - t0))^3),   t0 = begin * T,  t1 = end * T,
 
-(0 before ``t0``, ``sparsity`` after ``t1``), applied every ``prune_every`` steps and at ``t1``.
+(0 before ``t0``, ``sparsity`` after ``t1``), applied every ``prune_every`` steps (at most every
+``T // 50`` steps, so short runs still prune gradually) and at ``t1``.
 Pruning keeps the weights of largest magnitude among those still alive (masks only shrink, so
 pruned weights never regrow), either over all layers at once (``scope="global"``) or layer by
 layer (``scope="layer"``). Global pruning of a freshly initialized net can delete a whole layer
@@ -144,6 +145,8 @@ def after_step(sp, optimizer, step: int, total_steps: int) -> None:
     layers = [layer for _, layer in sp.layers]
     hp = sp.hparams
     t1 = max(1, round(hp["end"] * total_steps))
-    if step >= hp["begin"] * total_steps and (step % hp["prune_every"] == 0 or step == t1):
+    # short runs (e.g. the embedded digits: 9 steps per epoch) still get >= ~50 pruning events
+    every = min(hp["prune_every"], max(1, total_steps // 50))
+    if step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
         update_masks(layers, hp, target_sparsity(hp, step, total_steps))
     apply_masks(layers, optimizer)
