@@ -322,6 +322,9 @@ class _Dist:
         if self.owned:
             import torch.distributed as dist
 
+            # every rank reaches this point before any tears gloo down: a rank destroying its
+            # process group while a peer still uses the connection aborts the peer at exit
+            dist.barrier()
             dist.destroy_process_group()
 
 
