@@ -103,3 +103,19 @@ def mm_loop(problem: Problem, w, b, update, *, tol, max_iter, verbose, name, sta
             crit = problem.criterion(w, b, z)
             converged = crit <= tol
     return w, b, it, np.asarray(history), float(crit), converged, timer.elapsed
+
+
+def armijo_step(trial, value, gn2, rho, *, c=1e-4, max_halvings=60):
+    """Backtracking line search shared by the gradient solvers (AdaTikhonov, eta-trick).
+
+    ``trial(rho) -> (candidate, value)`` evaluates a step of size rho. The step first doubles,
+    then halves until ``value_new <= value - c rho gn2``. Returns ``(candidate, value_new, rho)``,
+    or ``None`` when no step within ``max_halvings`` is accepted.
+    """
+    rho = rho * 2.0
+    for _ in range(max_halvings):
+        cand, v_new = trial(rho)
+        if v_new <= value - c * rho * gn2:
+            return cand, v_new, rho
+        rho *= 0.5
+    return None

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._penalty import is_separable
 from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
+from ._common import armijo_step, check_tol_iter, progress, start_point
 
 NAME = "adatikhonov"
 
@@ -52,18 +52,16 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
             gw = gw + lam * np.asarray(P.derivative(w), dtype=np.float64)
             gb = gb if problem.fit_intercept else 0.0
             gn2 = gw @ gw + gb * gb
-            rho = rho * 2.0
-            accepted = False
-            for _ls in range(60):
-                w_new, b_new = w - rho * gw, b - rho * gb
-                z_new = problem.z(w_new, b_new)
-                F_new = problem.objective(w_new, b_new, z_new)
-                if F_new <= F - 1e-4 * rho * gn2:
-                    accepted = True
-                    break
-                rho *= 0.5
-            if not accepted:
+
+            def trial(r):
+                w_t, b_t = w - r * gw, b - r * gb
+                z_t = problem.z(w_t, b_t)
+                return (w_t, b_t, z_t), problem.objective(w_t, b_t, z_t)
+
+            step = armijo_step(trial, F, gn2, rho)
+            if step is None:
                 break
+            (w_new, b_new, z_new), F_new, rho = step
             stalled = F - F_new <= stall_rtol * max(1.0, abs(F_new))
             w, b, z, F = w_new, b_new, z_new, F_new
             history.append(F)

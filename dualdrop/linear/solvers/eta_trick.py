@@ -14,7 +14,7 @@ import numpy as np
 
 from .._penalty import is_separable
 from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
+from ._common import armijo_step, check_tol_iter, progress, start_point
 
 NAME = "eta_trick"
 _H = 1e-5
@@ -76,19 +76,17 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
             gs = 0.5 * lam * (-w * w / eta + _dfds(P, eta))
             gb = gb if problem.fit_intercept else 0.0
             gn2 = gw @ gw + gs @ gs + gb * gb
-            rho = rho * 2.0
-            accepted = False
-            for _ls in range(60):
-                w_new, b_new = w - rho * gw, b - rho * gb
-                s_new = np.maximum(s - rho * gs, log_eta_min)
-                z_new = problem.z(w_new, b_new)
-                J_new = _J(problem, w_new, s_new, b_new, z_new)
-                if J_new <= Jv - 1e-4 * rho * gn2:
-                    accepted = True
-                    break
-                rho *= 0.5
-            if not accepted:
+
+            def trial(r):
+                w_t, b_t = w - r * gw, b - r * gb
+                s_t = np.maximum(s - r * gs, log_eta_min)
+                z_t = problem.z(w_t, b_t)
+                return (w_t, s_t, b_t, z_t), _J(problem, w_t, s_t, b_t, z_t)
+
+            step = armijo_step(trial, Jv, gn2, rho)
+            if step is None:
                 break
+            (w_new, s_new, b_new, z_new), J_new, rho = step
             stalled = Jv - J_new <= stall_rtol * max(1.0, abs(J_new))
             w, s, b, z, Jv = w_new, s_new, b_new, z_new, J_new
             history.append(problem.objective(w, b, z))
