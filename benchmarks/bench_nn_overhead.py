@@ -4,7 +4,10 @@
     of every method on MNIST's 48000-image training split, beside a dense LeNet-300-100 timed in
     the same run. Methods are timed in interleaved rounds (dense, m1, m2, ..., dense, m1, ...) so
     that load from other processes hits all of them alike; the reported figure per method is the
-    median over rounds, the ratio is median(method) / median(dense).
+    median over rounds, the ratio is median(method) / median(dense). Two step implementations
+    (``--modes``), each with its own dense row: ``loop`` (what ``dualdrop.train`` runs: fused
+    Adam where torch has it, the regularizer's gradient only) and ``plain`` (default Adam,
+    ``loss + sp.regularizer(n)`` with its value: the textbook loop).
 (b) Inference time of ``export_sparse`` (CSR, dense layout) vs the dense network at a reached
     density: a LeNet-300-100 is sparsified with gradual magnitude pruning to each target density
     (short training, the weights are realistic enough for timing) and timed on the 10000 test
@@ -37,6 +40,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dualdrop.nn import METHODS, export_sparse, sparsify  # noqa: E402
+from dualdrop.train.loop import make_adam  # noqa: E402
+
+# How a step is run. "loop": as dualdrop.train does it (torch's fused Adam where available, the
+# regularizer's gradient only: sp.regularizer(n, value=False)); "plain": the textbook loop
+# (default Adam, loss + sp.regularizer(n) with its value), i.e. what a user writes first.
+MODES = ("loop", "plain")
 
 
 def lenet(n_in=784, n_out=10):
@@ -52,16 +61,17 @@ def load(data_dir):
             torch.from_numpy(d.X_test), torch.from_numpy(d.y_test))
 
 
-def build(method, seed=0):
+def build(method, mode, seed=0):
     torch.manual_seed(seed)
     model = lenet()
     sp = None if method == "dense" else sparsify(model, method)
     lr = 1e-3 if sp is None else sp.hparams["lr"]
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    return model, sp, opt
+    params = list(model.parameters())
+    opt = make_adam(params, lr) if mode == "loop" else torch.optim.Adam(params, lr=lr)
+    return model, sp, opt, mode == "plain"
 
 
-def one_epoch(model, sp, opt, X, y, batch=128, total_epochs=200, epoch=0):
+def one_epoch(model, sp, opt, value, X, y, batch=128, total_epochs=200, epoch=0):
     n = len(y)
     steps = (n + batch - 1) // batch
     total = steps * total_epochs
@@ -73,7 +83,7 @@ def one_epoch(model, sp, opt, X, y, batch=128, total_epochs=200, epoch=0):
         idx = order[b * batch:(b + 1) * batch]
         loss = F.cross_entropy(model(X[idx]), y[idx])
         if sp is not None:
-            loss = loss + sp.regularizer(n)
+            loss = loss + sp.regularizer(n, value=value)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -82,16 +92,17 @@ def one_epoch(model, sp, opt, X, y, batch=128, total_epochs=200, epoch=0):
     return time.perf_counter() - t0
 
 
-def bench_epochs(methods, X, y, rounds):
-    states = {m: build(m) for m in ["dense"] + methods}
+def bench_epochs(methods, X, y, rounds, modes):
+    states = {(m, mode): build(m, mode) for mode in modes for m in ["dense"] + methods}
     # warm-up: a few steps each (numba compilation, allocator)
-    for m, (model, sp, opt) in states.items():
-        one_epoch(model, sp, opt, X[:1280], y[:1280])
-    times = {m: [] for m in states}
+    for st in states.values():
+        one_epoch(*st, X[:1280], y[:1280])
+    times = {key: [] for key in states}
     for r in range(rounds):
-        for m, (model, sp, opt) in states.items():
-            times[m].append(one_epoch(model, sp, opt, X, y, epoch=r + 1))
-            print(f"  round {r + 1} {m:22s} {times[m][-1]:.2f}s", file=sys.stderr, flush=True)
+        for key, st in states.items():
+            times[key].append(one_epoch(*st, X, y, epoch=r + 1))
+            print(f"  round {r + 1} {key[1]:5s} {key[0]:22s} {times[key][-1]:.2f}s",
+                  file=sys.stderr, flush=True)
     return times
 
 
@@ -113,7 +124,7 @@ def bench_inference(X, y, Xte, densities, repeats, train_steps):
         model = lenet()
         sp = sparsify(model, "magnitude", sparsity=1.0 - target, end=0.5,
                       prune_every=max(1, train_steps // 20), min_layer_density=target / 4)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        opt = make_adam(list(model.parameters()), 1e-3)
         with torch.enable_grad():
             for s in range(1, train_steps + 1):
                 idx = torch.randint(0, len(y), (128,))
@@ -163,22 +174,27 @@ def main(argv=None):
     ap.add_argument("--train-steps", type=int, default=600)
     ap.add_argument("--skip-epochs", action="store_true")
     ap.add_argument("--skip-inference", action="store_true")
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES,
+                    help="step implementations to time (see MODES); each has its own dense row")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     X, y, Xte, _ = load(args.data_dir)
     out = {"threads": args.threads, "torch": torch.__version__}
     if not args.skip_epochs:
-        times = bench_epochs(args.methods, X, y, args.rounds)
-        dense = statistics.median(times["dense"])
+        times = bench_epochs(args.methods, X, y, args.rounds, args.modes)
         print(f"\n(a) seconds per epoch, 48000 MNIST images, batch 128, Adam, {args.threads} "
-              f"thread(s), median of {args.rounds} interleaved rounds\n")
-        print("| method | s/epoch | ratio vs dense |")
-        print("| --- | --- | --- |")
-        for m, ts in times.items():
-            med = statistics.median(ts)
-            print(f"| {m} | {med:.2f} | {med / dense:.2f} |")
-        out["epochs"] = {m: ts for m, ts in times.items()}
+              f"thread(s), median of {args.rounds} interleaved rounds; ratio = method / dense "
+              "of the same mode\n")
+        print("| method | " + " | ".join(f"{md} s/epoch | {md} ratio" for md in args.modes) + " |")
+        print("| --- |" + " --- | --- |" * len(args.modes))
+        for m in ["dense"] + args.methods:
+            cells = []
+            for md in args.modes:
+                med = statistics.median(times[(m, md)])
+                cells += [f"{med:.2f}", f"{med / statistics.median(times[('dense', md)]):.2f}"]
+            print(f"| {m} | " + " | ".join(cells) + " |")
+        out["epochs"] = {f"{md}:{m}": ts for (m, md), ts in times.items()}
     if not args.skip_inference:
         rows = bench_inference(X, y, Xte, args.densities, args.repeats, args.train_steps)
         print("\n(b) inference on the 10000 test images: exported model (layout csr / auto) vs "

@@ -22,8 +22,9 @@ Densities count weights only (biases are neither pruned nor counted) with each m
 deterministic test-time rule; ``model.eval()`` runs exactly that pruned network.
 """
 
+from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn.export import CSRLinear, export_sparse, format_report, sparsity_report
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
-           "METHODS", "Sparsifier", "CSRLinear"]
+           "METHODS", "Sparsifier", "CSRLinear", "tune_allocator"]

@@ -14,7 +14,8 @@ Every sparsified layer answers the same questions (the mixin's interface):
 - ``forward``: stochastic / regularized behaviour in ``train()`` mode, the pruned deterministic
   network in ``eval()`` mode (``eval_weight_bias``);
 - ``eval_weight_bias()``: the deterministic test-time weight (masks and gates folded in) and bias;
-- ``regularizer_term(n_train)``: the layer's contribution to ``Sparsifier.regularizer``;
+- ``regularizer_term(n_train, value=True)``: the layer's contribution to
+  ``Sparsifier.regularizer`` (``value=False``: only its gradient has to be right);
 - ``weight_nonzero()`` / ``weight.numel()``: counts for the density (weights only; biases are
   never pruned or counted).
 """
@@ -60,7 +61,9 @@ class SparseLayerMixin:
         """Deterministic test-time ``(weight, bias)`` with masks/gates folded in."""
         raise NotImplementedError
 
-    def regularizer_term(self, n_train: int):
+    def regularizer_term(self, n_train: int, value: bool = True):
+        """This layer's term of ``Sparsifier.regularizer``; with ``value=False`` a layer may
+        skip work that only the value needs (its gradient must stay exact)."""
         return self.weight.new_zeros(())
 
     # ---- shared behaviour ---------------------------------------------------------------------

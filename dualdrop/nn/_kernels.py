@@ -26,20 +26,23 @@ except ImportError:  # pragma: no cover
     AVAILABLE = False
 
 
+#: ``mode`` of :func:`value_and_derivative`: which value to sum beside the derivative
+VALUE_OMEGA, VALUE_TIKHONOV, VALUE_NONE = 0, 1, 2
+
 if AVAILABLE:
 
     @njit(cache=True, error_model="numpy")  # no fastmath: it drops the isinf checks
-    def value_and_derivative(code, params, w, grad, tikhonov):
-        """Fill ``grad[i] = Omega'(w[i])``; return ``sum Omega(w)`` or, with ``tikhonov``,
-        ``sum 1/2 w Omega'(w) = sum 1/2 w^2 / eta_hat(w)``."""
+    def value_and_derivative(code, params, w, grad, mode):
+        """Fill ``grad[i] = Omega'(w[i])``; return ``sum Omega(w)`` (``mode`` 0), ``sum 1/2 w
+        Omega'(w) = sum 1/2 w^2 / eta_hat(w)`` (1) or 0.0 without evaluating any value (2)."""
         total = 0.0
         for i in range(w.size):
             wi = np.float64(w[i])
             d = derivative_scalar(code, params, wi)
             grad[i] = d
-            if tikhonov:
+            if mode == 1:
                 total += 0.5 * wi * d
-            else:
+            elif mode == 0:
                 total += omega_scalar(code, params, wi)
         return total
 

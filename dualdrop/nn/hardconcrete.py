@@ -133,7 +133,7 @@ class HardConcreteMixin(SparseLayerMixin):
             return self.weight * z[:, None, None, None], bias
         return self.weight * z[None, :], self.bias
 
-    def regularizer_term(self, n_train):
+    def regularizer_term(self, n_train, value=True):
         return self.lam * self.group_size() * self.prob_nonzero().sum() / n_train
 
 

@@ -229,15 +229,21 @@ def torch_form(P):
 
 # ---- differentiable penalty from the numpy/numba penalties object ------------------------------
 
-def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool):
-    """(value, Omega'(w)) of ``sum Omega(w)`` (or the Tikhonov value)."""
+def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool, need_value: bool = True):
+    """(value, Omega'(w)) of ``sum Omega(w)`` (or the Tikhonov value); value 0.0 when not
+    ``need_value`` (the gradient alone is much cheaper: no log/table evaluation per weight)."""
     form = getattr(layer, "_torch_form", None)
     if form is not None:
         wd = w.detach()
         a = wd.abs()
         prm = layer.penalty.params
         d = TORCH_FORMS[form].deriv(wd, a, prm)
-        value = 0.5 * (wd * d).sum() if tikhonov else TORCH_FORMS[form].omega(wd, a, prm).sum()
+        if not need_value:
+            value = 0.0
+        elif tikhonov:
+            value = 0.5 * (wd * d).sum()
+        else:
+            value = TORCH_FORMS[form].omega(wd, a, prm).sum()
         return value, d
     wc = w.detach()
     if wc.device.type != "cpu":
@@ -246,38 +252,46 @@ def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool):
     if layer._kernel is not None:
         code, params = layer._kernel
         grad = torch.empty_like(wc)
+        mode = (_kernels.VALUE_NONE if not need_value else
+                _kernels.VALUE_TIKHONOV if tikhonov else _kernels.VALUE_OMEGA)
         value = _kernels.value_and_derivative(code, params, wc.view(-1).numpy(),
-                                              grad.view(-1).numpy(), tikhonov)
+                                              grad.view(-1).numpy(), mode)
     else:
         w64 = wc.to(torch.float64).numpy()
         d = np.asarray(layer.penalty.derivative(w64), dtype=np.float64)
-        value = float(0.5 * np.sum(w64 * d)) if tikhonov else \
-            float(np.sum(layer.penalty.omega(w64)))
+        if not need_value:
+            value = 0.0
+        elif tikhonov:
+            value = float(0.5 * np.sum(w64 * d))
+        else:
+            value = float(np.sum(layer.penalty.omega(w64)))
         grad = torch.from_numpy(d).to(wc.dtype)
     return value, grad.to(w.device)
 
 
 class _PenaltyFunction(torch.autograd.Function):
-    """``lam * sum Omega(w)`` (or ``lam/2 sum w^2/eta_hat(w)``) with gradient ``lam Omega'(w)``."""
+    """``lam * sum Omega(w)`` (or ``lam/2 sum w^2/eta_hat(w)``) with gradient ``lam Omega'(w)``;
+    the forward value is 0 when ``need_value`` is False (gradient only)."""
 
     @staticmethod
-    def forward(ctx, w, layer, tikhonov):
-        value, grad = _penalty_value_and_grad(layer, w, tikhonov)
-        ctx.save_for_backward(grad)
-        ctx.lam = layer.lam
+    def forward(ctx, w, layer, tikhonov, need_value=True):
+        value, grad = _penalty_value_and_grad(layer, w, tikhonov, need_value)
+        ctx.save_for_backward(grad.mul_(layer.lam))  # lam Omega'(w), in place: a fresh tensor
         if isinstance(value, torch.Tensor):
             return (value * layer.lam).to(w.dtype)
         return w.new_tensor(layer.lam * value)
 
     @staticmethod
     def backward(ctx, g):
-        (grad,) = ctx.saved_tensors
-        return g * ctx.lam * grad, None, None
+        (lam_grad,) = ctx.saved_tensors
+        return lam_grad * g, None, None, None
 
 
-def penalty_value(layer, w: torch.Tensor, tikhonov: bool = False) -> torch.Tensor:
-    """Differentiable ``lam * sum Omega(w)`` of a penalty layer (public for tests/gradcheck)."""
-    return _PenaltyFunction.apply(w, layer, tikhonov)
+def penalty_value(layer, w: torch.Tensor, tikhonov: bool = False,
+                  need_value: bool = True) -> torch.Tensor:
+    """Differentiable ``lam * sum Omega(w)`` of a penalty layer (public for tests/gradcheck);
+    with ``need_value=False`` the same gradient and a 0 value."""
+    return _PenaltyFunction.apply(w, layer, tikhonov, need_value)
 
 
 class _EtaTrickObjective(torch.autograd.Function):
@@ -287,15 +301,18 @@ class _EtaTrickObjective(torch.autograd.Function):
     ``dJ/dlog eta = lam/2 (4 eta/s^2 - w^2/eta) + decay log eta``."""
 
     @staticmethod
-    def forward(ctx, w, log_eta, lam, eps, decay):
+    def forward(ctx, w, log_eta, lam, eps, decay, need_value=True):
         inv = torch.exp(-log_eta)
         eta = torch.exp(log_eta)
         s = torch.sqrt(eta.mul(4.0).add_(eps * eps)).add_(eps)
         r = eta.mul_(4.0).div_(s * s)                      # 4 eta / s^2
         wi = w * inv                                       # w / eta
         w2i = wi * w                                       # w^2 / eta
-        f = torch.log(s.mul_(0.5 / eps)).mul_(2.0).sub_(r)  # f(eta), f(0+) = 0
-        value = 0.5 * lam * (w2i.sum() + f.sum()) + 0.5 * decay * (log_eta * log_eta).sum()
+        if need_value:
+            f = torch.log(s.mul_(0.5 / eps)).mul_(2.0).sub_(r)  # f(eta), f(0+) = 0
+            value = 0.5 * lam * (w2i.sum() + f.sum()) + 0.5 * decay * (log_eta * log_eta).sum()
+        else:
+            value = w.new_zeros(())
         grad_w = wi.mul_(lam)
         grad_le = r.sub_(w2i).mul_(0.5 * lam)
         if decay:
@@ -306,7 +323,7 @@ class _EtaTrickObjective(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         grad_w, grad_le = ctx.saved_tensors
-        return g * grad_w, g * grad_le, None, None, None
+        return g * grad_w, g * grad_le, None, None, None, None
 
 
 # ---- the layers --------------------------------------------------------------------------------
@@ -355,14 +372,14 @@ class PenaltyMixin(SparseLayerMixin):
     def eval_weight_bias(self):
         return self.weight * self.keep_mask(), self.bias
 
-    def regularizer_term(self, n_train):
+    def regularizer_term(self, n_train, value=True):
         if self.algorithm == "gradient":
-            return penalty_value(self, self.weight, tikhonov=False)
+            return penalty_value(self, self.weight, False, value)
         if self.algorithm == "adatikhonov":
-            return penalty_value(self, self.weight, tikhonov=True)
+            return penalty_value(self, self.weight, True, value)
         if self.algorithm == "eta":
             return _EtaTrickObjective.apply(self.weight, self.log_eta, self.lam, self.eps,
-                                            self.eta_decay)
+                                            self.eta_decay, value)
         return self.weight.new_zeros(())  # adaprox: the penalty acts through the prox
 
 

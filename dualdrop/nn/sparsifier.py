@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import hardconcrete, magnitude, penalty, vardrop
+from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import check_int, iter_sparse_layers, select_layers, swap_class
 from dualdrop.nn.export import export_sparse, sparsity_report
 
@@ -133,17 +134,25 @@ class Sparsifier:
         """``(name, layer)`` of every sparsified layer of the model."""
         return list(iter_sparse_layers(self.model))
 
-    def regularizer(self, n_train: int) -> torch.Tensor:
+    def regularizer(self, n_train: int, *, value: bool = True) -> torch.Tensor:
         """Scalar to add to the mean-over-batch data loss.
 
         vardrop: ``lam sum KL / n_train``; hard-concrete: ``lam E[L0] / n_train`` (expected
         number of nonzero weights); logsum / penalty:<name>: ``lam sum Omega(w)``; adatikhonov:
         ``lam/2 sum w^2/eta_hat(w)`` (eta held fixed); eta-trick: ``lam sum 1/2 (w^2/eta +
         f(eta)) + eta_decay/2 sum log(eta)^2``; adaprox and magnitude: 0.
+
+        ``value=False`` is for training loops that do not log the regularizer: the returned
+        scalar is exactly 0 but its gradient is the regularizer's, and the per-weight work that
+        only the value needs (the logs of LogSum, the KL, the eta-trick dual, table lookups) is
+        skipped. Log the value when needed with ``regularizer(n_train)`` under ``torch.no_grad()``.
         """
         n_train = check_int("n_train", n_train, low=1)
-        terms = [layer.regularizer_term(n_train) for _, layer in self.layers]
-        return torch.stack(terms).sum()
+        if not isinstance(value, bool):
+            raise TypeError(f"value must be True or False, got {type(value).__name__}")
+        terms = [layer.regularizer_term(n_train, value) for _, layer in self.layers]
+        total = torch.stack(terms).sum()
+        return total if value else total - total.detach()
 
     def after_step(self, optimizer, step: int, total_steps: int) -> None:
         """Call after every ``optimizer.step()``; ``step`` counts the steps taken (1-based)."""
@@ -194,7 +203,9 @@ def sparsify(model: nn.Module, method: str, *, layers=None, **hparams) -> Sparsi
     ``default_hparams(method)``; unknown names raise ``TypeError``. ``lr`` is validated and kept in
     ``Sparsifier.hparams`` for the caller's optimizer; the layers do not use it. The global torch
     RNG initializes stochastic parameters (hard-concrete gate logits): seed it first for
-    reproducibility.
+    reproducibility. On glibc it also fixes malloc's mmap/trim thresholds once per process
+    (``dualdrop.nn._alloc``; ``DUALDROP_MALLOC_TUNING=0`` opts out): without that, torch's
+    elementwise ops ran ~8x slower after the penalties' numba kernels were loaded.
 
     Training loop::
 
@@ -208,6 +219,7 @@ def sparsify(model: nn.Module, method: str, *, layers=None, **hparams) -> Sparsi
         plain = export_sparse(model, layout="dense")
     """
     method_family = _family(method)  # noqa: F841 - validates the name first
+    tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
     hp = _validate(method, hparams)
     chosen = select_layers(model, layers)
     linear_cls, conv_cls = _layer_classes(method)

@@ -76,12 +76,15 @@ class _KLSum(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, clip):
+    def forward(ctx, x, clip, need_value=True):
         # in-place arithmetic: this runs on every weight at every step (see the benchmark)
         la = x.clamp(-clip, clip)
         s1 = torch.sigmoid_(la.mul(K3).add_(K2))
         s2 = torch.sigmoid(la)
-        value = K1 * (x.numel() - s1.sum()) - 0.5 * torch.log(s2).sum()
+        if need_value:
+            value = K1 * (x.numel() - s1.sum()) - 0.5 * torch.log(s2).sum()
+        else:  # gradient only: skip the log pass
+            value = x.new_zeros(())
         grad = torch.addcmul(s1, s1, s1, value=-1.0).mul_(-K1 * K3)  # -k1 k3 s1 (1 - s1)
         grad.add_(s2, alpha=0.5).sub_(0.5)                           # - 1/2 (1 - s2)
         grad.masked_fill_(la != x, 0.0)                              # clipped: no gradient
@@ -91,7 +94,7 @@ class _KLSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         (grad,) = ctx.saved_tensors
-        return g * grad, None
+        return g * grad, None, None
 
 
 class _LRVariance(torch.autograd.Function):
@@ -176,8 +179,8 @@ class VarDropMixin(SparseLayerMixin):
     def eval_weight_bias(self):
         return self.weight * self.keep_mask(), self.bias
 
-    def regularizer_term(self, n_train):
-        return (self.lam / n_train) * _KLSum.apply(self.raw_log_alpha(), self.clip)
+    def regularizer_term(self, n_train, value=True):
+        return (self.lam / n_train) * _KLSum.apply(self.raw_log_alpha(), self.clip, value)
 
 
 class VarDropLinear(VarDropMixin, nn.Linear):

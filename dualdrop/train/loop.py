@@ -6,8 +6,9 @@ batch 128, learning rate decayed linearly to 0 over all steps, 80/20 train/valid
 
 Outputs in ``TrainConfig.out``:
 
-- ``history.json`` / ``history.csv``: one row per epoch: training cross-entropy and regularizer
-  (means over the epoch's batches), validation error, fraction of nonzero *weights* (biases are
+- ``history.json`` / ``history.csv``: one row per epoch: training cross-entropy (mean over the
+  epoch's samples), the regularizer of the weights at the end of the epoch (the steps use its
+  gradient only: ``Sparsifier.regularizer(n, value=False)``), validation error, fraction of nonzero *weights* (biases are
   not counted) per layer and in total, seconds of training and of evaluation;
 - ``checkpoint.pt``: written atomically (temporary file + ``os.replace``) after every epoch, with
   model, optimizer and scheduler states, the RNG states of torch / numpy / python of every rank,
@@ -462,6 +463,16 @@ def error_rate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch: int = 
     return wrong / max(len(y), 1)
 
 
+def make_adam(params: list, lr: float) -> torch.optim.Adam:
+    """Adam with torch's fused kernel where this torch build has one for ``device`` (one pass
+    over each tensor instead of ~10; measured 0.54 -> 0.17 ms per LeNet-300-100 step on the CPU),
+    else the default implementation. Same update rule and state keys either way."""
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=lr)
+
+
 def _run_config(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, world: int) -> dict:
     """The part of the configuration that a resumed run must share with the checkpoint."""
     return {
@@ -502,6 +513,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
+    _nn().tune_allocator()  # also for the dense baseline: same allocator as the methods
     out = Path(cfg.out)
     lock = None
     flushed = bool(cfg.flush_denormal) and torch.set_flush_denormal(True)
@@ -556,7 +568,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         model.to(dev)
         dist_.broadcast_module(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.Adam(params, lr=lr)
+        optimizer = make_adam(params, lr)
         n_train = len(data.y_train)
         steps_per_epoch = math.ceil(n_train / cfg.batch_size)
         total_steps = steps_per_epoch * cfg.epochs
@@ -599,7 +611,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         for epoch in range(start_epoch, last):
             t0 = time.perf_counter()
             order = epoch_order(n_train, cfg.seed, epoch).to(dev)
-            sums = [0.0, 0.0, 0.0]  # sum of CE over samples, sum of reg over batches, batches
+            ce_sum_epoch = 0.0
             for b in range(steps_per_epoch):
                 idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
                 n_b = len(idx)
@@ -607,11 +619,9 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                 logits = model(Xtr[idx])
                 ce_sum = F.cross_entropy(logits, ytr[idx], reduction="sum")
                 loss = ce_sum / n_b
-                reg_val = 0.0
                 if sp is not None:
-                    reg = sp.regularizer(n_train)
-                    loss = loss + reg / dist_.world
-                    reg_val = float(reg.detach())
+                    # gradient only: the value is logged once per epoch below
+                    loss = loss + sp.regularizer(n_train, value=False) / dist_.world
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 dist_.allreduce_grads(params)
@@ -623,10 +633,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                     # the last step)
                     sp.after_step(optimizer, step, total_steps)
                 scheduler.step()
-                sums[0] += float(ce_sum.detach())
-                sums[1] += reg_val
-                sums[2] += 1
-                if not math.isfinite(sums[0]):
+                ce_sum_epoch += float(ce_sum.detach())
+                if not math.isfinite(ce_sum_epoch):
                     raise FloatingPointError(
                         f"training diverged (non-finite loss) at epoch {epoch + 1}, step {step}; "
                         f"lower lr (now {lr}) or check the hyperparameters {hp}"
@@ -640,9 +648,13 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                     f"{cfg.method}, hyperparameters {hp}, lr {lr}); the run is not checkpointed "
                     "past the last finite epoch: resume from it after fixing the cause"
                 )
-            ce_total = dist_.sum_floats([sums[0]])[0]
+            ce_total = dist_.sum_floats([ce_sum_epoch])[0]
             t_train = time.perf_counter() - t0
             t1 = time.perf_counter()
+            reg_end = 0.0
+            if sp is not None:
+                with torch.no_grad():
+                    reg_end = float(sp.regularizer(n_train))
             val_err = error_rate(model, Xva, yva, cfg.eval_batch_size)
             dens = density()
             t_eval = time.perf_counter() - t1
@@ -651,7 +663,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                 "step": step,
                 "lr": optimizer.param_groups[0]["lr"],
                 "train_loss": ce_total / n_train,
-                "train_reg": sums[1] / max(sums[2], 1),
+                "train_reg": reg_end,
                 "val_error": val_err,
                 "nonzero_total": float(dens["total"]),
             }

@@ -1,5 +1,7 @@
 """The contract of dualdrop.nn: names, defaults, parameters/buffers, and clear errors."""
 
+import os
+
 import pytest
 import torch
 import torch.nn as nn
@@ -201,3 +203,24 @@ def test_penalties_package_is_used():
     assert sp.density()["total"] == 1.0
     # the model itself may be the one layer
     assert type(export_sparse(m, "dense")) is nn.Linear
+
+
+def test_tune_allocator_opt_out_and_glibc(tmp_path):
+    """sparsify() fixes glibc's malloc thresholds once per process unless opted out."""
+    import platform
+    import subprocess
+    import sys
+
+    code = ("import torch, torch.nn as nn\n"
+            "from dualdrop.nn import sparsify, tune_allocator\n"
+            "from dualdrop.nn import _alloc\n"
+            "sparsify(nn.Sequential(nn.Linear(3, 2)), 'logsum')\n"
+            "print(_alloc._state['done'], _alloc._state['tuned'], tune_allocator())\n")
+    env_off = {**os.environ, "DUALDROP_MALLOC_TUNING": "0"}
+    off = subprocess.run([sys.executable, "-c", code], env=env_off, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert off == ["True", "False", "False"]
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        check=True).stdout.split()
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert on == ["True", str(glibc), str(glibc)]

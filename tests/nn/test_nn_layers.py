@@ -478,3 +478,27 @@ def test_adaprox_zero_step_is_identity_and_never_nan():
     sp.after_step(opt, 1, 10)
     assert torch.isfinite(model[0].weight).all()
     assert torch.equal(model[0].weight, before)
+
+
+@pytest.mark.parametrize("method", ["vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete",
+                                    "hardconcrete-neuron", "eta-trick", "logsum", "adatikhonov",
+                                    "penalty:mcp", "penalty:vardrop_exact", "penalty:lp"])
+def test_gradient_only_regularizer(method):
+    """value=False: value exactly 0, gradient identical to the full regularizer's (whose
+    gradient test_gradcheck_regularizer checks against finite differences)."""
+    hp = {"penalty_params": {"p": 0.5}} if method == "penalty:lp" else {}
+    layer, sp = tiny_layer(method, **hp)
+    params = [p for p in layer.parameters()]
+    full = sp.regularizer(50)
+    g_full = torch.autograd.grad(full, params, allow_unused=True)
+    cheap = sp.regularizer(50, value=False)
+    g_cheap = torch.autograd.grad(cheap, params, allow_unused=True)
+    assert cheap.item() == 0.0
+    assert full.item() != 0.0
+    for a, b in zip(g_full, g_cheap):
+        if a is None:
+            assert b is None
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=0.0)
+    with pytest.raises(TypeError, match="value must be True or False"):
+        sp.regularizer(50, value=1)
