@@ -16,7 +16,11 @@ def as_real_array(x, name: str, *, allow_inf: bool = False) -> np.ndarray:
     """Return ``x`` as a float64 ndarray, rejecting non-real dtypes, NaN and (by default) inf."""
     if isinstance(x, (str, bytes)) or x is None:
         raise ValueError(f"{name} must be a real number or an array of real numbers, got {type(x).__name__}")
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError as exc:  # ragged nested sequences
+        raise ValueError(f"{name} must be a rectangular array of real numbers; got a ragged "
+                         f"nested sequence ({exc})") from None
     if arr.dtype == object:
         raise ValueError(
             f"{name} must be a numeric array; got an object array (ragged lists or mixed types?). "

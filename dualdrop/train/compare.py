@@ -141,7 +141,10 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
         ax1.set_ylim(max(0.0, lo - 0.5), min(100.0, max(1.5 * last, lo + 3)))
     for ax in (ax0, ax1):
         ax.grid(True, which="both", alpha=0.3)
-    ax1.legend(fontsize=8, loc="upper right")
+    if runs:
+        ax1.legend(fontsize=8, loc="upper right")
+    else:  # nothing trained yet: say so on the figure instead of an empty legend
+        ax1.text(0.5, 0.5, "no runs yet", transform=ax1.transAxes, ha="center")
     fig.tight_layout()
     out = Path(out)
     paths = [out / "figure2.png", out / "figure2.pdf"]

@@ -7,7 +7,8 @@ import penalties as P
 
 
 @pytest.mark.parametrize("bad,match", [(np.nan, "NaN"), (np.inf, "inf"), ([1.0, np.nan], "NaN"), (1 + 2j, "dtype"),
-                                       ("3", "real number"), (np.array([True]), "dtype"), ([[1], [2, 3]], "")])
+                                       ("3", "real number"), (np.array([True]), "dtype"),
+                                       ([[1], [2, 3]], "rectangular array")])
 def test_bad_w(bad, match):
     with pytest.raises(ValueError, match=match):
         P.LogSum(1.0).omega(bad)
