@@ -46,6 +46,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop (checkpointed) after this epoch; continue later with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--select-tol-margin", type=float, default=None, metavar="M",
+                   help="after training, also report the sparsest test-time keep-ratio "
+                   "tolerance whose validation error is at most M (absolute, e.g. 0.001) above "
+                   "the trained one, with its test error (final.json 'selected_tol'; methods "
+                   "with a tol only)")
     p.add_argument("--keep-denormals", action="store_true",
                    help="do not flush subnormal floats to zero while training (flushing is the "
                    "default: shrinking weights otherwise slow CPU training by orders of magnitude)")
@@ -96,6 +101,7 @@ def run(args) -> int:
             hparams=overrides, batch_size=args.batch_size, resume=args.resume,
             stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
             verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
+            select_tol_margin=args.select_tol_margin,
         )
         report = train(cfg)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
@@ -111,4 +117,9 @@ def run(args) -> int:
         print(f"{report['method']}: test error {100 * report['test_error']:.2f}% at "
               f"{report['nonzero_total']:.4f} nonzero weights after {report['epochs']} epochs "
               f"(validation error {100 * report['val_error']:.2f}%); outputs in {cfg.out}")
+        sel = report.get("selected_tol") or {}
+        if "test_error" in sel:
+            print(f"  selected on validation: tol={sel['tol']:g}: test error "
+                  f"{100 * sel['test_error']:.2f}% at {sel['nonzero_total']:.4f} nonzero weights "
+                  f"(validation error {100 * sel['val_error']:.2f}%)")
     return 0

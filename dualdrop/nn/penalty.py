@@ -341,9 +341,7 @@ class PenaltyMixin(SparseLayerMixin):
             code, params = spec
             self._kernel = (int(code), np.ascontiguousarray(params, dtype=np.float64))
         self._torch_form = torch_form(penalty) if use_torch_form else None
-        # eta_hat(|w|) < c  <=>  alpha < tol
-        self._eta_cut = lam * tol / (1.0 - tol)
-        self._abs_cut = abs_threshold(penalty, self._eta_cut)
+        self.set_tol(tol)
         if algorithm == "eta":
             with torch.no_grad():
                 w64 = np.ascontiguousarray(self.weight.detach().cpu().to(torch.float64).numpy())
@@ -356,6 +354,13 @@ class PenaltyMixin(SparseLayerMixin):
                 with np.errstate(divide="ignore"):
                     le = np.clip(np.log(eta), -20.0, 20.0)
             self.log_eta = nn.Parameter(torch.from_numpy(le).to(self.weight))
+
+    def set_tol(self, tol: float) -> None:
+        """Test-time pruning tolerance on the keep ratio (``alpha < tol`` is pruned)."""
+        self.tol = check_float("tol", tol, low=0.0, high=1.0, low_open=True, high_open=True)
+        # eta_hat(|w|) < c  <=>  alpha < tol
+        self._eta_cut = self.lam * self.tol / (1.0 - self.tol)
+        self._abs_cut = abs_threshold(self.penalty, self._eta_cut)
 
     def keep_mask(self) -> torch.Tensor:
         if self.algorithm == "eta" and self.prune_rule == "eta":

@@ -168,6 +168,22 @@ class Sparsifier:
         elif self._family == "penalty":
             penalty.after_step(self, optimizer, step, total_steps)
 
+    @property
+    def has_tol(self) -> bool:
+        """Whether the method's test-time rule is a keep-ratio tolerance (see ``set_tol``)."""
+        return self._family in ("vardrop", "penalty")
+
+    def set_tol(self, tol: float) -> None:
+        """Change the test-time pruning tolerance ``tol`` of every layer (keep ratio < tol is
+        pruned) without retraining: the density/accuracy trade-off of a trained network.
+        ``hparams["tol"]`` follows. Choose it on validation data, never on the test set."""
+        if not self.has_tol:
+            raise ValueError(f"method {self.method!r} has no keep-ratio tolerance: hard-concrete "
+                             "uses its deterministic test gate and magnitude its masks")
+        for _, layer in self.layers:
+            layer.set_tol(tol)
+        self.hparams["tol"] = self.layers[0][1].tol
+
     @torch.no_grad()
     def density(self) -> dict:
         """``{layer_name: fraction of nonzero test-time weights, ..., "total": fraction}``."""

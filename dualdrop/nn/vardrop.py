@@ -154,6 +154,10 @@ class VarDropMixin(SparseLayerMixin):
     def clipped_log_alpha(self) -> torch.Tensor:
         return self.raw_log_alpha().clamp(-self.clip, self.clip)
 
+    def set_tol(self, tol: float) -> None:
+        """Test-time pruning tolerance on the keep ratio ``1/(1+a)`` (``< tol`` is pruned)."""
+        self.tol = validate({"lam": self.lam, "tol": tol, "clip": self.clip})["tol"]
+
     def log_alpha_threshold(self) -> float:
         """Prune when clipped ``log a`` exceeds this value (``log((1 - tol)/tol)``)."""
         return math.log((1.0 - self.tol) / self.tol)

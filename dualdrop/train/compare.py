@@ -52,13 +52,15 @@ def run_comparison(
     stop_after: int | None = None,
     data=None,
     flush_denormal: bool = True,
+    select_tol_margin: float | None = None,
 ) -> dict:
     """Train each method (resumable), then write the figure and the table.
 
     Returns ``{method: report}`` (the final report, a ``"stopped"`` record when ``stop_after`` <
     ``epochs``, or a ``"locked"`` record when another process is training that method into the
     same folder: several processes may thus share one comparison). Unknown methods are refused
-    before any training starts.
+    before any training starts. ``select_tol_margin``: see :class:`TrainConfig` (the table then
+    also shows the validation-selected tolerance's test error and density).
     """
     methods = [check_method(m) for m in methods]
     if not methods:
@@ -72,7 +74,7 @@ def run_comparison(
         data = load_dataset(data_dir, seed=seed)
     base = TrainConfig(epochs=epochs, data_dir=data_dir, seed=seed, device=device,
                        threads=threads, progress=progress, stop_after=stop_after, resume=True,
-                       flush_denormal=flush_denormal)
+                       flush_denormal=flush_denormal, select_tol_margin=select_tol_margin)
     reports = {}
     for m in methods:
         cfg = dataclasses.replace(base, method=m, out=str(run_dir(out, m)))
@@ -173,6 +175,9 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
             "nonzero": f["nonzero_total"] if f else h[-1]["nonzero_total"],
             "val_error": h[-1]["val_error"],
             "s_per_epoch": sum(r["seconds"] for r in h) / len(h),
+            "selected_tol": _sel(f, "tol"),
+            "selected_test_error": _sel(f, "test_error"),
+            "selected_nonzero": _sel(f, "nonzero_total"),
             "seed_test_error": seed[1] if seed else None,
             "seed_nonzero": seed[2] if seed else None,
         })
@@ -188,21 +193,35 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
     def frac(v):
         return "—" if v is None else f"{v:.4f}"
 
+    selected = any(r["selected_test_error"] is not None for r in rows)
+    extra_h = " | tol chosen on val. | its test error | its fraction nonzero" if selected else ""
     lines = [
-        "| method | epochs | test error | fraction nonzero | val. error | s/epoch "
-        "| seed: test error (200 ep.) | seed: fraction nonzero |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| method | epochs | test error | fraction nonzero | val. error | s/epoch" + extra_h +
+        " | seed: test error (200 ep.) | seed: fraction nonzero |",
+        "| --- | --- | --- | --- | --- | ---" + " | ---" * (3 if selected else 0) +
+        " | --- | --- |",
     ]
     for r in rows:
         ep = str(r["epochs"]) if r["finished"] else f"{r['epochs']} (unfinished)"
+        extra = ""
+        if selected:
+            tol = "—" if r["selected_tol"] is None else f"{r['selected_tol']:g}"
+            extra = (f" | {tol} | {pct(r['selected_test_error'])} | "
+                     f"{frac(r['selected_nonzero'])}")
         lines.append(
             f"| {r['label']} | {ep} | {pct(r['test_error'])} | {frac(r['nonzero'])} | "
-            f"{pct(r['val_error'])} | {r['s_per_epoch']:.1f} | {pct(r['seed_test_error'])} | "
-            f"{frac(r['seed_nonzero'])} |"
+            f"{pct(r['val_error'])} | {r['s_per_epoch']:.1f}{extra} | "
+            f"{pct(r['seed_test_error'])} | {frac(r['seed_nonzero'])} |"
         )
     md = "\n".join(lines) + "\n"
     (out / "table.md").write_text(md)
     return md
+
+
+def _sel(final, key):
+    """A field of ``final["selected_tol"]`` (None when absent)."""
+    sel = (final or {}).get("selected_tol") or {}
+    return sel.get(key) if "test_error" in sel else None
 
 
 __all__ = ["DEFAULT_METHODS", "DENSE", "SEED_TABLE", "comparison_table", "load_runs",

@@ -193,6 +193,11 @@ class TrainConfig:
     # matmul and elementwise op on x86 by orders of magnitude (eta-trick on MNIST went from 51 to
     # 290 s/epoch within 10 epochs). Values below 1.2e-38 become 0; restored when train() ends.
     flush_denormal: bool = True
+    # After training, also report the sparsest test-time tolerance whose *validation* error is
+    # at most this much (absolute, e.g. 0.001 = 0.1 points) above the trained tol's; None: off.
+    # Only the validation split takes part in the choice; the test error of the chosen tol is
+    # reported beside the trained one in final.json["selected_tol"].
+    select_tol_margin: float | None = None
 
     def validate(self) -> None:
         def pos_int(name):
@@ -212,6 +217,11 @@ class TrainConfig:
                 )
         if self.threads is not None:
             pos_int("threads")
+        m = self.select_tol_margin
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float))
+                              or not math.isfinite(m) or not 0 <= m < 1):
+            raise ValueError(f"select_tol_margin={m!r}; expected a validation-error margin in "
+                             "[0, 1), e.g. 0.001 for 0.1 points, or None")
         if not isinstance(self.hparams, dict):
             raise TypeError(f"hparams={self.hparams!r}; expected a dict of overrides")
         _device(self.device)
@@ -461,6 +471,62 @@ def error_rate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch: int = 
         wrong += int((model(X[i:i + batch]).argmax(1) != y[i:i + batch]).sum())
     model.train(was)
     return wrong / max(len(y), 1)
+
+
+#: keep-ratio tolerances of the validation sweep in ``final.json`` (the trained default is 0.05)
+SWEEP_TOLS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7)
+
+
+@torch.no_grad()
+def tol_sweep(sp, model: nn.Module, X: torch.Tensor, y: torch.Tensor,
+              tols=SWEEP_TOLS, batch: int = 4096) -> list[dict]:
+    """Density and error of the trained network at other test-time tolerances ``tol``.
+
+    The trade-off curve of one trained network, free of retraining: for each ``tol`` the fraction
+    of nonzero weights and the error on ``(X, y)``, which must be *validation* data (select on
+    it; report the test error of the chosen ``tol`` once, e.g. ``dualdrop evaluate``). Values
+    the method cannot express are skipped. The Sparsifier's own ``tol`` is restored afterwards.
+    """
+    if not sp.has_tol:
+        return []
+    was_training = model.training
+    own = sp.hparams["tol"]
+    rows = []
+    try:
+        for tol in tols:
+            try:
+                sp.set_tol(tol)
+            except ValueError:  # e.g. below what vardrop's log-alpha clip can express
+                continue
+            rows.append({"tol": float(tol), "nonzero_total": float(sp.density()["total"]),
+                         "error": error_rate(model, X, y, batch)})
+    finally:
+        sp.set_tol(own)
+        model.train(was_training)
+    return rows
+
+
+@torch.no_grad()
+def select_tol(sp, model: nn.Module, sweep: list[dict], val_error: float, margin: float,
+               X_test: torch.Tensor, y_test: torch.Tensor, batch: int = 4096) -> dict:
+    """The sparsest ``tol`` of a validation ``sweep`` (see :func:`tol_sweep`) whose validation
+    error is at most ``val_error + margin``, with its test error and densities. The choice sees
+    validation numbers only; the test set is evaluated once, at the chosen ``tol``."""
+    ok = [r for r in sweep if r["error"] <= val_error + margin + 1e-12]
+    if not ok:  # the trained tol itself is always admissible; keep it
+        return {"tol": sp.hparams["tol"], "margin": margin, "note": "no sweep point qualified"}
+    own = sp.hparams["tol"]
+    # ties in density (the same network): the tolerance closest to the trained one
+    best = min(ok, key=lambda r: (r["nonzero_total"], abs(math.log(r["tol"] / own))))
+    try:
+        sp.set_tol(best["tol"])
+        dens = sp.density()
+        test = error_rate(model, X_test, y_test, batch)
+    finally:
+        sp.set_tol(own)
+    return {"tol": best["tol"], "margin": margin, "val_error": best["error"],
+            "test_error": test, "nonzero_total": float(dens["total"]),
+            "nonzero": {k: float(v) for k, v in dens.items() if k != "total"}}
 
 
 def make_adam(params: list, lr: float) -> torch.optim.Adam:
@@ -726,6 +792,12 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         }
         if sp is not None:
             dnn = _nn()
+            report["val_tol_sweep"] = tol_sweep(sp, model, Xva, yva, SWEEP_TOLS,
+                                                cfg.eval_batch_size)
+            if cfg.select_tol_margin is not None and report["val_tol_sweep"]:
+                report["selected_tol"] = select_tol(
+                    sp, model, report["val_tol_sweep"], history[-1]["val_error"],
+                    cfg.select_tol_margin, Xte, yte, cfg.eval_batch_size)
             report["layers"] = _jsonable(dnn.sparsity_report(model))
             try:
                 exported = dnn.export_sparse(model).to(dev)

@@ -102,3 +102,97 @@ def test_adaprox_last_step_keeps_weights_finite(tmp_path, tiny_data):
     assert all(bool(torch.isfinite(v).all()) for v in ck["model"].values()
                if isinstance(v, torch.Tensor) and v.is_floating_point())
     assert rep["nonzero_total"] < 1.0 and rep["test_error"] < 0.5
+
+
+def _load(out, method):
+    """The trained model from the run's checkpoint, sparsified the same way."""
+    from dualdrop.train import lenet_300_100
+
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    model = lenet_300_100(784)
+    sp = dnn.sparsify(model, method)
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model, sp
+
+
+@pytest.mark.parametrize("method,lr", [("vardrop-lr-ar", 1e-3), ("logsum", 3e-3)])
+def test_tol_sweep_and_selection(tmp_path, tiny_data, method, lr):
+    """Sweep and selection recomputed independently from the checkpoint: each sweep point's
+    density and validation error; the choice is the sparsest point within the margin."""
+    margin = 0.02
+    rep = train(_cfg(tmp_path, method, epochs=3, lr=lr, select_tol_margin=margin),
+                data=tiny_data)
+    model, sp = _load(tmp_path / method.replace(":", "_"), method)
+    Xva, yva = torch.from_numpy(tiny_data.X_val), torch.from_numpy(tiny_data.y_val)
+    Xte, yte = torch.from_numpy(tiny_data.X_test), torch.from_numpy(tiny_data.y_test)
+    sweep = rep["val_tol_sweep"]
+    assert [r["tol"] for r in sweep] == sorted(r["tol"] for r in sweep) and len(sweep) >= 5
+    for r in sweep:
+        for _, layer in sp.layers:
+            layer.tol = r["tol"]
+            if hasattr(layer, "_eta_cut"):  # penalty layers cache the threshold
+                layer.set_tol(r["tol"])
+        with torch.no_grad():
+            err = float((model(Xva).argmax(1) != yva).double().mean())
+            w = [layer.eval_weight_bias()[0] for _, layer in sp.layers]
+        assert r["error"] == pytest.approx(err, abs=1e-12)
+        assert r["nonzero_total"] == pytest.approx(
+            sum(int((x != 0).sum()) for x in w) / sum(x.numel() for x in w), abs=1e-12)
+    # density never increases with tol, and the sweep does change it here
+    dens = [r["nonzero_total"] for r in sweep]
+    assert all(a >= b for a, b in zip(dens, dens[1:])) and dens[-1] < dens[0]
+    sel = rep["selected_tol"]
+    ok = [r for r in sweep if r["error"] <= rep["val_error"] + margin + 1e-12]
+    assert sel["nonzero_total"] == min(r["nonzero_total"] for r in ok)
+    assert sel["val_error"] <= rep["val_error"] + margin + 1e-12
+    sp.set_tol(sel["tol"])
+    with torch.no_grad():
+        assert sel["test_error"] == pytest.approx(
+            float((model(Xte).argmax(1) != yte).double().mean()), abs=1e-12)
+    # the headline numbers stay those of the trained tol
+    sp.set_tol(0.05)
+    with torch.no_grad():
+        assert rep["test_error"] == pytest.approx(
+            float((model(Xte).argmax(1) != yte).double().mean()), abs=1e-12)
+    # history's regularizer is the value of the final weights (logged once per epoch)
+    hist = json.loads((tmp_path / method.replace(":", "_") / "history.json").read_text())
+    with torch.no_grad():
+        assert hist[-1]["train_reg"] == pytest.approx(float(sp.regularizer(len(tiny_data.y_train))),
+                                                      rel=1e-6)
+
+
+def test_no_tol_methods(tmp_path, tiny_data):
+    rep = train(_cfg(tmp_path, "magnitude", epochs=1, select_tol_margin=0.01), data=tiny_data)
+    assert rep["val_tol_sweep"] == [] and "selected_tol" not in rep
+    import torch.nn as nn
+
+    sp = dnn.sparsify(nn.Sequential(nn.Linear(3, 2)), "hardconcrete")
+    with pytest.raises(ValueError, match="no keep-ratio tolerance"):
+        sp.set_tol(0.1)
+    with pytest.raises(ValueError, match="select_tol_margin"):
+        train(_cfg(tmp_path, "logsum", name="bad", select_tol_margin=-0.1), data=tiny_data)
+
+
+def test_select_tol_rule():
+    """The rule on a hand-made sweep: sparsest point within the margin; density ties go to the
+    tolerance closest to the trained one; nothing admissible keeps the trained tol."""
+    import torch.nn as nn
+
+    from dualdrop.train.loop import select_tol
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3))
+    sp = dnn.sparsify(model, "logsum")
+    X, y = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    sweep = [{"tol": 0.05, "nonzero_total": 0.5, "error": 0.10},
+             {"tol": 0.1, "nonzero_total": 0.4, "error": 0.11},
+             {"tol": 0.2, "nonzero_total": 0.3, "error": 0.115},
+             {"tol": 0.3, "nonzero_total": 0.3, "error": 0.112},
+             {"tol": 0.5, "nonzero_total": 0.1, "error": 0.2}]
+    assert select_tol(sp, model, sweep, 0.10, 0.015, X, y)["tol"] == 0.2
+    assert select_tol(sp, model, sweep, 0.10, 0.011, X, y)["tol"] == 0.1
+    assert select_tol(sp, model, sweep, 0.10, 0.0, X, y)["tol"] == 0.05
+    none = select_tol(sp, model, sweep, 0.05, 0.0, X, y)
+    assert none["tol"] == 0.05 and "test_error" not in none
+    assert sp.hparams["tol"] == 0.05  # restored
