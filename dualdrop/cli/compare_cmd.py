@@ -58,7 +58,7 @@ def run(args) -> int:
                 data_dir=args.data_dir, seed=args.seed, device=args.device,
                 threads=args.threads, progress=not args.no_progress,
                 stop_after=args.stop_after, flush_denormal=not args.keep_denormals,
-                select_tol_margin=args.select_tol_margin,
+                select_tol_margin=args.select_tol_margin, init_from=args.init_from,
             )
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
         print(f"dualdrop compare: error: {exc}", file=sys.stderr)

@@ -46,6 +46,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop (checkpointed) after this epoch; continue later with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--init-from", default=None, metavar="RUN",
+                   help="warm start: initialize the weights from the test-time network of the "
+                   "run in folder RUN (e.g. a dense run: --method none), then sparsify")
     p.add_argument("--select-tol-margin", type=float, default=None, metavar="M",
                    help="after training, also report the sparsest test-time keep-ratio "
                    "tolerance whose validation error is at most M (absolute, e.g. 0.001) above "
@@ -101,7 +104,7 @@ def run(args) -> int:
             hparams=overrides, batch_size=args.batch_size, resume=args.resume,
             stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
             verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
-            select_tol_margin=args.select_tol_margin,
+            select_tol_margin=args.select_tol_margin, init_from=args.init_from,
         )
         report = train(cfg)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:

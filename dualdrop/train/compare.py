@@ -53,6 +53,7 @@ def run_comparison(
     data=None,
     flush_denormal: bool = True,
     select_tol_margin: float | None = None,
+    init_from: str | None = None,
 ) -> dict:
     """Train each method (resumable), then write the figure and the table.
 
@@ -60,7 +61,8 @@ def run_comparison(
     ``epochs``, or a ``"locked"`` record when another process is training that method into the
     same folder: several processes may thus share one comparison). Unknown methods are refused
     before any training starts. ``select_tol_margin``: see :class:`TrainConfig` (the table then
-    also shows the validation-selected tolerance's test error and density).
+    also shows the validation-selected tolerance's test error and density); ``init_from``: every
+    method warm-starts from that run's test-time network.
     """
     methods = [check_method(m) for m in methods]
     if not methods:
@@ -74,7 +76,8 @@ def run_comparison(
         data = load_dataset(data_dir, seed=seed)
     base = TrainConfig(epochs=epochs, data_dir=data_dir, seed=seed, device=device,
                        threads=threads, progress=progress, stop_after=stop_after, resume=True,
-                       flush_denormal=flush_denormal, select_tol_margin=select_tol_margin)
+                       flush_denormal=flush_denormal, select_tol_margin=select_tol_margin,
+                       init_from=init_from)
     reports = {}
     for m in methods:
         cfg = dataclasses.replace(base, method=m, out=str(run_dir(out, m)))

@@ -196,3 +196,35 @@ def test_select_tol_rule():
     none = select_tol(sp, model, sweep, 0.05, 0.0, X, y)
     assert none["tol"] == 0.05 and "test_error" not in none
     assert sp.hparams["tol"] == 0.05  # restored
+
+
+def test_init_from_dense_and_sparse_runs(tmp_path, tiny_data, assert_resume_exact):
+    from dualdrop.train.loop import init_weights
+
+    train(_cfg(tmp_path, "none", name="dense", epochs=2), data=tiny_data)
+    dense_ck = torch.load(tmp_path / "dense" / "checkpoint.pt", weights_only=False)
+    sd, info = init_weights(tmp_path / "dense", 784, 10)
+    assert info["method"] == "none" and info["epoch"] == 2
+    assert all(torch.equal(sd[k], dense_ck["model"][k]) for k in dense_ck["model"])
+    # a warm-started run at a negligible learning rate ends where it started
+    rep = train(_cfg(tmp_path, "logsum", name="warm", epochs=1, lr=1e-12,
+                     init_from=str(tmp_path / "dense")), data=tiny_data)
+    assert rep["init_from"]["path"].endswith("checkpoint.pt")
+    warm = torch.load(tmp_path / "warm" / "checkpoint.pt", weights_only=False)["model"]
+    for k in ("fc1.weight", "fc2.weight", "fc3.bias"):
+        torch.testing.assert_close(warm[k], dense_ck["model"][k], atol=1e-9, rtol=0)
+    # from a sparsified run: its test-time network, pruned weights exactly 0
+    train(_cfg(tmp_path, "vardrop-lr-ar", name="ar", epochs=2, lr=1e-3), data=tiny_data)
+    model, sp = _load(tmp_path / "ar", "vardrop-lr-ar")
+    sd, info = init_weights(tmp_path / "ar" / "checkpoint.pt", 784, 10)
+    for name, layer in sp.layers:
+        w, b = layer.eval_weight_bias()
+        assert torch.equal(sd[f"{name}.weight"], w.detach())
+        assert torch.equal(sd[f"{name}.bias"], b.detach())
+    assert info["nonzero_total"] == pytest.approx(sp.density()["total"])
+    # resume stays exact with a warm start
+    assert_resume_exact(tmp_path / "res", tiny_data, method="logsum", lr=1e-3,
+                        init_from=str(tmp_path / "dense"))
+    with pytest.raises(FileNotFoundError, match="init_from"):
+        train(_cfg(tmp_path, "logsum", name="bad", init_from=str(tmp_path / "nope")),
+              data=tiny_data)
