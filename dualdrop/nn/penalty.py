@@ -28,6 +28,16 @@ sparsified layers (biases excluded), added to the mean-over-batch data loss as i
     DUALITY.md's form, shifted so that f(0+) = 0; ``min_eta J`` gives ``lam log(1 + |w|/eps)``).
     The decay term is the coupled L2 weight decay of log eta (``eta_decay = 1e-3``).
 
+    What that decay does (derived, and seen on MNIST, benchmarks/RESULTS.md): for a weight at 0,
+    ``dJ/dlog eta = lam/2 eta f'(eta) + eta_decay log eta`` with ``eta f'(eta) = 4 eta/s^2``,
+    so with ``lam = eta_decay = 1e-3, eps = 2`` eta settles at the root ``eta = 0.922`` (Brent's
+    method on that expression) instead of following ``eta_hat(w) -> 0``. Near 0 the effective
+    penalty is then a ridge ``lam w^2 / (2 * 0.922)``: no sparsity-inducing pull, pruning only
+    comes from Adam's shrinking step as the learning rate decays (25% of the weights survive
+    200 epochs). ``eta_decay = 0`` keeps the eta-trick's own fixed point ``eta = eta_hat(w)``
+    (the LogSum penalty): 7% survive, and at the same validation error a larger ``tol``
+    prunes further (see ``Sparsifier.set_tol``).
+
 Test time (all of them): the keep ratio ``alpha = eta_hat(w)/(eta_hat(w) + lam)``; a weight is
 pruned when ``alpha < tol``, i.e. ``eta_hat(|w|) < lam tol/(1 - tol)``. For penalties whose
 ``eta_hat`` is nondecreasing in ``|w|`` (all catalog ones) this is ``|w| < t*`` with ``t*`` found

@@ -502,3 +502,34 @@ def test_gradient_only_regularizer(method):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=0.0)
     with pytest.raises(TypeError, match="value must be True or False"):
         sp.regularizer(50, value=1)
+
+
+def test_eta_trick_coupled_decay_fixed_point():
+    """The documented effect of the coupled log-eta decay: at w = 0 the eta-trick objective's
+    log-eta gradient vanishes at eta = 0.922 (independent root of lam/2 * 4 eta/s^2 = -decay log
+    eta), so eta stays O(1) instead of following eta_hat(0) = 0; with decay 0 it only vanishes
+    as eta -> 0."""
+    from scipy.optimize import brentq
+
+    lam = decay = 1e-3
+    eps = 2.0
+
+    def g(le):
+        e = math.exp(le)
+        return lam / 2 * 4 * e / (math.sqrt(eps * eps + 4 * e) + eps) ** 2 + decay * le
+
+    root = brentq(g, -10.0, 1.0, xtol=1e-14)
+    assert math.exp(root) == pytest.approx(0.922, abs=5e-4)
+    layer, sp = tiny_layer("eta-trick", eta_decay=decay)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.log_eta.fill_(root)
+    layer.log_eta.grad = None
+    sp.regularizer(1).backward()
+    assert layer.log_eta.grad.abs().max().item() < 1e-12
+    layer2, sp2 = tiny_layer("eta-trick", eta_decay=0.0)
+    with torch.no_grad():
+        layer2.weight.zero_()
+        layer2.log_eta.fill_(root)
+    sp2.regularizer(1).backward()
+    assert (layer2.log_eta.grad > 1e-5).all()  # pushes eta down towards eta_hat(0) = 0
