@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 
 torch.set_num_threads(1)
 
