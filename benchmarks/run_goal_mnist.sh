@@ -29,3 +29,6 @@ run vdlr_pre --method vardrop-lr --init-from "$OUT/dense200" --select-tol-margin
 run ar_pre_l03 --method vardrop-lr-ar --lr 1e-3 --hp lam=0.3 --init-from "$OUT/dense200" \
     --select-tol-margin 0.001
 run hc_pre_l1 --method hardconcrete --hp lam=1 --init-from "$OUT/dense200"
+run ar_pre_l01 --method vardrop-lr-ar --lr 1e-3 --hp lam=0.1 --init-from "$OUT/dense200" \
+    --select-tol-margin 0.001
+run hc_pre_l5 --method hardconcrete --hp lam=5 --init-from "$OUT/dense200"
