@@ -18,6 +18,10 @@ import sys
 import numpy as np
 from numba import njit, prange
 
+from ._numba_cache import install as _install_cache
+
+_install_cache()  # compiled kernels go to a per-user cache, never into the installed package
+
 L1 = 1
 LP = 2
 LOGSUM = 3
