@@ -1,7 +1,7 @@
 """penalties: the numeric core of dualdrop (never imports torch).
 
 Every adaptive dropout method whose dropout rate falls as |w| grows is regularized ERM with a
-subquadratic penalty ``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)]`` (DUALITY.md). This package
+subquadratic penalty ``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)]`` (docs/theory.md). This package
 holds that duality as code:
 
 - the catalog of penalties (closed forms and dropout-derived ones), ``get(name, **params)``;
