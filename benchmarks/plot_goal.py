@@ -34,9 +34,10 @@ def recompute_sweep(run: Path, final: dict, data_dir: str) -> list[dict]:
     from dualdrop.data import load_dataset
     from dualdrop.nn import sparsify
     from dualdrop.train import lenet_300_100
-    from dualdrop.train.loop import SWEEP_TOLS, tol_sweep
+    from dualdrop.train.checkpoint import read_checkpoint
+    from dualdrop.train.evaluate import SWEEP_TOLS, tol_sweep
 
-    ck = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
+    ck = read_checkpoint(run / "checkpoint.pt", fix="rerun that method")
     data = load_dataset(data_dir, seed=final["seed"])
     model = lenet_300_100(data.n_features, data.n_classes)
     sp = sparsify(model, final["method"], **ck["config"]["hparams"])

@@ -84,7 +84,32 @@ def register(subparsers) -> None:
     p.add_argument("--list-hparams", action="store_true",
                    help="print the method's default hyperparameters and exit")
     add_common(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
+
+
+def resume_command(args, prog: str = "dualdrop sparsify") -> str:
+    """The command line that continues the run of ``args``: every option that differs from its
+    default (``--out`` always), plus ``--resume``."""
+    import shlex
+
+    parser = args.parser
+    words = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "resume", "list_hparams"):
+            continue
+        value = getattr(args, action.dest, None)
+        if action.dest != "out" and value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                words += [flag, str(v)]
+        elif value is not None:
+            text = str(value)
+            words += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+    return " ".join([prog] + [shlex.quote(w) for w in words] + ["--resume"])
 
 
 def run(args) -> int:
@@ -97,9 +122,10 @@ def run(args) -> int:
         if args.list_hparams:
             print(json.dumps({"lr": lr, **hp}, indent=1, default=repr))
             return 0
+        args.out = args.out or f"runs/sparsify/{method.replace(':', '_')}"
         cfg = TrainConfig(
             method=method, epochs=args.epochs,
-            out=args.out or f"runs/sparsify/{method.replace(':', '_')}",
+            out=args.out,
             data_dir=args.data_dir, seed=args.seed, device=args.device, lr=args.lr,
             hparams=overrides, batch_size=args.batch_size, resume=args.resume,
             stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
@@ -107,7 +133,15 @@ def run(args) -> int:
             select_tol_margin=args.select_tol_margin, init_from=args.init_from,
         )
         report = train(cfg)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
+    except KeyboardInterrupt as exc:
+        epoch = getattr(exc, "epoch", None)
+        saved = (f"epoch {epoch} is checkpointed in {args.out}" if epoch
+                 else "no epoch had finished")
+        print(f"dualdrop sparsify: interrupted; {saved}; continue with: "
+              f"{resume_command(args)}", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
+            FloatingPointError) as exc:
         print(f"dualdrop sparsify: error: {exc}", file=sys.stderr)
         return 2
     if report.get("status") == "stopped":

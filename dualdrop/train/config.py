@@ -135,6 +135,22 @@ def resolve_hparams(
     return float(lr), hp
 
 
+def check_hparams(method: str, hp: dict) -> None:
+    """Raise ``ValueError`` now if ``sparsify`` would refuse ``hp`` (e.g. ``tol=2``).
+
+    The method's own validation decides (one home for it): ``hp`` is applied to a throwaway
+    one-input network, before any data is loaded or any folder created.
+    """
+    if method == DENSE:
+        return
+    from dualdrop.train.models import lenet_300_100
+
+    try:
+        _nn().sparsify(lenet_300_100(1, 2), method, **hp)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"method {method!r}: {exc}") from None
+
+
 @dataclass
 class TrainConfig:
     """Everything a run depends on. See :func:`~dualdrop.train.train`."""

@@ -61,6 +61,7 @@ from dualdrop.train.config import (
     DENSE,
     TrainConfig,
     _nn,
+    check_hparams,
     check_method,
     device_of,
     resolve_hparams,
@@ -92,6 +93,15 @@ def make_adam(params: list, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`train`: ``epoch`` is the last epoch whose checkpoint is complete in
+    ``out`` (0: none yet); ``resume=True`` continues from it."""
+
+    def __init__(self, out: str, epoch: int):
+        super().__init__(f"interrupted; epoch {epoch} is checkpointed in {out}")
+        self.out, self.epoch = out, epoch
+
+
 @dataclass
 class _Run:
     """The state of one run while it trains."""
@@ -112,6 +122,7 @@ class _Run:
     init_info: dict | None
     history: list
     start_epoch: int = 0
+    saved_epoch: int = 0  # the epoch of the complete checkpoint on disk
 
     @property
     def out(self) -> Path:
@@ -181,7 +192,7 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         run.history = list(ckpt["history"])
-        run.start_epoch = int(ckpt["epoch"])
+        run.start_epoch = run.saved_epoch = int(ckpt["epoch"])
         run.init_info = ckpt.get("init")
         set_rng_state(ckpt["rng"][dist_.rank], dist_.device)
         if ckpt["data_order"] != {"seed": cfg.seed, "next_epoch": run.start_epoch}:
@@ -278,6 +289,7 @@ def _save(run: _Run, epoch: int) -> None:
             "init": run.init_info,
         }
         atomic_save(state, run.out / CHECKPOINT)
+        run.saved_epoch = epoch + 1
         write_history(run.out, run.history)
 
 
@@ -363,6 +375,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.validate()
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams)
+    check_hparams(cfg.method, hp)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     _nn().tune_allocator()  # also for the dense baseline: same allocator as the methods
@@ -389,13 +402,18 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         if ckpt is not None and ckpt["epoch"] >= cfg.epochs and final_path.exists():
             with open(final_path) as fh:
                 return json.load(fh)
-        run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
-        last = cfg.epochs if cfg.stop_after is None else cfg.stop_after
-        _train_epochs(run, last)
-        if last < cfg.epochs:
-            return {"status": "stopped", "epoch": max(last, run.start_epoch), "out": str(out),
-                    "history": run.history}
-        report = _final_report(run)
+        run = None
+        try:
+            run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
+            last = cfg.epochs if cfg.stop_after is None else cfg.stop_after
+            _train_epochs(run, last)
+            if last < cfg.epochs:
+                return {"status": "stopped", "epoch": max(last, run.start_epoch),
+                        "out": str(out), "history": run.history}
+            report = _final_report(run)
+        except KeyboardInterrupt:
+            saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
+            raise TrainingInterrupted(str(out), saved) from None
         if dist_.main:
             atomic_write_text(final_path, json.dumps(report, indent=1) + "\n")
         dist_.barrier()

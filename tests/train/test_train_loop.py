@@ -27,7 +27,7 @@ def _cfg(tmp_path, name="run", **kw):
 
 
 def _weights(out):
-    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
     return ck["model"], ck["optimizer"], ck
 
 
