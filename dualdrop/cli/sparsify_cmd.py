@@ -154,6 +154,9 @@ def run(args) -> int:
         print(f"{report['method']}: test error {100 * report['test_error']:.2f}% at "
               f"{report['nonzero_total']:.4f} nonzero weights after {report['epochs']} epochs "
               f"(validation error {100 * report['val_error']:.2f}%); outputs in {cfg.out}")
+        if report.get("model_files"):
+            print(f"  trained network: {cfg.out}/model.pt; in Python: "
+                  f"dualdrop.train.load_run({str(cfg.out)!r})")
         sel = report.get("selected_tol") or {}
         if "test_error" in sel:
             print(f"  selected on validation: tol={sel['tol']:g}: test error "

@@ -1,4 +1,4 @@
-"""Run files: checkpoints, RNG states, atomic writes, the run lock, warm-start weights.
+"""Run files: checkpoints, RNG states, atomic writes, the run lock.
 
 No work is lost on a kill: every file is written to a temporary name in its folder and moved in
 place with ``os.replace`` (atomic on POSIX), so a reader sees the old file or the new one, never a
@@ -24,8 +24,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dualdrop.train.config import DENSE, _nn
-from dualdrop.train.models import lenet_300_100
 
 CHECKPOINT = "checkpoint.pt"
 # 2: RNG states as tensors and plain values (loads with weights_only=True); 1: numpy's tuple
@@ -245,37 +243,6 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
             "the original settings or another out directory"
         )
     return ckpt
-
-
-def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
-    """Plain LeNet-300-100 weights from a run folder or checkpoint, and a record of them.
-
-    A sparsified run's checkpoint is rebuilt with its own method and hyperparameters and folded
-    with ``export_sparse(layout="dense")`` (its test-time network); a dense run's is used as is.
-    """
-    path = Path(source)
-    if path.is_dir():
-        path = path / CHECKPOINT
-    ck = read_checkpoint(path, fix=f"init_from={str(source)!r} needs a run folder written by "
-                         "dualdrop sparsify, or its checkpoint.pt")
-    conf = ck["config"]
-    if conf.get("n_features") != n_features:
-        raise ValueError(f"init_from={str(source)!r}: that run had {conf.get('n_features')} input "
-                         f"features, this data has {n_features}")
-    src = lenet_300_100(n_features, n_classes)
-    if conf["method"] != DENSE:
-        dnn = _nn()
-        dnn.sparsify(src, conf["method"], **conf["hparams"])
-        src.load_state_dict(ck["model"])
-        src = dnn.export_sparse(src, layout="dense")
-    else:
-        src.load_state_dict(ck["model"])
-    sd = {k: v.detach().clone() for k, v in src.state_dict().items()}
-    nnz = sum(int(torch.count_nonzero(v)) for k, v in sd.items() if k.endswith("weight"))
-    tot = sum(v.numel() for k, v in sd.items() if k.endswith("weight"))
-    info = {"path": str(path.resolve()), "method": conf["method"], "epoch": int(ck["epoch"]),
-            "nonzero_total": nnz / tot}
-    return sd, info
 
 
 def jsonable(obj: Any) -> Any:

@@ -15,8 +15,10 @@ Outputs in ``TrainConfig.out``:
 - ``checkpoint.pt`` (:mod:`dualdrop.train.checkpoint`): written atomically after every epoch;
   ``resume=True`` continues from it *exactly* (same weights, bit for bit, as an uninterrupted
   run on the same device and world size);
+- ``model.pt`` (and ``model_csr.pt`` when sparse enough), :mod:`dualdrop.train.export`: the
+  trained test-time network as a plain ``state_dict``; ``load_run(out)`` returns it ready to use;
 - ``final.json``: end-of-training test error (never the best seen during training: the test set
-  is read only here), validation error, density, per-layer report.
+  is read only here), validation error, density, per-layer report; written last.
 
 Data parallel over ``torchrun``: see :mod:`dualdrop.train.distributed`; the per-process noise
 streams differ (seed + rank), the data order does not.
@@ -50,7 +52,6 @@ from dualdrop.train.checkpoint import (
     acquire_lock,
     atomic_save,
     atomic_write_text,
-    init_weights,
     jsonable,
     load_checkpoint,
     rng_state,
@@ -68,6 +69,7 @@ from dualdrop.train.config import (
     run_config,
 )
 from dualdrop.train.distributed import Dist
+from dualdrop.train.export import architecture, init_weights, save_model
 from dualdrop.train.evaluate import SWEEP_TOLS, dense_density, error_rate, select_tol, tol_sweep
 from dualdrop.train.models import lenet_300_100
 
@@ -287,6 +289,7 @@ def _save(run: _Run, epoch: int) -> None:
             "data_order": {"seed": run.cfg.seed, "next_epoch": epoch + 1},
             "history": run.history,
             "init": run.init_info,
+            "arch": architecture(run.data.n_features, run.data.n_classes),
         }
         atomic_save(state, run.out / CHECKPOINT)
         run.saved_epoch = epoch + 1
@@ -343,6 +346,7 @@ def _final_report(run: _Run) -> dict:
         "nonzero": {k: float(v) for k, v in dens.items() if k != "total"},
         "nonzero_counts": "weights of the nn.Linear layers only; biases are not counted",
         "init_from": run.init_info,
+        "architecture": architecture(run.data.n_features, run.data.n_classes),
         "seconds_per_epoch": float(np.mean([r["seconds"] for r in history])),
         "total_seconds": float(sum(r["seconds"] + r["eval_seconds"] for r in history)),
     }
@@ -411,6 +415,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                 return {"status": "stopped", "epoch": max(last, run.start_epoch),
                         "out": str(out), "history": run.history}
             report = _final_report(run)
+            if dist_.main:
+                report["model_files"] = save_model(run.model, run.sp is not None, out)
         except KeyboardInterrupt:
             saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
             raise TrainingInterrupted(str(out), saved) from None
