@@ -157,6 +157,10 @@ def run(args) -> int:
         if report.get("model_files"):
             print(f"  trained network: {cfg.out}/model.pt; in Python: "
                   f"dualdrop.train.load_run({str(cfg.out)!r})")
+        unpruned = report.get("test_error_unpruned")
+        if unpruned is not None and unpruned != report["test_error"]:
+            print(f"  without test-time pruning (the paper's released-code protocol for its "
+                  f"penalty methods): test error {100 * unpruned:.2f}%")
         sel = report.get("selected_tol") or {}
         if "test_error" in sel:
             print(f"  selected on validation: tol={sel['tol']:g}: test error "

@@ -70,7 +70,14 @@ from dualdrop.train.config import (
 )
 from dualdrop.train.distributed import Dist
 from dualdrop.train.export import architecture, init_weights, save_model
-from dualdrop.train.evaluate import SWEEP_TOLS, dense_density, error_rate, select_tol, tol_sweep
+from dualdrop.train.evaluate import (
+    SWEEP_TOLS,
+    dense_density,
+    error_rate,
+    select_tol,
+    tol_sweep,
+    unpruned_error,
+)
 from dualdrop.train.models import lenet_300_100
 
 
@@ -341,6 +348,10 @@ def _final_report(run: _Run) -> dict:
         "world_size": run.dist.world,
         "device": str(run.device),
         "test_error": test_err,
+        "test_error_unpruned": unpruned_error(sp, model, Xte, yte, cfg.eval_batch_size),
+        "test_error_unpruned_is": "the test error with no test-time pruning (keep ratio below "
+                                  "tol kept), the paper's released-code protocol for its "
+                                  "penalty methods; null where the method cannot express it",
         "val_error": history[-1]["val_error"],
         "nonzero_total": float(dens["total"]),
         "nonzero": {k: float(v) for k, v in dens.items() if k != "total"},

@@ -77,3 +77,35 @@ def test_load_run_of_a_run_without_model_file(tmp_path, tiny_data):
     for a, b in zip(net_file.state_dict().values(), net_ck.state_dict().values()):
         assert torch.equal(a, b)
     assert rep["status"] == "finished"
+
+
+def _raw_weights_network(sd: dict, n_features: int) -> torch.nn.Module:
+    """The plain network with the trained (unmasked) weights of a checkpoint's model state."""
+    net = lenet_300_100(n_features)
+    plain = {}
+    for key in net.state_dict():
+        layer, _, kind = key.rpartition(".")
+        plain[key] = next(v for k, v in sd.items()
+                          if k in (key, f"{layer}.parametrizations.{kind}.original"))
+    net.load_state_dict(plain)
+    return net.eval()
+
+
+def test_unpruned_test_error(tmp_path, tiny_data):
+    from dualdrop.data import load_dataset
+
+    digits = load_dataset(None, seed=0)  # harder than the tiny blocks: errors differ
+    X, y = torch.from_numpy(digits.X_test), torch.from_numpy(digits.y_test)
+    # a high tol after 2 epochs at a larger lam prunes weights that still matter
+    rep = train(_cfg(tmp_path, "logsum", epochs=2, lr=3e-3,
+                     hparams={"tol": "0.8", "lam": "0.005"}), data=digits)
+    ck = torch.load(tmp_path / "logsum" / "checkpoint.pt", weights_only=True)
+    with torch.no_grad():
+        net = _raw_weights_network(ck["model"], digits.n_features)
+        want = int((net(X).argmax(1) != y).sum()) / len(y)
+    assert rep["test_error_unpruned"] == pytest.approx(want, abs=1e-12)
+    assert rep["nonzero_total"] < 0.7 and rep["test_error_unpruned"] != rep["test_error"]
+    # without a test-time pruning step both are the same network
+    for method in ("none", "hardconcrete"):
+        r = train(_cfg(tmp_path, method), data=tiny_data)
+        assert r["test_error_unpruned"] == r["test_error"]
