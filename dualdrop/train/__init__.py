@@ -8,11 +8,11 @@
   (errors, densities, tolerances), :mod:`~dualdrop.train.export` (the trained network,
   :func:`load_run`), :mod:`~dualdrop.train.loop` (the loop).
 - :func:`run_comparison`, :func:`plot_comparison`, :func:`comparison_table`: several methods, the
-  seed's Figure 2 and its table.
+  paper's Figure 2 and its table (LeJeune, Javadi, Baraniuk, NeurIPS 2021).
 """
 
 from dualdrop.train.compare import (
-    SEED_TABLE,
+    PAPER_TABLE,
     comparison_table,
     load_runs,
     plot_comparison,
@@ -25,7 +25,7 @@ from dualdrop.train.loop import epoch_order, train
 from dualdrop.train.models import LeNet300100, lenet_300_100
 
 __all__ = [
-    "SEED_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
+    "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
     "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_run", "load_runs",
     "plot_comparison", "resolve_hparams", "run_comparison", "train",
 ]

@@ -30,7 +30,6 @@ restore the checkpoint, run the epochs (each ends with a checkpoint), write the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -64,6 +63,7 @@ from dualdrop.train.config import (
     _nn,
     check_hparams,
     check_method,
+    dataset_of,
     device_of,
     resolve_hparams,
     run_config,
@@ -383,13 +383,15 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     """Train one method; return the final report (also written to ``out/final.json``).
 
     ``data`` defaults to ``load_dataset(cfg.data_dir, seed=cfg.seed)`` (embedded digits when
-    ``data_dir`` is None). If ``cfg.stop_after`` ends the run early, the returned dict has
+    ``data_dir`` is None); ``epochs``, ``batch_size``, ``lr`` and hyperparameters left unset
+    take that dataset's defaults (:data:`~dualdrop.train.config.DATASET_DEFAULTS`). If ``cfg.stop_after`` ends the run early, the returned dict has
     ``"status": "stopped"`` and no test error; ``resume=True`` continues it later.
     """
-    cfg = dataclasses.replace(cfg)
+    dataset = data.name if data is not None else dataset_of(cfg.data_dir)
+    cfg = cfg.with_defaults(dataset)
     cfg.validate()
     cfg.method = check_method(cfg.method)
-    lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams)
+    lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
     check_hparams(cfg.method, hp)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -417,6 +419,9 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         if ckpt is not None and ckpt["epoch"] >= cfg.epochs and final_path.exists():
             with open(final_path) as fh:
                 return json.load(fh)
+        if dist_.main:  # what this folder's run is, readable before it finishes
+            atomic_write_text(out / "config.json", json.dumps(
+                {**run_cfg, "data_summary": data.summary()}, indent=1, default=repr) + "\n")
         run = None
         try:
             run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
