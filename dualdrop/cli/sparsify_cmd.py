@@ -62,7 +62,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    "and the noise (default 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads per process (default: torch's choice)")
+                   help="torch CPU threads per process (default: half the cores, shared among "
+                   "torchrun processes, 1 to 4; 0: torch's own choice, one per core). More "
+                   "threads than free cores can make training tens of times slower")
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop (checkpointed) after this epoch; continue later with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,7 @@ class TrainConfig:
     resume: bool = False
     stop_after: int | None = None  # stop (checkpointed) after this epoch; resume later
     progress: bool = True
-    threads: int | None = None
+    threads: int | None = None  # None: default_threads(); 0: torch's own choice
     verify_data: bool = True
     eval_batch_size: int = 4096
     # Flush subnormal floats to zero during training (CPU). Penalty methods shrink weights
@@ -230,23 +231,30 @@ class TrainConfig:
             batch_size=ds["batch_size"] if self.batch_size is None else self.batch_size)
 
     def validate(self) -> None:
-        def pos_int(name):
+        """Raise ``ValueError`` / ``TypeError`` naming the first bad field (``epochs`` and
+        ``batch_size`` may be None: the dataset's default)."""
+        def pos_int(name, optional=False):
             v = getattr(self, name)
+            if optional and v is None:
+                return
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r}; expected a positive int")
 
-        for name in ("epochs", "batch_size", "eval_batch_size"):
-            pos_int(name)
+        for name in ("epochs", "batch_size"):
+            pos_int(name, optional=True)
+        pos_int("eval_batch_size")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed={self.seed!r}; expected a non-negative int")
         if self.stop_after is not None:
             if isinstance(self.stop_after, bool) or not isinstance(self.stop_after, int) \
-                    or not 1 <= self.stop_after <= self.epochs:
+                    or not 1 <= self.stop_after <= (self.epochs or self.stop_after):
                 raise ValueError(
                     f"stop_after={self.stop_after!r}; expected an epoch in 1..epochs={self.epochs}"
                 )
-        if self.threads is not None:
-            pos_int("threads")
+        t = self.threads
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 0):
+            raise ValueError(f"threads={t!r}; expected a positive int, 0 for torch's own choice "
+                             "(one per core) or None for the default")
         m = self.select_tol_margin
         if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float))
                               or not math.isfinite(m) or not 0 <= m < 1):
@@ -268,6 +276,24 @@ def device_of(spec: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={spec!r} but CUDA is not available here; use --device cpu")
     return dev
+
+
+def default_threads() -> int:
+    """torch intra-op threads per training process when none are asked for: half the cores
+    available to this process, shared among the ``torchrun`` processes on this machine, at
+    least 1 and at most 4.
+
+    torch's own default is one thread per core. On a 2-core machine that also ran other work, a
+    LeNet-300-100 step took 46x longer with 2 threads than with 1 (benchmarks/RESULTS.md,
+    "Threads"): a descheduled thread stalls every parallel op. Half the cores leaves room for the
+    rest of the machine; beyond 4 threads these small matrices gain little.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, min(4, cores // (2 * max(local, 1))))
 
 
 def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:

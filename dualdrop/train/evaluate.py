@@ -52,7 +52,7 @@ def tol_sweep(sp, model: nn.Module, X: torch.Tensor, y: torch.Tensor,
 
     The trade-off curve of one trained network, free of retraining: for each ``tol`` the fraction
     of nonzero weights and the error on ``(X, y)``, which must be *validation* data (select on
-    it; report the test error of the chosen ``tol`` once, e.g. ``dualdrop evaluate``). Values
+    it; report the test error of the chosen ``tol`` once: :func:`select_tol`). Values
     the method cannot express are skipped. The Sparsifier's own ``tol`` is restored afterwards.
     """
     if not sp.has_tol:

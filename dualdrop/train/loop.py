@@ -64,6 +64,7 @@ from dualdrop.train.config import (
     check_hparams,
     check_method,
     dataset_of,
+    default_threads,
     device_of,
     resolve_hparams,
     run_config,
@@ -347,6 +348,7 @@ def _final_report(run: _Run) -> dict:
         "data": run.data.summary(),
         "world_size": run.dist.world,
         "device": str(run.device),
+        "threads": torch.get_num_threads(),
         "test_error": test_err,
         "test_error_unpruned": unpruned_error(sp, model, Xte, yte, cfg.eval_batch_size),
         "test_error_unpruned_is": "the test error with no test-time pruning (keep ratio below "
@@ -393,8 +395,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
     check_hparams(cfg.method, hp)
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+    if cfg.threads != 0:
+        torch.set_num_threads(cfg.threads or default_threads())
     _nn().tune_allocator()  # also for the dense baseline: same allocator as the methods
     out = Path(cfg.out)
     lock = None

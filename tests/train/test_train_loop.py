@@ -314,3 +314,17 @@ def test_every_cli_option_has_help():
                    if isinstance(a, argparse._SubParsersAction)).choices[name]
         missing = [a.option_strings for a in sub._actions if a.option_strings and not a.help]
         assert not missing, (name, missing)
+
+
+def test_default_threads(monkeypatch):
+    from dualdrop.train.config import default_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(2)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_threads() == 1  # 2 cores: never 2 threads per process
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert default_threads() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_threads() == 2
+    with pytest.raises(ValueError, match="threads"):
+        TrainConfig(threads=-1).validate()
