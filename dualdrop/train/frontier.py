@@ -826,7 +826,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
                     markersize=8, label=f"published: {label}")
             xs.append(dens)
             ys.append(100 * err)
-    lo_x = min(xs + [1e-3]) / 1.5
+    lo_x = min(xs) / 1.5 if xs else 1e-3
     if mnist:
         for (err, dens), hatch, c in zip(GOALS, ("////", "\\\\\\\\"), ("tab:green", "tab:olive")):
             ax.add_patch(Rectangle((lo_x, 0), dens - lo_x, 100 * err, facecolor=c, alpha=0.12,
