@@ -699,8 +699,10 @@ def collect(out: str | os.PathLike) -> dict:
                 points.append({"trial": t.number, "run_dir": t.user_attrs["run_dir"],
                                "hparams": t.user_attrs["hparams"], "warm": t.user_attrs["warm"],
                                **p})
+        requeued = {t.user_attrs.get("requeued_from") for t in trials}
         failed = [{"trial": t.number, "run_dir": t.user_attrs.get("run_dir"),
-                   "error": t.user_attrs.get("error", "killed (re-queued)")}
+                   "requeued": t.number in requeued,
+                   "error": t.user_attrs.get("error", "process gone")}
                   for t in trials if t.state == S.FAIL]
         res[method] = {"plan": study.user_attrs.get("plan", {}), "points": points,
                        "failed": failed, "n_complete": sum(t.state == S.COMPLETE for t in trials),
@@ -802,7 +804,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     methods = list(result["methods"])
     colors = {m: cmap(i % 10) for i, m in enumerate(methods + [m for m in table
                                                                 if m not in methods])}
-    xs, ys = [], []
+    xs, ys, n_ref = [], [], 0
     markers = "osD^v<>ph"
     for i, (m, r) in enumerate(result["methods"].items()):
         rows = sorted(r["frontier"], key=lambda p: p["test_nonzero_total"])
@@ -821,11 +823,13 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
                     label=f"paper: {label}")
             xs.append(dens)
             ys.append(100 * err)
+            n_ref += 1
         for (label, (err, dens)), mk in zip(PUBLISHED_POINTS.items(), "XPd"):
             ax.plot([dens], [100 * err], linestyle="none", marker=mk, color="black",
                     markersize=8, label=f"published: {label}")
             xs.append(dens)
             ys.append(100 * err)
+            n_ref += 1
     lo_x = min(xs) / 1.5 if xs else 1e-3
     if mnist:
         for (err, dens), hatch, c in zip(GOALS, ("////", "\\\\\\\\"), ("tab:green", "tab:olive")):
@@ -841,9 +845,12 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     ax.set_title(f"accuracy–sparsity frontier on {name}: points chosen on validation, "
                  "test error read once each", fontsize=10)
     if ys:
-        top = max(ys)
-        if mnist:  # zoom on the region of the goals; say what falls above
-            top = min(top, max(4.0, 2.5 * min(ys)))
+        # zoom: every method's best point and every reference point in view (and the goals on
+        # MNIST); the high-error tails of very sparse frontiers may leave the axes, counted below
+        best = [min(100 * p["test_error"] for p in r["frontier"])
+                for r in result["methods"].values() if r["frontier"]]
+        top = min(max(ys), max([1.35 * v for v in best + ys[len(ys) - n_ref:]]
+                               + ([4.0] if mnist else [])))
         ax.set_ylim(0, top * 1.08)
         hidden = sum(v > top * 1.08 for v in ys)
         if hidden:
@@ -858,7 +865,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     out = Path(out)
     paths = [out / "frontier.png", out / "frontier.pdf"]
     for p in paths:
-        fig.savefig(p, dpi=130)
+        fig.savefig(p, dpi=130, bbox_inches="tight")  # the legend outside the axes included
     plt.close(fig)
     return paths
 
@@ -891,9 +898,9 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
                      f"({r['n_candidates']} candidates with the tolerance sweep), "
                      f"{plan.get('epochs')} epochs, {knob.get('name')} in "
                      f"[{knob.get('low'):g}, {knob.get('high'):g}]"
-                     + (f", {len(r['failed'])} failed: " + "; ".join(
-                         f"{f['run_dir']}: {f['error'][:80]}" for f in r["failed"])
-                        if r["failed"] else "")
+                     + "".join(f"; {f['run_dir']}: "
+                               + ("interrupted, re-queued (" if f["requeued"] else "failed (")
+                               + f"{f['error'][:100]})" for f in r["failed"])
                      + (f", {r['n_running']} running, {r['n_waiting']} queued"
                         if r["n_running"] or r["n_waiting"] else ""))
     lines += ["", "| method | knob |" + (" start |" if warm_col else "") +
