@@ -126,6 +126,22 @@ def test_test_error_of_a_point_matches_the_trained_run(study_dir, digits):
         pytest.approx(row["nonzero_total"])
 
 
+def test_trial_folder_is_a_sparsify_run(study_dir, capsys):
+    """The command written beside each trial is accepted by ``dualdrop sparsify --resume``
+    (same run configuration) and finds the run finished."""
+    import shlex
+
+    from dualdrop.cli import main
+
+    d = next((study_dir / "trials" / "magnitude").iterdir())
+    before = (d / "checkpoint.pt").stat().st_mtime_ns
+    argv = shlex.split((d / "sparsify_command.txt").read_text())
+    assert argv[:2] == ["dualdrop", "sparsify"] and "--resume" in argv
+    assert main(argv[1:] + ["--no-progress"]) == 0
+    assert "magnitude: test error" in capsys.readouterr().out
+    assert (d / "checkpoint.pt").stat().st_mtime_ns == before
+
+
 def test_files_written(study_dir):
     for name in ("frontier.png", "frontier.pdf", "frontier.md", "frontier.csv"):
         assert (study_dir / name).stat().st_size > 0, name
