@@ -916,15 +916,16 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
     for m, r in result["methods"].items():
         plan = r["plan"]
         knob = plan.get("knob") or {}
-        lines.append(f"- {_label(m)}: {r['n_complete']} finished trials "
-                     f"({r['n_candidates']} candidates with the tolerance sweep), "
+        cand = (f" ({r['n_candidates']} candidates with the tolerance sweep)"
+                if r["n_candidates"] > r["n_complete"] else "")
+        notes = "".join(f"; {f['run_dir']}: "
+                        + ("interrupted, re-queued" if f["requeued"] else "failed")
+                        + f" ({f['error'][:100]})" for f in r["failed"])
+        if r["n_running"] or r["n_waiting"]:
+            notes += f"; {r['n_running']} running, {r['n_waiting']} queued"
+        lines.append(f"- {_label(m)}: {r['n_complete']} finished trials{cand}, "
                      f"{plan.get('epochs')} epochs, {knob.get('name')} in "
-                     f"[{knob.get('low'):g}, {knob.get('high'):g}]"
-                     + "".join(f"; {f['run_dir']}: "
-                               + ("interrupted, re-queued (" if f["requeued"] else "failed (")
-                               + f"{f['error'][:100]})" for f in r["failed"])
-                     + (f", {r['n_running']} running, {r['n_waiting']} queued"
-                        if r["n_running"] or r["n_waiting"] else ""))
+                     f"[{knob.get('low'):g}, {knob.get('high'):g}]{notes}")
     lines += ["", "| method | knob |" + (" start |" if warm_col else "") +
               " tol | val. error | fraction nonzero | test error |",
               "| --- | --- |" + (" --- |" if warm_col else "") + " --- | --- | --- | --- |"]
