@@ -737,6 +737,15 @@ def _cache_key(p: dict) -> str:
     return f"{p['run_dir']}|tol={p['tol']}"
 
 
+def _cached(cache: dict, p: dict, out: Path) -> dict | None:
+    """The cached evaluation of ``p``, unless its checkpoint was written again since."""
+    ev = cache.get(_cache_key(p))
+    ck = out / p["run_dir"] / "checkpoint.pt"
+    if ev is None or not ck.exists() or ev.get("checkpoint_mtime_ns") != ck.stat().st_mtime_ns:
+        return None
+    return ev
+
+
 def frontier_report(out: str | os.PathLike, data_dir: str | None = None, progress: bool = True,
                     verify_data: bool = True, data=None) -> dict:
     """Select each method's validation Pareto set, evaluate its points on the test set (once:
@@ -763,7 +772,7 @@ def frontier_report(out: str | os.PathLike, data_dir: str | None = None, progres
     cache_path = out / TEST_CACHE
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     selected = {m: pareto_front(r["points"]) for m, r in runs.items()}
-    todo = [p for f in selected.values() for p in f if _cache_key(p) not in cache]
+    todo = [p for f in selected.values() for p in f if _cached(cache, p, out) is None]
     bar = None
     if progress and todo:
         from tqdm.auto import tqdm
@@ -771,7 +780,9 @@ def frontier_report(out: str | os.PathLike, data_dir: str | None = None, progres
         bar = tqdm(total=len(todo), desc="frontier: test error of the selected points",
                    unit="point", file=sys.stderr, dynamic_ncols=True)
     for p in todo:
-        cache[_cache_key(p)] = _test_error(out / p["run_dir"], p["tol"], data)
+        mtime = (out / p["run_dir"] / "checkpoint.pt").stat().st_mtime_ns
+        cache[_cache_key(p)] = {**_test_error(out / p["run_dir"], p["tol"], data),
+                                "checkpoint_mtime_ns": mtime}
         _atomic_json(cache_path, cache)  # a kill loses no evaluation
         if bar is not None:
             bar.update(1)
