@@ -227,16 +227,6 @@ def open_storage(out: str | os.PathLike, create: bool = True):
         JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _Heartbeat:
     """Touch ``folder/.frontier-heartbeat`` every ``interval`` seconds while training."""
 
@@ -263,6 +253,8 @@ class _Heartbeat:
 
 def _stale_reason(t, out: Path, stale_after: float) -> str | None:
     """Why the RUNNING trial ``t`` is abandoned (its process is gone), or None."""
+    from dualdrop.train.checkpoint import _pid_alive
+
     host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
     if host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
         return f"process {pid} on {host} is gone"
@@ -496,8 +488,9 @@ def _worker(spec: dict, rank: int) -> None:
     if spec["progress"]:
         from tqdm.auto import tqdm
 
-        todo = sum(max(0, n - _counts(s)[0]) for s in studies)
-        bar = tqdm(total=todo, desc=f"frontier worker {rank}", unit="trial", position=rank,
+        # the whole study's progress (all processes), so every worker's bar ends at its total
+        bar = tqdm(total=n * len(studies), initial=sum(min(n, _counts(s)[0]) for s in studies),
+                   desc=f"frontier worker {rank}", unit="trial", position=rank,
                    file=sys.stderr, dynamic_ncols=True)
     try:
         for i in order:
@@ -509,7 +502,7 @@ def _worker(spec: dict, rank: int) -> None:
                     break
                 line = _run_trial(study, plan, out, data, spec)
                 if bar is not None:
-                    bar.update(1)
+                    bar.n = sum(min(n, _counts(s)[0]) for s in studies)
                     bar.set_postfix_str(line, refresh=True)
                 else:
                     print(f"frontier: {line}", file=sys.stderr)
@@ -673,6 +666,7 @@ def _test_error(run_dir: Path, tol: float | None, data) -> dict:
     where the frontier reads the test set."""
     import torch
 
+    from dualdrop.nn import sparsify
     from dualdrop.train import error_rate, lenet_300_100
 
     ck = load_checkpoint(run_dir / "checkpoint.pt")
@@ -682,18 +676,11 @@ def _test_error(run_dir: Path, tol: float | None, data) -> dict:
     if conf.get("data_fingerprint") != data.fingerprint():
         raise ValueError(f"{run_dir} was trained on other data than the data loaded now")
     model = lenet_300_100(data.n_features, data.n_classes)
-    if conf["method"] in ("none", "dense"):
-        model.load_state_dict(ck["model"])
-        w = [p for n, p in model.named_parameters() if n.endswith("weight")]
-        nonzero = sum(int(torch.count_nonzero(p)) for p in w) / sum(p.numel() for p in w)
-    else:
-        from dualdrop.nn import sparsify
-
-        sp = sparsify(model, conf["method"], **conf["hparams"])
-        model.load_state_dict(ck["model"])
-        if tol is not None:
-            sp.set_tol(tol)
-        nonzero = float(sp.density()["total"])
+    sp = sparsify(model, conf["method"], **conf["hparams"])  # trials are never dense
+    model.load_state_dict(ck["model"])
+    if tol is not None:
+        sp.set_tol(tol)
+    nonzero = float(sp.density()["total"])
     X, y = torch.from_numpy(data.X_test), torch.from_numpy(data.y_test)
     return {"test_error": float(error_rate(model, X, y)), "nonzero_total": nonzero}
 
