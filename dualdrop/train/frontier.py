@@ -62,6 +62,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dualdrop.train.compare import DEFAULT_METHODS  # the comparison's nine methods
+
 #: Published LeNet-300-100 MNIST points (label -> (test error, fraction of nonzero weights)):
 #: sparse variational dropout (Molchanov, Ashukha & Vetrov, "Variational Dropout Sparsifies Deep
 #: Neural Networks", 2017), magnitude pruning with retraining (Han, Pool, Tran & Dally, "Learning
@@ -75,8 +77,6 @@ PUBLISHED_POINTS: dict[str, tuple[float, float]] = {
 #: The accuracy goals on MNIST, as (test error, fraction nonzero) upper bounds.
 GOALS: tuple[tuple[float, float], ...] = ((0.016, 0.015), (0.014, 0.05))
 
-DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
-                   "adatikhonov", "logsum", "hardconcrete", "magnitude")
 JOURNAL = "study.journal"
 TEST_CACHE = "test_errors.json"
 HEARTBEAT = ".frontier-heartbeat"
