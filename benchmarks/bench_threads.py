@@ -26,7 +26,8 @@ CHILD = r"""
 import json, sys, tempfile
 from dualdrop.data import load_dataset
 from dualdrop.train import TrainConfig, train
-method, threads, data_dir, n, epochs = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+method, data_dir = sys.argv[1], sys.argv[3]
+threads, n, epochs = int(sys.argv[2]), int(sys.argv[4]), int(sys.argv[5])
 d = load_dataset(data_dir, seed=0)
 d.X_train, d.y_train = d.X_train[:n], d.y_train[:n]
 with tempfile.TemporaryDirectory() as tmp:
@@ -45,7 +46,8 @@ d.X_train, d.y_train = d.X_train[:6400], d.y_train[:6400]
 end = time.time() + float(sys.argv[2])
 while time.time() < end:
     with tempfile.TemporaryDirectory() as tmp:
-        train(TrainConfig(method="none", epochs=3, threads=1, progress=False, out=tmp + "/r"), data=d)
+        train(TrainConfig(method="none", epochs=3, threads=1, progress=False, out=tmp + "/r"),
+              data=d)
 """
 
 

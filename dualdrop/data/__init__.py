@@ -25,6 +25,6 @@ from dualdrop.data.mnist import (
 
 __all__ = [
     "MD5", "MIRRORS", "MNIST_MEAN", "MNIST_STD", "Dataset", "MNISTDataError", "download_mnist",
-    "is_full_mnist", "load_dataset", "load_digits_dataset", "load_idx", "load_mnist", "load_mnist_split",
-    "split_train_val", "write_idx",
+    "is_full_mnist", "load_dataset", "load_digits_dataset", "load_idx", "load_mnist",
+    "load_mnist_split", "split_train_val", "write_idx",
 ]

@@ -30,19 +30,23 @@ CHECKPOINT = "checkpoint.pt"
 FORMAT_VERSION = 2
 
 
-def rng_state(device: torch.device) -> dict:
-    """The RNG states of torch, numpy and python (and CUDA on a CUDA device) of this process,
-    as tensors and plain Python values only (so that checkpoints load with weights_only=True)."""
-    kind, key, pos, has_gauss, cached = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    st = {
-        "torch": torch.get_rng_state(),
-        "numpy": {"kind": str(kind), "key": torch.from_numpy(key.astype(np.int64)),
+def _plain_rng(numpy_state: tuple, python_state: tuple) -> dict:
+    """numpy's and python's RNG state tuples as tensors and plain values."""
+    kind, key, pos, has_gauss, cached = numpy_state
+    version, internal, gauss_next = python_state
+    return {
+        "numpy": {"kind": str(kind), "key": torch.from_numpy(np.asarray(key).astype(np.int64)),
                   "pos": int(pos), "has_gauss": int(has_gauss),
                   "cached_gaussian": float(cached)},
         "python": {"version": int(version), "state": torch.tensor(internal, dtype=torch.int64),
                    "gauss_next": gauss_next},
     }
+
+
+def rng_state(device: torch.device) -> dict:
+    """The RNG states of torch, numpy and python (and CUDA on a CUDA device) of this process,
+    as tensors and plain Python values only (so that checkpoints load with weights_only=True)."""
+    st = {"torch": torch.get_rng_state(), **_plain_rng(np.random.get_state(), random.getstate())}
     if device.type == "cuda":
         st["cuda"] = torch.cuda.get_rng_state(device)
     return st
@@ -63,14 +67,7 @@ def set_rng_state(st: dict, device: torch.device) -> None:
 
 def _rng_from_format1(st: dict) -> dict:
     """A format-1 RNG record (numpy's state tuple, python's tuple) in the current form."""
-    kind, key, pos, has_gauss, cached = st["numpy"]
-    version, internal, gauss_next = st["python"]
-    new = dict(st)
-    new["numpy"] = {"kind": str(kind), "key": torch.from_numpy(np.asarray(key).astype(np.int64)),
-                    "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
-    new["python"] = {"version": int(version), "state": torch.tensor(internal, dtype=torch.int64),
-                     "gauss_next": gauss_next}
-    return new
+    return {**st, **_plain_rng(st["numpy"], st["python"])}
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
@@ -217,11 +214,11 @@ def read_checkpoint(path: str | os.PathLike, fix: str) -> dict:
               f"allowed, it is rewritten as format {FORMAT_VERSION} at the next epoch",
               file=sys.stderr)
     except Exception as exc:  # zip reader errors (RuntimeError), EOFError, OSError, ...
-        raise CheckpointError(f"{path} is truncated or corrupt ({_first_line(exc)}); {fix}") \
-            from None
+        msg = f"{path} is truncated or corrupt ({_first_line(exc)}); {fix}"
+        raise CheckpointError(msg) from None
     if not isinstance(ck, dict) or not {"format", "model", "config", "epoch"} <= set(ck):
-        what = f"a {type(ck).__name__}" if not isinstance(ck, dict) else \
-            f"a dict with keys {sorted(map(str, ck))[:6]}"
+        what = (f"a dict with keys {sorted(map(str, ck))[:6]}" if isinstance(ck, dict)
+                else f"a {type(ck).__name__}")
         raise CheckpointError(f"{path} is not a dualdrop training checkpoint (it holds {what}); "
                               f"{fix}")
     if ck["format"] != FORMAT_VERSION:

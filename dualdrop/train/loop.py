@@ -386,8 +386,10 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
 
     ``data`` defaults to ``load_dataset(cfg.data_dir, seed=cfg.seed)`` (embedded digits when
     ``data_dir`` is None); ``epochs``, ``batch_size``, ``lr`` and hyperparameters left unset
-    take that dataset's defaults (:data:`~dualdrop.train.config.DATASET_DEFAULTS`). If ``cfg.stop_after`` ends the run early, the returned dict has
-    ``"status": "stopped"`` and no test error; ``resume=True`` continues it later.
+    take that dataset's defaults (:data:`~dualdrop.train.config.DATASET_DEFAULTS`). If
+    ``cfg.stop_after`` ends the run early, the returned dict has ``"status": "stopped"`` and no
+    test error; ``resume=True`` continues it later. Ctrl-C raises :class:`TrainingInterrupted`
+    (a ``KeyboardInterrupt``) naming the last checkpointed epoch.
     """
     dataset = data.name if data is not None else dataset_of(cfg.data_dir)
     cfg = cfg.with_defaults(dataset)
