@@ -99,8 +99,9 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint.pt (exactly); start fresh if absent")
     p.add_argument("--lr", type=float, default=None,
-                   help="initial learning rate (default: the method's, the paper's, on MNIST; "
-                   "1e-2 on the embedded digits)")
+                   help="initial learning rate (default: the method's own, the paper's, on "
+                   "MNIST; on the embedded digits see --list-hparams). Negative values are "
+                   "refused")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="override a method hyperparameter (repeatable); see --list-hparams")
     p.add_argument("--batch-size", type=int, default=None,

@@ -316,20 +316,22 @@ def _train_epochs(run: _Run, last: int) -> None:
         bar = tqdm(total=(last - run.start_epoch) * run.steps_per_epoch, mininterval=1.0,
                    desc=f"{cfg.method}", unit="step", file=sys.stderr, dynamic_ncols=True)
     run.model.train()
-    for epoch in range(run.start_epoch, last):
-        t0 = time.perf_counter()
-        ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
-        ce_total = run.dist.sum_floats([ce_sum])[0]
-        row = _epoch_row(run, epoch, ce_total, time.perf_counter() - t0, Xva, yva)
-        run.history.append(row)
-        run.dist.check_in_sync(run.model)
-        _save(run, epoch)
+    try:
+        for epoch in range(run.start_epoch, last):
+            t0 = time.perf_counter()
+            ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
+            ce_total = run.dist.sum_floats([ce_sum])[0]
+            row = _epoch_row(run, epoch, ce_total, time.perf_counter() - t0, Xva, yva)
+            run.history.append(row)
+            run.dist.check_in_sync(run.model)
+            _save(run, epoch)
+            if bar is not None:
+                bar.set_postfix(epoch=epoch + 1, val_err=f"{row['val_error']:.4f}",
+                                nonzero=f"{row['nonzero_total']:.4f}", refresh=False)
+            run.dist.barrier()
+    finally:  # also on Ctrl-C: the message that follows starts on its own line
         if bar is not None:
-            bar.set_postfix(epoch=epoch + 1, val_err=f"{row['val_error']:.4f}",
-                            nonzero=f"{row['nonzero_total']:.4f}", refresh=False)
-        run.dist.barrier()
-    if bar is not None:
-        bar.close()
+            bar.close()
 
 
 def _final_report(run: _Run) -> dict:

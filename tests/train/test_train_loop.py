@@ -328,3 +328,15 @@ def test_default_threads(monkeypatch):
     assert default_threads() == 2
     with pytest.raises(ValueError, match="threads"):
         TrainConfig(threads=-1).validate()
+
+
+def test_cli_compare_resume_flag(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["compare", "--methods", "none", "--epochs", "1", "--out", str(out), "--no-progress",
+            "--threads", "1"]
+    assert cli_main(argv) == 0
+    ck = out / "runs" / "none" / "checkpoint.pt"
+    stamp = ck.stat().st_mtime_ns
+    assert cli_main(argv + ["--resume"]) == 0  # finished: skipped, not retrained
+    assert ck.stat().st_mtime_ns == stamp
+    assert "| dense | 1 |" in capsys.readouterr().out
