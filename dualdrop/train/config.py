@@ -284,8 +284,8 @@ def default_threads() -> int:
     least 1 and at most 4.
 
     torch's own default is one thread per core. On a 2-core machine that also ran other work, a
-    LeNet-300-100 step took 46x longer with 2 threads than with 1 (benchmarks/RESULTS.md,
-    "Threads"): a descheduled thread stalls every parallel op. Half the cores leaves room for the
+    LeNet-300-100 step took 10-19x longer with 2 threads than with 1 (medians; single runs up to
+    46x; benchmarks/RESULTS.md, "Threads"): a descheduled thread stalls every parallel op. Half the cores leaves room for the
     rest of the machine; beyond 4 threads these small matrices gain little.
     """
     try:
