@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -148,7 +149,9 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
 
 def _read_state(path: Path, fix: str) -> dict:
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch flags its (stable enough) CSR support as beta
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ValueError(f"{path} cannot be read ({str(exc).strip().splitlines()[0][:120]}); "
                          f"{fix}") from None
