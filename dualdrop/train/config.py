@@ -285,8 +285,9 @@ def default_threads() -> int:
 
     torch's own default is one thread per core. On a 2-core machine that also ran other work, a
     LeNet-300-100 step took 10-19x longer with 2 threads than with 1 (medians; single runs up to
-    46x; benchmarks/RESULTS.md, "Threads"): a descheduled thread stalls every parallel op. Half the cores leaves room for the
-    rest of the machine; beyond 4 threads these small matrices gain little.
+    46x; benchmarks/RESULTS.md, "Threads"): a descheduled thread stalls every parallel op. Half
+    the cores leaves room for the rest of the machine; beyond 4 threads these small matrices
+    gain little.
     """
     try:
         cores = len(os.sched_getaffinity(0))
