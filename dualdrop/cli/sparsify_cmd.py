@@ -144,15 +144,16 @@ def list_hparams(method: str | None, dataset: str) -> str:
     return "\n".join(blocks)
 
 
-def resume_command(args, prog: str = "dualdrop sparsify") -> str:
+def resume_command(args, prog: str = "dualdrop sparsify", to_the_end: bool = False) -> str:
     """The command line that continues the run of ``args``: every option that differs from its
-    default (``--out`` always), plus ``--resume``."""
+    default (``--out`` always), plus ``--resume``; without ``--stop-after`` if ``to_the_end``."""
     import shlex
 
     parser = args.parser
+    skip = {"help", "resume", "list_hparams"} | ({"stop_after"} if to_the_end else set())
     words = []
     for action in parser._actions:
-        if not action.option_strings or action.dest in ("help", "resume", "list_hparams"):
+        if not action.option_strings or action.dest in skip:
             continue
         value = getattr(args, action.dest, None)
         if action.dest != "out" and value == action.default:
@@ -206,7 +207,7 @@ def run(args) -> int:
         return 2
     if report.get("status") == "stopped":
         print(f"stopped after epoch {report['epoch']} (outputs in {report['out']}); continue "
-              f"with: {resume_command(args)}")
+              f"with: {resume_command(args, to_the_end=True)}")
         return 0
     import os
 
