@@ -318,10 +318,9 @@ def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, 
             rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
                                    for p, g in zip(ps, gs)]).detach())
     G = torch.stack(rows)
-    Gc = G - G.mean(0)
-    if float(Gc.abs().max()) == 0.0:
+    if float((G - G[0]).abs().max()) == 0.0:
         raise ValueError("dropout_noise_cov: the gradient is identical across samples -- the model "
                          "draws no noise in train mode (no dropout layer, or a noiseless method "
                          "such as the eta-trick); its dropout-noise covariance is zero")
-    U = Gc.T / float(np.sqrt(n_samples - 1))
+    U = (G - G.mean(0)).T / float(np.sqrt(n_samples - 1))
     return _cov_out(U, dense)

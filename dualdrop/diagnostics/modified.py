@@ -72,15 +72,17 @@ def plain_loss(params, X, y, *, kind: str = "linear", activation=torch.tanh):
     return 0.5 * ((c.sum(-1) - y) ** 2).mean(-1)
 
 
-def dropout_loss(params, X, y, p: float, mask, *, kind: str = "linear", activation=torch.tanh):
+def dropout_loss(params, X, y, p: float, mask, *, kind: str = "linear", activation=torch.tanh,
+                 per_sample: bool = False):
     """The dropout loss for one draw: units multiplied by ``mask / p``.
 
     ``mask`` has the unit axis last (``(..., d)`` for linear, ``(..., m)`` for two-layer) and is
-    shared by all samples (one mask per step, as in the SDE analysis); a mask with a sample axis
-    ``(..., n, units)`` drops units per sample.
+    shared by all samples (one mask per step, as in the SDE analysis); with ``per_sample=True`` it
+    has a sample axis, ``(..., n, units)``, and drops units independently per sample.  Leading axes
+    broadcast against the parameters' run axis.
     """
     _check(X, y, p)
     c = _units(_unpack(params, kind), X, kind, activation)
-    if mask.ndim < c.ndim:
+    if not per_sample:
         mask = mask.unsqueeze(-2)
     return 0.5 * (((c * mask / p).sum(-1) - y) ** 2).mean(-1)
