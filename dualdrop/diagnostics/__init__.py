@@ -15,8 +15,9 @@ Hessian-vector products and covariances are low-rank factors.
 from dualdrop.diagnostics._core import (DENSE_LIMIT, FlatParams, HessianOperator, LowRankCov,
                                         dropout_noise_cov, hessian, hessian_eigs, sgd_noise_cov)
 from dualdrop.diagnostics.indicators import alignment, escape_indicator
+from dualdrop.diagnostics.measure import measure
 from dualdrop.diagnostics.modified import dropout_loss, modified_loss, plain_loss
 
 __all__ = ["hessian", "hessian_eigs", "HessianOperator", "sgd_noise_cov", "dropout_noise_cov",
            "LowRankCov", "escape_indicator", "alignment", "modified_loss", "dropout_loss",
-           "plain_loss", "DENSE_LIMIT", "FlatParams"]
+           "plain_loss", "measure", "DENSE_LIMIT", "FlatParams"]

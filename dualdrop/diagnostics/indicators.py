@@ -76,16 +76,18 @@ def _inner(H, Sigma):
     return float((H.double() * Sigma.double()).sum())
 
 
-def escape_indicator(H, Sigma, *, probes: int = 30) -> dict:
+def escape_indicator(H, Sigma, *, probes: int = 30, trace_h: float | None = None) -> dict:
     """``Tr(H Sigma)``, its isotropic counterpart ``Tr(H Sigma_bar)`` and their ratio.
 
     Returns ``{"trace": Tr(H Sigma), "isotropic": Tr(Sigma) Tr(H) / D, "ratio": trace/isotropic,
     "trace_sigma": Tr(Sigma), "trace_h": Tr(H)}``.  With a :class:`HessianOperator`, ``Tr(H)`` is a
-    Hutchinson estimate from ``probes`` probes (so ``isotropic`` and ``ratio`` are estimates).
+    Hutchinson estimate from ``probes`` probes (so ``isotropic`` and ``ratio`` are estimates);
+    pass ``trace_h`` to reuse a value already computed.
     """
     D = _check_pair(H, Sigma)
     tr_hs = _inner(H, Sigma)
-    tr_s, tr_h = _trace(Sigma), _trace(H, probes)
+    tr_s = _trace(Sigma)
+    tr_h = _trace(H, probes) if trace_h is None else float(trace_h)
     iso = tr_s * tr_h / D
     return {"trace": tr_hs, "isotropic": iso, "ratio": tr_hs / iso if iso != 0 else float("nan"),
             "trace_sigma": tr_s, "trace_h": tr_h}
@@ -109,7 +111,8 @@ def _haar(D, r, rng):
 
 
 def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
-              probes: int = 30) -> dict:
+              probes: int = 30, h_eigs=None, h_frob2: float | None = None,
+              trace_h: float | None = None) -> dict:
     """Cosine and top-``k`` eigenspace overlap of ``Sigma`` with ``H``, against a spectrum-keeping null.
 
     Returns ``{"cosine", "overlap", "energy", "null_mean", "null_std", "null_cosines", "p_value",
@@ -118,17 +121,26 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
     ``Q diag(spec(Sigma)) Q^T`` with Haar ``Q``; ``p_value = (1 + #{null cosine >= cosine}) /
     (1 + null_samples)``.  ``null_mean_exact`` is the closed form ``Tr(H) Tr(Sigma) / (D ||H|| ||S||)``.
     The null needs ``H`` dense (``D <= DENSE_LIMIT``); with a matrix-free ``H`` only the closed-form
-    null mean is reported and a warning says the sampled null was skipped.
+    null mean is reported and a warning says the sampled null was skipped.  ``h_eigs=(values,
+    vectors)`` (from :func:`hessian_eigs`), ``h_frob2`` and ``trace_h`` reuse quantities of ``H``
+    already computed (each costs Hessian-vector products when ``H`` is matrix-free).
     """
     D = _check_pair(H, Sigma)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < D:
         raise ValueError(f"k={k!r}; expected an int in [1, D={D})")
     if isinstance(null_samples, bool) or not isinstance(null_samples, int) or null_samples < 0:
         raise ValueError(f"null_samples={null_samples!r}; expected an int >= 0")
-    nh, ns = np.sqrt(_frob2(H, probes)), np.sqrt(_frob2(Sigma))
+    nh = np.sqrt(_frob2(H, probes) if h_frob2 is None else float(h_frob2))
+    ns = np.sqrt(_frob2(Sigma))
+    tr_h = _trace(H, probes) if trace_h is None else float(trace_h)
     inner = _inner(H, Sigma)
     cos = inner / (nh * ns) if nh * ns > 0 else float("nan")
-    wh, Vh = _top_eig(H, k)
+    if h_eigs is not None:
+        wh, Vh = h_eigs
+        if Vh.shape != (D, k):
+            raise ValueError(f"h_eigs vectors must have shape ({D}, {k}), got {tuple(Vh.shape)}")
+    else:
+        wh, Vh = _top_eig(H, k)
     ws, Vs = _top_eig(Sigma, k)
     overlap = float((Vh.T.double() @ Vs.double()).pow(2).sum()) / k
     if isinstance(Sigma, LowRankCov):
@@ -137,7 +149,7 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
         energy = float((Vh.T.double() @ Sigma.double() @ Vh.double()).diagonal().sum())
     energy /= _trace(Sigma)
     out = {"cosine": cos, "overlap": overlap, "energy": energy,
-           "null_mean_exact": _trace(H, probes) * _trace(Sigma) / (D * nh * ns),
+           "null_mean_exact": tr_h * _trace(Sigma) / (D * nh * ns),
            "null_mean": float("nan"), "null_std": float("nan"), "null_cosines": [],
            "p_value": float("nan")}
     if null_samples == 0:
