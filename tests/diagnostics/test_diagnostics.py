@@ -244,3 +244,51 @@ def test_weak_error_of_the_mean_is_first_order():
     nslope = np.polyfit(np.log(lrs), np.log(naive), 1)[0]
     assert 0.9 < slope < 1.1, slope
     assert abs(nslope) < 0.2, nslope
+
+
+# ------------------------------------------------------------------ measure and the CLI
+def test_measure_dense_and_matrix_free_agree(monkeypatch):
+    from dualdrop.nn import sparsify
+
+    torch.manual_seed(0)
+    X, yc = torch.randn(40, 4, dtype=torch.float64), torch.randint(0, 3, (40,))
+    net = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)).double()
+    sp = sparsify(net, "vardrop")
+    lf = nn.functional.cross_entropy
+    a = dg.measure(net, lf, X, yc, sp, k=2, batch_size=8, n_samples=20, probes=400)
+    monkeypatch.setattr(_core, "DENSE_LIMIT", 10)
+    import sys
+
+    monkeypatch.setattr(sys.modules["dualdrop.diagnostics.measure"], "DENSE_LIMIT", 10)
+    b = dg.measure(net, lf, X, yc, sp, k=2, batch_size=8, n_samples=20, probes=400)
+    assert a["method"] == "vardrop" and a["dropout_noise"] == 1.0
+    for key in ("lambda_1", "lambda_2", "sgd_trace", "drop_trace", "sgd_energy_topk"):
+        assert math.isclose(a[key], b[key], rel_tol=1e-6), key
+    for key in ("trace_h", "sgd_ratio", "drop_cosine"):   # Hutchinson estimates
+        assert math.isclose(a[key], b[key], rel_tol=0.25), key
+    assert all(isinstance(v, (float, str)) for v in a.values())
+
+
+def test_diagnose_cli_on_a_saved_run(tmp_path):
+    from dualdrop.cli import main
+    from dualdrop.nn import sparsify
+    from dualdrop.train.models import lenet_300_100
+
+    torch.manual_seed(0)
+    net = lenet_300_100(64, 10)
+    sparsify(net, "hardconcrete")
+    cfg = {"method": "hardconcrete", "hparams": {}, "n_features": 64, "data": "digits",
+           "seed": 0, "val_fraction": 0.2, "batch_size": 16}
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"config": cfg, "model": net.state_dict(), "epoch": 3,
+                "rng": np.zeros(2)}, run / "checkpoint.pt")   # numpy inside, as real runs have
+    rc = main(["diagnose", str(run), "--out", str(tmp_path / "d"), "--n-samples", "24",
+               "--k", "2", "--noise-samples", "4"])
+    assert rc == 0
+    import json
+
+    rec = json.loads((tmp_path / "d" / "diagnostics.json").read_text())[0]
+    assert rec["method"] == "hardconcrete" and rec["epoch"] == 3 and rec["dropout_noise"] == 1.0
+    assert rec["sgd_ratio"] > 0 and (tmp_path / "d" / "diagnostics.png").is_file()
+    assert main(["diagnose", str(tmp_path / "nope"), "--out", str(tmp_path / "d")]) == 2
