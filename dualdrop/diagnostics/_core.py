@@ -125,20 +125,23 @@ def hessian(model, loss_fn, X, y, *, params=None) -> torch.Tensor:
     _check_model(model, loss_fn, X, y)
     fp = FlatParams(model, params)
     _refuse_dense(fp.dim, "hessian", "hessian_eigs(model, loss_fn, X, y, k) or HessianOperator")
-    with _mode(model, False):
-        H = torch.func.hessian(lambda t: fp.loss(t, loss_fn, X, y))(fp.theta)
-    return 0.5 * (H + H.T).detach()
+    op = HessianOperator(model, loss_fn, X, y, params=params)
+    eye = torch.eye(fp.dim, dtype=fp.theta.dtype)
+    H = op.matvec(eye)               # columns H e_j, computed in vmapped chunks
+    return 0.5 * (H + H.T)
 
 
 class HessianOperator:
     """Matrix-free Hessian of the noiseless mean loss: ``H @ v`` by forward-over-reverse AD.
 
-    ``matvec`` accepts a vector ``(D,)`` or a block ``(D, m)`` (vmapped over columns).  Traces and
+    ``matvec`` accepts a vector ``(D,)`` or a block ``(D, m)``, vmapped over ``chunk`` columns at a
+    time (memory: ``chunk`` copies of the forward pass's activations).  Traces and
     Frobenius norms are Hutchinson estimates with Rademacher probes (``probes`` of them).
     """
 
-    def __init__(self, model, loss_fn, X, y, *, params=None):
+    def __init__(self, model, loss_fn, X, y, *, params=None, chunk: int = 32):
         _check_model(model, loss_fn, X, y)
+        self.chunk = max(1, int(chunk))
         self.fp = FlatParams(model, params)
         self.model, self.loss_fn, self.X, self.y = model, loss_fn, X, y
         self.shape = (self.fp.dim, self.fp.dim)
@@ -157,8 +160,10 @@ class HessianOperator:
                 self.n_matvec += 1
                 return self._hvp(v).detach()
             self.n_matvec += v.shape[1]
-            cols = [self._hvp(v[:, j]) for j in range(v.shape[1])]
-            return torch.stack(cols, dim=1).detach()
+            vt = v.T.contiguous()
+            hv = vmap(self._hvp)
+            rows = [hv(vt[j:j + self.chunk]) for j in range(0, vt.shape[0], self.chunk)]
+            return torch.cat(rows).T.detach()
 
     __matmul__ = matvec
 
