@@ -51,8 +51,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def load_run(folder: str | Path):
-    """``(model, sparsifier, config, epoch)`` rebuilt from ``folder/checkpoint.pt``."""
+def load_training_network(folder: str | Path):
+    """``(model, sparsifier, config, epoch)``: the *training-time* sparsified network (with its noise
+    layers, unlike the exported test-time network) rebuilt from ``folder/checkpoint.pt``."""
     import torch
 
     from dualdrop.nn import sparsify
@@ -88,7 +89,7 @@ def run(args) -> int:
     records, cache = [], {}
     for folder in args.runs:
         try:
-            model, sp, cfg, epoch = load_run(folder)
+            model, sp, cfg, epoch = load_training_network(folder)
         except (FileNotFoundError, ValueError) as exc:
             print(f"dualdrop diagnose: {exc}", file=sys.stderr)
             return 2
