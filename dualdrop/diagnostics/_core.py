@@ -188,7 +188,8 @@ def hessian_eigs(model, loss_fn, X, y, k: int = 5, *, params=None, which: str = 
 
     Returns ``(eigenvalues (k,), eigenvectors (D, k))`` sorted by decreasing eigenvalue.
     ``which="LA"`` gives the largest algebraic eigenvalues (sharpness), ``"LM"`` the largest in
-    magnitude.  Works at any size; each iteration costs one Hessian-vector product.
+    magnitude.  Works at any size; each iteration costs one Hessian-vector product.  ``model``
+    may also be a :class:`HessianOperator` already built (``loss_fn, X, y`` are then ignored).
     """
     from scipy.sparse.linalg import LinearOperator, eigsh
 
