@@ -116,7 +116,7 @@ def main():
     ax0.legend(fontsize=7)
     for name, (frac, _) in traj.items():
         ax1.plot(np.arange(1, a.steps + 1), frac,
-                 label=f"{name} (Tr(HΣ)/Tr(HΣ̄)={results[name]['ratio']:.2f})")
+                 label=f"{name} (Tr(HΣ)/Tr(HΣ_iso)={results[name]['ratio']:.2f})")
     ax1.set_xlabel("iteration")
     ax1.set_ylabel("fraction of runs in the flat basin")
     ax1.set_title(f"escape from the sharp minimum, lr={a.lr}, Tr(Σ)={a.noise}, "

@@ -107,7 +107,7 @@ def plot(path: Path):
         axes[1].plot(ep, [r["drop_cosine"] for r in rs], "s--", color=col)
         axes[1].plot(ep, [r["sgd_null_cosine"] for r in rs], ":", color=col)
         axes[2].plot(ep, [r["lambda_1"] for r in rs], "o-", color=col, label=m)
-    axes[0].set_title("Tr(H Σ)/Tr(H Σ̄): SGD (solid) vs dropout noise (dashed)", fontsize=9)
+    axes[0].set_title("Tr(H Σ)/Tr(H Σ_iso): SGD (solid) vs dropout noise (dashed)", fontsize=9)
     axes[1].set_title("cos(H, Σ); dotted: random-eigenvector null mean", fontsize=9)
     axes[2].set_title("sharpness λ_1 of the Hessian", fontsize=9)
     for ax in axes[:2]:

@@ -40,12 +40,16 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--out", default=str(FIG / "diag_width.png"))
+    ap.add_argument("--replot", action="store_true", help="redraw the figure from OUT's .json")
     a = ap.parse_args()
     torch.set_num_threads(1)
     X, y = data()
     lf = nn.functional.cross_entropy
     rows = []
-    for width in a.widths:
+    if a.replot:
+        rows = json.loads(Path(a.out).with_suffix(".json").read_text())["rows"]
+        a.widths = sorted({r["width"] for r in rows})
+    for width in ([] if a.replot else a.widths):
         for seed in range(a.seeds):
             torch.manual_seed(seed)
             net = nn.Sequential(nn.Linear(2, width), nn.ReLU(), nn.Linear(width, 2))
@@ -82,14 +86,15 @@ def main():
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("hidden units")
-    ax.set_ylabel("Tr(H Σ_SGD) / Tr(H Σ̄)")
+    ax.set_ylabel("Tr(H Σ_SGD) / Tr(H Σ_iso)")
     ax.set_title(f"SGD noise vs isotropic noise, batch {a.batch}, 1,000 separable 2-D points",
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
-    Path(a.out).with_suffix(".json").write_text(json.dumps({"args": vars(a), "rows": rows},
-                                                          indent=1))
+    if not a.replot:
+        Path(a.out).with_suffix(".json").write_text(json.dumps({"args": vars(a), "rows": rows},
+                                                              indent=1))
     print("wrote", a.out)
 
 

@@ -129,7 +129,7 @@ def plot(records: list[dict], path: Path) -> None:
     labels = [f"{r['method']}\n(ep {r['epoch']})" for r in records]
     x = np.arange(len(records))
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for ax, key, title in ((axes[0], "ratio", "Tr(H Σ) / Tr(H Σ̄)"),
+    for ax, key, title in ((axes[0], "ratio", "Tr(H Σ) / Tr(H Σ_iso)"),
                            (axes[1], "cosine", "cos(H, Σ) (null mean: dots)")):
         for j, (noise, col) in enumerate((("sgd", "C0"), ("drop", "C1"))):
             vals = [r[f"{noise}_{key}"] for r in records]
