@@ -64,7 +64,8 @@ def main():
             ind = escape_indicator(H, S)
             al = alignment(H, S, k=5, null_samples=0)
             acc = float((net(X).argmax(1) == y).float().mean())
-            rows.append({"width": width, "seed": seed, "D": H.shape[0], "loss": float(loss.detach()),
+            rows.append({"width": width, "seed": seed, "D": H.shape[0],
+                         "loss": float(loss.detach()),
                          "train_acc": acc, "ratio": ind["ratio"], "trace": ind["trace"],
                          "cosine": al["cosine"], "null_cosine": al["null_mean_exact"],
                          "top_eig": float(torch.linalg.eigvalsh(H)[-1])})

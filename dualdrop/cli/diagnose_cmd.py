@@ -1,4 +1,4 @@
-"""``dualdrop diagnose``: noise-vs-curvature measurements of trained runs, recomputed from checkpoints.
+"""``dualdrop diagnose``: noise-vs-curvature measurements of trained runs, from their checkpoints.
 
 Example::
 
@@ -52,8 +52,8 @@ def register(subparsers) -> None:
 
 
 def load_training_network(folder: str | Path):
-    """``(model, sparsifier, config, epoch)``: the *training-time* sparsified network (with its noise
-    layers, unlike the exported test-time network) rebuilt from ``folder/checkpoint.pt``."""
+    """``(model, sparsifier, config, epoch)``: the *training-time* sparsified network (with its
+    noise layers, unlike the exported test-time network) rebuilt from ``folder/checkpoint.pt``."""
     import torch
 
     from dualdrop.nn import sparsify

@@ -3,8 +3,8 @@
 Every diagnostic here is about the loss as a function of one flat parameter vector
 ``theta in R^D`` (the concatenation of the selected parameters, in ``named_parameters`` order):
 
-* the Hessian ``H = d^2 L / d theta^2`` -- dense via ``torch.func.hessian`` while ``D <= DENSE_LIMIT``,
-  and as a matrix-free operator (Hessian-vector products, ``jvp`` of ``grad``) at any size;
+* the Hessian ``H = d^2 L / d theta^2`` -- dense (from chunks of Hessian-vector products) while
+  ``D <= DENSE_LIMIT``, and as a matrix-free operator (Hessian-vector products, ``jvp`` of ``grad``) at any size;
 * the minibatch (SGD) gradient-noise covariance and the dropout gradient-noise covariance, both
   returned dense while ``D <= DENSE_LIMIT`` and otherwise as a :class:`LowRankCov` factor
   ``Sigma = U U^T`` with ``U`` of shape ``(D, r)``.  Nothing of size ``D x D`` is ever built above
@@ -238,7 +238,7 @@ class LowRankCov:
         return self.U @ (self.U.T @ v)
 
     def eigh(self):
-        """Nonzero spectrum: ``(eigenvalues (r,), eigenvectors (D, r))``, decreasing (thin SVD of U)."""
+        """Nonzero spectrum ``(eigenvalues (r,), eigenvectors (D, r))``, decreasing (thin SVD of U)."""
         Q, s, _ = torch.linalg.svd(self.U, full_matrices=False)
         return s ** 2, Q
 
@@ -262,7 +262,7 @@ def _cov_out(U: torch.Tensor, dense):
 
 
 def sgd_noise_cov(model, loss_fn, X, y, batch_size: int, *, params=None, dense=None):
-    """Covariance of the minibatch gradient ``g_B = (1/b) sum_{i in B} g_i`` around the full gradient.
+    """Covariance of the minibatch gradient ``g_B = (1/b) sum_{i in B} g_i`` around the full one.
 
     Convention: the minibatch ``B`` is ``b = batch_size`` of the ``n`` given points drawn uniformly
     **without replacement**.  With ``C = (1/n) sum_i (g_i - g)(g_i - g)^T`` the per-sample gradient

@@ -113,13 +113,14 @@ def _haar(D, r, rng):
 def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
               probes: int = 30, h_eigs=None, h_frob2: float | None = None,
               trace_h: float | None = None) -> dict:
-    """Cosine and top-``k`` eigenspace overlap of ``Sigma`` with ``H``, against a spectrum-keeping null.
+    """Cosine and top-``k`` eigenspace overlap of ``Sigma`` with ``H``, against a spectral null.
 
     Returns ``{"cosine", "overlap", "energy", "null_mean", "null_std", "null_cosines", "p_value",
     "null_mean_exact"}`` where ``energy = Tr(P_k Sigma) / Tr(Sigma)`` is the share of the noise's
     variance inside ``H``'s top-``k`` eigenspace, and the null draws ``null_samples`` matrices
     ``Q diag(spec(Sigma)) Q^T`` with Haar ``Q``; ``p_value = (1 + #{null cosine >= cosine}) /
-    (1 + null_samples)``.  ``null_mean_exact`` is the closed form ``Tr(H) Tr(Sigma) / (D ||H|| ||S||)``.
+    (1 + null_samples)``.  ``null_mean_exact`` is the closed form
+    ``Tr(H) Tr(Sigma) / (D ||H|| ||S||)``.
     The null needs ``H`` dense (``D <= DENSE_LIMIT``); with a matrix-free ``H`` only the closed-form
     null mean is reported and a warning says the sampled null was skipped.  ``h_eigs=(values,
     vectors)`` (from :func:`hessian_eigs`), ``h_frob2`` and ``trace_h`` reuse quantities of ``H``
@@ -155,8 +156,8 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
     if null_samples == 0:
         return out
     if isinstance(H, HessianOperator) or D > DENSE_LIMIT:
-        warnings.warn(f"alignment: sampled null skipped (D={D}, H matrix-free); only the closed-form "
-                      "null mean null_mean_exact is reported", stacklevel=2)
+        warnings.warn(f"alignment: sampled null skipped (D={D}, H matrix-free); only the "
+                      "closed-form null mean null_mean_exact is reported", stacklevel=2)
         return out
     if isinstance(Sigma, LowRankCov):
         spec, _ = Sigma.eigh()

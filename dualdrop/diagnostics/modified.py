@@ -67,7 +67,7 @@ def modified_loss(params, X, y, p: float, *, kind: str = "linear", activation=to
 
 
 def plain_loss(params, X, y, *, kind: str = "linear", activation=torch.tanh):
-    """The noiseless loss ``L = (1/2n) sum_i (f(x_i) - y_i)^2`` (the naive SDE's drift potential)."""
+    """The noiseless loss ``L = (1/2n) sum_i (f(x_i) - y_i)^2`` (the naive SDE's potential)."""
     c = _units(_unpack(params, kind), X, kind, activation)
     return 0.5 * ((c.sum(-1) - y) ** 2).mean(-1)
 
