@@ -4,7 +4,8 @@ Every diagnostic here is about the loss as a function of one flat parameter vect
 ``theta in R^D`` (the concatenation of the selected parameters, in ``named_parameters`` order):
 
 * the Hessian ``H = d^2 L / d theta^2`` -- dense (from chunks of Hessian-vector products) while
-  ``D <= DENSE_LIMIT``, and as a matrix-free operator (Hessian-vector products, ``jvp`` of ``grad``) at any size;
+  ``D <= DENSE_LIMIT``, and as a matrix-free operator (Hessian-vector products, ``jvp`` of
+  ``grad``) at any size;
 * the minibatch (SGD) gradient-noise covariance and the dropout gradient-noise covariance, both
   returned dense while ``D <= DENSE_LIMIT`` and otherwise as a :class:`LowRankCov` factor
   ``Sigma = U U^T`` with ``U`` of shape ``(D, r)``.  Nothing of size ``D x D`` is ever built above
@@ -238,7 +239,7 @@ class LowRankCov:
         return self.U @ (self.U.T @ v)
 
     def eigh(self):
-        """Nonzero spectrum ``(eigenvalues (r,), eigenvectors (D, r))``, decreasing (thin SVD of U)."""
+        """Nonzero spectrum ``(eigenvalues (r,), eigenvectors (D, r))``, decreasing (SVD of U)."""
         Q, s, _ = torch.linalg.svd(self.U, full_matrices=False)
         return s ** 2, Q
 
