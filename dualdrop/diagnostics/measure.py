@@ -43,6 +43,7 @@ def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: in
     ``lambda_1..lambda_k``, ``trace_h``, ``frob_h``, and for ``p`` in ``sgd`` / ``drop``:
     ``{p}_trace`` (``Tr(H Sigma)``), ``{p}_trace_sigma``, ``{p}_ratio``, ``{p}_cosine``,
     ``{p}_null_cosine``, ``{p}_energy_topk``; ``dropout_noise`` is 1.0 when the model draws noise.
+    ``seed`` seeds torch's global generator (the noise draws) and the Lanczos start.
     """
     torch.manual_seed(seed)
     fp = FlatParams(model, params)
