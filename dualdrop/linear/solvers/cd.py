@@ -23,35 +23,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, single_thread_blas, start_point
-from ._kernels import (col_axpy, col_dot, col_wnorm2, prox_step, scores_from_grad,
-                       zero_threshold)
-
-from penalties.kernels import omega_scalar
+from ._base import BaseSolver
+from ._common import progress, single_thread_blas
+from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, scores_from_grad,
+                    zero_threshold)
+from .anderson import extrapolate
 
 NAME = "cd"
 
-
-def supports(problem: Problem):
-    """``None`` if CD can solve the problem, else the reason it cannot."""
-    if problem.spec is None:
-        return "coordinate descent needs a separable penalty with a compiled prox (kernel_spec)"
-    return None
-
-
 # ----------------------------------------------------------------------------------------------
 # compiled inner solvers
-
-
-@njit(cache=True)
-def _ws_penalty(w, ws, lam_w, code, params):
-    s = 0.0
-    for jj in range(ws.shape[0]):
-        j = ws[jj]
-        if w[j] != 0.0 and lam_w[j] != 0.0:
-            s += lam_w[j] * omega_scalar(code, params, w[j])
-    return s
 
 
 @njit(cache=True)
@@ -82,7 +63,7 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
             g = -col_dot(X, data, indices, indptr, is_sparse, j, r) / n
             t = lam_w[j] / L
             if old == 0.0 and t == t_ref and abs(g) <= T_ref * L:
-                continue  # the prox would return 0 (see _kernels.zero_threshold)
+                continue  # the prox would return 0 (see _jit.zero_threshold)
             new = prox_step(code, params, old - g / L, t)
             if new != old:
                 col_axpy(X, data, indices, indptr, is_sparse, j, old - new, r)
@@ -114,21 +95,9 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
             n_hist += 1
             if n_hist == K + 1:
                 n_hist = 0
-                U = hist[1:] - hist[:-1]
-                C = U @ U.T
-                tr = 0.0
-                for k in range(K):
-                    tr += C[k, k]
-                if tr == 0.0:
+                ok, w_acc = extrapolate(hist)
+                if not ok:
                     continue
-                for k in range(K):
-                    C[k, k] += 1e-10 * tr
-                c = np.linalg.solve(C, np.ones(K))
-                sc = c.sum()
-                if sc == 0.0 or not np.isfinite(sc):
-                    continue
-                c /= sc
-                w_acc = c @ hist[1:]
                 r_acc = r.copy()
                 for jj in range(nws):
                     delta = w_acc[jj] - w[ws[jj]]
@@ -139,12 +108,12 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
                     m = r_acc.mean()
                     b_acc += m
                     r_acc -= m
-                obj = 0.5 * (r @ r) / n + _ws_penalty(w, ws, lam_w, code, params)
+                obj = 0.5 * (r @ r) / n + penalty_sum(w, ws, lam_w, code, params)
                 w_old = np.empty(nws)
                 for jj in range(nws):
                     w_old[jj] = w[ws[jj]]
                     w[ws[jj]] = w_acc[jj]
-                obj_acc = 0.5 * (r_acc @ r_acc) / n + _ws_penalty(w, ws, lam_w, code, params)
+                obj_acc = 0.5 * (r_acc @ r_acc) / n + penalty_sum(w, ws, lam_w, code, params)
                 if obj_acc < obj:
                     r[:] = r_acc
                     b = b_acc
@@ -263,7 +232,7 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
         # Xd>) and, unlike comparing objective values, does not cancel catastrophically near the
         # optimum when the columns are large (raw features): the datafit difference is never
         # formed. Plain objective decrease is accepted as well.
-        P0 = _ws_penalty(w, ws, lam_w, code, params)
+        P0 = penalty_sum(w, ws, lam_w, code, params)
         F0 = _logistic_value(y, z) + P0
         w0 = np.empty(nws)
         for jj in range(nws):
@@ -278,7 +247,7 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
                 slope -= y[i] * Xd[i] / (1.0 + np.exp(y[i] * zt[i]))
             for jj in range(nws):
                 w[ws[jj]] = w0[jj] + t * d[jj]
-            Pt = _ws_penalty(w, ws, lam_w, code, params)
+            Pt = penalty_sum(w, ws, lam_w, code, params)
             if Pt - P0 + t * slope / n < 0.0 or _logistic_value(y, zt) + Pt <= F0:
                 accepted = True
                 break
@@ -306,21 +275,29 @@ def _select_ws(score, w, size):
     return np.sort(idx).astype(np.int64)
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose=False,
-          working_set=True, anderson=5, max_epochs=5000, p0=10, callback=None) -> SolverResult:
-    """Solve ``problem`` by working-set coordinate descent (least squares) or proximal Newton
-    (logistic). ``max_iter`` counts outer (working-set) iterations; ``tol`` applies to
-    ``Problem.criterion``. ``anderson=0`` disables extrapolation, ``working_set=False`` solves on
-    all features at once."""
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
+class CD(BaseSolver):
+    """Working-set coordinate descent (least squares) or proximal Newton (logistic).
+    ``max_iter`` counts outer (working-set) iterations; ``tol`` applies to
+    ``Problem.criterion``. Options: ``anderson=0`` disables extrapolation, ``working_set=False``
+    solves on all features at once, ``max_epochs`` bounds the inner passes, ``p0`` is the first
+    working-set size, ``callback(w, b)`` runs after each outer iteration."""
+
+    name = NAME
+    requires = ("kernel",)
+    default_max_iter = 100
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, working_set=True, anderson=5,
+               max_epochs=5000, p0=10, callback=None):
+        return _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson,
+                         max_epochs, p0, callback)
+
+
+def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_epochs, p0,
+              callback):
     code, params = problem.spec
     des = problem.design
     arrs = des.arrays
     y = problem.y
-    w, b = start_point(problem, w0, b0)
     quad = problem.datafit.code == 0
     z = problem.z(w, b)
     history = [problem.objective(w, b, z)]
@@ -336,7 +313,7 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
     crit = np.inf
     it = 0
     total_inner = 0
-    with Timer() as timer, progress(max_iter, verbose, "cd") as bar, single_thread_blas():
+    with progress(max_iter, verbose, "cd") as bar, single_thread_blas():
         for it in range(1, max_iter + 1):
             G = problem.datafit.raw_grad(y, z)
             m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, t_ref, T_ref, score)
@@ -374,6 +351,8 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
             # max_iter reached: final criterion at the returned point
             crit = problem.criterion(w, b, z)
             converged = crit <= tol
-    return SolverResult(coef=w, intercept=float(b), n_iter=int(it), objective=np.asarray(history),
-                        criterion=float(crit), converged=converged, solver=NAME, time=timer.elapsed,
-                        info={"inner_iterations": total_inner})
+    return w, b, it, history, crit, converged, {"inner_iterations": total_inner}
+
+
+SOLVER = CD()
+solve, supports = SOLVER.solve, SOLVER.supports

@@ -7,28 +7,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter
+from ._base import BaseSolver
 
 NAME = "cvxpy"
 
 
-def supports(problem: Problem):
-    P = problem.penalty
-    name = getattr(P, "name", "")
-    if name == "l1" or (name == "lp" and float(P.params.get("p", 0)) >= 1.0):
-        return None
-    return f"cvxpy handles the convex penalties l1 and lp (p >= 1) only, not {P!r}"
+class Cvxpy(BaseSolver):
+    """Options: ``cvxpy_solver`` (a cvxpy solver name; default CLARABEL when installed)."""
+
+    name = NAME
+    requires = ("convex_l1_lp",)
+    default_tol = 1e-8
+    default_max_iter = 10000
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, cvxpy_solver=None):
+        return _cvxpy(problem, tol, max_iter, verbose, cvxpy_solver)
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-8, max_iter=10000, verbose=False,
-          cvxpy_solver=None) -> SolverResult:
+def _cvxpy(problem, tol, max_iter, verbose, cvxpy_solver):
     import cvxpy as cp
 
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
     P = problem.penalty
     n, p = problem.n, problem.p
     X = problem.design.X
@@ -56,14 +54,16 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-8, max_iter=10000, verbo
         solver = "CLARABEL" if "CLARABEL" in cp.installed_solvers() else None
     if solver == "CLARABEL":
         kw = dict(tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol, max_iter=max_iter)
-    with Timer() as timer:
-        prob.solve(solver=solver, verbose=bool(verbose), **kw)
+    prob.solve(solver=solver, verbose=bool(verbose), **kw)
     if w.value is None:
         raise RuntimeError(f"cvxpy failed: status {prob.status}")
     coef = np.asarray(w.value, dtype=np.float64).ravel()
     intercept = float(b.value) if problem.fit_intercept else 0.0
     crit = problem.criterion(coef, intercept)
     obj = problem.objective(coef, intercept)
-    return SolverResult(coef, intercept, 1, np.array([obj]), float(crit),
-                        prob.status == "optimal", NAME, timer.elapsed,
-                        info={"status": prob.status, "cvxpy_value": float(prob.value)})
+    return (coef, intercept, 1, [obj], crit, prob.status == "optimal",
+            {"status": prob.status, "cvxpy_value": float(prob.value)})
+
+
+SOLVER = Cvxpy()
+solve, supports = SOLVER.solve, SOLVER.supports

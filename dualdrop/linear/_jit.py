@@ -1,4 +1,6 @@
-"""Compiled building blocks shared by the solvers (numba, ``cache=True``).
+"""Compiled building blocks shared by the problem definition and the solvers (numba,
+``cache=True``). They sit below both: :mod:`._problem` (objective, criterion) and every module of
+:mod:`.solvers` import from here, and nothing here imports from either.
 
 Each function takes the design as ``(X, data, indices, indptr, is_sparse)`` (see
 ``dualdrop.linear._design.Design.arrays``) and the penalty as ``(code, params)`` (see
@@ -53,10 +55,11 @@ def col_wnorm2(X, data, indices, indptr, is_sparse, j, h):
 
 
 @njit(cache=True)
-def penalty_sum(w, lam_w, code, params):
-    """``sum_j lam_w[j] * Omega(w_j)`` (terms with ``w_j = 0`` vanish)."""
+def penalty_sum(w, feats, lam_w, code, params):
+    """``sum_{j in feats} lam_w[j] * Omega(w_j)`` (terms with ``w_j = 0`` vanish)."""
     s = 0.0
-    for j in range(w.shape[0]):
+    for jj in range(feats.shape[0]):
+        j = feats[jj]
         if w[j] != 0.0 and lam_w[j] != 0.0:
             s += lam_w[j] * omega_scalar(code, params, w[j])
     return s
