@@ -29,13 +29,14 @@ parameters. With a penalty object (``penalty=penalties.LogSum(eps=2.0)``) the ke
 from __future__ import annotations
 
 import copy
-import numbers
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -59,6 +60,22 @@ _NESTED_OBJ = "penalty__"
 
 class _SparseLinearBase(BaseEstimator):
     _datafit = None
+
+    # checked by scikit-learn's validation on every fit (``_fit_context``): a wrong type or value
+    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it accepts
+    _parameter_constraints: dict = {
+        "penalty": [str, HasMethods(["omega", "prox"])],
+        "penalty_params": [dict, None],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "solver": [StrOptions({"auto", *SOLVERS})],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "fit_intercept": ["boolean"],
+        "warm_start": ["boolean"],
+        "scaling": [StrOptions({"dropout", "none"})],
+        "solver_params": [dict, None],
+        "verbose": ["verbose"],
+    }
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, solver="auto", tol=1e-4,
                  max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
@@ -130,22 +147,8 @@ class _SparseLinearBase(BaseEstimator):
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_params(self):
-        a = self.alpha
-        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not np.isfinite(a) or a < 0:
-            raise ValueError(f"alpha must be a finite number >= 0 (the penalty strength lambda), got {a!r}")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real) or not self.tol > 0:
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        mi = self.max_iter
-        if mi is not None and (isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1):
-            raise ValueError(f"max_iter must be a positive integer or None (solver default), got {mi!r}")
-        if self.scaling not in ("dropout", "none"):
-            raise ValueError(f"scaling must be 'dropout' or 'none', got {self.scaling!r}")
-        if self.solver != "auto" and self.solver not in SOLVERS:
-            raise ValueError(f"solver={self.solver!r} is unknown; use 'auto' or one of {sorted(SOLVERS)}")
-        sp_ = self.solver_params
-        if sp_ is not None and not isinstance(sp_, dict):
-            raise TypeError(f"solver_params must be a dict or None, got {type(sp_).__name__}")
-        return _penalty.resolve_penalty(self.penalty, self.penalty_params)
+        """The penalty object (its parameters are checked by the catalog)."""
+        return _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
 
     def _scales(self, X):
         n = X.shape[0]
@@ -183,6 +186,7 @@ class _SparseLinearBase(BaseEstimator):
                 f"{reason}. Solvers that can: {capable_solvers(problem)}"
             )
         kwargs = dict(self.solver_params or {})
+        mod.check_options(kwargs)
         if self.max_iter is not None:
             kwargs["max_iter"] = int(self.max_iter)
         res = mod.solve(problem, w0, b0, tol=float(self.tol), verbose=bool(self.verbose), **kwargs)
@@ -206,7 +210,16 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         A name of ``penalties.available()`` (``"l1"``, ``"logsum"``, ``"mcp"``, ``"scad"``, ``"lp"``,
         ``"log2sum"``, ``"vardrop"``, ``"hardconcrete"``, ... ) or a penalty object.
     penalty_params : dict or None
-        Parameters of a named penalty, e.g. ``{"eps": 2.0}`` for LogSum.
+        Parameters of a named penalty, e.g. ``{"eps": 2.0}`` for LogSum. MCP and SCAD take
+        ``lam``, the scale of their concave part: a number keeps it fixed while ``alpha`` varies
+        (the default, ``lam=1``: ``alpha`` then only multiplies the penalty); ``"lam": "alpha"``
+        makes it follow ``alpha``, so that ``alpha Omega`` is the classical
+        ``MCP(w; lambda=alpha, gamma=a)`` of ncvreg/skglm (threshold ``alpha``, flat beyond
+        ``a alpha``), the convention to use for a grid over ``alpha``. MCP with
+        ``"lam": "alpha"`` requires ``a > 1``, as those packages do: on unit-norm columns
+        (``scaling="dropout"``) each coordinate problem is then strictly convex. With a fixed
+        ``lam`` any ``a > 0`` is accepted: the coordinate prox is the exact minimizer of the 1-D
+        problem, which is hard thresholding when ``alpha / L_j >= a lam``.
     alpha : float, default=1.0
         The penalty strength lambda (>= 0).
     solver : str, default="auto"
@@ -217,11 +230,12 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         Tolerance on the optimality criterion (largest coordinate-wise gradient mapping).
     max_iter : int or None
         Solver iterations (``None``: the solver's default).
-    fit_intercept, warm_start : bool
+    fit_intercept, warm_start : bool (``True``/``False`` only)
     scaling : {"dropout", "none"}, default="dropout"
         How unstandardized columns are penalized (see the module docstring).
     solver_params : dict or None
-        Extra keyword arguments of the solver (e.g. ``{"inner": "cvxpy"}`` for reweighted l1).
+        Options of the solver (e.g. ``{"inner": "cvxpy"}`` for reweighted l1); an unknown key
+        raises ``ValueError`` listing the solver's options (``get_solver(name).options``).
     verbose : bool
         Progress bar.
 
@@ -233,6 +247,7 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
 
     _datafit = Quadratic
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         P = self._check_params()
         X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=np.float64, y_numeric=True)
@@ -277,6 +292,7 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
                          solver_params=solver_params, verbose=verbose)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         P = self._check_params()
         X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=np.float64)

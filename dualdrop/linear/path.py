@@ -68,14 +68,19 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
 
     For multiclass logistic the largest over the one-vs-rest problems; ``y`` may hold any class
     labels the estimator accepts (strings included)."""
-    P = _penalty.resolve_penalty(penalty, penalty_params)
+    follow = _penalty.follows_alpha(penalty_params)
+
+    def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
+        return _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
+
+    P = pen(1.0)
     g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params)
     if g.size == 0 or not np.any(g):
         return 0.0
     gmax = float(np.max(g))
 
     def all_zero(a):
-        return not np.any(np.asarray(P.prox(g / L, a / L)))
+        return not np.any(np.asarray((pen(a) if follow else P).prox(g / L, a / L)))
 
     d0 = _penalty.right_derivative_at_zero(P)
     if d0 == 0.0:

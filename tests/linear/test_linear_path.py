@@ -53,3 +53,40 @@ def test_mismatched_lengths_raise_valueerror():
         alpha_max(X, y[:-1])
     with pytest.raises(ValueError, match="X has 442 samples but y has 441"):
         regularization_path(X, y[:-1], n_alphas=3)
+
+
+def test_mcp_lam_following_alpha_is_skglm_mcp_and_alpha_max():
+    """``{"lam": "alpha"}``: alpha * Omega is skglm's MCPenalty(alpha, gamma=a)."""
+    skglm = pytest.importorskip("skglm")
+    from skglm.datafits import Quadratic as SkQuad
+    from skglm.penalties import MCPenalty
+    from skglm.solvers import AndersonCD
+
+    X, y = load_diabetes(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    y = y - y.mean()
+    prm = {"a": 3.0, "lam": "alpha"}
+    am = alpha_max(X, y, "mcp", prm, fit_intercept=False)
+    assert np.isclose(am, np.max(np.abs(X.T @ y)) / len(y), rtol=1e-9)
+    from dualdrop.linear import Problem, Quadratic
+    from dualdrop.linear._penalty import resolve_penalty
+
+    for frac in (0.5, 0.1, 0.02):
+        alpha = frac * am
+        ours = SparseLinearRegression("mcp", prm, alpha=alpha, fit_intercept=False,
+                                      tol=1e-10).fit(X, y)
+        pen = MCPenalty(alpha, 3.0)
+        ref = skglm.GeneralizedLinearEstimator(
+            SkQuad(), pen, AndersonCD(tol=1e-12, fit_intercept=False)).fit(X, y)
+        # same objective: skglm's penalty value equals ours at both points, and skglm's solution
+        # is a stationary point of our problem (nonconvex: the two may be different minima)
+        pr = Problem(X, y, Quadratic(), resolve_penalty("mcp", prm, alpha),
+                     alpha, fit_intercept=False)
+        for w in (ours.coef_, ref.coef_):
+            assert np.isclose(pr.penalty_value(w), pen.value(w), rtol=1e-12)
+        assert pr.criterion(ref.coef_, 0.0) <= 1e-8
+        assert pr.criterion(ours.coef_, 0.0) <= 1e-8
+    # the concavity region moves with alpha: a fixed-lam fit differs once |w| > a lam matters
+    fixed = SparseLinearRegression("mcp", {"a": 3.0, "lam": 1.0}, alpha=0.02 * am,
+                                   fit_intercept=False, tol=1e-10).fit(X, y)
+    assert not np.allclose(fixed.coef_, ours.coef_, atol=1e-3)
