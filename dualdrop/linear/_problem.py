@@ -1,7 +1,8 @@
 """The optimization problem every solver receives, and the result every solver returns.
 
 Problem: ``min_{w, b} F(w, b) = L(y, X w + b) + sum_j lam_j Omega(w_j)``, with ``lam_j = alpha *
-weights_j`` (``weights`` defaults to ones; reweighted l1 uses it) and ``b`` present only when
+weights_j`` (``weights`` defaults to ones; reweighted l1 and ``penalty_weights`` use it), ``w >= 0``
+when ``positive``, and ``b`` present only when
 ``fit_intercept``. Stopping criterion shared by all solvers: the largest coordinate-wise gradient
 mapping (see ``_jit.scores``), together with ``|dL/db|`` for the intercept.
 """
@@ -24,13 +25,15 @@ __all__ = ["Problem", "SolverResult"]
 class Problem:
     """Data, datafit, penalty and regularization strength of one fit."""
 
-    def __init__(self, X, y, datafit: Datafit, penalty, alpha: float, fit_intercept=True, weights=None):
+    def __init__(self, X, y, datafit: Datafit, penalty, alpha: float, fit_intercept=True,
+                 weights=None, positive=False):
         self.design = X if isinstance(X, Design) else Design(X)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.datafit = datafit
         self.penalty = penalty
         self.alpha = float(alpha)
         self.fit_intercept = bool(fit_intercept)
+        self.positive = bool(positive)
         p = self.design.p
         self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
         self.lam_w = self.alpha * self.weights
@@ -84,13 +87,16 @@ class Problem:
         gb = abs(float(G.sum())) if self.fit_intercept else 0.0
         if self.spec is not None:
             out = np.zeros(self.p)
-            m = scores(*self.design.arrays, self.all_feats, G, 1.0, np.ascontiguousarray(w, dtype=np.float64),
-                       self.lips, self.lam_w, self.spec[0], self.spec[1], out)
+            m = scores(*self.design.arrays, self.all_feats, G, 1.0,
+                       np.ascontiguousarray(w, dtype=np.float64), self.lips, self.lam_w,
+                       self.spec[0], self.spec[1], self.positive, out)
             return max(float(m), gb)
         g = self.design.rmatvec(G)
         L = np.where(self.lips > 0, self.lips, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             new = self.penalty.prox(w - g / L, self.lam_w / L)
+            if self.positive:
+                new = np.maximum(new, 0.0)
         viol = np.where(self.lips > 0, L * np.abs(w - new), 0.0)
         return max(float(np.max(viol, initial=0.0)), gb)
 

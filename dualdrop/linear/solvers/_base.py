@@ -57,10 +57,13 @@ class BaseSolver:
     requires: tuple = ()
     default_tol = 1e-4
     default_max_iter = 100
+    supports_positive = False  # the constraint w >= 0 (Problem.positive)
     _COMMON = ("tol", "max_iter", "verbose")
 
     def supports(self, problem: Problem):
         """``None`` if the solver can handle ``problem``, else the reason it cannot."""
+        if problem.positive and not self.supports_positive:
+            return f"{self.name} does not handle positive=True (use 'cd' or 'cvxpy')"
         for req in self.requires:
             ok, what = REQUIREMENTS[req]
             if not ok(problem):

@@ -24,6 +24,7 @@ class Cvxpy(BaseSolver):
 
     name = NAME
     requires = ("convex_l1_lp",)
+    supports_positive = True
     default_tol = 1e-8
     default_max_iter = 10000
 
@@ -56,6 +57,8 @@ def _cvxpy(problem, tol, max_iter, verbose, cvxpy_solver):
     lam = problem.lam_w
     finite = np.isfinite(lam)
     cons = [w[np.flatnonzero(~finite)] == 0] if not finite.all() else []
+    if problem.positive:
+        cons.append(w >= 0)
     lamf = np.where(finite, lam, 0.0)
     if P.name == "l1" or float(P.params["p"]) == 1.0:
         pen = cp.sum(cp.multiply(lamf, cp.abs(w)))
