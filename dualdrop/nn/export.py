@@ -109,6 +109,8 @@ def fold(model: nn.Module, leave_sparse: bool = True) -> nn.Module:
             if leave_sparse and id(orig) not in values:
                 values[id(orig)] = (orig, st.eval_weight(orig).detach().clone())
             sites.append((mod, name))
+    for mod in {id(m): m for m, _ in sites}.values():
+        _own_class(mod)
     for mod, name in sites:
         parametrize.remove_parametrizations(mod, name, leave_parametrized=False)
     for orig, value in values.values():
@@ -116,6 +118,14 @@ def fold(model: nn.Module, leave_sparse: bool = True) -> nn.Module:
     for mod in model.modules():
         remove_state_hooks(mod)
     return model
+
+
+def _own_class(mod):
+    """Give a parametrized module a class of its own before removing a parametrization: a deep
+    copy shares the generated class with its source, and removal deletes the property from it."""
+    cls = type(mod)
+    body = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    mod.__class__ = type(cls.__name__, cls.__bases__, body)
 
 
 def export_sparse(model: nn.Module, layout: str = "auto", *,
@@ -143,7 +153,7 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
 
 
 def _is_tied(model, param):
-    return sum(p is param for p in model.parameters(remove_duplicate=False)) > 1
+    return sum(p is param for _, p in model.named_parameters(remove_duplicate=False)) > 1
 
 def _linear_density(model):
     nnz = tot = 0

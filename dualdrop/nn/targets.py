@@ -83,10 +83,11 @@ class Target:
 
 def _tensors(module: nn.Module) -> dict:
     """The module's own parameters, parametrized ones by their original tensor."""
-    out = dict(module._parameters)
-    if parametrize.is_parametrized(module):
+    out = {}
+    if parametrize.is_parametrized(module):  # the weights (parametrized first: before biases)
         for name, plist in module.parametrizations.items():
             out[name] = plist.original
+    out.update(module._parameters)
     return out
 
 

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 import penalties
 from dualdrop.nn import METHODS, Sparsifier, default_hparams, export_sparse, sparsify, \
-    sparsity_report
+    sparsity_report, state_of
 
 
 def test_methods_and_seed_defaults():
@@ -23,7 +23,9 @@ def test_methods_and_seed_defaults():
     for m in ("logsum", "adatikhonov", "adaprox", "eta-trick"):
         hp = default_hparams(m)
         assert hp["lam"] == 1e-3 and hp["eps"] == 2.0 and hp["tol"] == 0.05
-    assert default_hparams("eta-trick")["eta_decay"] == 1e-3
+    et = default_hparams("eta-trick")
+    assert (et["eta_weight_decay"], et["decay"], et["init_log_ratio"], et["prune_rule"]) == \
+        (1e-3, "linear", 5.0, "eta")
     for m in ("vardrop", "vardrop-lr", "vardrop-lr-ar"):
         assert default_hparams(m)["tol"] == 0.05
     hp = default_hparams("penalty:mcp")
@@ -47,39 +49,47 @@ def test_defaults_are_accepted_and_stored(method, h):
 
 
 def test_new_tensors_are_parameters_state_is_buffers(h):
+    pre = "parametrizations.weight"
     m = h.make_mlp()
     sparsify(m, "vardrop-lr-ar")
-    assert "fc1.log_sigma2" in dict(m.named_parameters())
+    assert f"fc1.{pre}.0.log_sigma2" in dict(m.named_parameters())
+    assert f"fc1.{pre}.original" in dict(m.named_parameters())
     m = h.make_mlp()
     sparsify(m, "vardrop-lr")
-    assert "fc1.log_alpha" in dict(m.named_parameters())
+    assert f"fc1.{pre}.0.log_alpha" in dict(m.named_parameters())
     m = h.make_mlp()
     sparsify(m, "hardconcrete")
-    assert dict(m.named_parameters())["fc1.gate_logits"].shape == m.fc1.weight.shape
+    assert dict(m.named_parameters())[f"fc1.{pre}.0.gate_logits"].shape == m.fc1.weight.shape
     m = h.make_mlp()
     sparsify(m, "hardconcrete-neuron")
-    assert dict(m.named_parameters())["fc1.gate_logits"].shape == (m.fc1.in_features,)
+    assert dict(m.named_parameters())[f"fc1.{pre}.0.gate_logits"].shape == (m.fc1.in_features,)
     m = h.make_mlp()
     sparsify(m, "eta-trick")
-    assert "fc2.log_eta" in dict(m.named_parameters())
+    assert f"fc2.{pre}.0.log_ratio" in dict(m.named_parameters())
     m = h.make_mlp()
     sparsify(m, "magnitude")
-    assert "fc3.weight_mask" in dict(m.named_buffers())
-    assert "fc3.weight_mask" in m.state_dict()
+    assert f"fc3.{pre}.0.weight_mask" in dict(m.named_buffers())
+    assert f"fc3.{pre}.0.weight_mask" in m.state_dict()
 
 
-def test_layers_argument(h):
+def test_include_exclude(h):
     m = h.make_mlp()
-    sp = sparsify(m, "logsum", layers=["fc1", "fc3"])
+    sp = sparsify(m, "logsum", include=["fc1", "fc3"])
     assert [n for n, _ in sp.layers] == ["fc1", "fc3"]
     assert type(m.fc2) is nn.Linear
     assert set(sp.density()) == {"fc1", "fc3", "total"}
-    with pytest.raises(ValueError, match="no module named 'fc9'"):
-        sparsify(h.make_mlp(), "logsum", layers=["fc9"])
-    with pytest.raises(TypeError, match="iterable of module names"):
-        sparsify(h.make_mlp(), "logsum", layers="fc1")
-    with pytest.raises(TypeError, match="only exact"):
-        sparsify(h.make_mlp(), "logsum", layers=[""])
+    assert sparsify(h.make_mlp(), "logsum", include="fc*.weight", exclude="fc2").targets == \
+        ["fc1", "fc3"]
+    assert sparsify(h.make_mlp(), "logsum", exclude=[nn.Linear], include="fc1.bias").targets \
+        == ["fc1.bias"]  # explicit names reach any tensor
+    with pytest.raises(ValueError, match="'fc9' matches no parameter"):
+        sparsify(h.make_mlp(), "logsum", include=["fc9"])
+    with pytest.raises(TypeError, match="entries must be name patterns"):
+        sparsify(h.make_mlp(), "logsum", include=[3])
+    with pytest.raises(ValueError, match="nothing to sparsify"):
+        sparsify(h.make_mlp(), "logsum", exclude=nn.Linear)
+    with pytest.raises(TypeError, match="replaced by include"):
+        sparsify(h.make_mlp(), "logsum", layers=["fc1"])
 
 
 @pytest.mark.parametrize("bad, exc, match", [
@@ -131,7 +141,7 @@ def test_bad_hyperparameters(method, kw, exc, match, h):
 def test_bad_models_and_calls(h):
     with pytest.raises(TypeError, match="torch.nn.Module"):
         sparsify("model", "logsum")
-    with pytest.raises(ValueError, match="no nn.Linear or nn.Conv2d"):
+    with pytest.raises(ValueError, match="nothing to sparsify"):
         sparsify(nn.Sequential(nn.ReLU()), "logsum")
     m = h.make_mlp()
     sp = sparsify(m, "vardrop")
@@ -185,11 +195,17 @@ def test_attach_and_report(h):
     with pytest.raises(ValueError, match="not 'logsum'"):
         Sparsifier.attach(m, "logsum")
     rows = sp.report()
-    assert [r["layer"] for r in rows] == ["fc1", "fc2", "fc3", "total"]
+    assert [r["layer"] for r in rows] == ["fc1", "fc1.bias", "fc2", "fc2.bias", "fc3",
+                                          "fc3.bias", "all parameters", "total"]
+    assert [r["role"] for r in rows[:2]] == ["sparsified", "other"]
     assert rows[0]["shape"] == (24, 20) and rows[0]["total"] == 480
     assert rows[-1]["total"] == 480 + 24 * 16 + 16 * 4
+    assert rows[-1]["role"] == "sparsified weights"
+    assert rows[-2]["total"] == 480 + 24 * 16 + 16 * 4 + 24 + 16 + 4
     # the report also reads plain models
-    assert sparsity_report(h.make_mlp())[-1]["fraction"] == 1.0
+    plain = sparsity_report(h.make_mlp())
+    assert plain[-1]["fraction"] == 1.0 and plain[-1]["role"] == "weights of weight-bearing layers"
+    assert plain[-1]["total"] == rows[-1]["total"]
     from dualdrop.nn import format_report
 
     assert "fc2" in format_report(rows)
@@ -199,7 +215,7 @@ def test_penalties_package_is_used():
     # penalty:<name> resolves through the penalties catalog
     m = nn.Linear(4, 3)
     sp = sparsify(m, "penalty:logsum", penalty_params={"eps": 0.5})
-    assert m.penalty == penalties.get("logsum", eps=0.5)
+    assert state_of(m).penalty == penalties.get("logsum", eps=0.5)
     assert sp.density()["total"] == 1.0
     # the model itself may be the one layer
     assert type(export_sparse(m, "dense")) is nn.Linear
