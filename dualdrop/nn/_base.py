@@ -151,7 +151,8 @@ def _rebuild_parametrized(plain_cls, names):
 
 def _reduce_parametrized(self, protocol):
     plain = type(self).__bases__[0]
-    return _rebuild_parametrized, (plain, list(self.parametrizations.keys())), self.__dict__
+    state = plain.__getstate__(self)  # the plain class's own (e.g. RNNBase drops weakrefs)
+    return _rebuild_parametrized, (plain, list(self.parametrizations.keys())), state
 
 
 def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> None:

@@ -245,8 +245,9 @@ def format_report(rows: list[dict]) -> str:
              f"{'total':>10} {'fraction':>9}"]
     for r in rows:
         role = r["role"] if r["layer"] not in ("total", "all parameters") else ""
+        tied = f"  (tied: {', '.join(r['aliases'])})" if len(r["aliases"]) > 1 else ""
         lines.append(f"{r['layer']:<28} {r['type'][:22]:<22} {role:<11} {str(r['shape']):<18} "
-                     f"{r['nonzero']:>10d} {r['total']:>10d} {r['fraction']:>9.4f}")
+                     f"{r['nonzero']:>10d} {r['total']:>10d} {r['fraction']:>9.4f}{tied}")
     for r in rows[-2:]:
         lines.append(f"  {r['layer']}: {r['role']}")
     return "\n".join(lines)

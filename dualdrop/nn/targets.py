@@ -74,11 +74,20 @@ class Target:
     @property
     def key(self) -> str:
         """Name used in densities and reports: a layer's ``weight`` by the layer's name."""
-        return self.name[:-len(".weight")] if self.name.endswith(".weight") else self.name
+        if self.name.endswith(".weight") and any(s.default for s in self.sites):
+            return self.name[:-len(".weight")]
+        return self.name
 
     @property
     def kinds(self) -> str:
-        return "+".join(dict.fromkeys(type(s.module).__name__ for s in self.sites))
+        """The owning modules' (plain) class names."""
+        return "+".join(dict.fromkeys(plain_class(s.module).__name__ for s in self.sites))
+
+
+def plain_class(module: nn.Module) -> type:
+    """The module's class before ``torch.nn.utils.parametrize`` generated a subclass for it."""
+    cls = type(module)
+    return cls.__bases__[0] if parametrize.is_parametrized(module) else cls
 
 
 def _tensors(module: nn.Module) -> dict:
