@@ -1,5 +1,6 @@
 """The contract of dualdrop.nn: names, defaults, parameters/buffers, and clear errors."""
 
+import math
 import os
 
 import pytest
@@ -240,3 +241,85 @@ def test_tune_allocator_opt_out_and_glibc(tmp_path):
                         check=True).stdout.split()
     glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert on == ["True", str(glibc), str(glibc)]
+
+
+REG_METHODS = ["vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete", "hardconcrete-neuron",
+               "eta-trick", "adatikhonov", "logsum", "penalty:mcp"]
+
+
+@pytest.mark.parametrize("method", REG_METHODS)
+def test_one_regularizer_convention(method, h):
+    """An explicit lam is a per-example strength for every method: the regularizer does not
+    depend on n_train and (the eta-trick aside, whose eta is measured in units of lam) is linear
+    in lam; the Bayesian methods' default lam=None is exactly lam = c / n_train."""
+    def reg(lam, n):
+        torch.manual_seed(0)
+        m = h.make_mlp()
+        kw = {} if lam is None else {"lam": lam}
+        return sparsify(m, method, **kw).regularizer(n).item()
+
+    assert reg(0.02, 10) == reg(0.02, 10_000)
+    if method != "eta-trick":
+        assert reg(0.04, 10) == pytest.approx(2 * reg(0.02, 10), rel=1e-12)
+    c = {"vardrop": 1.0, "vardrop-lr": 1.0, "vardrop-lr-ar": 1.0, "hardconcrete": 0.1,
+         "hardconcrete-neuron": 0.1}.get(method)
+    if c is not None:
+        assert default_hparams(method)["lam"] is None
+        for n in (7, 48_000):
+            assert reg(None, n) == pytest.approx(reg(c / n, 1), rel=1e-6)  # float32 sums
+
+
+def test_same_lam_same_per_weight_penalty(h):
+    """lam multiplies a per-weight penalty that is O(1) for an unpruned weight and ~0 for a
+    pruned one, for every method: the KL of vardrop (log a = -4: 2.0 nats), the gate-open
+    probability of hard-concrete, log(1 + |w|/eps) of LogSum (at |w| = eps(e - 1): 1)."""
+    from dualdrop.nn._base import original_of
+    from dualdrop.nn.vardrop import kl_approx
+
+    lin = nn.Linear(5, 4)
+    sp = sparsify(nn.Sequential(lin), "vardrop", lam=0.5)
+    assert sp.regularizer(3).item() == pytest.approx(
+        0.5 * 20 * kl_approx(torch.tensor(-4.0)).item(), rel=1e-6)
+    lin = nn.Linear(5, 4)
+    sp = sparsify(nn.Sequential(lin), "logsum", lam=0.5, eps=2.0)
+    with torch.no_grad():
+        original_of(lin, "weight").fill_(2.0 * (math.e - 1.0))
+    assert sp.regularizer(3).item() == pytest.approx(0.5 * 20, rel=1e-6)
+    lin = nn.Linear(5, 4)
+    sp = sparsify(nn.Sequential(lin), "hardconcrete", lam=0.5)
+    with torch.no_grad():
+        state_of(lin).gate_logits.fill_(30.0)  # every gate open
+    assert sp.regularizer(3).item() == pytest.approx(0.5 * 20, rel=1e-6)
+
+
+def test_regularizer_dominating_the_data_loss_warns(h):
+    m = h.make_mlp()
+    sp = sparsify(m, "vardrop-lr-ar")  # the ELBO's lam = 1/n_train: strong on tiny data
+    with pytest.warns(RuntimeWarning, match="will dominate training"):
+        r = sp.check_balance(1.4, n_train=50)
+    assert r > 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sp.check_balance(1.4, n_train=1_000_000) < 1
+
+
+def test_method_records():
+    from dualdrop.nn import REGISTRY, describe, method_class
+    from dualdrop.nn.methods import paper_table
+
+    assert tuple(REGISTRY) == METHODS
+    for name, cls in REGISTRY.items():
+        assert cls.name == name and cls.family
+        d = describe(name)
+        assert set(d) == set(default_hparams(name)) and "lr" in d
+        assert all(isinstance(text, str) and text for _, text in d.values()), name
+    assert method_class("penalty:mcp").name == "penalty:mcp"
+    assert method_class("penalty:mcp").family == "penalty"
+    assert paper_table()["eta-trick"] == ("eta-Trick", 0.0216, 0.0513)
+    assert set(paper_table()) == {"vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick",
+                                  "adaprox", "adatikhonov", "logsum"}
+    assert {n for n, c in REGISTRY.items() if c.has_tol} == {
+        "vardrop", "vardrop-lr", "vardrop-lr-ar", "eta-trick", "adaprox", "adatikhonov",
+        "logsum"}
