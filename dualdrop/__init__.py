@@ -12,4 +12,4 @@ Subpackages (one per architectural layer):
 Importing ``dualdrop`` itself does not import torch.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,7 +1,7 @@
 """penalties: the numeric core of dualdrop (never imports torch).
 
 Every adaptive dropout method whose dropout rate falls as |w| grows is regularized ERM with a
-subquadratic penalty ``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)]`` (DUALITY.md). This package
+subquadratic penalty ``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)]`` (docs/theory.md). This package
 holds that duality as code:
 
 - the catalog of penalties (closed forms and dropout-derived ones), ``get(name, **params)``;
@@ -12,6 +12,9 @@ holds that duality as code:
 """
 
 from __future__ import annotations
+
+import difflib
+import inspect
 
 from . import curves, kernels
 from .base import KernelPenalty, Penalty
@@ -82,7 +85,24 @@ def get(name, **params):
     if key not in _REGISTRY:
         raise ValueError(f"unknown penalty {name!r}; choose one of {', '.join(available())}")
     cls = _REGISTRY[key]
+    valid = _parameter_names(cls)
+    unknown = [k for k in params if k not in valid]
+    if unknown:
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, valid, n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        listed = ", ".join(valid) if valid else "none"
+        raise ValueError(f"bad parameters for penalty {key!r}: unknown {', '.join(hints)}; "
+                         f"its parameters are: {listed}")
     try:
         return cls(**params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for penalty {name!r}: {exc}") from None
+
+
+def _parameter_names(cls) -> list[str]:
+    """Keyword parameters of a catalog class's constructor, in signature order."""
+    sig = inspect.signature(cls.__init__)
+    return [n for n, p in sig.parameters.items()
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -1,6 +1,6 @@
 """The separable-penalty interface every solver and wrapper in dualdrop consumes.
 
-A penalty holds Omega in the unit convention of DUALITY.md (lambda outside, ``Omega(0) = 0``) and
+A penalty holds Omega in the unit convention of docs/theory.md section 1 (lambda outside, ``Omega(0) = 0``) and
 exposes, elementwise on numpy arrays (scalars accepted):
 
 ``omega(w)``, ``f(eta)``, ``eta_hat(w)``, ``derivative(w)``, ``prox(v, t)``, ``keep_ratio(w, lam)``.

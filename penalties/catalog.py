@@ -1,4 +1,4 @@
-"""Classical sparsity-inducing penalties with closed forms (DUALITY.md section 3).
+"""Classical sparsity-inducing penalties with closed forms (docs/theory.md section 3).
 
 All are expressed in the unit convention ``Omega(w) = 1/2 min_eta [w^2/eta + f(eta)]`` with
 ``Omega(0) = 0``; lambda multiplies the penalty outside.
@@ -63,7 +63,7 @@ class LogSum(_EpsPenalty):
 
     Shifted by ``log eps`` so that ``Omega(0) = 0`` (the classical form is unshifted).
     ``eta_hat = |w| (|w| + eps)`` and, with ``s = sqrt(eps^2 + 4 eta)``,
-    ``f(eta) = 2 log((s + eps) / (2 eps)) - (s - eps)^2 / (4 eta)`` (the seed's f minus 2 log eps).
+    ``f(eta) = 2 log((s + eps) / (2 eps)) - (s - eps)^2 / (4 eta)`` (the paper's f minus 2 log eps, so that Omega(0) = 0).
     """
 
     name = "logsum"

@@ -1,4 +1,4 @@
-"""Penalty curves for people: arrays, CSV and the seed's two-panel comparison figure.
+"""Penalty curves for people: arrays, CSV and the two-panel comparison figure of the paper.
 
 A *spec* names a penalty, its parameters and the lambda it is scaled by. As a string:
 ``name[:key=value,key=value][@lambda]``, e.g. ``logsum:eps=2@2`` or ``mcp:a=0.5,lam=1.41421356@1.41421356``.
@@ -69,22 +69,22 @@ def parse_spec(text: str) -> Spec:
     return spec
 
 
-def seed_specs() -> list[Spec]:
-    """The seed figure's penalties (DUALITY.md section 3) plus HardThresh(16)."""
+def paper_specs() -> list[Spec]:
+    """The penalties of the paper's comparison figure (docs/theory.md section 3) plus HardThresh(16)."""
     r2 = math.sqrt(2.0)
     return [
         Spec("vardrop_exact", {}, 1.0, "VarDrop (exact KL)"),
         Spec("standout", {"a": 1.0, "b": 0.0}, 1.0, "Standout (a=1, b=0)"),
         Spec("hardconcrete", {}, 1.0, "HardConcrete"),
-        Spec("logsum", {"eps": 2.0}, 2.0, "LogSum(2), lambda=2"),
-        Spec("mcp", {"a": 0.5, "lam": r2}, r2, "MCP(1/2, sqrt 2), lambda=sqrt 2"),
+        Spec("logsum", {"eps": 2.0}, 2.0, "LogSum(2), λ = 2"),
+        Spec("mcp", {"a": 0.5, "lam": r2}, r2, "MCP(1/2, √2), λ = √2"),
         Spec("hard_threshold", {"k": 16}, 1.0, "HardThresh(16)"),
     ]
 
 
 def _as_specs(specs):
     if specs is None:
-        return seed_specs()
+        return paper_specs()
     out = []
     for s in specs:
         out.append(parse_spec(s) if isinstance(s, str) else s)
@@ -132,7 +132,7 @@ def nnz_curve(penalty, d=32, lam=1.0, ks=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def nnz_curves(specs=None, d=32) -> dict:
-    """``{"k": ks, label: values}`` for every spec (the right panel of the seed figure)."""
+    """``{"k": ks, label: values}`` for every spec (the right panel of the paper's figure)."""
     out = {}
     for s in _as_specs(specs):
         ks, vals = nnz_curve(s.build(), d=d, lam=s.lam)
@@ -154,39 +154,64 @@ def write_csv(path, columns: dict):
     os.replace(tmp, path)
 
 
+#: line styles and markers cycled over the curves, so curves that coincide (HardConcrete and
+#: MCP(1/2, sqrt 2) share the cap 1/2 beyond |w| ~ 0.7) both stay visible
+_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _style(i: int, n_points: int, n_curves: int) -> dict:
+    """Distinct style of curve ``i``: dash pattern, marker, and markers staggered along the curve."""
+    every = max(1, n_points // 10)
+    return {"ls": _STYLES[i % len(_STYLES)], "marker": _MARKERS[i % len(_MARKERS)],
+            "markevery": (int(i * every / max(n_curves, 1)), every), "ms": 5,
+            "lw": 2.6 - 1.4 * i / max(n_curves - 1, 1), "zorder": 2 + i}
+
+
 def plot_figure(scalar: dict, nnz: dict, path_stem: str, d=32):
-    """The seed's two panels: lambda Omega(w) against w, and the vector penalty against k."""
+    """The paper's two panels: lambda Omega(w) against |w|, and the vector penalty against k.
+
+    Every curve has its own dash pattern and marker (markers staggered along the curve, later
+    curves drawn thinner and on top), so curves that coincide over a range stay visible; the
+    legend sits below the axes, never over the data.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 5.2))
     w = scalar["w"]
-    for label, vals in scalar.items():
-        if label != "w":
-            ax1.plot(w, vals, label=label, lw=1.8)
-    ax1.set_xlabel("|w|")
+    labels = [lbl for lbl in scalar if lbl != "w"]
+    for i, label in enumerate(labels):
+        ax1.plot(w, scalar[label], label=label, **_style(i, w.size, len(labels)))
+    ax1.set_xlabel(r"$|w|$")
     ax1.set_ylabel(r"$\lambda\,\Omega(w)$")
-    ax1.set_title("Effective penalties (unit convention, $\\Omega(0)=0$)")
+    ax1.set_title(r"Effective penalties ($\Omega(0)=0$)")
     ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
     ks = nnz["k"]
-    finite_max = max(float(np.max(v[np.isfinite(v)])) for lbl, v in nnz.items() if lbl != "k" and np.isfinite(v).any())
-    for label, vals in nnz.items():
-        if label == "k":
-            continue
+    finite = [v[np.isfinite(v)] for lbl, v in nnz.items() if lbl != "k" and np.isfinite(v).any()]
+    finite_max = max((float(np.max(v)) for v in finite), default=1.0)
+    nnz_labels = [lbl for lbl in nnz if lbl != "k"]
+    for i, label in enumerate(nnz_labels):
+        vals = nnz[label]
+        st = _style(i, ks.size, len(nnz_labels))
         if np.isinf(vals).any():  # an indicator: draw the step, infinity at the top of the axis
             top = 1.05 * finite_max
-            ax2.step(ks, np.where(np.isinf(vals), top, vals), where="post", label=label + " (top = inf)", lw=1.8, ls="--")
+            ax2.step(ks, np.where(np.isinf(vals), top, vals), where="post",
+                     label=label + r" ($+\infty$ drawn at the top)", lw=st["lw"], ls=st["ls"], zorder=st["zorder"])
         else:
-            ax2.plot(ks, vals, marker="o", ms=3, label=label, lw=1.5)
-    ax2.set_xlabel(f"number of nonzeros k (d = {d}, ||w||_2 = 1)")
-    ax2.set_ylabel("vector penalty")
-    ax2.set_title("Penalty against sparsity at fixed l2 norm")
+            st["markevery"] = 1
+            st["ms"] = 3.5
+            ax2.plot(ks, vals, label=label, **st)
+    ax2.set_xlabel(rf"number of nonzeros $k$ ($d = {d}$, $\|w\|_2 = 1$)")
+    ax2.set_ylabel(r"$\lambda\,\Omega(w)$ of the vector")
+    ax2.set_title(r"Penalty against sparsity at fixed $\|w\|_2$")
     ax2.grid(alpha=0.3)
-    ax2.legend(fontsize=8)
-    fig.tight_layout()
+    handles, lbls = ax2.get_legend_handles_labels()
+    fig.legend(handles, lbls, loc="lower center", ncol=min(3, max(len(lbls), 1)), fontsize=8.5,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(lbls) + 2) // 3), 1, 1))
     paths = []
     for ext in ("png", "pdf"):
         p = f"{path_stem}.{ext}"
@@ -241,8 +266,8 @@ def format_table(rows: list[dict]) -> str:
     if not rows:
         return ""
     cols = list(rows[0])
-    def cell(v):
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    def cell(v):  # markdown: a literal '|' inside a cell must be escaped
+        return (f"{v:.4g}" if isinstance(v, float) else str(v)).replace("|", "\\|")
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(cell(r[c]) for c in cols) + " |")

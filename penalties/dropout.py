@@ -1,4 +1,4 @@
-"""Effective penalties of adaptive dropout methods (DUALITY.md section 3).
+"""Effective penalties of adaptive dropout methods (docs/theory.md section 3).
 
 - :class:`VarDrop`: variational dropout (Molchanov, Ashukha & Vetrov 2017) with the paper's
   sigmoid approximation of the KL divergence to the log-uniform prior.
@@ -326,7 +326,7 @@ class HardConcrete(_TablePenalty):
     """Hard-concrete L0 gates (Louizos, Welling & Kingma 2018) as a penalty on ``w~ = E[z] w``.
 
     Gate ``z = clip(sigmoid((logit u + log a)/beta) (zeta - gamma) + gamma, 0, 1)`` with
-    beta = 2/3, gamma = -0.1, zeta = 1.1. The biased-mask recipe (DUALITY.md 2.5) gives
+    beta = 2/3, gamma = -0.1, zeta = 1.1. The biased-mask recipe (docs/theory.md section 2, item 5) gives
     ``alpha~ = E[z]^2 / E[z^2]``, ``eta~ = alpha~ / (1 - alpha~)`` and, in the unit convention,
     ``f(eta~) = P(z != 0) = sigmoid(log a - beta log(-gamma/zeta))``. Moments are computed by
     32-point Gauss-Legendre quadrature over the gate's active range. The penalty is L1-like at 0

@@ -1,4 +1,4 @@
-"""Build a penalty from any one description of it (DUALITY.md section 2).
+"""Build a penalty from any one description of it (docs/theory.md section 2).
 
 ==========================  =================================================================
 constructor                 numerics
@@ -617,7 +617,7 @@ class MaskPenalty(NumericPenalty):
 
 
 def from_mask_moments(mean, second_moment, penalty, theta_range=(-30.0, 30.0), f0=0.0) -> Penalty:
-    """Effective penalty of a biased mask s (E[s] != 1) on ``w~ = E[s] w`` (DUALITY.md 2.5).
+    """Effective penalty of a biased mask s (E[s] != 1) on ``w~ = E[s] w`` (docs/theory.md section 2, item 5).
 
     ``mean(theta) = E[s]``, ``second_moment(theta) = E[s^2]`` and ``penalty(theta)`` (the method's
     own regularizer, which becomes f in the unit convention) are vectorized callables of the mask

@@ -6,7 +6,7 @@ selects the formula and a float64 vector of its parameters (``Penalty.kernel_spe
 jitted code (the coordinate-descent solvers of ``dualdrop.linear`` do so); the ``*_array``
 functions map them over arrays, in parallel for large inputs.
 
-All functions use the unit convention of DUALITY.md: ``Omega(0) = 0`` and lambda is not part of
+All functions use the unit convention of docs/theory.md section 1: ``Omega(0) = 0`` and lambda is not part of
 the penalty.
 """
 
@@ -17,6 +17,10 @@ import sys
 
 import numpy as np
 from numba import njit, prange
+
+from ._numba_cache import install as _install_cache
+
+_install_cache()  # compiled kernels go to a per-user cache, never into the installed package
 
 L1 = 1
 LP = 2

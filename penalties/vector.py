@@ -1,5 +1,5 @@
 """Vector penalties: sums of separable penalties, the top-k indicator of magnitude pruning, ARD,
-and the "penalty against number of nonzeros at fixed l2 norm" curve (DUALITY.md section 3)."""
+and the "penalty against number of nonzeros at fixed l2 norm" curve (docs/theory.md section 3)."""
 
 from __future__ import annotations
 

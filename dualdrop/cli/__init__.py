@@ -27,6 +27,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Adaptive dropout as regularized ERM: penalties, sparse linear models, "
         "network sparsification.",
     )
+    from dualdrop import __version__
+
+    parser.add_argument("--version", action="version", version=f"dualdrop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, modname in _SUBCOMMANDS.items():
         if only is not None and name != only:

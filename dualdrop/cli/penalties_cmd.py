@@ -1,4 +1,4 @@
-"""``dualdrop penalties``: effective-penalty curves as CSV and the seed's two-panel figure."""
+"""``dualdrop penalties``: effective-penalty curves as CSV and the paper's two-panel figure."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def register(sub):
         description="Write penalties.csv (column w and one per penalty), nnz_curve.csv and the "
         "two-panel figure penalties.png/.pdf. Specs: name[:key=value,...][@lambda], e.g. "
         "'logsum:eps=2@2', 'mcp:a=0.5,lam=1.41421356@1.41421356', 'hard_threshold:k=16'. "
-        "Without --penalties: the seed figure's five penalties plus HardThresh(16).",
+        "Without --penalties: the five penalties of the paper's figure plus HardThresh(16).",
     )
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--penalties", nargs="+", metavar="SPEC", default=None, help="penalty specs to draw")

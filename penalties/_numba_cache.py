@@ -1,0 +1,82 @@
+"""Where numba keeps the compiled kernels of this project: a per-user cache, never the package.
+
+numba's default for ``cache=True`` writes ``*.nbi`` / ``*.nbc`` files into the ``__pycache__``
+folder beside the source. For an installed package that folder is inside ``site-packages``, and
+those files outlive an uninstall: pip removes the files it installed, the cache files stay, and the
+leftover ``site-packages/penalties/`` folder (no ``__init__.py`` any more) is then imported as an
+empty namespace package that shadows a later editable install (``cannot import name 'get' from
+'penalties' (unknown location)``).
+
+So the kernels of ``penalties`` and ``dualdrop`` are cached in a per-user cache directory:
+
+1. ``NUMBA_CACHE_DIR`` when set (numba's own setting, honoured for every function);
+2. else ``$DUALDROP_CACHE_DIR/numba``, ``$XDG_CACHE_HOME/dualdrop/numba`` or
+   ``~/.cache/dualdrop/numba`` (``%LOCALAPPDATA%\\dualdrop\\numba`` on Windows);
+3. if that is not writable, numba's own fallbacks (its per-user cache, then none).
+
+Only functions defined in this project's two packages are redirected: other numba code in the
+same process keeps numba's defaults. Entries are keyed by the absolute path of the source folder
+(numba's own scheme), so two installs never share or overwrite each other's entries, and the source
+file's stamp still invalidates stale ones.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_ROOTS = tuple(str(Path(__file__).resolve().parent.parent / name) + os.sep
+               for name in ("penalties", "dualdrop"))
+
+
+def cache_dir() -> Path:
+    """The folder this project's numba cache goes to (``NUMBA_CACHE_DIR`` takes precedence)."""
+    env = os.environ.get("NUMBA_CACHE_DIR")
+    if env:
+        return Path(env)
+    own = os.environ.get("DUALDROP_CACHE_DIR")
+    if own:
+        return Path(own) / "numba"
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "dualdrop" / "numba"
+
+
+def install() -> None:
+    """Register the locator with numba (idempotent; a no-op on numba versions without the hook)."""
+    try:
+        from numba.core import caching
+    except ImportError:  # pragma: no cover - numba is a hard dependency
+        return
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    base = getattr(caching, "UserWideCacheLocator", None) or getattr(caching, "_UserWideCacheLocator", None)
+    if impl is None or base is None or not hasattr(impl, "_locator_classes"):  # pragma: no cover
+        return
+    if any(getattr(c, "_dualdrop", False) for c in impl._locator_classes):
+        return
+
+    class ProjectCacheLocator(base):
+        """numba's per-user locator, pointed at :func:`cache_dir`, for this project's files only."""
+
+        _dualdrop = True
+
+        def __init__(self, py_func, py_file):
+            super().__init__(py_func, py_file)
+            self._cache_path = str(cache_dir() / self.get_suitable_cache_subpath(py_file))
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.environ.get("NUMBA_CACHE_DIR"):
+                return None  # numba's own user-provided locator (first in its list) handles it
+            if not os.path.abspath(py_file).startswith(_ROOTS):
+                return None
+            return super().from_function(py_func, py_file)
+
+    # before numba's in-tree locator (which would write into site-packages), after the
+    # user-provided one (NUMBA_CACHE_DIR)
+    classes = list(impl._locator_classes)
+    classes.insert(1 if classes and "UserProvided" in classes[0].__name__ else 0, ProjectCacheLocator)
+    impl._locator_classes = classes
