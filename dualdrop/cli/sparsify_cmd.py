@@ -60,17 +60,20 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
+    from dualdrop.nn.methods import METHODS
+
     p = subparsers.add_parser(
         "sparsify",
-        help="train LeNet-300-100 with one sparsification method",
+        help="train LeNet-300-100 (or LeNet-5) with one sparsification method",
         description="Train LeNet-300-100 (Adam, batch 128, linear learning-rate decay to 0) with "
         "one sparsification method of dualdrop.nn; write per-epoch history (JSON, CSV), a "
         "checkpoint every epoch and the end-of-training test error to --out.",
     )
     p.add_argument("--method", required=True,
-                   help="vardrop, vardrop-lr, vardrop-lr-ar, hardconcrete, hardconcrete-neuron, "
-                   "magnitude, eta-trick, adaprox, adatikhonov, logsum, penalty:<name>, or none "
-                   "(dense baseline)")
+                   help=", ".join(METHODS) + ", penalty:<name>, or none (dense baseline)")
+    p.add_argument("--model", default="lenet300", choices=("lenet300", "lenet5"),
+                   help="network: lenet300 (LeNet-300-100, default) or lenet5 (LeNet-5-Caffe, "
+                   "conv 20-50 5x5, fc 800-500-10; 28x28 images only)")
     p.add_argument("--out", default=None, help="output folder (default runs/sparsify/<method>)")
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint.pt (exactly); start fresh if absent")
@@ -82,7 +85,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
     p.add_argument("--list-hparams", action="store_true",
-                   help="print the method's default hyperparameters and exit")
+                   help="print the method's hyperparameters (value after overrides, default, "
+                   "meaning) and exit")
     add_common(p)
     p.set_defaults(func=run)
 
@@ -95,7 +99,13 @@ def run(args) -> int:
         overrides = parse_hparams(args.hp)
         lr, hp = resolve_hparams(method, args.lr, overrides)
         if args.list_hparams:
-            print(json.dumps({"lr": lr, **hp}, indent=1, default=repr))
+            from dualdrop.nn import describe
+
+            desc = describe(method) if method != "none" else {"lr": (lr, "Adam learning rate")}
+            for key, (default, text) in desc.items():
+                value = lr if key == "lr" else hp[key]
+                print(f"{key} = {json.dumps(value, default=repr)}  (default "
+                      f"{json.dumps(default, default=repr)}): {text}")
             return 0
         cfg = TrainConfig(
             method=method, epochs=args.epochs,
@@ -105,6 +115,7 @@ def run(args) -> int:
             stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
             verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
             select_tol_margin=args.select_tol_margin, init_from=args.init_from,
+            model=args.model,
         )
         report = train(cfg)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from dualdrop.train.config import DENSE, _nn
-from dualdrop.train.models import lenet_300_100
+from dualdrop.train.models import DEFAULT_MODEL, build_model
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT_VERSION = 1
@@ -139,8 +139,9 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
     return ckpt
 
 
-def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
-    """Plain LeNet-300-100 weights from a run folder or checkpoint, and a record of them.
+def init_weights(source: str | os.PathLike, n_features: int, n_classes: int,
+                 model: str = DEFAULT_MODEL):
+    """Plain network weights (``model``) from a run folder or checkpoint, and a record of them.
 
     A sparsified run's checkpoint is rebuilt with its own method and hyperparameters and folded
     with ``export_sparse(layout="dense")`` (its test-time network); a dense run's is used as is.
@@ -158,7 +159,10 @@ def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
     if conf.get("n_features") != n_features:
         raise ValueError(f"init_from={str(source)!r}: that run had {conf.get('n_features')} input "
                          f"features, this data has {n_features}")
-    src = lenet_300_100(n_features, n_classes)
+    if conf.get("model", DEFAULT_MODEL) != model:
+        raise ValueError(f"init_from={str(source)!r}: that run trained "
+                         f"{conf.get('model', DEFAULT_MODEL)!r}, this one {model!r}")
+    src = build_model(model, n_features, n_classes)
     if conf["method"] != DENSE:
         dnn = _nn()
         dnn.sparsify(src, conf["method"], **conf["hparams"])

@@ -53,13 +53,11 @@ def check_method(method: Any) -> str:
         raise TypeError(f"method={method!r} must be a str such as 'vardrop-lr' or 'none'")
     if method in DENSE_ALIASES:
         return DENSE
-    dnn = _nn()
-    if method in dnn.METHODS or (method.startswith("penalty:") and len(method) > len("penalty:")):
-        return method
-    raise ValueError(
-        f"method={method!r} is unknown; choose one of {', '.join(available_methods())} or "
-        "'penalty:<name>' with a penalties catalog name"
-    )
+    try:
+        return _nn().method_class(method).name  # the Method record parses penalty:<name>
+    except ValueError as exc:
+        raise ValueError(f"method={method!r} is unknown: {exc} (or {DENSE!r}: the dense "
+                         "baseline)") from None
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -169,6 +167,8 @@ class TrainConfig:
     # folded in, as export_sparse gives it) initializes the weights before sparsify; e.g. a dense
     # run, as sparse variational dropout starts from a pretrained network. None: random init.
     init_from: str | None = None
+    # the network: "lenet300" (LeNet-300-100) or "lenet5" (LeNet-5-Caffe); see train.models
+    model: str = "lenet300"
 
     def validate(self) -> None:
         def pos_int(name):
@@ -196,6 +196,10 @@ class TrainConfig:
         if not isinstance(self.hparams, dict):
             raise TypeError(f"hparams={self.hparams!r}; expected a dict of overrides")
         device_of(self.device)
+        from dualdrop.train.models import MODELS
+
+        if self.model not in MODELS:
+            raise ValueError(f"model={self.model!r}; expected one of {sorted(MODELS)}")
 
 
 def device_of(spec: str) -> torch.device:
@@ -219,4 +223,5 @@ def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:
         "data": data.name, "data_fingerprint": data.fingerprint(),
         "n_features": data.n_features, "world_size": world,
         **({"init_from": str(Path(cfg.init_from).resolve())} if cfg.init_from else {}),
+        **({"model": cfg.model} if cfg.model != "lenet300" else {}),
     }

@@ -68,7 +68,7 @@ from dualdrop.train.config import (
 )
 from dualdrop.train.distributed import Dist
 from dualdrop.train.evaluate import SWEEP_TOLS, dense_density, error_rate, select_tol, tol_sweep
-from dualdrop.train.models import lenet_300_100
+from dualdrop.train.models import build_model
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -153,10 +153,11 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     random.seed(cfg.seed)
-    model = lenet_300_100(data.n_features, data.n_classes)
+    model = build_model(cfg.model, data.n_features, data.n_classes)
     init_info = None
     if cfg.init_from and ckpt is None:  # a resumed run has its own weights
-        init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes)
+        init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes,
+                                          cfg.model)
         model.load_state_dict(init_sd)
     sp = _nn().sparsify(model, cfg.method, **hp) if cfg.method != DENSE else None
     model.to(dist_.device)
@@ -202,6 +203,8 @@ def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, ba
         logits = model(Xtr[idx])
         ce_sum = F.cross_entropy(logits, ytr[idx], reduction="sum")
         loss = ce_sum / n_b
+        if sp is not None and step == 0 and dist_.main:  # a fresh run's first step
+            sp.check_balance(float(loss), run.n_train)  # warns if the regularizer dominates
         if sp is not None:
             # gradient only: the value is logged once per epoch
             loss = loss + sp.regularizer(run.n_train, value=False) / dist_.world
@@ -329,7 +332,7 @@ def _final_report(run: _Run) -> dict:
         "val_error": history[-1]["val_error"],
         "nonzero_total": float(dens["total"]),
         "nonzero": {k: float(v) for k, v in dens.items() if k != "total"},
-        "nonzero_counts": "weights of the nn.Linear layers only; biases are not counted",
+        "nonzero_counts": "weights of the Linear and Conv2d layers; biases are not counted",
         "init_from": run.init_info,
         "seconds_per_epoch": float(np.mean([r["seconds"] for r in history])),
         "total_seconds": float(sum(r["seconds"] + r["eval_seconds"] for r in history)),
