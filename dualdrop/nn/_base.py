@@ -165,7 +165,7 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
     type(module).__reduce_ex__ = _reduce_parametrized
 
 
-# ---- forward hooks of the methods that change the forward ------------------------------------------
+# ---- forward hooks of the methods that change the forward ------------------------------------
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _CONV_T = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)

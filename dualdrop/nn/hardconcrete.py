@@ -16,8 +16,9 @@ Louizos et al.'s LeNet-300-100 value per example) with
 ``hardconcrete-neuron`` (group sparsity, Louizos et al.'s architecture pruning)
     ``Linear``: one gate per *input* unit (a column of ``W``), sampled per example, applied to
     the input; ``Conv1d/2d/3d``: one gate per *output* channel (a filter and its bias), sampled
-    per example, applied to the feature map. Other weights are skipped with a warning. The expected L0 counts the *weights* a gate controls
-    (gate probability times group size), not the gates.
+    per example, applied to the feature map. Other weights are skipped with a warning. The
+    expected L0 counts the *weights* a gate controls (gate probability times group size), not
+    the gates.
 
 Test time: the effective weight is ``w * z_hat`` (``z_hat`` in [0, 1], exactly 0 for closed
 gates); a weight counts as nonzero when ``w * z_hat != 0``.

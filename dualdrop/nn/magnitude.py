@@ -3,8 +3,9 @@
 Each weight tensor holds a 0/1 buffer ``weight_mask`` (in the weight's dtype, like
 ``torch.nn.utils.prune``) and the forward, in training and at test time, uses
 ``weight * weight_mask``: a pruned weight stays pruned whatever the optimizer does. Any weight
-tensor can be pruned (the mask is its parametrization). ``Sparsifier.after_step`` drives the schedule: at step ``t`` (the number of
-optimizer steps taken so far) the target sparsity is the cubic ramp
+tensor can be pruned (the mask is its parametrization). ``Sparsifier.after_step`` drives the
+schedule: at step ``t`` (the number of optimizer steps taken so far) the target sparsity is the
+cubic ramp
 
     s_t = sparsity * (1 - (1 - (t - t0) / (t1 - t0))^3),   t0 = begin * T,  t1 = end * T,
 

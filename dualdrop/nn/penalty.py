@@ -46,8 +46,9 @@ Test time (all of them): the keep ratio ``alpha = eta_hat(w)/(eta_hat(w) + lam)`
 pruned when ``alpha < tol``, i.e. ``eta_hat(|w|) < lam tol/(1 - tol)``. For penalties whose
 ``eta_hat`` is nondecreasing in ``|w|`` (all catalog ones) this is ``|w| < t*`` with ``t*`` found
 once by bisection on ``P.eta_hat``; otherwise ``P.keep_ratio`` is evaluated on every call.
-``eta-trick`` prunes on its learned ``eta`` by default (``prune_rule="eta"``, ``alpha = sigmoid(p)``);
-``prune_rule="eta_hat"`` uses the weight's ``eta_hat`` as the other methods do.
+``eta-trick`` prunes on its learned ``eta`` by default (``prune_rule="eta"``,
+``alpha = sigmoid(p)``); ``prune_rule="eta_hat"`` uses the weight's ``eta_hat`` as the other
+methods do.
 """
 
 from __future__ import annotations

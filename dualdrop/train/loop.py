@@ -204,7 +204,7 @@ def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, ba
         ce_sum = F.cross_entropy(logits, ytr[idx], reduction="sum")
         loss = ce_sum / n_b
         if sp is not None and step == 0 and dist_.main:  # a fresh run's first step
-            sp.check_balance(float(loss), run.n_train)  # warns if the regularizer dominates
+            sp.check_balance(float(loss.detach()), run.n_train)  # warns if the reg. dominates
         if sp is not None:
             # gradient only: the value is logged once per epoch
             loss = loss + sp.regularizer(run.n_train, value=False) / dist_.world
