@@ -23,14 +23,15 @@ run() {  # run NAME ARGS...: one training of LeNet-5 into $OUT/NAME
 }
 run dense --method none
 run vardrop-lr --method vardrop-lr --init-from "$OUT/dense" --select-tol-margin 0.001
-run hardconcrete --method hardconcrete
 run magnitude --method magnitude --hp sparsity=0.99
-run eta-trick --method eta-trick --select-tol-margin 0.001
-run logsum --method logsum --select-tol-margin 0.001
 run vardrop-lr-ar --method vardrop-lr-ar --lr 1e-3 --init-from "$OUT/dense" \
     --select-tol-margin 0.001
+run hardconcrete --method hardconcrete
+run logsum --method logsum --select-tol-margin 0.001
+run eta-trick --method eta-trick --select-tol-margin 0.001
 run adaprox --method adaprox --select-tol-margin 0.001
 run adatikhonov --method adatikhonov --select-tol-margin 0.001
 run hardconcrete-neuron --method hardconcrete-neuron
 run vardrop --method vardrop --init-from "$OUT/dense" --select-tol-margin 0.001
+run magnitude995 --method magnitude --hp sparsity=0.995
 echo "== done $(date -u +%H:%M:%S)"

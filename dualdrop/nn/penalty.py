@@ -35,7 +35,7 @@ the weight (its test-time mask), so it acts on any weight tensor.
     is pruned when ``alpha < tol`` (``prune_rule="eta"``).
 
     ``decay="quadratic"`` is the earlier dualdrop form ``lam/2 [sum w^2/eta + sum f(eta)] +
-    eta_weight_decay/2 sum (log eta)^2`` (with ``init_log_ratio=None``: start at
+    eta_weight_decay/2 sum (log eta)^2`` (with ``eta_init="eta_hat"``: start at
     ``eta = eta_hat(w)``). What that decay does (derived, and seen on MNIST,
     benchmarks/RESULTS.md): for a weight at 0, ``dJ/dlog eta = lam/2 eta f'(eta) + decay log eta``
     with ``eta f'(eta) = 4 eta/s^2``, so with ``lam = decay = 1e-3, eps = 2`` eta settles at the
@@ -71,7 +71,8 @@ _HELP = {
     "eta_weight_decay": "strength of the decay term on p = log(eta/lam) (see decay)",
     "decay": "'linear': lam/2 eta_weight_decay sum p (released code); 'quadratic': "
              "eta_weight_decay/2 sum (log eta)^2",
-    "init_log_ratio": "initial p = log(eta/lam); None: start at eta = eta_hat(w)",
+    "init_log_ratio": "initial p = log(eta/lam) (eta_init='constant')",
+    "eta_init": "'constant': p = init_log_ratio everywhere (released); 'eta_hat': eta = eta_hat(w)",
     "prune_rule": "'eta': alpha = sigmoid(p) (learned eta); 'eta_hat': alpha from eta_hat(w)",
     "penalty_params": "constructor arguments of the catalog penalty (a dict)",
     "algorithm": "'gradient' (penalty in the loss), 'adatikhonov' or 'adaprox'",
@@ -340,7 +341,8 @@ class PenaltyState(WeightState):
     """A separable penalty ``P`` on one weight tensor (and the eta-trick's ``log_ratio`` p)."""
 
     def __init__(self, method, weight, *, lam, tol, penalty, algorithm, eps=None,
-                 eta_weight_decay=0.0, decay="linear", init_log_ratio=5.0, prune_rule="eta_hat",
+                 eta_weight_decay=0.0, decay="linear", init_log_ratio=5.0, eta_init="constant",
+                 prune_rule="eta_hat",
                  penalty_params=None, use_torch_form=True):
         super().__init__(method)
         self.lam, self.algorithm, self.penalty = lam, algorithm, penalty
@@ -355,7 +357,7 @@ class PenaltyState(WeightState):
         self.set_tol(tol)
         if algorithm == "eta":
             w = weight.detach()
-            if init_log_ratio is None:
+            if eta_init == "eta_hat":
                 le = np.log(self._eta_hat(w) / lam)
                 p = torch.from_numpy(np.clip(le, -20.0, 20.0)).to(w)
             else:
@@ -508,7 +510,8 @@ class EtaTrick(_PenaltyMethod):
     name = "eta-trick"
     algorithm = "eta"
     defaults = {"lr": 1e-3, "lam": 1e-3, "eps": 2.0, "tol": 0.05, "eta_weight_decay": 1e-3,
-                "decay": "linear", "init_log_ratio": 5.0, "prune_rule": "eta"}
+                "decay": "linear", "init_log_ratio": 5.0, "eta_init": "constant",
+                "prune_rule": "eta"}
     paper = ("eta-Trick", 0.0216, 0.0513)
 
     def validate(self, hp):
@@ -516,8 +519,8 @@ class EtaTrick(_PenaltyMethod):
         out["eta_weight_decay"] = check_float("eta_weight_decay", hp["eta_weight_decay"],
                                               low=0.0)
         out["decay"] = check_choice("decay", hp["decay"], {"linear", "quadratic"})
-        if hp["init_log_ratio"] is not None:
-            out["init_log_ratio"] = check_float("init_log_ratio", hp["init_log_ratio"])
+        out["init_log_ratio"] = check_float("init_log_ratio", hp["init_log_ratio"])
+        out["eta_init"] = check_choice("eta_init", hp["eta_init"], {"constant", "eta_hat"})
         out["prune_rule"] = check_choice("prune_rule", hp["prune_rule"], {"eta_hat", "eta"})
         return out
 

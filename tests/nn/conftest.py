@@ -42,7 +42,7 @@ FAST_HPARAMS = {
     "hardconcrete-neuron": {"lam": 0.3 / 400, "droprate_init": 0.5},
     "magnitude": {"sparsity": 0.8, "prune_every": 2, "end": 0.6},
     # the released init p = 5 moves too slowly for 50 steps: start at eta_hat(w)
-    "eta-trick": {"lam": 0.01, "eps": 1.0, "tol": 0.3, "init_log_ratio": None,
+    "eta-trick": {"lam": 0.01, "eps": 1.0, "tol": 0.3, "eta_init": "eta_hat",
                   "prune_rule": "eta_hat"},
     "adaprox": {"lam": 0.01, "tol": 0.3},
     "adatikhonov": {"lam": 0.02, "tol": 0.3},

@@ -25,8 +25,8 @@ def test_methods_and_seed_defaults():
         hp = default_hparams(m)
         assert hp["lam"] == 1e-3 and hp["eps"] == 2.0 and hp["tol"] == 0.05
     et = default_hparams("eta-trick")
-    assert (et["eta_weight_decay"], et["decay"], et["init_log_ratio"], et["prune_rule"]) == \
-        (1e-3, "linear", 5.0, "eta")
+    assert (et["eta_weight_decay"], et["decay"], et["init_log_ratio"], et["eta_init"],
+            et["prune_rule"]) == (1e-3, "linear", 5.0, "constant", "eta")
     for m in ("vardrop", "vardrop-lr", "vardrop-lr-ar"):
         assert default_hparams(m)["tol"] == 0.05
     hp = default_hparams("penalty:mcp")

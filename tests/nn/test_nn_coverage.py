@@ -35,7 +35,7 @@ HP = {"vardrop": {"init_log_alpha": 0.0}, "vardrop-lr": {"init_log_alpha": 0.0},
       "vardrop-lr-ar": {"init_log_sigma2": -4.0}, "hardconcrete": {"droprate_init": 0.5},
       "hardconcrete-neuron": {"droprate_init": 0.5},
       "magnitude": {"sparsity": 0.5, "prune_every": 1, "end": 0.5},
-      "eta-trick": {"init_log_ratio": None, "prune_rule": "eta_hat", "lam": 0.05, "tol": 0.3},
+      "eta-trick": {"eta_init": "eta_hat", "prune_rule": "eta_hat", "lam": 0.05, "tol": 0.3},
       "adaprox": {"lam": 0.05, "tol": 0.3}, "adatikhonov": {"lam": 0.05, "tol": 0.3},
       "logsum": {"lam": 0.05, "tol": 0.3}, "penalty:mcp": {"lam": 0.05, "tol": 0.3}}
 

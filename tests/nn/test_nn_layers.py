@@ -402,9 +402,9 @@ def test_eta_trick_released_objective_and_init():
 
 
 def test_eta_trick_quadratic_option():
-    """decay="quadratic", init_log_ratio=None: the earlier form, started at eta = eta_hat(w)."""
+    """decay="quadratic", eta_init="eta_hat": the earlier form, started at eta = eta_hat(w)."""
     layer, sp = tiny_layer("eta-trick", lam=1e-3, eta_weight_decay=0.1, decay="quadratic",
-                           init_log_ratio=None, prune_rule="eta_hat")
+                           eta_init="eta_hat", prune_rule="eta_hat")
     st = S(layer)
     P = penalties.get("logsum", eps=2.0)
     w = W(layer).detach().numpy()
