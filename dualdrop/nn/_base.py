@@ -214,8 +214,10 @@ class Method:
     words), ``needs_linear_map`` (True: forward hooks on Linear/Conv layers, else any weight via
     its parametrization), ``defaults`` (``lr`` included: the optimizer's learning rate),
     ``help`` (one line per hyperparameter), ``has_tol`` (test-time keep-ratio tolerance),
-    ``torch_forms`` (closed-form penalties computed in torch) and ``paper`` (the LeNet-300-100
-    result reported in the paper: ``(label, test error, fraction nonzero)``, or None).
+    ``torch_forms`` (closed-form penalties computed in torch), ``paper`` (the LeNet-300-100
+    result reported in the paper: ``(label, test error, fraction nonzero)``, or None) and
+    ``lam_per_dataset`` (for the methods whose default ``lam=None`` means
+    ``lam_per_dataset / n_train``, the Bayesian choice; else None).
     An instance holds validated hyperparameters (``hparams``).
     """
 
@@ -228,6 +230,7 @@ class Method:
     has_tol: bool = False
     torch_forms: tuple = ()
     paper: tuple | None = None
+    lam_per_dataset: float | None = None
 
     def __init__(self, **hparams):
         hp = self.default_hparams()

@@ -34,7 +34,6 @@ import torch.nn as nn
 from dualdrop.nn._base import Method, WeightState, check_float, linear_map_reason
 
 _U_EPS = 1e-6
-DEFAULT_L0 = 0.1  # Louizos et al. 2018: lam = 0.1 / n_train for LeNet-300-100
 
 
 class _HardConcreteSample(torch.autograd.Function):
@@ -67,9 +66,11 @@ class HardConcreteState(WeightState):
     """Gate logits ``log a`` of one weight tensor: per weight, or per group (``axis``: 1 = the
     input units of a Linear weight, 0 = the output channels of a convolution kernel)."""
 
-    def __init__(self, method, weight, *, lam, beta, gamma, zeta, droprate_init, axis=None):
+    def __init__(self, method, weight, *, lam, beta, gamma, zeta, droprate_init,
+                 lam_per_dataset, axis=None):
         super().__init__(method)
         self.lam, self.beta, self.gamma, self.zeta = lam, beta, gamma, zeta
+        self.lam_per_dataset = lam_per_dataset
         self.axis = axis
         w = weight.detach()
         shape = w.shape if axis is None else (w.shape[axis],)
@@ -131,7 +132,7 @@ class HardConcreteState(WeightState):
 
     def regularizer_term(self, w, n_train, value=True):
         if self.lam is None:
-            return DEFAULT_L0 * self.group_size() * self.prob_nonzero().sum() / n_train
+            return self.lam_per_dataset * self.group_size() * self.prob_nonzero().sum() / n_train
         return self.lam * self.group_size() * self.prob_nonzero().sum()
 
 
@@ -150,6 +151,7 @@ class HardConcrete(Method):
         "zeta": "stretch interval upper end (zeta > 1)",
         "droprate_init": "initial gate logits log((1 - p)/p) + N(0, 0.01^2)",
     }
+    lam_per_dataset = 0.1  # Louizos et al. 2018: lam = 0.1 / n_train for LeNet-300-100
 
     def validate(self, hp):
         out = dict(hp)
@@ -163,7 +165,8 @@ class HardConcrete(Method):
         return out
 
     def make_state(self, target):
-        return HardConcreteState(self.name, target.param, **self.state_hparams())
+        return HardConcreteState(self.name, target.param, lam_per_dataset=self.lam_per_dataset,
+                                 **self.state_hparams())
 
 
 class HardConcreteNeuron(HardConcrete):
@@ -186,7 +189,8 @@ class HardConcreteNeuron(HardConcrete):
 
     def make_state(self, target):
         axis = 1 if isinstance(target.sites[0].module, nn.Linear) else 0
-        return HardConcreteState(self.name, target.param, axis=axis, **self.state_hparams())
+        return HardConcreteState(self.name, target.param, axis=axis,
+                                 lam_per_dataset=self.lam_per_dataset, **self.state_hparams())
 
     def attach(self, target, state):
         site = target.sites[0]

@@ -121,10 +121,11 @@ class _LRVariance(torch.autograd.Function):
 class VarDropState(WeightState):
     """``log_alpha`` (or ``log_sigma2`` for the additive variant) of one weight tensor."""
 
-    def __init__(self, method, weight, *, variant, lam, tol, clip, init_log_alpha=None,
-                 init_log_sigma2=None):
+    def __init__(self, method, weight, *, variant, lam, tol, clip, lam_per_dataset,
+                 init_log_alpha=None, init_log_sigma2=None):
         super().__init__(method)
         self.variant, self.lam, self.tol, self.clip = variant, lam, tol, clip
+        self.lam_per_dataset = lam_per_dataset
         w = weight.detach()
         if variant == "lr-ar":
             self.log_sigma2 = nn.Parameter(torch.full_like(w, init_log_sigma2))
@@ -170,7 +171,7 @@ class VarDropState(WeightState):
         return out + torch.sqrt(var + _LOG_EPS) * torch.randn_like(out)
 
     def regularizer_term(self, w, n_train, value=True):
-        scale = 1.0 / n_train if self.lam is None else self.lam
+        scale = self.lam_per_dataset / n_train if self.lam is None else self.lam
         return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)
 
 
@@ -195,6 +196,7 @@ class VarDrop(Method):
     help = _HELP
     has_tol = True
     paper = ("VarDrop", 0.0154, 0.595)
+    lam_per_dataset = 1.0  # the evidence lower bound divided by n_train
 
     def validate(self, hp):
         out = dict(hp)
@@ -206,7 +208,7 @@ class VarDrop(Method):
 
     def make_state(self, target):
         return VarDropState(self.name, target.param, variant=self.variant,
-                            **self.state_hparams())
+                            lam_per_dataset=self.lam_per_dataset, **self.state_hparams())
 
     def attach(self, target, state):
         if self.needs_linear_map:
