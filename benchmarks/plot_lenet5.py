@@ -56,9 +56,9 @@ def table(runs: dict) -> str:
         f, h = r["final"], r["history"]
         if f is None:
             last = h[-1]
-            lines.append(f"| {name} (running) | {last['epoch']} | (val {100 * last['val_error']:.2f}%)"
-                         f" | {last['nonzero_total']:.4f} | | | | | | "
-                         f"{last['seconds']:.0f} |")
+            lines.append(f"| {name} (running) | {last['epoch']} | "
+                         f"(val {100 * last['val_error']:.2f}%) | {last['nonzero_total']:.4f} "
+                         f"| | | | | | {last['seconds']:.0f} |")
             continue
         nz = f.get("nonzero", {})
         sel = f.get("selected_tol") or {}

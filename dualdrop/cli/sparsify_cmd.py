@@ -33,7 +33,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by ``sparsify`` and ``compare``."""
     p.add_argument("--epochs", type=int, default=200,
                    help="epochs; the learning rate decays linearly to 0 over all of them "
-                   "(default 200, the seed's protocol)")
+                   "(default 200, the paper's protocol)")
     p.add_argument("--data-dir", default=None,
                    help="folder with the MNIST IDX files (gzip or not; also DIR/MNIST/raw). "
                    "Default: scikit-learn's embedded 8x8 digits (64 input features)")
@@ -78,7 +78,7 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint.pt (exactly); start fresh if absent")
     p.add_argument("--lr", type=float, default=None,
-                   help="initial learning rate (default: the method's seed default)")
+                   help="initial learning rate (default: the method's, see --list-hparams)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="override a method hyperparameter (repeatable); see --list-hparams")
     p.add_argument("--batch-size", type=int, default=128, help="global batch size (default 128)")

@@ -1,10 +1,10 @@
-"""Compare sparsification methods: train several, draw the seed's Figure 2, tabulate.
+"""Compare sparsification methods: train several, draw the paper's Figure 2, tabulate.
 
 :func:`run_comparison` trains every method into ``out/runs/<method>/`` with :func:`train` and
 ``resume=True``, so that an interrupted comparison continues where it stopped and finished runs
-are skipped. :func:`plot_comparison` draws the seed's Figure 2 (fraction of nonzero weights vs
+are skipped. :func:`plot_comparison` draws the paper's Figure 2 (fraction of nonzero weights vs
 epoch on a log scale; validation error vs epoch) as PNG and PDF, and :func:`comparison_table`
-writes the end-of-training test error and fraction of nonzero weights beside the seed's reported
+writes the end-of-training test error and fraction of nonzero weights beside the paper's reported
 table (DUALITY.md section 5) as Markdown and CSV.
 """
 
@@ -25,8 +25,9 @@ from dualdrop.train.loop import train
 
 # The paper's reported results after 200 epochs on MNIST, from each method's record in
 # dualdrop.nn.methods: method -> (label, test error, fraction nonzero)
-SEED_TABLE: dict[str, tuple[str, float, float]] = paper_table()
-# The issue's comparison: the seed's seven methods plus hard-concrete and magnitude pruning.
+PAPER_TABLE: dict[str, tuple[str, float, float]] = paper_table()
+SEED_TABLE = PAPER_TABLE  # its earlier name
+# The comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
 DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
                    "adatikhonov", "logsum", "hardconcrete", "magnitude")
 
@@ -114,7 +115,7 @@ def _label(m: str) -> str:
 
 
 def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
-    """The seed's Figure 2 from the runs' histories: ``figure2.png`` and ``figure2.pdf``."""
+    """The paper's Figure 2 from the runs' histories: ``figure2.png`` and ``figure2.pdf``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,7 +157,8 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
 
 
 def comparison_table(runs: dict, out: str | os.PathLike) -> str:
-    """Markdown (``table.md``) and CSV (``table.csv``) of ours beside the seed's; returns the Markdown.
+    """Markdown (``table.md``) and CSV (``table.csv``) of ours beside the paper's; returns the
+    Markdown.
 
     Ours: end-of-training test error and fraction of nonzero weights (biases excluded). An
     unfinished run shows its last epoch and validation error, and no test error.
@@ -223,5 +225,5 @@ def _sel(final, key):
     return sel.get(key) if "test_error" in sel else None
 
 
-__all__ = ["DEFAULT_METHODS", "DENSE", "SEED_TABLE", "comparison_table", "load_runs",
+__all__ = ["DEFAULT_METHODS", "DENSE", "PAPER_TABLE", "SEED_TABLE", "comparison_table", "load_runs",
            "plot_comparison", "run_comparison", "run_dir"]
