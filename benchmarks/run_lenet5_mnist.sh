@@ -33,5 +33,8 @@ run adaprox --method adaprox --select-tol-margin 0.001
 run adatikhonov --method adatikhonov --select-tol-margin 0.001
 run hardconcrete-neuron --method hardconcrete-neuron
 run vardrop --method vardrop --init-from "$OUT/dense" --select-tol-margin 0.001
-run magnitude995 --method magnitude --hp sparsity=0.995
+# magnitude at 99% with the default 1% per-layer floor leaves every layer at its floor (conv1: 5 of
+# 500 weights); these two give the global threshold room
+run magnitude95 --method magnitude --hp sparsity=0.95 --hp min_layer_density=0.001
+run magnitude99 --method magnitude --hp sparsity=0.99 --hp min_layer_density=0.001
 echo "== done $(date -u +%H:%M:%S)"
