@@ -199,7 +199,7 @@ def sparsity_report(model: nn.Module) -> list[dict]:
         st = state_of(site.module, site.tensor_name)
         value = st.eval_weight(t.param) if st is not None else t.param
         nnz, total = _count(value)
-        if st is not None and st is not None and site.tensor_name in _gated_extra(site.module):
+        if st is not None and _gated_extra(site.module, site.tensor_name, st):
             role = "other"
         elif st is not None:
             role = "sparsified"
@@ -231,12 +231,12 @@ def sparsity_report(model: nn.Module) -> list[dict]:
     return rows + [all_row, tot]
 
 
-def _gated_extra(module):
-    """Tensors parametrized only alongside a weight (a convolution bias gated with its channel)."""
-    if not parametrize.is_parametrized(module):
-        return ()
-    return tuple(n for n in module.parametrizations.keys() if n not in
-                 default_weight_names(module))
+def _gated_extra(module, name, st) -> bool:
+    """Whether ``module.<name>`` only follows the state of the module's weight (a convolution's
+    bias gated with its output channel): the same state parametrizes a default weight of it."""
+    return name not in default_weight_names(module) and any(
+        other != name and state_of(module, other) is st
+        for other in module.parametrizations.keys())
 
 
 def format_report(rows: list[dict]) -> str:

@@ -265,3 +265,21 @@ def test_gradcheck_parametrized_forward(method, train):
             return y.sum() + sub.up(y.unsqueeze(1), output_size=(10, 8)).pow(2).sum()
 
     assert torch.autograd.gradcheck(f, params, eps=1e-6, atol=1e-5, rtol=1e-4, fast_mode=True)
+
+
+def test_report_roles_of_explicit_and_gated_tensors():
+    from dualdrop.nn import format_report
+
+    model = zoo()
+    sparsify(model, "logsum", include=["mid.bias", "conv"])
+    roles = {r["layer"]: r["role"] for r in sparsity_report(model)}
+    assert roles["mid.bias"] == "sparsified" and roles["conv"] == "sparsified"
+    assert roles["up"] == "weight" and roles["conv.bias"] == "other"
+    cnn = nn.Sequential(nn.Conv2d(1, 3, 3), nn.Flatten(), nn.Linear(12, 2))
+    sparsify(cnn, "hardconcrete-neuron")
+    rows = sparsity_report(cnn)
+    roles = {r["layer"]: r["role"] for r in rows}
+    assert roles == {"0": "sparsified", "0.bias": "other", "2": "sparsified", "2.bias": "other",
+                     "all parameters": "every parameter (biases, norms included)",
+                     "total": "sparsified weights"}
+    assert "tied: emb.weight, head.weight" in format_report(sparsity_report(zoo()))
