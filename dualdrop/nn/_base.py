@@ -118,6 +118,33 @@ class WeightState(nn.Module):
     def extra_repr(self):
         return f"method={self.method}"
 
+    #: renamed state tensors of earlier dualdrop versions: old name -> (new name, convert)
+    legacy_names: dict = {}
+
+    def legacy_state_dict_hook(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                               unexpected_keys, error_msgs):
+        """Load a state dict written before weights were parametrized (dualdrop's earlier
+        layer classes: ``fc1.weight``, ``fc1.log_alpha``, ... at the layer's level) by moving its
+        keys to where the parametrization keeps them. Model state only: an optimizer state
+        dict of that time lists the parameters in another order and cannot be reused."""
+        names = [n for n in getattr(self, "tensor_names", ()) if prefix + n in state_dict
+                 and prefix + f"parametrizations.{n}.original" not in state_dict]
+        if not names:
+            return
+        own = list(self._parameters) + list(self._buffers)
+        moved = {}
+        for n in names:
+            state_dict[prefix + f"parametrizations.{n}.original"] = state_dict.pop(prefix + n)
+            new = prefix + f"parametrizations.{n}.0."
+            for key in own + ["_extra_state"] + list(self.legacy_names):
+                old = prefix + key
+                if old in state_dict or old in moved:
+                    value = moved.setdefault(old, state_dict.pop(old, None))
+                    target, convert = self.legacy_names.get(key, (key, None))
+                    if key == "_extra_state" and isinstance(value, dict):
+                        value = {**value, "version": _EXTRA_STATE_VERSION}
+                    state_dict[new + target] = convert(self, value) if convert else value
+
 
 def original_of(module: nn.Module, tensor_name: str) -> torch.Tensor:
     """The original (unparametrized) tensor ``tensor_name`` of ``module``."""
@@ -163,6 +190,10 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
                          "exclude this tensor)")
     parametrize.register_parametrization(module, tensor_name, state, unsafe=True)
     type(module).__reduce_ex__ = _reduce_parametrized
+    state.tensor_names = sorted(set(getattr(state, "tensor_names", ())) | {tensor_name})
+    hooks = module._load_state_dict_pre_hooks.values()
+    if not any(getattr(h, "__self__", None) is state for h in hooks):
+        module._register_load_state_dict_pre_hook(state.legacy_state_dict_hook)
 
 
 # ---- forward hooks of the methods that change the forward ------------------------------------
@@ -295,8 +326,13 @@ class Method:
 
 
 def remove_state_hooks(module: nn.Module) -> int:
-    """Remove every forward (pre-)hook of ``module`` that belongs to a ``WeightState``."""
+    """Remove every forward (pre-)hook and state-dict hook of ``module`` that belongs to a
+    ``WeightState``."""
     n = 0
+    hooks = module._load_state_dict_pre_hooks
+    for key in [k for k, fn in hooks.items()
+                if isinstance(getattr(fn, "__self__", None), WeightState)]:
+        del hooks[key]
     for hooks, extra in ((module._forward_hooks, module._forward_hooks_with_kwargs),
                          (module._forward_pre_hooks, module._forward_pre_hooks_with_kwargs)):
         for key in [k for k, fn in hooks.items()

@@ -340,6 +340,9 @@ class _EtaTrickObjective(torch.autograd.Function):
 class PenaltyState(WeightState):
     """A separable penalty ``P`` on one weight tensor (and the eta-trick's ``log_ratio`` p)."""
 
+    # the eta-trick once learned log(eta) itself: p = log(eta) - log(lam)
+    legacy_names = {"log_eta": ("log_ratio", lambda st, v: v - math.log(st.lam))}
+
     def __init__(self, method, weight, *, lam, tol, penalty, algorithm, eps=None,
                  eta_weight_decay=0.0, decay="linear", init_log_ratio=5.0, eta_init="constant",
                  prune_rule="eta_hat",

@@ -323,3 +323,42 @@ def test_method_records():
     assert {n for n, c in REGISTRY.items() if c.has_tol} == {
         "vardrop", "vardrop-lr", "vardrop-lr-ar", "eta-trick", "adaprox", "adatikhonov",
         "logsum"}
+
+
+@pytest.mark.parametrize("method", ["vardrop-lr", "hardconcrete-neuron", "magnitude",
+                                    "eta-trick"])
+def test_state_dict_of_the_earlier_layer_classes_loads(method):
+    """Keys as dualdrop's earlier layer classes wrote them (``0.weight``, ``0.log_alpha``,
+    ``0._extra_state``, eta-trick's ``log_eta``) load into the parametrized model."""
+    torch.manual_seed(0)
+    kw = {"decay": "quadratic", "eta_init": "eta_hat", "prune_rule": "eta_hat"} \
+        if method == "eta-trick" else {}
+
+    def make():
+        return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Flatten(), nn.Linear(12, 4))
+
+    src = make()
+    sparsify(src, method, **kw)
+    with torch.no_grad():
+        for p in src.parameters():
+            p.add_(torch.randn_like(p))
+    src.eval()
+    x = torch.randn(2, 1, 4, 4)
+    old = {}
+    for k, v in src.state_dict().items():  # the earlier layout
+        layer, _, rest = k.partition(".")
+        rest = rest.replace("parametrizations.weight.original", "weight")
+        rest = rest.replace("parametrizations.bias.original", "bias")
+        if rest.startswith("parametrizations.bias.0."):
+            continue  # the gated bias's state is the weight's
+        rest = rest.replace("parametrizations.weight.0.", "")
+        if rest == "log_ratio":
+            rest, v = "log_eta", v + math.log(src[0].parametrizations.weight[0].lam)
+        old[f"{layer}.{rest}"] = v
+    assert "0.weight" in old and "0._extra_state" in old
+    dst = make()
+    sparsify(dst, method, **kw)
+    dst.load_state_dict(old, strict=True)
+    dst.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(dst(x), src(x), rtol=1e-6, atol=1e-7)
