@@ -509,7 +509,10 @@ class AdaProx(_PenaltyMethod):
 
 
 class EtaTrick(_PenaltyMethod):
-    """Learnable eta per weight (the paper's released form by default)."""
+    """Learnable eta per weight, the paper's released form by default: the regularizer is
+    ``lam/2 [sum w^2/eta + sum f(eta) + eta_weight_decay sum p]`` with ``eta = lam exp(p)``,
+    ``p = 5`` at the start, LogSum's dual ``f`` (eps = 2), keep ratio ``alpha = sigmoid(p)``
+    (module docstring; ``decay="quadratic"`` for the earlier form)."""
     name = "eta-trick"
     algorithm = "eta"
     defaults = {"lr": 1e-3, "lam": 1e-3, "eps": 2.0, "tol": 0.05, "eta_weight_decay": 1e-3,
