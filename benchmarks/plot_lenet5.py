@@ -104,7 +104,7 @@ def plot(runs: dict, out: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("fraction of nonzero weights (biases excluded)")
     ax.set_ylabel("test error (%) of the pruned network")
-    ax.set_title("LeNet-5-Caffe on MNIST, 5 epochs (black: published; open: val-chosen tol)")
+    ax.set_title("LeNet-5-Caffe, MNIST (black: published; open: val.-chosen tol)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
