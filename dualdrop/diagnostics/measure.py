@@ -29,8 +29,13 @@ from dualdrop.diagnostics.indicators import alignment, escape_indicator
 
 
 def weights_and_biases(name: str) -> bool:
-    """Default parameter selection of :func:`measure`: ``*.weight`` and ``*.bias``."""
-    return name.rsplit(".", 1)[-1] in ("weight", "bias")
+    """Default parameter selection of :func:`measure`: ``*.weight`` and ``*.bias``, also when a
+    ``dualdrop.nn`` method parametrizes them (``*.parametrizations.weight.original``: the tensor
+    the optimizer trains)."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[-1] == "original" and parts[-3] == "parametrizations":
+        return parts[-2] in ("weight", "bias")
+    return parts[-1] in ("weight", "bias")
 
 
 def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: int = 128,

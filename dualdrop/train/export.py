@@ -22,24 +22,23 @@ from torch import nn
 
 from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint
 from dualdrop.train.config import DENSE, _nn
-from dualdrop.train.models import lenet_300_100
+from dualdrop.train.models import DEFAULT_MODEL, build_model
 
 MODEL = "model.pt"
 MODEL_CSR = "model_csr.pt"
-ARCH = "lenet-300-100"
+_LEGACY_NAMES = {"lenet-300-100": DEFAULT_MODEL}  # records written before --model existed
 
 
-def architecture(n_features: int, n_classes: int) -> dict:
+def architecture(n_features: int, n_classes: int, model: str = DEFAULT_MODEL) -> dict:
     """The record from which :func:`build` rebuilds the network (stored in final.json)."""
-    return {"name": ARCH, "n_features": int(n_features), "n_classes": int(n_classes)}
+    return {"name": model, "n_features": int(n_features), "n_classes": int(n_classes)}
 
 
 def build(arch: dict) -> nn.Module:
-    """A fresh network of the architecture record ``arch``."""
-    if arch.get("name", ARCH) != ARCH:
-        raise ValueError(f"architecture {arch.get('name')!r} is unknown to this dualdrop "
-                         f"(it builds {ARCH!r})")
-    return lenet_300_100(int(arch["n_features"]), int(arch.get("n_classes", 10)))
+    """A fresh network of the architecture record ``arch`` (a ``dualdrop.train.models`` name)."""
+    name = arch.get("name", DEFAULT_MODEL)
+    return build_model(_LEGACY_NAMES.get(name, name), int(arch["n_features"]),
+                       int(arch.get("n_classes", 10)))
 
 
 def test_time_network(ck: dict) -> nn.Module:
@@ -47,7 +46,8 @@ def test_time_network(ck: dict) -> nn.Module:
     :func:`~dualdrop.train.checkpoint.read_checkpoint`): a sparsified run is rebuilt with its own
     method and hyperparameters and folded with ``export_sparse(layout="dense")``."""
     conf = ck["config"]
-    net = build(ck.get("arch") or {"n_features": conf["n_features"]})
+    net = build(ck.get("arch") or {"name": conf.get("model", DEFAULT_MODEL),
+                                   "n_features": conf["n_features"]})
     if conf["method"] != DENSE:
         dnn = _nn()
         dnn.sparsify(net, conf["method"], **conf["hparams"])
@@ -58,8 +58,9 @@ def test_time_network(ck: dict) -> nn.Module:
     return net.eval()
 
 
-def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
-    """Plain LeNet-300-100 weights from a run folder or checkpoint, and a record of them.
+def init_weights(source: str | os.PathLike, n_features: int, n_classes: int,
+                 model: str = DEFAULT_MODEL):
+    """Plain network weights (``model``) from a run folder or checkpoint, and a record of them.
 
     A sparsified run's checkpoint is rebuilt with its own method and hyperparameters and folded
     with ``export_sparse(layout="dense")`` (its test-time network); a dense run's is used as is.
@@ -73,6 +74,9 @@ def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
     if conf.get("n_features") != n_features:
         raise ValueError(f"init_from={str(source)!r}: that run had {conf.get('n_features')} input "
                          f"features, this data has {n_features}")
+    if conf.get("model", DEFAULT_MODEL) != model:
+        raise ValueError(f"init_from={str(source)!r}: that run trained "
+                         f"{conf.get('model', DEFAULT_MODEL)!r}, this one {model!r}")
     src = test_time_network(ck)
     sd = {k: v.detach().clone() for k, v in src.state_dict().items()}
     nnz = sum(int(torch.count_nonzero(v)) for k, v in sd.items() if k.endswith("weight"))

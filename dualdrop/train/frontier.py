@@ -131,13 +131,19 @@ class Knob:
         return float(f"{1 - q:.6g}") if self.complement else q
 
 
-def default_knob(method: str, hparams: dict) -> Knob:
+def default_knob(method: str, hparams: dict, n_train: int | None = None) -> Knob:
     """The sparsity knob of ``method`` given its default ``hparams``: a decade either side of the
     default ``lam`` (KL weight of variational dropout, L0 weight of hard-concrete, penalty weight
-    of the penalty methods), or magnitude's target sparsity in [0.8, 0.995]."""
+    of the penalty methods; a default ``lam=None`` is the method record's
+    ``lam_per_dataset / n_train``), or magnitude's target sparsity in [0.8, 0.995]."""
     if method == "magnitude":
         return Knob("sparsity", 0.8, 0.995, log=True, complement=True)
     lam = hparams.get("lam")
+    if lam is None and n_train and "lam" in hparams:
+        from dualdrop.nn import method_class
+
+        per_dataset = method_class(method).lam_per_dataset
+        lam = per_dataset / n_train if per_dataset else None
     if isinstance(lam, (int, float)) and not isinstance(lam, bool) and lam > 0:
         return Knob("lam", lam / 10, lam * 10)
     raise ValueError(f"method {method!r} has no default sparsity knob (its hyperparameters: "
@@ -605,7 +611,7 @@ def run_frontier(
         f = dict(fixed.get(m, {}))
         lr = f.pop("lr", None)
         lr, hp = resolve_hparams(m, lr, f)  # refuses unknown names
-        knob = knobs.get(m) or default_knob(m, hp)
+        knob = knobs.get(m) or default_knob(m, hp, len(data.y_train))
         if not isinstance(knob, Knob):
             raise TypeError(f"knobs[{m!r}]={knob!r}; expected a dualdrop.train.frontier.Knob")
         if knob.name not in hp:

@@ -118,8 +118,10 @@ def test_dropout_noise_cov_for_dualdrop_methods(method):
     net = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 3))
     sparsify(net, method)
     net.eval()
-    sel = lambda k: k.endswith("weight") or k.endswith("bias")  # noqa: E731
-    S = dg.dropout_noise_cov(net, nn.functional.cross_entropy, X, yc, n_samples=30, params=sel)
+    from dualdrop.diagnostics.measure import weights_and_biases
+
+    S = dg.dropout_noise_cov(net, nn.functional.cross_entropy, X, yc, n_samples=30,
+                             params=weights_and_biases)
     assert S.shape == (57, 57) and float(S.trace()) > 0
     assert float(torch.linalg.eigvalsh(S.double()).min()) > -1e-6 * float(S.trace())
     assert not net.training
