@@ -8,7 +8,7 @@ subset of the training data (``--n`` points, the same for all methods): top Hess
 variance in the top-k Hessian eigenspace, for the SGD noise (batch 128) and the method's dropout
 noise.  Results go to ``--out`` as one JSON line per (method, epoch); a rerun skips what is done.
 
-    python3 benchmarks/diag_methods.py --data-dir ../shared/mnist --epochs 2 \
+    python3 benchmarks/diag_methods.py --data-dir data/mnist --epochs 2 \
         --out benchmarks/figures/diag_methods.jsonl     # ~15 min on a loaded 2-core machine
 """
 

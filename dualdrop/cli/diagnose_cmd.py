@@ -2,8 +2,8 @@
 
 Example::
 
-    dualdrop sparsify --method vardrop-lr --epochs 2 --data-dir ../shared/mnist --out runs/vdlr
-    dualdrop diagnose runs/vdlr runs/logsum --data-dir ../shared/mnist --out runs/diag
+    dualdrop sparsify --method vardrop-lr --epochs 2 --data-dir data/mnist --out runs/vdlr
+    dualdrop diagnose runs/vdlr runs/logsum --data-dir data/mnist --out runs/diag
 
 For each run folder the LeNet-300-100 network and its method are rebuilt from the configuration
 stored in the checkpoint, the weights are loaded, and ``dualdrop.diagnostics.measure`` runs on a

@@ -16,7 +16,7 @@ def test_methods_and_seed_defaults():
     assert METHODS == ("vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete",
                        "hardconcrete-neuron", "magnitude", "eta-trick", "adaprox", "adatikhonov",
                        "logsum")
-    # DUALITY.md section 5
+    # docs/theory.md section 5
     lr = {"vardrop-lr-ar": 1e-4, "logsum": 1e-4, "adatikhonov": 1e-4, "adaprox": 1e-4,
           "vardrop-lr": 1e-3, "vardrop": 1e-3, "eta-trick": 1e-3}
     for m, v in lr.items():

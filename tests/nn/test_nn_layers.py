@@ -92,7 +92,7 @@ def test_gradcheck_eval_forward():
 # ---- variational dropout --------------------------------------------------------------------
 
 def test_kl_approx_matches_penalties_dual():
-    """f(eta) = 2 KL(a = 1/eta) (DUALITY.md section 3) for the lead's VarDrop penalty."""
+    """f(eta) = 2 KL(a = 1/eta) (docs/theory.md section 3) for the lead's VarDrop penalty."""
     la = np.linspace(-6, 6, 25)
     ours = kl_approx(torch.from_numpy(la)).numpy()
     np.testing.assert_allclose(ours, penalties.get("vardrop").kl(la), rtol=1e-12)

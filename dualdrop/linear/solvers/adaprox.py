@@ -1,9 +1,9 @@
 """AdaProx: a gradient step on the datafit, then the prox of the adaptive Tikhonov term,
-``w <- (w - rho grad L(w)) * eta / (eta + rho lam)`` (DUALITY.md section 4).
+``w <- (w - rho grad L(w)) * eta / (eta + rho lam)`` (docs/theory.md section 4).
 
 Where ``eta`` is evaluated (``eta_at``):
 
-- ``"gradient_step"`` (default, the method of the seed): ``eta = eta_hat(v)`` at the gradient-step
+- ``"gradient_step"`` (default, the method of the paper): ``eta = eta_hat(v)`` at the gradient-step
   point ``v = w - rho grad L(w)``. Coefficients can leave and re-enter zero. Its fixed points
   satisfy ``grad L(w) + lam w / eta_hat(v) = 0``: stationary points of ``F`` up to an ``O(rho)``
   bias (``v`` and ``w`` differ by ``rho grad L``), so it stops on the fixed-point residual

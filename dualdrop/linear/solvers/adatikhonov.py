@@ -1,10 +1,10 @@
 """AdaTikhonov: gradient steps on ``L(w) + lam/2 sum_j w_j^2 / eta_j`` with ``eta = eta_hat(w)``
-recomputed and frozen at every step (DUALITY.md section 4). Its gradient equals the penalty's,
+recomputed and frozen at every step (docs/theory.md section 4). Its gradient equals the penalty's,
 ``grad L + lam w / eta_hat(w) = grad L + lam Omega'(w)``, so this is gradient descent on ``F`` with
 the minimum-norm subgradient (``Omega'(0) = 0``).
 
 The step is chosen by Armijo backtracking on ``F`` itself (monotone objective). It is the
-deep-network method of the seed, shown here on linear models: for penalties non-smooth at 0 it
+deep-network method of the paper, shown here on linear models: for penalties non-smooth at 0 it
 does not produce exact zeros (coefficients hover near 0 and the step shrinks), so it stops when
 the objective stalls and reports the optimality criterion it reached (usually above ``tol``:
 then the estimator warns). Use ``cd`` for exact sparsity.

@@ -1,5 +1,5 @@
 """Adaptive dropout itself: SGD on least squares with real random masks whose keep ratios follow
-the penalty's rule, the demonstration of Theorem 1 (DUALITY.md sections 1-2).
+the penalty's rule, the demonstration of Theorem 1 (docs/theory.md sections 1-2).
 
 At each step, for a minibatch ``B``, every sample draws its own mask ``s_i`` (unbiased:
 ``E s = 1``, ``E s^2 = 1/alpha``) with keep ratios

@@ -1,5 +1,5 @@
 """eta-trick: joint gradient descent on ``J(w, s) = L(w) + lam/2 sum_j [w_j^2 / eta_j + f(eta_j)]``
-in ``(w, s = log eta)`` (DUALITY.md sections 1 and 4).
+in ``(w, s = log eta)`` (docs/theory.md sections 1 and 4).
 
 ``dJ/dw = grad L + lam w / eta``, ``dJ/ds = lam/2 [-w^2/eta + eta f'(eta)]`` (``eta f'(eta)``, the
 derivative of ``f`` in ``log eta``, by a central difference of the penalty's ``f``). Armijo

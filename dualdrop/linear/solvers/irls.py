@@ -1,5 +1,5 @@
 """IRLS, the eta-trick majorization-minimization: alternate ``eta = eta_hat(w)`` and the weighted
-ridge solve ``w = argmin L(w) + lam/2 sum_j w_j^2 / eta_j`` (DUALITY.md section 4).
+ridge solve ``w = argmin L(w) + lam/2 sum_j w_j^2 / eta_j`` (docs/theory.md section 4).
 
 Monotone: ``F(w_{k+1}) <= J(w_{k+1}, eta_k) <= J(w_k, eta_k) = F(w_k)``, because
 ``J(w, eta) = L(w) + lam/2 sum [w^2/eta + f(eta)] >= F(w)`` with equality at ``eta_hat(w)``.
