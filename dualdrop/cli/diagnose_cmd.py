@@ -18,15 +18,6 @@ import json
 import sys
 from pathlib import Path
 
-def _numpy_globals():
-    """numpy pieces a training checkpoint may hold (RNG states), allowed for weights_only loads."""
-    import numpy as np
-
-    core = getattr(np, "_core", None) or np.core
-    return [core.multiarray._reconstruct, np.ndarray, np.dtype] + [
-        type(np.dtype(t)) for t in ("uint32", "int64", "float64", "float32", "bool")]
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "diagnose",
@@ -54,26 +45,13 @@ def register(subparsers) -> None:
 def load_training_network(folder: str | Path):
     """``(model, sparsifier, config, epoch)``: the *training-time* sparsified network (with its
     noise layers, unlike the exported test-time network) rebuilt from ``folder/checkpoint.pt``."""
-    import torch
+    from dualdrop.train.checkpoint import read_checkpoint
+    from dualdrop.train.export import training_network
 
-    from dualdrop.nn import sparsify
-    from dualdrop.train.models import lenet_300_100
-
-    path = Path(folder) / "checkpoint.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no checkpoint.pt; pass a run folder written by "
-                                "dualdrop sparsify")
-    with torch.serialization.safe_globals(_numpy_globals()):
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(ck, dict) or "config" not in ck or "model" not in ck:
-        raise ValueError(f"{path} is not a dualdrop training checkpoint (no config/model)")
-    cfg = ck["config"]
-    model = lenet_300_100(int(cfg["n_features"]), 10)
-    sp = None
-    if cfg["method"] not in ("none", "dense"):
-        sp = sparsify(model, cfg["method"], **cfg.get("hparams", {}))
-    model.load_state_dict(ck["model"])
-    return model, sp, cfg, int(ck.get("epoch", -1))
+    ck = read_checkpoint(Path(folder) / "checkpoint.pt",
+                         fix="pass a run folder written by dualdrop sparsify")
+    model, sp = training_network(ck)
+    return model, sp, ck["config"], int(ck.get("epoch", -1))
 
 
 def run(args) -> int:

@@ -41,20 +41,25 @@ def build(arch: dict) -> nn.Module:
                        int(arch.get("n_classes", 10)))
 
 
-def test_time_network(ck: dict) -> nn.Module:
-    """The plain test-time network of a training checkpoint (read with
-    :func:`~dualdrop.train.checkpoint.read_checkpoint`): a sparsified run is rebuilt with its own
-    method and hyperparameters and folded with ``export_sparse(layout="dense")``."""
+def training_network(ck: dict):
+    """``(net, sparsifier)``: the network of a training checkpoint (read with
+    :func:`~dualdrop.train.checkpoint.read_checkpoint`) as it was trained, i.e. sparsified with
+    the run's own method and hyperparameters (``sparsifier`` is None for a dense run), with the
+    checkpoint's weights loaded."""
     conf = ck["config"]
     net = build(ck.get("arch") or {"name": conf.get("model", DEFAULT_MODEL),
                                    "n_features": conf["n_features"]})
-    if conf["method"] != DENSE:
-        dnn = _nn()
-        dnn.sparsify(net, conf["method"], **conf["hparams"])
-        net.load_state_dict(ck["model"])
-        net = dnn.export_sparse(net, layout="dense")
-    else:
-        net.load_state_dict(ck["model"])
+    sp = None if conf["method"] == DENSE else _nn().sparsify(net, conf["method"], **conf["hparams"])
+    net.load_state_dict(ck["model"])
+    return net, sp
+
+
+def test_time_network(ck: dict) -> nn.Module:
+    """The plain test-time network of a training checkpoint: :func:`training_network` folded
+    with ``export_sparse(layout="dense")``."""
+    net, sp = training_network(ck)
+    if sp is not None:
+        net = _nn().export_sparse(net, layout="dense")
     return net.eval()
 
 

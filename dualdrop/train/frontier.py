@@ -651,39 +651,22 @@ def run_frontier(
 # ----------------------------------------------------------------------------- report
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """A training checkpoint, loaded with ``weights_only=True`` (numpy's RNG state allowed)."""
-    import numpy as np
-    import torch
-
-    allowed = [np.ndarray, np.dtype, np.dtypes.UInt32DType]
-    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            allowed.append(getattr(__import__(mod, fromlist=["_reconstruct"]), "_reconstruct"))
-            break
-        except (ImportError, AttributeError):
-            continue
-    with torch.serialization.safe_globals(allowed):
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def _test_error(run_dir: Path, tol: float | None, data) -> dict:
     """Test error and density of a finished run's network at tolerance ``tol``: the one place
     where the frontier reads the test set."""
     import torch
 
-    from dualdrop.nn import sparsify
-    from dualdrop.train import error_rate, lenet_300_100
+    from dualdrop.train import error_rate
+    from dualdrop.train.checkpoint import read_checkpoint
+    from dualdrop.train.export import training_network
 
-    ck = load_checkpoint(run_dir / "checkpoint.pt")
+    ck = read_checkpoint(run_dir / "checkpoint.pt", fix="rerun the trial (delete its folder)")
     conf = ck["config"]
     if ck["epoch"] < conf["epochs"]:
         raise ValueError(f"{run_dir}: unfinished run (epoch {ck['epoch']} of {conf['epochs']})")
     if conf.get("data_fingerprint") != data.fingerprint():
         raise ValueError(f"{run_dir} was trained on other data than the data loaded now")
-    model = lenet_300_100(data.n_features, data.n_classes)
-    sp = sparsify(model, conf["method"], **conf["hparams"])  # trials are never dense
-    model.load_state_dict(ck["model"])
+    model, sp = training_network(ck)  # trials are never dense
     if tol is not None:
         sp.set_tol(tol)
     nonzero = float(sp.density()["total"])
@@ -955,5 +938,5 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
 
 
 __all__ = ["DEFAULT_METHODS", "GOALS", "Knob", "PUBLISHED_POINTS", "collect", "default_knob",
-           "frontier_report", "frontier_table", "load_checkpoint", "pareto_front",
+           "frontier_report", "frontier_table", "pareto_front",
            "plot_frontier", "requeue_stale", "run_frontier", "validation_points"]

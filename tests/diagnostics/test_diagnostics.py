@@ -283,8 +283,10 @@ def test_diagnose_cli_on_a_saved_run(tmp_path):
            "seed": 0, "val_fraction": 0.2, "batch_size": 16}
     run = tmp_path / "run"
     run.mkdir()
-    torch.save({"config": cfg, "model": net.state_dict(), "epoch": 3,
-                "rng": np.zeros(2)}, run / "checkpoint.pt")   # numpy inside, as real runs have
+    from dualdrop.train.checkpoint import FORMAT_VERSION
+
+    torch.save({"format": FORMAT_VERSION, "config": cfg, "model": net.state_dict(), "epoch": 3,
+                "rng": []}, run / "checkpoint.pt")   # the keys every training checkpoint has
     rc = main(["diagnose", str(run), "--out", str(tmp_path / "d"), "--n-samples", "24",
                "--k", "2", "--noise-samples", "4"])
     assert rc == 0
