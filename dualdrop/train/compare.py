@@ -112,7 +112,8 @@ def load_runs(out: str | os.PathLike, methods) -> dict:
     return runs
 
 
-def _label(m: str) -> str:
+def method_label(m: str) -> str:
+    """A method's display name (the paper's label where it has one)."""
     if m in PAPER_TABLE:
         return PAPER_TABLE[m][0]
     return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
@@ -144,7 +145,7 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     for i, (m, run) in enumerate(runs.items()):
         h = run["history"]
         ep = [r["epoch"] for r in h]
-        kw = dict(label=_label(m), linestyle=styles[i % len(styles)],  # coinciding curves
+        kw = dict(label=method_label(m), linestyle=styles[i % len(styles)],  # coinciding curves
                   marker=markers[i % len(markers)], markevery=max(1, len(h) // 12),  # stay
                   markersize=5 if n_max <= 30 else 4, zorder=3 + 0.01 * i)  # visible
         ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], **kw)
@@ -207,7 +208,7 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
         ref = PAPER_TABLE.get(m) if paper else None
         rows.append({
             "method": m,
-            "label": _label(m),
+            "label": method_label(m),
             "data": run.get("data"),
             "epochs": f["epochs"] if f else h[-1]["epoch"],
             "finished": bool(f),

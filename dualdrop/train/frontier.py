@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dualdrop.train.compare import DEFAULT_METHODS  # the comparison's nine methods
+from dualdrop.train.compare import DEFAULT_METHODS, PAPER_TABLE, method_label
 
 #: Published LeNet-300-100 MNIST points (label -> (test error, fraction of nonzero weights)):
 #: sparse variational dropout (Molchanov, Ashukha & Vetrov, "Variational Dropout Sparsifies Deep
@@ -176,33 +176,6 @@ def pareto_front(points: list[dict], error: str = "val_error",
             front.append(points[i])
             best = points[i][error]
     return front
-
-
-# ----------------------------------------------------------------------------- the paper's numbers
-
-
-def paper_table() -> dict[str, tuple[str, float, float]]:
-    """The paper's 200-epoch MNIST table, ``{method: (label, test error, fraction nonzero)}``,
-    from :mod:`dualdrop.train.compare` (empty, with a warning, if it cannot be imported)."""
-    try:
-        from dualdrop.train.compare import PAPER_TABLE as table  # type: ignore[attr-defined]
-    except ImportError:
-        try:
-            from dualdrop.train.compare import SEED_TABLE as table
-        except ImportError:
-            warnings.warn("dualdrop.train.compare has no PAPER_TABLE (or SEED_TABLE): the "
-                          "paper's points are left out of the frontier figure and table",
-                          stacklevel=2)
-            return {}
-    return dict(table)
-
-
-def _label(method: str) -> str:
-    table = paper_table()
-    if method in table:
-        return table[method][0]
-    return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
-            "hardconcrete-neuron": "HardConcrete (neuron)"}.get(method, method)
 
 
 # ----------------------------------------------------------------------------- storage
@@ -809,7 +782,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
 
     fig, ax = plt.subplots(figsize=(10.5, 5.2))
     cmap = plt.get_cmap("tab10")
-    table = paper_table() if mnist else {}
+    table = dict(PAPER_TABLE) if mnist else {}
     methods = list(result["methods"])
     colors = {m: cmap(i % 10) for i, m in enumerate(methods + [m for m in table
                                                                 if m not in methods])}
@@ -824,7 +797,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
         xs += x
         ys += y
         ax.plot(x, y, marker=markers[i % len(markers)], color=colors[m], linewidth=1.3,
-                markersize=5, label=f"{_label(m)} ({len(rows)} pts)")
+                markersize=5, label=f"{method_label(m)} ({len(rows)} pts)")
     if mnist:
         for m, (label, err, dens) in table.items():
             ax.plot([dens], [100 * err], linestyle="none", marker="*", markersize=12,
@@ -887,7 +860,7 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
     rows = []
     for m, r in result["methods"].items():
         for p in sorted(r["frontier"], key=lambda p: p["nonzero_total"]):
-            rows.append({"method": m, "label": _label(m), "knob": _knob_text(p, r["plan"]),
+            rows.append({"method": m, "label": method_label(m), "knob": _knob_text(p, r["plan"]),
                          "warm_start": p["warm"], "tol": p["tol"], "val_error": p["val_error"],
                          "nonzero_total": p["test_nonzero_total"], "test_error": p["test_error"],
                          "trial": p["trial"], "run_dir": p["run_dir"]})
@@ -910,7 +883,7 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
                         + f" ({f['error'][:100]})" for f in r["failed"])
         if r["n_running"] or r["n_waiting"]:
             notes += f"; {r['n_running']} running, {r['n_waiting']} queued"
-        lines.append(f"- {_label(m)}: {r['n_complete']} finished trials{cand}, "
+        lines.append(f"- {method_label(m)}: {r['n_complete']} finished trials{cand}, "
                      f"{plan.get('epochs')} epochs, {knob.get('name')} in "
                      f"[{knob.get('low'):g}, {knob.get('high'):g}]{notes}")
     lines += ["", "| method | knob |" + (" start |" if warm_col else "") +
@@ -923,7 +896,7 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
                      f"{100 * r['val_error']:.2f}% | {r['nonzero_total']:.4f} | "
                      f"{100 * r['test_error']:.2f}% |")
     if mnist:
-        table = paper_table()
+        table = dict(PAPER_TABLE)
         lines += ["", "Reference points (MNIST, LeNet-300-100):", "",
                   "| source | test error | fraction nonzero |", "| --- | --- | --- |"]
         lines += [f"| paper: {label} (200 epochs) | {100 * e:.2f}% | {d:.4f} |"
