@@ -30,6 +30,10 @@ SCAD = 5
 MCP = 6
 STANDOUT = 7
 TABLE = 8
+# MIXED wraps another kernel penalty: Omega = c Omega_inner + (r / 2) w^2 (an added ridge term:
+# the elastic net for Omega_inner = |w|, the Mnet of MCP/SCAD); parameter vector
+# [c, r, inner_code, inner_params...]
+MIXED = 9
 
 # Layout of a TABLE parameter vector (see ``penalties._table``): a header, then n+1 breakpoints in
 # x = log|w|, then n*(m+1) Chebyshev coefficients of y = log Omega, then those of dy/dx.
@@ -109,8 +113,7 @@ def _table_omega_and_slope(p, a):
 # Scalar kernels
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True)
-def omega_scalar(code, p, w):
-    """Omega(w) for the penalty (code, p)."""
+def _omega_base(code, p, w):
     a = abs(w)
     if a == 0.0:
         return 0.0
@@ -153,8 +156,7 @@ def omega_scalar(code, p, w):
 
 
 @njit(cache=True)
-def derivative_scalar(code, p, w):
-    """Omega'(w) = w / eta_hat(w); 0 at w = 0 (the minimum-norm subgradient)."""
+def _derivative_base(code, p, w):
     a = abs(w)
     if a == 0.0:
         return 0.0
@@ -189,8 +191,7 @@ def derivative_scalar(code, p, w):
 
 
 @njit(cache=True)
-def eta_hat_scalar(code, p, w):
-    """The minimizing dual variable eta_hat(w) (may be +inf)."""
+def _eta_hat_base(code, p, w):
     a = abs(w)
     if code == L1:
         return a
@@ -305,8 +306,7 @@ def prox_numeric_scalar(code, p, v, t):
 
 
 @njit(cache=True)
-def prox_scalar(code, p, v, t):
-    """argmin_x 1/2 (x - v)^2 + t Omega(x) (closed form where one exists)."""
+def _prox_base(code, p, v, t):
     a = abs(v)
     if a == 0.0 or t == 0.0:
         return v
@@ -352,6 +352,44 @@ def prox_scalar(code, p, v, t):
             best, hbest = _consider(code, p, a, t, min(max(x2, lam), sa * lam), best, hbest)
         return sgn * best
     return prox_numeric_scalar(code, p, v, t)
+
+
+@njit(cache=True)
+def omega_scalar(code, p, w):
+    """Omega(w) for the penalty (code, p)."""
+    if code == MIXED:
+        return p[0] * _omega_base(int(p[2]), p[3:], w) + 0.5 * p[1] * w * w
+    return _omega_base(code, p, w)
+
+
+@njit(cache=True)
+def derivative_scalar(code, p, w):
+    """Omega'(w) = w / eta_hat(w); 0 at w = 0 (the minimum-norm subgradient)."""
+    if code == MIXED:
+        return p[0] * _derivative_base(int(p[2]), p[3:], w) + p[1] * w
+    return _derivative_base(code, p, w)
+
+
+@njit(cache=True)
+def eta_hat_scalar(code, p, w):
+    """The minimizing dual variable eta_hat(w) (may be +inf)."""
+    if code == MIXED:
+        d = abs(derivative_scalar(code, p, w))
+        return abs(w) / d if d > 0.0 else np.inf
+    return _eta_hat_base(code, p, w)
+
+
+@njit(cache=True)
+def prox_scalar(code, p, v, t):
+    """argmin_x 1/2 (x - v)^2 + t Omega(x) (closed form where one exists).
+
+    MIXED: ``1/2 (x - v)^2 + t c Omega(x) + t r x^2 / 2 = (s/2) (x - v/s)^2 + t c Omega(x) +
+    const`` with ``s = 1 + t r``, so the prox is the inner penalty's at ``v / s`` with step
+    ``t c / s``."""
+    if code == MIXED:
+        s = 1.0 + t * p[1]
+        return _prox_base(int(p[2]), p[3:], v / s, t * p[0] / s)
+    return _prox_base(code, p, v, t)
 
 
 # ----------------------------------------------------------------------------------------------

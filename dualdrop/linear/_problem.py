@@ -38,7 +38,7 @@ class Problem:
         self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
         self.lam_w = self.alpha * self.weights
         self.spec = _penalty.kernel_spec(penalty)
-        self.lips = datafit.lipschitz(self.design.col_norms2, self.design.n)
+        self.lips = datafit.lipschitz(self.design)
         self._lglobal = None
         self.all_feats = np.arange(p, dtype=np.int64)
 
@@ -56,7 +56,7 @@ class Problem:
             s = self.design.spectral_norm2()
             if self.fit_intercept:  # the ones column adds at most n to ||[X 1]||^2
                 s = s + self.n
-            self._lglobal = self.datafit.curvature * s / self.n
+            self._lglobal = self.datafit.global_curvature * s / self.n
         return self._lglobal
 
     def z(self, w, b):

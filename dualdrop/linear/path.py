@@ -23,15 +23,18 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 
 from . import _penalty
-from .datafits import Logistic, Quadratic
+from .datafits import normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
 __all__ = ["alpha_max", "regularization_path"]
 
 
-def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params):
-    """``(|g|, L)`` over the features with ``L > 0``, stacked over the binary problems a
-    multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class)."""
+def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
+                      sample_weight=None):
+    """``(|g|, L)`` over the penalized features with ``L > 0``, stacked over the binary problems
+    a multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class).
+    The problem is the one the estimator hands its solver (scaled columns, sample weights, the
+    intercept at its best value for ``w = 0``)."""
     from sklearn.utils import check_array
 
     est = _estimator(datafit, penalty, penalty_params, 1.0, fit_intercept, scaling)
@@ -42,39 +45,50 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}; pass one target per "
                          "row of X")
-    design = est._scaled_design(X, est._scales(X))
+    sw = normalized_sample_weight(sample_weight, X.shape[0])
     if datafit == "logistic":
         classes = np.unique(y)
         if classes.size < 2:
             raise ValueError(f"y has a single class ({classes[0]!r}); logistic needs two or more")
         targets = classes[1:] if classes.size == 2 else classes
         ys = [np.where(y == c, 1.0, -1.0) for c in targets]
-        df = Logistic()
     else:
         ys = [np.asarray(y, dtype=np.float64)]
-        df = Quadratic()
-    L = df.lipschitz(design.col_norms2, design.n)
+    data = est._fit_data(X, ys[0], sw)
+    df = data.datafit
+    p = X.shape[1]
+    L = df.lipschitz(data.design)[:p]
     keep = L > 0
     gs = []
     for yk in ys:
-        b0 = df.intercept_init(yk) if fit_intercept else 0.0
-        gs.append(np.abs(design.rmatvec(df.raw_grad(yk, np.full(yk.shape[0], b0))))[keep])
+        yk = data.y if datafit != "logistic" else yk
+        if data.extra:  # the intercept column at its best value: the weighted mean of y
+            u0, b0 = data.to_solver(np.zeros(p), float(np.sum(sw * y)) / y.shape[0])
+        else:
+            u0 = np.zeros(p)
+            b0 = df.intercept_init(yk) if data.fit_intercept else 0.0
+        z = data.design.matvec(u0) + b0
+        gs.append(np.abs(data.design.rmatvec(df.raw_grad(yk, z)))[:p][keep])
     return np.concatenate(gs), np.tile(L[keep], len(ys))
 
 
 def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
-              scaling="dropout"):
+              scaling="dropout", *, l1_ratio=1.0, sample_weight=None):
     """Smallest ``alpha`` for which ``w = 0`` is a stationary point (see the module docstring).
 
     For multiclass logistic the largest over the one-vs-rest problems; ``y`` may hold any class
-    labels the estimator accepts (strings included)."""
+    labels the estimator accepts (strings included). ``l1_ratio`` and ``sample_weight`` as in
+    the estimators (``l1_ratio < 1`` divides the convex value by ``l1_ratio``, as scikit-learn's
+    ElasticNet grid does)."""
     follow = _penalty.follows_alpha(penalty_params)
 
     def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
-        return _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
+        P = _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
+        return _penalty.with_ridge(P, l1_ratio)
 
     P = pen(1.0)
-    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params)
+    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
+                             sample_weight)
     if g.size == 0 or not np.any(g):
         return 0.0
     gmax = float(np.max(g))

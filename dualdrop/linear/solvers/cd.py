@@ -150,18 +150,18 @@ def _log1pexp_neg(m):
 
 
 @njit(cache=True)
-def _logistic_value(y, z):
+def _logistic_value(y, z, sw):
     s = 0.0
     for i in range(y.shape[0]):
-        s += _log1pexp_neg(y[i] * z[i])
+        s += sw[i] * _log1pexp_neg(y[i] * z[i])
     return s / y.shape[0]
 
 
 @njit(cache=True)
-def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_intercept, lips,
+def _inner_logistic(X, data, indices, indptr, is_sparse, y, sw, ws, w, z, b, fit_intercept, lips,
                     lam_w, code, params, positive, tol_in, max_newton, max_cd):
     """Proximal Newton on the working set; updates ``w`` and ``z = X w + b`` in place.
-    Returns ``(newton_steps, b)``.
+    Returns ``(newton_steps, b)``. ``sw``: sample weights (mean 1; ones when unweighted).
 
     Each Newton step stops when the working-set criterion *at the current point* (the gradient
     mapping with the problem's Lipschitz constants ``lips``, as in the outer loop) is below
@@ -182,8 +182,8 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
     for it in range(max_newton):
         for i in range(n):
             s = 1.0 / (1.0 + np.exp(-y[i] * z[i]))
-            G[i] = -y[i] * (1.0 - s) / n
-            H[i] = s * (1.0 - s) / n
+            G[i] = -sw[i] * y[i] * (1.0 - s) / n
+            H[i] = sw[i] * s * (1.0 - s) / n
         sH = H.sum()
         elim = fit_intercept and sH > 1e-300
         crit = abs(G.sum()) if fit_intercept else 0.0
@@ -252,7 +252,7 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
         # optimum when the columns are large (raw features): the datafit difference is never
         # formed. Plain objective decrease is accepted as well.
         P0 = penalty_sum(w, ws, lam_w, code, params)
-        F0 = _logistic_value(y, z) + P0
+        F0 = _logistic_value(y, z, sw) + P0
         w0 = np.empty(nws)
         for jj in range(nws):
             w0[jj] = w[ws[jj]]
@@ -263,11 +263,11 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
             slope = 0.0
             for i in range(n):
                 zt[i] = z[i] + t * Xd[i]
-                slope -= y[i] * Xd[i] / (1.0 + np.exp(y[i] * zt[i]))
+                slope -= sw[i] * y[i] * Xd[i] / (1.0 + np.exp(y[i] * zt[i]))
             for jj in range(nws):
                 w[ws[jj]] = w0[jj] + t * d[jj]
             Pt = penalty_sum(w, ws, lam_w, code, params)
-            if Pt - P0 + t * slope / n < 0.0 or _logistic_value(y, zt) + Pt <= F0:
+            if Pt - P0 + t * slope / n < 0.0 or _logistic_value(y, zt, sw) + Pt <= F0:
                 accepted = True
                 break
             t *= 0.5
@@ -338,6 +338,8 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     arrs = des.arrays
     y = problem.y
     quad = problem.datafit.code == 0
+    sw = problem.datafit.sample_weight
+    sw = np.ones(problem.n) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
     z = problem.z(w, b)
     history = [problem.objective(w, b, z)]
     score = np.zeros(problem.p)
@@ -379,7 +381,7 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
                 z = y - r
             else:
                 z = np.ascontiguousarray(z)
-                n_in, b = _inner_logistic(*arrs, y, ws, w, z, float(b), problem.fit_intercept,
+                n_in, b = _inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
                                           lips, lam_w, code, params, positive, tol_in, 50, 50)
             total_inner += int(n_in)
             if verbose == 2:
