@@ -63,7 +63,7 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
     for yk in ys:
         yk = data.y if datafit != "logistic" else yk
         if data.extra:  # the intercept column at its best value: the weighted mean of y
-            u0, b0 = data.to_solver(np.zeros(p), float(np.sum(sw * y)) / y.shape[0])
+            u0, b0 = data.to_solver(np.zeros(p), float(np.sum(sw * y)) / y.shape[0])[0], 0.0
         else:
             u0 = np.zeros(p)
             b0 = df.intercept_init(yk) if data.fit_intercept else 0.0
