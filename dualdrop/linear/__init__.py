@@ -10,6 +10,7 @@ scikit-learn estimators (:mod:`.estimators`) and the regularization path (:mod:`
 
 from ._problem import Problem, SolverResult
 from .datafits import Logistic, Quadratic
+from .cv import SparseLinearRegressionCV, SparseLogisticRegressionCV
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 from .path import alpha_max, regularization_path
 from .solvers import SOLVERS, get_solver
@@ -17,6 +18,8 @@ from .solvers import SOLVERS, get_solver
 __all__ = [
     "SparseLinearRegression",
     "SparseLogisticRegression",
+    "SparseLinearRegressionCV",
+    "SparseLogisticRegressionCV",
     "regularization_path",
     "alpha_max",
     "Quadratic",

@@ -141,53 +141,84 @@ def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, 
                fit_intercept=fit_intercept, scaling=scaling, **kw)
 
 
-def _run_chunk(est, X, y, alphas):
+def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
+    """Fit ``est`` at each alpha of ``alphas`` (decreasing), each fit warm-started at the previous
+    one; ``callback(fitted_est)`` runs after each fit. Returns the fits and the warnings."""
     est = clone(est).set_params(warm_start=True)
     out = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for a in alphas:
-            est.set_params(alpha=float(a)).fit(X, y)
+            est.set_params(alpha=float(a)).fit(X, y, sample_weight=sample_weight)
             out.append((np.array(est.coef_, copy=True), np.copy(est.intercept_), est.n_iter_,
                         est.criterion_))
+            if callback is not None:
+                callback(est)
     return out, [str(w.message) for w in caught]
+
+
+def _warn_unconverged(msgs, n_fits, what="path"):
+    """One ConvergenceWarning summarizing the fits of a path that did not converge."""
+    if msgs:
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(f"{len(msgs)} of {n_fits} fits on the {what} did not converge; first: "
+                      f"{msgs[0]}", ConvergenceWarning, stacklevel=3)
+
+
+def alpha_grid(X, y, n_alphas, ratio, *, penalty="l1", penalty_params=None, datafit="quadratic",
+               fit_intercept=True, scaling="dropout", l1_ratio=1.0, sample_weight=None,
+               names=("n_alphas", "alpha_min_ratio")):
+    """``n_alphas`` values from ``alpha_max`` down to ``ratio * alpha_max``, evenly spaced on a
+    log scale (scikit-learn's grid for ``ratio = eps``). ``names``: the caller's names of the
+    two arguments, for the error messages."""
+    if not (isinstance(n_alphas, (int, np.integer)) and not isinstance(n_alphas, bool)
+            and n_alphas >= 1):
+        raise ValueError(f"{names[0]} must be a positive integer, got {n_alphas!r}")
+    if not (isinstance(ratio, (int, float, np.floating)) and 0 < ratio < 1):
+        raise ValueError(f"{names[1]} must be in (0, 1), got {ratio!r}")
+    amax = alpha_max(X, y, penalty, penalty_params, datafit, fit_intercept, scaling,
+                     l1_ratio=l1_ratio, sample_weight=sample_weight)
+    return amax * np.logspace(0, np.log10(ratio), int(n_alphas))
+
+
+def check_alphas(alphas):
+    """A user's alpha grid, sorted decreasing; ``ValueError`` naming ``alphas`` otherwise."""
+    alphas = np.sort(np.asarray(alphas, dtype=np.float64).ravel())[::-1]
+    if alphas.size == 0 or np.any(~np.isfinite(alphas)) or np.any(alphas < 0):
+        raise ValueError("alphas must be a non-empty array of finite numbers >= 0")
+    return alphas
 
 
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
                         alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-4,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
-                        solver_params=None):
+                        solver_params=None, l1_ratio=1.0, sample_weight=None):
     """Fit along a decreasing ``alpha`` grid with warm starts.
 
     Returns a dict with ``alphas`` (decreasing), ``coefs`` (``n_alphas x p``, or
     ``n_alphas x K x p`` for multiclass logistic), ``intercepts``, ``n_iter``, ``criterion``.
-    Convergence warnings of individual fits are re-raised once, summarized.
+    ``l1_ratio`` and ``sample_weight`` as in the estimators. Convergence warnings of individual
+    fits are re-raised once, summarized.
     """
     if alphas is None:
-        if not (isinstance(n_alphas, (int, np.integer)) and n_alphas >= 1):
-            raise ValueError(f"n_alphas must be a positive integer, got {n_alphas!r}")
-        if not (0 < alpha_min_ratio < 1):
-            raise ValueError(f"alpha_min_ratio must be in (0, 1), got {alpha_min_ratio!r}")
-        amax = alpha_max(X, y, penalty, penalty_params, datafit, fit_intercept, scaling)
-        alphas = amax * np.logspace(0, np.log10(alpha_min_ratio), n_alphas)
-    alphas = np.sort(np.asarray(alphas, dtype=np.float64).ravel())[::-1]
-    if alphas.size == 0 or np.any(~np.isfinite(alphas)) or np.any(alphas < 0):
-        raise ValueError("alphas must be a non-empty array of finite numbers >= 0")
+        alphas = alpha_grid(X, y, n_alphas, alpha_min_ratio, penalty=penalty,
+                            penalty_params=penalty_params, datafit=datafit,
+                            fit_intercept=fit_intercept, scaling=scaling, l1_ratio=l1_ratio,
+                            sample_weight=sample_weight)
+    alphas = check_alphas(alphas)
     est = _estimator(datafit, penalty, penalty_params, float(alphas[0]), fit_intercept, scaling,
-                     solver=solver, tol=tol, max_iter=max_iter, solver_params=solver_params)
+                     solver=solver, tol=tol, max_iter=max_iter, solver_params=solver_params,
+                     l1_ratio=l1_ratio)
     n_jobs = 1 if n_jobs is None else int(n_jobs)
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
-        results = [_run_chunk(est, X, y, chunks[0])]
+        results = [_run_chunk(est, X, y, chunks[0], sample_weight)]
     else:
-        results = Parallel(n_jobs=len(chunks))(delayed(_run_chunk)(est, X, y, c) for c in chunks)
+        results = Parallel(n_jobs=len(chunks))(
+            delayed(_run_chunk)(est, X, y, c, sample_weight) for c in chunks)
     fits = [f for r, _ in results for f in r]
-    msgs = [m for _, ms in results for m in ms]
-    if msgs:
-        from sklearn.exceptions import ConvergenceWarning
-
-        warnings.warn(f"{len(msgs)} of {alphas.size} fits on the path did not converge; first: "
-                      f"{msgs[0]}", ConvergenceWarning, stacklevel=2)
+    _warn_unconverged([m for _, ms in results for m in ms], alphas.size)
     return {
         "alphas": alphas,
         "coefs": np.array([f[0] for f in fits]),

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression
 
-from dualdrop.linear import SparseLinearRegression, SparseLogisticRegression, alpha_max
+from dualdrop.linear import SparseLinearRegression, SparseLogisticRegression, alpha_max, estimators
 
 TOL = 1e-10
 
@@ -28,9 +28,11 @@ def _weights(n, seed=0, zeros=True):
     return w
 
 
-@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("sparse", [False, True, "intercept_column"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_weighted_lasso_matches_sklearn_on_raw_diabetes(sparse, fit_intercept):
+def test_weighted_lasso_matches_sklearn_on_raw_diabetes(sparse, fit_intercept, monkeypatch):
+    if sparse == "intercept_column":  # the path of large sparse designs (no dense centring)
+        monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
     X, y = _diabetes()
     sw = _weights(X.shape[0]) + 0.5 * np.random.default_rng(1).random(X.shape[0])
     XX = sp.csc_matrix(X) if sparse else X
@@ -133,10 +135,12 @@ def test_weighted_elastic_net_standardized_synthetic():
     assert not np.allclose(ours.coef_, ref.coef_, atol=1e-4)
 
 
-def test_alpha_max_with_weights_gives_empty_model():
+def test_alpha_max_with_weights_gives_empty_model(monkeypatch):
     X, y = _diabetes()
     sw = _weights(X.shape[0], seed=11)
-    for sparse in (False, True):
+    for sparse in (False, True, "intercept_column"):
+        if sparse == "intercept_column":
+            monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
         XX = sp.csc_matrix(X) if sparse else X
         a = alpha_max(XX, y, sample_weight=sw)
         at = SparseLinearRegression(alpha=a * 1.0001, tol=TOL).fit(XX, y, sample_weight=sw)
@@ -152,7 +156,7 @@ def test_alpha_max_with_weights_gives_empty_model():
     assert np.count_nonzero(at.coef_) == 0 and np.count_nonzero(below.coef_) > 0
 
 
-def test_sample_weight_errors_name_the_argument():
+def test_sample_weight_errors_name_the_argument(monkeypatch):
     X, y = _diabetes()
     est = SparseLinearRegression(alpha=1.0)
     for bad, msg in [(np.ones(5), "one entry per sample"), (-np.ones(X.shape[0]), ">= 0"),
@@ -160,6 +164,7 @@ def test_sample_weight_errors_name_the_argument():
                      (np.full(X.shape[0], np.nan), ">= 0")]:
         with pytest.raises(ValueError, match="sample_weight.*" + msg):
             est.fit(X, y, sample_weight=bad)
+    monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
     with pytest.raises(ValueError, match="positive=True with sparse X, sample_weight"):
         SparseLinearRegression(positive=True).fit(sp.csc_matrix(X), y,
                                                   sample_weight=_weights(X.shape[0]))
