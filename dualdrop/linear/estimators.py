@@ -330,6 +330,10 @@ class _SparseLinearBase(BaseEstimator):
 class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
     """Least squares with any effective penalty: ``(1/2n)||y - Xw - b||^2 + alpha sum Omega(s_j w_j)``.
 
+    ``fit(X, y, sample_weight=None)``: with weights ``v`` the datafit is
+    ``(1 / (2 sum v)) sum_i v_i (y_i - x_i w - b)^2`` (scikit-learn's Lasso/ElasticNet
+    convention; see the module docstring).
+
     Parameters
     ----------
     penalty : str or penalty object, default="l1"
@@ -348,6 +352,14 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         problem, which is hard thresholding when ``alpha / L_j >= a lam``.
     alpha : float, default=1.0
         The penalty strength lambda (>= 0).
+    l1_ratio : float in [0, 1], default=1.0
+        Share of ``alpha`` on the penalty; the rest is a ridge term:
+        ``alpha * (l1_ratio * Omega(u) + (1 - l1_ratio) / 2 * u^2)`` per (scaled) coefficient
+        ``u``. With ``penalty="l1"`` and ``scaling="none"`` this is scikit-learn's
+        ``ElasticNet(alpha, l1_ratio)``; with MCP/SCAD the Mnet/Snet of Huang et al. (2016).
+        Needs a penalty with a compiled kernel (all of the catalog but ``hard_threshold``) and
+        a solver that takes it (``"cd"``, ``"irls"``, ``"adaprox"``, ``"adatikhonov"``,
+        ``"dropout_sgd"``); ``"cvxpy"`` raises.
     solver : str, default="auto"
         ``"cd"`` (working-set coordinate descent, the default for separable penalties),
         ``"irls"``, ``"adaprox"``, ``"adatikhonov"``, ``"eta_trick"``, ``"reweighted_l1"``,
@@ -417,6 +429,10 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
 class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
     """Logistic regression with any effective penalty:
     ``(1/n) sum log(1 + exp(-y_i z_i)) + alpha sum Omega(s_j w_j)``.
+
+    ``fit(X, y, sample_weight=None)``: with weights ``v`` the datafit is
+    ``(1 / sum v) sum_i v_i log(1 + exp(-y_i z_i))``, i.e. scikit-learn's
+    ``LogisticRegression(C).fit(X, y, sample_weight=v)`` at ``alpha = 1 / (C sum v)``.
 
     Binary problems fit one model (``coef_`` of shape ``(1, p)``); with more classes, one-vs-rest
     (``coef_`` of shape ``(K, p)``). Same parameters as :class:`SparseLinearRegression` (but

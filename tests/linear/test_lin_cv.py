@@ -104,3 +104,19 @@ def test_errors_name_the_argument():
         SparseLogisticRegressionCV(scoring=3).fit(X, y > 150)
     with pytest.raises(ValueError, match="2 classes"):
         SparseLogisticRegressionCV(alphas=3).fit(X, np.zeros(X.shape[0]))
+
+
+@pytest.mark.parametrize("est", [SparseLinearRegressionCV(alphas=2, cv=2),
+                                 SparseLogisticRegressionCV(alphas=2, cv=2)],
+                         ids=lambda e: type(e).__name__)
+def test_check_estimator(est):
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.utils.estimator_checks import check_estimator
+
+    # as for scikit-learn's LassoCV: repeating rows moves them between folds, so a weighted
+    # and a repeated data set are cross-validated on different splits
+    xfail = {f"check_sample_weight_equivalence_on_{k}_data": "the folds differ"
+             for k in ("dense", "sparse")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check_estimator(est, expected_failed_checks=xfail)
