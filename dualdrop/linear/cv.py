@@ -58,6 +58,27 @@ class _SparseLinearCVBase(BaseEstimator):
         "n_jobs": [Integral, None],
     }
 
+    def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
+                 cv=None, n_jobs=None, solver="auto", tol=1e-4, max_iter=None,
+                 fit_intercept=True, scaling="dropout", solver_params=None, verbose=False,
+                 positive=False, penalty_weights=None):
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.l1_ratio = l1_ratio
+        self.alphas = alphas
+        self.eps = eps
+        self.cv = cv
+        self.n_jobs = n_jobs
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.scaling = scaling
+        self.solver_params = solver_params
+        self.verbose = verbose
+        self.positive = positive
+        self.penalty_weights = penalty_weights
+
     def _single_estimator(self):
         return self._single(**{k: getattr(self, k) for k in _SHARED})
 
@@ -155,27 +176,6 @@ class SparseLinearRegressionCV(RegressorMixin, _SparseLinearCVBase):
 
     _single = SparseLinearRegression
 
-    def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
-                 cv=None, n_jobs=None, solver="auto", tol=1e-4, max_iter=None,
-                 fit_intercept=True, scaling="dropout", solver_params=None, verbose=False,
-                 positive=False, penalty_weights=None):
-        self.penalty = penalty
-        self.penalty_params = penalty_params
-        self.l1_ratio = l1_ratio
-        self.alphas = alphas
-        self.eps = eps
-        self.cv = cv
-        self.n_jobs = n_jobs
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.fit_intercept = fit_intercept
-        self.scaling = scaling
-        self.solver_params = solver_params
-        self.verbose = verbose
-        self.positive = positive
-        self.penalty_weights = penalty_weights
-
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
@@ -216,23 +216,12 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
                  cv=None, n_jobs=None, scoring="neg_log_loss", solver="auto", tol=1e-4,
                  max_iter=None, fit_intercept=True, scaling="dropout", solver_params=None,
                  verbose=False, positive=False, penalty_weights=None):
-        self.penalty = penalty
-        self.penalty_params = penalty_params
-        self.l1_ratio = l1_ratio
-        self.alphas = alphas
-        self.eps = eps
-        self.cv = cv
-        self.n_jobs = n_jobs
+        super().__init__(penalty, penalty_params, l1_ratio=l1_ratio, alphas=alphas, eps=eps,
+                         cv=cv, n_jobs=n_jobs, solver=solver, tol=tol, max_iter=max_iter,
+                         fit_intercept=fit_intercept, scaling=scaling,
+                         solver_params=solver_params, verbose=verbose, positive=positive,
+                         penalty_weights=penalty_weights)
         self.scoring = scoring
-        self.solver = solver
-        self.tol = tol
-        self.max_iter = max_iter
-        self.fit_intercept = fit_intercept
-        self.scaling = scaling
-        self.solver_params = solver_params
-        self.verbose = verbose
-        self.positive = positive
-        self.penalty_weights = penalty_weights
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
