@@ -133,7 +133,8 @@ class _SparseLinearCVBase(BaseEstimator):
 
 
 def _neg_mse(est, X, y, sw):
-    return -float(np.average((y - est.predict(X)) ** 2, weights=sw))
+    pred = np.asarray(X @ est.coef_).ravel() + est.intercept_  # X is checked already
+    return -float(np.average((y - pred) ** 2, weights=sw))
 
 
 class _Scorer:

@@ -400,14 +400,22 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse), ``y``; ``sample_weight``: nonnegative weights of the
         samples (see the module docstring) or ``None``."""
-        P = self._check_params()
+        return self._fit_prepared(self._prepare(X, y, sample_weight))
+
+    def _prepare(self, X, y, sample_weight):
+        """Checked data and what the solvers receive, ``(data, dtype)``: the fits along a path
+        reuse it (only ``alpha`` changes, see ``path._run_chunk``)."""
         X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True)
         dtype = X.dtype
         X, y = X.astype(np.float64, copy=False), np.asarray(y, dtype=np.float64)
-        data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
+        return self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0])), dtype
+
+    def _fit_prepared(self, prep, P=None):
+        data, dtype = prep
+        P = self._check_params() if P is None else P
         w0 = b0 = None
-        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == (X.shape[1],):
+        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == data.s.shape:
             w0, b0 = data.to_solver(self.coef_, self.intercept_)
         res, name = self._solve_one(data, data.y, P, w0, b0)
         coef, intercept = data.from_solver(res.coef, res.intercept)
@@ -462,7 +470,10 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse) and class labels ``y``; ``sample_weight``:
         nonnegative weights of the samples (see the module docstring) or ``None``."""
-        P = self._check_params()
+        return self._fit_prepared(self._prepare(X, y, sample_weight))
+
+    def _prepare(self, X, y, sample_weight):
+        """Checked data, classes and what the solvers receive (see the regressor's)."""
         X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
@@ -476,11 +487,17 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
             )
         data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
         targets = [self.classes_[1]] if K == 2 else list(self.classes_)
+        ys = [np.where(y == cls, 1.0, -1.0) for cls in targets]
+        return data, dtype, ys
+
+    def _fit_prepared(self, prep, P=None):
+        data, dtype, ys = prep
+        P = self._check_params() if P is None else P
+        p = data.s.shape[0]
         old = getattr(self, "coef_", None)
-        warm = (self.warm_start and old is not None and old.shape == (len(targets), X.shape[1]))
+        warm = (self.warm_start and old is not None and old.shape == (len(ys), p))
         coefs, icpts, iters, objs, crits = [], [], [], [], []
-        for k, cls in enumerate(targets):
-            yk = np.where(y == cls, 1.0, -1.0)
+        for k, yk in enumerate(ys):
             w0, b0 = data.to_solver(old[k], self.intercept_[k]) if warm else (None, None)
             res, name = self._solve_one(data, yk, P, w0, b0)
             coef, intercept = data.from_solver(res.coef, res.intercept)

@@ -144,12 +144,17 @@ def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, 
 def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     """Fit ``est`` at each alpha of ``alphas`` (decreasing), each fit warm-started at the previous
     one; ``callback(fitted_est)`` runs after each fit. Returns the fits and the warnings."""
-    est = clone(est).set_params(warm_start=True)
+    est = clone(est).set_params(warm_start=True, alpha=float(alphas[0]))
+    est._validate_params()
+    # the data are checked and prepared once; the penalty too unless it follows alpha
+    prep = est._prepare(X, y, sample_weight)
+    P = None if _penalty.follows_alpha(est.penalty_params) else est._check_params()
     out = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for a in alphas:
-            est.set_params(alpha=float(a)).fit(X, y, sample_weight=sample_weight)
+            est.alpha = float(a)
+            est._fit_prepared(prep, P)
             out.append((np.array(est.coef_, copy=True), np.copy(est.intercept_), est.n_iter_,
                         est.criterion_))
             if callback is not None:
