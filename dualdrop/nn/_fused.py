@@ -1,0 +1,643 @@
+"""Fused per-weight work of the sparsification methods: autograd Functions with hand-written
+backward passes over the weights, and the counter-based noise of ``dualdrop.nn._noise``.
+
+Why: beyond the matmuls, a method's training step is elementwise work over every weight (draw
+noise, evaluate a gate or a penalty slope, mask, add a regularizer's gradient). Written as torch
+expressions it becomes a chain of passes, each reading and writing weight-sized tensors and most
+allocating one; on one CPU thread a pass over LeNet-300-100's 266k weights costs ~0.05 ms, a
+transcendental pass 0.06-0.2 ms, torch's generator 0.7 ms, and the chains made hard-concrete
+3.1x and variational dropout 3.5x a dense step (benchmarks/RESULTS.md). Here each method's
+per-weight work is one numba loop forward and one backward (plus at most a vectorized torch
+``exp`` where a transcendental is unavoidable: numba's scalar ``exp``/``log`` do not vectorize on
+this CPU, torch's do). Loops compute in the tensor's dtype (float32 arithmetic vectorizes twice as
+wide as float64) and use ``error_model="numpy"`` (Python's division checks block vectorization).
+
+Functions (plain tensors in, so a parametrization's or a layer's forward can call them):
+
+``hard_concrete_gate(w, log_alpha, key, beta, gamma, zeta)`` -> ``(w * z, sum P(z != 0))``
+    Louizos, Welling, Kingma, "Learning sparse neural networks through L0 regularization" (2018).
+    ``z = min(1, max(0, sigmoid((logit u + log a)/beta)(zeta - gamma) + gamma))`` with ``u`` the
+    counter-based uniform of index ``i`` under ``key``. The sigmoid is evaluated without a log:
+    ``exp(-(logit u + log a)/beta) = (r q^2)^(1/beta)`` with ``r = (1 - u)/u`` and ``q = exp(-log
+    a / 2)`` (one torch exp pass); for ``beta = 2/3`` (the paper's value) the power is ``v
+    sqrt(v)``, for 1/2 and 1 a product, otherwise a scalar ``pow`` (slower, still correct). The
+    expected L0 is a *second output* computed in the same pass, ``P = sigmoid(log a - beta
+    log(-gamma/zeta)) = 1/(1 + q^2 (-gamma/zeta)^beta)``; its gradient ``P (1 - P)`` joins
+    ``log a``'s in the same backward pass, weighted by whatever the caller multiplied the sum by.
+    Decided this way (not a hidden fused regularizer) so that autograd stays the only bookkeeper:
+    if the caller does not use the L0 output it contributes nothing, used twice it counts twice.
+    The backward recomputes ``u``, ``z`` and ``dz/dlog a`` from ``(key, q)`` instead of saving
+    them: a hash and a sqrt per weight are cheaper than writing and reading two more tensors.
+    ``x`` with gates per column (``hardconcrete-neuron``: one gate per input unit and example) is
+    the same kernel over a ``(rows, cols)`` view with ``log_alpha`` of length ``cols``.
+``vardrop_noise(w, log_alpha, key, clip)`` -> ``(w (1 + sqrt(a) e), sum KL)``
+    Molchanov, Ashukha, Vetrov, "Variational dropout sparsifies deep neural networks" (2017):
+    ``a = exp(clamp(log a, -clip, clip))``, ``e`` standard normal (Box-Muller over the
+    counter-based uniforms). Second output: the KL approximation's sum (its eq. 14), value
+    computed only when ``need_kl_value`` (it needs a log pass), gradient always exact.
+``kl_sum(log_alpha, clip, need_value)`` and ``kl_sum_ar(w, log_sigma2, clip, need_value)``
+    the same KL for the local-reparameterization variants (``log a`` a parameter, or ``log a =
+    log sigma^2 - log(w^2 + 1e-8)`` with the chain rule to ``w`` and ``log sigma^2`` fused).
+``lr_variance(w, log_alpha, clip)``
+    ``exp(clamp(log a)) w^2``, the weight variance of local reparameterization.
+``local_reparam_linear(x, w, b, var_w, key)``
+    ``x w^T + b + sqrt(x^2 var_w^T + 1e-8) e`` with ``e`` per pre-activation (Kingma, Salimans,
+    Welling, "Variational dropout and the local reparameterization trick", 2015), the noise from
+    the counter-based generator; backward as autograd would do it, one temporary fewer.
+``penalty_grad(w, kind, lam, params)`` / ``add_penalty_grad_(grad, w, kind, lam, params)``
+    the penalty methods' ``lam Omega'(w)`` for the closed forms ``l1``, ``logsum``, ``mcp``,
+    ``scad`` (docs/theory.md section 3): a scalar 0 whose backward is one loop writing ``lam g
+    Omega'(w)``, or the in-place ``grad += lam Omega'(w)`` for a post-accumulate-grad hook.
+    Profiled cause of logsum's 1.44x (torch.profiler, current step): ``sign``, ``abs``, ``add``,
+    ``div_``, ``mul_`` and the autograd accumulation, 0.9 ms per step of a 2-3 ms step; the loop
+    below does the same in ~0.1 ms.
+
+All loops run on CPU tensors; on another device every Function falls back to the torch
+expression of the same formula (untested on GPUs: none is available to the project's tests).
+
+Wiring plan (for the layer/parametrization code; ``seed`` is the run's seed, ``step`` the
+optimizer step counter, ``stream`` one integer per layer and use, all from ``_noise.make_key``):
+
+=====================  =====================================================================
+method                 replaces                               with
+=====================  =====================================================================
+hardconcrete           ``_HardConcreteSample`` + torch.rand   ``hard_concrete_gate``; regularizer
+                       + ``w * z``; ``prob_nonzero().sum()``  = lam * l0_output / n_train
+                       in the regularizer                     (E[L0] from the same pass)
+hardconcrete-neuron    the same on ``x`` (Linear)             ``hard_concrete_gate`` on
+                                                              ``x.view(-1, in)`` (Conv2d: as is)
+vardrop                ``exp(0.5 la) w randn`` + ``_KLSum``   ``vardrop_noise`` (KL = 2nd output)
+vardrop-lr             ``_LRVariance`` + ``_KLSum`` + the     ``lr_variance`` + ``kl_sum`` +
+                       mean/var matmuls and ``randn_like``    ``local_reparam_linear`` (Linear)
+vardrop-lr-ar          ``exp(ls2)`` + raw log a + ``_KLSum``  ``kl_sum_ar`` + ``local_reparam_
+                                                              linear`` with ``var_w = exp(ls2)``
+logsum, adatikhonov,   ``_PenaltyFunction`` (torch form)      ``penalty_grad`` when the value is
+penalty:l1/mcp/scad                                           not asked for (``value=False``)
+=====================  =====================================================================
+
+Exact resume: every draw is a pure function of ``make_key(seed, stream, step)``, so a checkpoint
+needs the seed and the optimizer step counter (already in the optimizer's state and the training
+loop's), no generator state; the ``stream`` ids must be assigned deterministically (e.g. the
+layer's index in ``Sparsifier.layers`` times a few uses).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from numba import njit
+
+from dualdrop.nn._noise import _check_key, normal, u01_f32, uniform
+from dualdrop.nn.vardrop import K1, K2, K3
+
+_NUMBA = dict(cache=True, error_model="numpy")
+# reassociation only (for the vectorized sums): no nnan/ninf, the loops meet inf on purpose
+_NUMBA_SUM = dict(cache=True, error_model="numpy", fastmath={"reassoc", "nsz", "contract"})
+
+_VAR_EPS = 1e-8  # inside sqrt(var + eps) of the local reparameterization
+_AR_EPS = 1e-8   # inside log(w^2 + eps) of the additive reparameterization
+
+
+def _flat(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().view(-1).numpy()
+
+
+def _is_cpu(*ts) -> bool:
+    return all(t.device.type == "cpu" for t in ts)
+
+
+# ---- hard-concrete gates -----------------------------------------------------------------------
+
+def _pow_mode(beta: float) -> int:
+    """1 for the paper's beta = 2/3 (``v^1.5 = v sqrt(v)``), else 0 (a scalar ``pow``)."""
+    return 1 if beta == 2.0 / 3.0 else 0
+
+
+@njit(inline="always", **_NUMBA)
+def _gate(key, i, qi, mode, inv_beta, gamma, span):
+    """``(z, dz/dlog a)`` of gate ``i``; ``qi = exp(-log a / 2)`` in the gates' dtype."""
+    T = type(qi)
+    u = T(u01_f32(key, i))
+    v = (T(1.0) - u) / u * qi * qi                      # exp(-(logit u + log a)) = r q^2
+    if mode == 1:
+        t = v * np.sqrt(v)
+    else:
+        t = v ** inv_beta
+    s = T(1.0) / (T(1.0) + t)
+    zb = s * span + gamma
+    z = min(max(zb, T(0.0)), T(1.0))
+    # selects, not early returns: the loop stays vectorizable
+    dz = span * inv_beta * s * (T(1.0) - s) if (zb > T(0.0)) & (zb < T(1.0)) else T(0.0)
+    return z, dz
+
+
+# The loops below are flat and only *assign* to their outputs: with a read-modify-write
+# ``gla[c] += ...``, or nested row/column loops, LLVM's vectorized code was not used (measured
+# 5-7 ms instead of 0.6 ms for 235k gates). Per-column gates therefore get their ``q`` expanded
+# to ``x``'s shape, and sums over rows and the L0 term are separate passes.
+
+@njit(**_NUMBA)
+def _hc_forward(x, q, key, mode, inv_beta, gamma, span, out):
+    """``out[i] = x[i] z_i``, gate ``i`` with ``q[i] = exp(-log a_i / 2)``."""
+    for i in range(x.size):
+        z, _ = _gate(key, i, q[i], mode, inv_beta, gamma, span)
+        out[i] = x[i] * z
+
+
+@njit(**_NUMBA)
+def _hc_backward(g, x, q, key, mode, inv_beta, gamma, span, gx, gxdz):
+    """``gx = g z`` and ``gxdz = g x dz/dlog a`` (summed over rows by the caller)."""
+    for i in range(x.size):
+        z, dz = _gate(key, i, q[i], mode, inv_beta, gamma, span)
+        gx[i] = g[i] * z
+        gxdz[i] = g[i] * x[i] * dz
+
+
+@njit(**_NUMBA_SUM)
+def _l0_sum(q, c_l0):
+    """``sum_c P_c``, ``P_c = 1/(1 + q_c^2 c_l0)``."""
+    T = type(c_l0)
+    total = 0.0
+    for c in range(q.size):
+        total += T(1.0) / (T(1.0) + q[c] * q[c] * c_l0)
+    return total
+
+
+@njit(**_NUMBA)
+def _l0_grad_add(q, c_l0, g_l0, gla):
+    """``gla += g_l0 P (1 - P)``."""
+    T = type(c_l0)
+    for c in range(q.size):
+        p = T(1.0) / (T(1.0) + q[c] * q[c] * c_l0)
+        gla[c] += g_l0 * p * (T(1.0) - p)
+
+
+class _HardConcreteGate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2d, log_alpha, key, beta, gamma, zeta):
+        T = x2d.numpy().dtype.type
+        q = torch.mul(log_alpha.detach(), -0.5).exp_()
+        prm = (_pow_mode(beta), T(1.0 / beta), T(gamma), T(zeta - gamma))
+        c_l0 = T((-gamma / zeta) ** beta)
+        out = torch.empty_like(x2d)
+        qx = q.expand_as(x2d).contiguous() if x2d.shape[0] > 1 else q
+        _hc_forward(_flat(x2d), _flat(qx), key, *prm, out.view(-1).numpy())
+        ctx.save_for_backward(x2d, q, qx)
+        ctx.key, ctx.prm, ctx.c_l0 = key, prm, c_l0
+        return out, x2d.new_tensor(_l0_sum(q.numpy(), c_l0))
+
+    @staticmethod
+    def backward(ctx, g, g_l0):
+        x2d, q, qx = ctx.saved_tensors
+        gx, gxdz = torch.empty_like(x2d), torch.empty_like(x2d)
+        _hc_backward(_flat(g), _flat(x2d), _flat(qx), ctx.key, *ctx.prm, gx.view(-1).numpy(),
+                     gxdz.view(-1).numpy())
+        gla = gxdz.view(-1) if x2d.shape[0] == 1 else gxdz.sum(0)
+        if g_l0 is not None:
+            _l0_grad_add(q.numpy(), ctx.c_l0, type(ctx.c_l0)(float(g_l0)), gla.numpy())
+        return gx, gla, None, None, None, None
+
+
+def _hc_torch(x2d, log_alpha, u, beta, gamma, zeta):
+    """The same gate in torch expressions (other devices; and the reference in the tests)."""
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / beta)
+    z = (s * (zeta - gamma) + gamma).clamp(0.0, 1.0)
+    l0 = torch.sigmoid(log_alpha - beta * math.log(-gamma / zeta)).sum()
+    return x2d * z, l0
+
+
+def hard_concrete_gate(x, log_alpha, key: int, beta: float, gamma: float, zeta: float):
+    """``(x * z, sum_gates P(z != 0))``: hard-concrete gates with logits ``log_alpha``.
+
+    ``log_alpha`` has the shape of ``x`` (one gate per weight) or of ``x``'s last dimension (one
+    gate per column, sampled independently for every row: per-example input gates). Gate ``i``
+    (row-major over ``x``) uses the float32 counter-based uniform ``i`` under ``key``
+    (:func:`dualdrop.nn._noise.uniform` gives the same numbers). The second output is
+    differentiable in ``log_alpha``; multiply it by ``lam * group_size / n_train`` for the
+    expected-L0 regularizer.
+    """
+    k = _check_key(key)
+    if not 0.0 < beta or not gamma < 0.0 or not zeta > 1.0:
+        raise ValueError(f"need beta > 0, gamma < 0 < 1 < zeta, got beta={beta}, gamma={gamma}, "
+                         f"zeta={zeta}")
+    if log_alpha.shape == x.shape:
+        x2d, la = x.reshape(1, -1), log_alpha.reshape(-1)
+    elif log_alpha.dim() == 1 and x.shape[-1] == log_alpha.numel():
+        x2d, la = x.reshape(-1, log_alpha.numel()), log_alpha
+    else:
+        raise ValueError(f"log_alpha must have x's shape {tuple(x.shape)} or its last dimension "
+                         f"({x.shape[-1]},), got {tuple(log_alpha.shape)}")
+    if not _is_cpu(x, log_alpha):
+        u = uniform(x2d.shape, int(k), dtype=x.dtype, device=x.device)
+        out, l0 = _hc_torch(x2d, la, u, beta, gamma, zeta)
+    else:
+        out, l0 = _HardConcreteGate.apply(x2d.contiguous(), la.contiguous(), k, float(beta),
+                                          float(gamma), float(zeta))
+    return out.view(x.shape), l0
+
+
+# ---- variational dropout: KL and noise ---------------------------------------------------------
+
+@njit(inline="always", **_NUMBA)
+def _kl_slope(e_neg, e_k3):
+    """``dKL/dlog a`` from ``e_neg = exp(-log a)`` and ``e_k3 = exp(-k3 log a)``:
+    ``-k1 k3 s1 (1 - s1) - (1 - s2)/2`` with ``s1 = sigmoid(k2 + k3 log a)``, ``s2 =
+    sigmoid(log a)``."""
+    T = type(e_neg)
+    s1 = T(1.0) / (T(1.0) + T(math.exp(-K2)) * e_k3)
+    s2 = T(1.0) / (T(1.0) + e_neg)
+    return T(-K1 * K3) * s1 * (T(1.0) - s1) - T(0.5) * (T(1.0) - s2)
+
+
+@njit(**_NUMBA)
+def _kl_backward(la, ex, clip, g_kl, gla):
+    """``gla = g_kl dKL/dla`` inside ``[-clip, clip]``, 0 outside; ``ex = exp((-1, -k3) la)``."""
+    T = type(clip)
+    for i in range(la.size):
+        if -clip <= la[i] <= clip:
+            gla[i] = g_kl * _kl_slope(ex[0, i], ex[1, i])
+        else:
+            gla[i] = T(0.0)
+
+
+def _kl_exps(la: torch.Tensor) -> torch.Tensor:
+    """``(exp(-la), exp(-k3 la))`` stacked, in one mul and one exp pass."""
+    coef = la.new_tensor([[-1.0], [-K3]])
+    return torch.mul(la.reshape(1, -1), coef).exp_()
+
+
+def _kl_value(la: torch.Tensor, clip: float) -> torch.Tensor:
+    lac = la.clamp(-clip, clip)
+    return (K1 - K1 * torch.sigmoid(K2 + K3 * lac) + 0.5 * F.softplus(-lac)).sum()
+
+
+class _KLSum(torch.autograd.Function):
+    """``sum KL(clamp(la))`` (value only when asked), gradient in one loop."""
+
+    @staticmethod
+    def forward(ctx, la, clip, need_value):
+        ctx.save_for_backward(la)
+        ctx.clip = clip
+        with torch.no_grad():
+            return _kl_value(la, clip) if need_value else la.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        (la,) = ctx.saved_tensors
+        return _kl_grad(la, ctx.clip, g), None, None
+
+
+def _kl_grad(la: torch.Tensor, clip: float, g) -> torch.Tensor:
+    T = la.numpy().dtype.type
+    gla = torch.empty_like(la)
+    ex = _kl_exps(la)
+    _kl_backward(_flat(la), ex.numpy(), T(clip), T(float(g)), gla.view(-1).numpy())
+    return gla
+
+
+def _check_clip(clip) -> float:
+    clip = float(clip)
+    if not clip > 0.0:
+        raise ValueError(f"clip must be > 0, got {clip}")
+    return clip
+
+
+def kl_sum(log_alpha: torch.Tensor, clip: float, need_value: bool = True) -> torch.Tensor:
+    """``sum KL(clamp(log_alpha, -clip, clip))`` of the log-uniform prior (Molchanov et al. 2017,
+    eq. 14); with ``need_value=False`` the value is 0 and the gradient exact."""
+    clip = _check_clip(clip)
+    if not _is_cpu(log_alpha):
+        v = _kl_value(log_alpha, clip)
+        return v if need_value else v - v.detach()
+    return _KLSum.apply(log_alpha.contiguous(), clip, bool(need_value))
+
+
+@njit(**_NUMBA)
+def _ar_backward(w, ls2, la, ex, clip, g_kl, gw, gls):
+    T = type(clip)
+    for i in range(la.size):
+        if -clip <= la[i] <= clip:
+            d = g_kl * _kl_slope(ex[0, i], ex[1, i])
+            gls[i] = d
+            gw[i] = -d * T(2.0) * w[i] / (w[i] * w[i] + T(_AR_EPS))
+        else:
+            gls[i] = T(0.0)
+            gw[i] = T(0.0)
+
+
+class _KLSumAR(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, ls2, clip, need_value):
+        with torch.no_grad():
+            la = ls2 - torch.log(w * w + _AR_EPS)
+            ctx.save_for_backward(w, ls2, la)
+            ctx.clip = clip
+            return _kl_value(la, clip) if need_value else la.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        w, ls2, la = ctx.saved_tensors
+        T = la.numpy().dtype.type
+        gw, gls = torch.empty_like(w), torch.empty_like(ls2)
+        _ar_backward(_flat(w), _flat(ls2), _flat(la), _kl_exps(la).numpy(), T(ctx.clip),
+                     T(float(g)), gw.view(-1).numpy(), gls.view(-1).numpy())
+        return gw, gls, None, None
+
+
+def kl_sum_ar(w, log_sigma2, clip: float, need_value: bool = True) -> torch.Tensor:
+    """:func:`kl_sum` of ``log a = log_sigma2 - log(w^2 + 1e-8)`` (additive reparameterization),
+    differentiable in ``w`` and ``log_sigma2``."""
+    clip = _check_clip(clip)
+    if not _is_cpu(w, log_sigma2):
+        v = _kl_value(log_sigma2 - torch.log(w * w + _AR_EPS), clip)
+        return v if need_value else v - v.detach()
+    return _KLSumAR.apply(w.contiguous(), log_sigma2.contiguous(), clip, bool(need_value))
+
+
+@njit(**_NUMBA)
+def _vd_forward(w, h, eps, lo, hi, out):
+    for i in range(w.size):
+        sd = min(max(h[i], lo), hi)
+        out[i] = w[i] + sd * w[i] * eps[i]
+
+
+@njit(**_NUMBA)
+def _vd_backward(g, w, la, h, eps, ex, clip, lo, hi, g_kl, gw, gla):
+    """``gw = g (1 + sd e)``; ``gla = g sd w e / 2 + g_kl dKL/dla`` inside the clip, else 0."""
+    T = type(clip)
+    for i in range(w.size):
+        sd = min(max(h[i], lo), hi)
+        gw[i] = g[i] * (T(1.0) + sd * eps[i])
+        if -clip <= la[i] <= clip:
+            gla[i] = T(0.5) * g[i] * sd * w[i] * eps[i] + g_kl * _kl_slope(ex[0, i], ex[1, i])
+        else:
+            gla[i] = T(0.0)
+
+
+class _VarDropNoise(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, la, key, clip, need_value):
+        T = w.numpy().dtype.type
+        h = torch.mul(la.detach(), 0.5).exp_()           # sqrt(a) before the clip
+        eps = normal(w.shape, int(key), dtype=w.dtype)
+        out = torch.empty_like(w)
+        lo, hi = T(math.exp(-0.5 * clip)), T(math.exp(0.5 * clip))
+        _vd_forward(_flat(w), _flat(h), _flat(eps), lo, hi, out.view(-1).numpy())
+        ctx.save_for_backward(w, la, h, eps)
+        ctx.clip, ctx.lo, ctx.hi = T(clip), lo, hi
+        with torch.no_grad():
+            kl = _kl_value(la, clip) if need_value else la.new_zeros(())
+        return out, kl
+
+    @staticmethod
+    def backward(ctx, g, g_kl):
+        w, la, h, eps = ctx.saved_tensors
+        T = type(ctx.clip)
+        gw, gla = torch.empty_like(w), torch.empty_like(la)
+        if g_kl is None:
+            gkl, ex = T(0.0), np.ones((2, la.numel()), dtype=T)
+        else:
+            gkl, ex = T(float(g_kl)), _kl_exps(la).numpy()
+        _vd_backward(g.contiguous().view(-1).numpy(), _flat(w), _flat(la), _flat(h), _flat(eps),
+                     ex, ctx.clip, ctx.lo, ctx.hi, gkl, gw.view(-1).numpy(),
+                     gla.view(-1).numpy())
+        return gw, gla, None, None, None
+
+
+def vardrop_noise(w, log_alpha, key: int, clip: float, need_kl_value: bool = True):
+    """``(w (1 + sqrt(a) e), sum KL)`` with ``a = exp(clamp(log_alpha, -clip, clip))`` and ``e``
+    the counter-based normals of ``key`` (:func:`dualdrop.nn._noise.normal` gives the same
+    numbers); the KL output's value is 0 unless ``need_kl_value``, its gradient always exact."""
+    k = _check_key(key)
+    clip = _check_clip(clip)
+    if w.shape != log_alpha.shape:
+        raise ValueError(f"log_alpha must have w's shape {tuple(w.shape)}, got "
+                         f"{tuple(log_alpha.shape)}")
+    if not _is_cpu(w, log_alpha):
+        e = normal(w.shape, int(k), dtype=w.dtype, device=w.device)
+        out = w + torch.exp(0.5 * log_alpha.clamp(-clip, clip)) * w * e
+        return out, kl_sum(log_alpha, clip, need_kl_value)
+    return _VarDropNoise.apply(w.contiguous(), log_alpha.contiguous(), k, clip,
+                               bool(need_kl_value))
+
+
+# ---- local reparameterization ------------------------------------------------------------------
+
+@njit(**_NUMBA)
+def _lrv_forward(w, e, lo, hi, out):
+    for i in range(w.size):
+        out[i] = min(max(e[i], lo), hi) * w[i] * w[i]
+
+
+@njit(**_NUMBA)
+def _lrv_backward(g, w, la, e, clip, lo, hi, gw, gla):
+    T = type(clip)
+    for i in range(w.size):
+        a = min(max(e[i], lo), hi)
+        gw[i] = T(2.0) * g[i] * a * w[i]
+        gla[i] = g[i] * a * w[i] * w[i] if -clip <= la[i] <= clip else T(0.0)
+
+
+class _LRVariance(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, la, clip):
+        T = w.numpy().dtype.type
+        e = torch.exp(la.detach())
+        lo, hi = T(math.exp(-clip)), T(math.exp(clip))
+        out = torch.empty_like(w)
+        _lrv_forward(_flat(w), _flat(e), lo, hi, out.view(-1).numpy())
+        ctx.save_for_backward(w, la, e)
+        ctx.prm = (T(clip), lo, hi)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        w, la, e = ctx.saved_tensors
+        gw, gla = torch.empty_like(w), torch.empty_like(la)
+        _lrv_backward(g.contiguous().view(-1).numpy(), _flat(w), _flat(la), _flat(e), *ctx.prm,
+                      gw.view(-1).numpy(), gla.view(-1).numpy())
+        return gw, gla, None
+
+
+def lr_variance(w, log_alpha, clip: float) -> torch.Tensor:
+    """``exp(clamp(log_alpha, -clip, clip)) w^2``, the weight variance of vardrop-lr."""
+    clip = _check_clip(clip)
+    if not _is_cpu(w, log_alpha):
+        return torch.exp(log_alpha.clamp(-clip, clip)) * w * w
+    return _LRVariance.apply(w.contiguous(), log_alpha.contiguous(), clip)
+
+
+class _LocalReparamLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, var_w, key):
+        x2 = x * x
+        std = torch.mm(x2, var_w.t()).add_(_VAR_EPS).sqrt_()
+        e = normal(std.shape, key, dtype=x.dtype)
+        out = torch.addcmul(F.linear(x, w, b), std, e)
+        ctx.save_for_backward(x, x2, w, var_w, std, e)
+        ctx.has_bias = b is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, x2, w, var_w, std, e = ctx.saved_tensors
+        g = g.contiguous()
+        gs = e.mul_(g).div_(std).mul_(0.5)                 # dL/dvar = g e / (2 std), in e's buffer
+        gx = gw = gb = gvar = None
+        if ctx.needs_input_grad[0]:
+            gx = torch.mm(g, w).addcmul_(x, torch.mm(gs, var_w), value=2.0)
+        if ctx.needs_input_grad[1]:
+            gw = torch.mm(g.t(), x)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g.sum(0)
+        if ctx.needs_input_grad[3]:
+            gvar = torch.mm(gs.t(), x2)
+        return gx, gw, gb, gvar, None
+
+
+def local_reparam_linear(x, w, b, var_w, key: int) -> torch.Tensor:
+    """Pre-activations ``x w^T + b + sqrt(x^2 var_w^T + 1e-8) e``, ``e`` the counter-based normals
+    of ``key`` in the output's shape (leading dimensions of ``x`` flattened, row-major)."""
+    k = int(_check_key(key))
+    lead = x.shape[:-1]
+    x2d = x.reshape(-1, x.shape[-1])
+    if not _is_cpu(x, w, var_w):
+        e = normal((x2d.shape[0], w.shape[0]), k, dtype=x.dtype, device=x.device)
+        out = F.linear(x2d, w, b) + torch.sqrt(F.linear(x2d * x2d, var_w) + _VAR_EPS) * e
+    else:
+        out = _LocalReparamLinear.apply(x2d.contiguous(), w, b, var_w, k)
+    return out.view(*lead, w.shape[0])
+
+
+# ---- penalty methods: lam Omega'(w) in one loop ------------------------------------------------
+
+PENALTY_KINDS = {"l1": 0, "logsum": 1, "mcp": 2, "scad": 3}
+
+
+@njit(inline="always", **_NUMBA)
+def _slope(kind, wi, p0, p1):
+    """``Omega'(w)`` of the closed forms (0 at w = 0): l1 ``sign w``; logsum(eps = p0) ``sign w /
+    (|w| + eps)``; mcp(a = p0, lam = p1) ``sign w max(0, 1 - |w|/(a lam))``; scad(a, lam)
+    ``sign w`` for ``|w| <= lam``, ``sign w (a lam - |w|)/((a - 1) lam)`` up to ``a lam``, 0."""
+    T = type(wi)
+    a = abs(wi)
+    sgn = T(1.0) if wi > T(0.0) else (T(-1.0) if wi < T(0.0) else T(0.0))
+    if kind == 0:
+        return sgn
+    if kind == 1:
+        return sgn / (a + p0)
+    if kind == 2:
+        return sgn * max(T(0.0), T(1.0) - a / (p0 * p1))
+    if a <= p1:
+        return sgn
+    return sgn * max(T(0.0), (p0 * p1 - a) / ((p0 - T(1.0)) * p1))
+
+
+@njit(**_NUMBA)
+def _penalty_slope(w, kind, scale, p0, p1, out):
+    """``out = scale Omega'(w)`` (one loop per kind: the branch on ``kind`` is outside)."""
+    if kind == 0:
+        for i in range(w.size):
+            out[i] = scale * _slope(0, w[i], p0, p1)
+    elif kind == 1:
+        for i in range(w.size):
+            out[i] = scale * _slope(1, w[i], p0, p1)
+    elif kind == 2:
+        for i in range(w.size):
+            out[i] = scale * _slope(2, w[i], p0, p1)
+    else:
+        for i in range(w.size):
+            out[i] = scale * _slope(3, w[i], p0, p1)
+
+
+@njit(**_NUMBA)
+def _penalty_slope_add(w, kind, scale, p0, p1, grad):
+    """``grad += scale Omega'(w)``."""
+    if kind == 0:
+        for i in range(w.size):
+            grad[i] += scale * _slope(0, w[i], p0, p1)
+    elif kind == 1:
+        for i in range(w.size):
+            grad[i] += scale * _slope(1, w[i], p0, p1)
+    elif kind == 2:
+        for i in range(w.size):
+            grad[i] += scale * _slope(2, w[i], p0, p1)
+    else:
+        for i in range(w.size):
+            grad[i] += scale * _slope(3, w[i], p0, p1)
+
+
+def _penalty_args(kind: str, params: dict):
+    if kind not in PENALTY_KINDS:
+        raise ValueError(f"kind must be one of {sorted(PENALTY_KINDS)}, got {kind!r}; other "
+                         "penalties go through dualdrop.nn.penalty's generic path")
+    names = {"l1": (), "logsum": ("eps",), "mcp": ("a", "lam"), "scad": ("a", "lam")}[kind]
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"params of {kind!r} need {list(names)}, missing {missing}")
+    vals = [float(params[n]) for n in names] + [0.0, 0.0]
+    return PENALTY_KINDS[kind], vals[0], vals[1]
+
+
+class _PenaltyGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, kind, lam, p0, p1):
+        ctx.save_for_backward(w)
+        ctx.prm = (kind, lam, p0, p1)
+        return w.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        kind, lam, p0, p1 = ctx.prm
+        T = w.numpy().dtype.type
+        out = torch.empty_like(w)
+        _penalty_slope(_flat(w), kind, T(lam * float(g)), T(p0), T(p1), out.view(-1).numpy())
+        return out, None, None, None, None
+
+
+def penalty_grad(w, kind: str, lam: float, params: dict) -> torch.Tensor:
+    """A scalar 0 whose gradient in ``w`` is ``lam Omega'(w)`` (closed form ``kind``): add it to
+    the loss when the penalty's value is not needed (CPU; elsewhere the torch expression)."""
+    code, p0, p1 = _penalty_args(kind, params)
+    if not _is_cpu(w):
+        return _penalty_torch(w, code, lam, p0, p1)
+    return _PenaltyGrad.apply(w.contiguous(), code, float(lam), p0, p1)
+
+
+def _penalty_dense(w, code, lam, p0, p1) -> torch.Tensor:
+    """``lam Omega'(w)`` as torch expressions (other devices)."""
+    wd = w.detach()
+    a, sgn = wd.abs(), torch.sign(wd)
+    if code == 0:
+        d = sgn
+    elif code == 1:
+        d = sgn / (a + p0)
+    elif code == 2:
+        d = sgn * (1.0 - a / (p0 * p1)).clamp_min(0.0)
+    else:
+        d = sgn * torch.where(a <= p1, torch.ones_like(a),
+                              ((p0 * p1 - a) / ((p0 - 1.0) * p1)).clamp_min(0.0))
+    return d.mul_(lam)
+
+
+def _penalty_torch(w, code, lam, p0, p1):
+    d = _penalty_dense(w, code, lam, p0, p1)
+    return (w * d).sum() - (w.detach() * d).sum()
+
+
+@torch.no_grad()
+def add_penalty_grad_(grad: torch.Tensor, w: torch.Tensor, kind: str, lam: float,
+                      params: dict) -> torch.Tensor:
+    """In place ``grad += lam Omega'(w)`` in one pass (e.g. from a post-accumulate-grad hook)."""
+    code, p0, p1 = _penalty_args(kind, params)
+    if grad.shape != w.shape:
+        raise ValueError(f"grad {tuple(grad.shape)} and w {tuple(w.shape)} must have one shape")
+    if not (_is_cpu(grad, w) and grad.is_contiguous()):
+        return grad.add_(_penalty_dense(w, code, lam, p0, p1))
+    T = w.numpy().dtype.type
+    _penalty_slope_add(_flat(w), code, T(lam), T(p0), T(p1), grad.view(-1).numpy())
+    return grad
