@@ -485,7 +485,7 @@ class _LocalReparamLinear(torch.autograd.Function):
     def backward(ctx, g):
         x, x2, w, var_w, std, e = ctx.saved_tensors
         g = g.contiguous()
-        gs = e.mul_(g).div_(std).mul_(0.5)                 # dL/dvar = g e / (2 std), in e's buffer
+        gs = torch.mul(g, e).div_(std).mul_(0.5)           # dL/dvar = g e / (2 std)
         gx = gw = gb = gvar = None
         if ctx.needs_input_grad[0]:
             gx = torch.mm(g, w).addcmul_(x, torch.mm(gs, var_w), value=2.0)

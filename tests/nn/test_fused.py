@@ -1,0 +1,326 @@
+"""Counter-based noise and the fused per-weight Functions: statistics, determinism, gradchecks in
+float64, and agreement with the layers' current torch implementation for the same noise."""
+
+import math
+
+import numpy as np
+import penalties
+import pytest
+import torch
+from scipy import stats
+
+from dualdrop.nn import _fused as FU
+from dualdrop.nn import _noise as N
+from dualdrop.nn.hardconcrete import _HardConcreteSample
+from dualdrop.nn.vardrop import _KLSum, _LRVariance, kl_approx
+
+F64 = torch.float64
+KEY = N.make_key(7, 3, 11)
+
+
+# ---- keys ---------------------------------------------------------------------------------------
+
+def test_make_key_is_a_deterministic_hash_of_its_three_arguments():
+    keys = {N.make_key(s, t, k) for s in range(4) for t in range(4) for k in range(4)}
+    assert len(keys) == 64
+    assert N.make_key(1, 2, 3) == N.make_key(1, 2, 3)
+    assert 0 <= N.make_key(2**64 - 1, 2**64 - 1, 2**64 - 1) < 2**64
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.5, True, "3"])
+def test_make_key_rejects_what_is_not_a_64_bit_count(bad):
+    with pytest.raises((TypeError, ValueError), match="seed"):
+        N.make_key(bad, 0, 0)
+
+
+def test_functions_reject_bad_keys_and_dtypes():
+    with pytest.raises(TypeError, match="key"):
+        N.uniform_(torch.empty(3), 1.0)
+    with pytest.raises(ValueError, match="key"):
+        N.normal_(torch.empty(3), -1)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        N.uniform_(torch.empty(3, dtype=torch.float16), 1)
+
+
+# ---- uniforms -----------------------------------------------------------------------------------
+
+def test_uniform_float32_is_on_the_open_half_integer_grid():
+    u = N.uniform(200_000, KEY)
+    assert u.dtype == torch.float32
+    assert 0.0 < u.min().item() and u.max().item() < 1.0
+    k = u.double() * 2.0**23 - 0.5
+    assert torch.equal(k, k.round())                     # (k + 1/2) 2^-23 exactly
+    assert torch.equal(1.0 - u, (1.0 - u.double()).float())  # 1 - u exact: logit antisymmetric
+
+
+def test_uniform_is_a_function_of_key_and_flat_index_only():
+    a = N.uniform((6, 7), KEY)
+    assert torch.equal(a, N.uniform((6, 7), KEY))                  # bit-exact repeat
+    assert torch.equal(a.view(-1), N.uniform(42, KEY))            # shape does not matter
+    assert torch.equal(a.view(-1)[:10], N.uniform(10, KEY))       # a prefix of a longer draw
+    t = torch.zeros(7, 6).t()                                       # non-contiguous target
+    N.uniform_(t, KEY)
+    assert torch.equal(t.contiguous(), a)
+    assert not torch.equal(a, N.uniform((6, 7), KEY + 1))
+
+
+def test_uniform_distribution_ks_mean_variance():
+    u = N.uniform(200_000, N.make_key(0, 0, 0)).double().numpy()
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+    se = math.sqrt(1 / 12 / u.size)
+    assert abs(u.mean() - 0.5) < 5 * se
+    assert abs(u.var() - 1 / 12) < 5 * math.sqrt(1 / 180 / u.size)
+
+
+def test_uniform_float64_uses_53_bits():
+    u = N.uniform(100_000, KEY, dtype=F64)
+    assert 0.0 < u.min().item() and u.max().item() < 1.0
+    assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-3
+    # the top 23 bits agree with the float32 draw of the same index
+    assert torch.equal(torch.floor(u * 2**23), torch.floor(N.uniform(100_000, KEY).double()
+                                                          * 2**23))
+
+
+@pytest.mark.parametrize("pair", ["keys", "steps", "streams", "lag1"])
+def test_uniform_streams_and_adjacent_indices_are_uncorrelated(pair):
+    n = 100_000
+    if pair == "keys":
+        a, b = N.uniform(n, 1), N.uniform(n, 2)            # raw adjacent keys, no hashing
+    elif pair == "steps":
+        a, b = N.uniform(n, N.make_key(0, 0, 5)), N.uniform(n, N.make_key(0, 0, 6))
+    elif pair == "streams":
+        a, b = N.uniform(n, N.make_key(0, 1, 5)), N.uniform(n, N.make_key(0, 2, 5))
+    else:
+        u = N.uniform(n + 1, KEY)
+        a, b = u[:-1], u[1:]
+    r = np.corrcoef(a.double().numpy(), b.double().numpy())[0, 1]
+    assert abs(r) < 4.0 / math.sqrt(n)
+    # joint uniformity of the pairs on a 10 x 10 grid (chi-square, 99 degrees of freedom)
+    cells = (a.double() * 10).long() * 10 + (b.double() * 10).long()
+    counts = torch.bincount(cells, minlength=100).double().numpy()
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+
+# ---- normals ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_normal_distribution_and_independence(dtype):
+    n = 200_001                                              # odd: the last sine is dropped
+    z = N.normal(n, KEY, dtype=dtype)
+    assert z.dtype == dtype and torch.isfinite(z).all()
+    x = z.double().numpy()
+    assert stats.kstest(x, "norm").pvalue > 1e-3
+    assert abs(x.mean()) < 5 / math.sqrt(n)
+    assert abs(x.var() - 1.0) < 5 * math.sqrt(2.0 / n)
+    assert abs(stats.kurtosis(x)) < 5 * math.sqrt(24.0 / n)
+    half = (n + 1) // 2                                       # cos and sin of the same pair
+    r = np.corrcoef(x[: n - half], x[half:])[0, 1]
+    assert abs(r) < 4.0 / math.sqrt(n - half)
+    assert abs(np.corrcoef(x[:-1], x[1:])[0, 1]) < 4.0 / math.sqrt(n)
+
+
+def test_normal_is_reproducible_and_shape_independent():
+    a = N.normal((5, 9), KEY)
+    assert torch.equal(a, N.normal((5, 9), KEY))
+    assert torch.equal(a.view(-1), N.normal(45, KEY))
+    t = torch.zeros(9, 5).t()
+    assert torch.equal(N.normal_(t, KEY).contiguous(), a)
+    assert not torch.equal(a, N.normal((5, 9), KEY ^ 1))
+    assert N.normal(0, KEY).numel() == 0 and N.uniform(0, KEY).numel() == 0
+
+
+# ---- hard-concrete gate -------------------------------------------------------------------------
+
+BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
+
+
+def _hc_reference(w, la, u, beta=BETA):
+    z = _HardConcreteSample.apply(la, u, beta, GAMMA, ZETA)
+    l0 = torch.sigmoid(la - beta * math.log(-GAMMA / ZETA)).sum()
+    return w * z, l0
+
+
+@pytest.mark.parametrize("beta", [BETA, 0.7])
+def test_hard_concrete_gate_matches_the_layer_for_the_same_uniforms(beta):
+    torch.manual_seed(0)
+    w = (torch.randn(30, 40) * 0.1).requires_grad_()
+    la = (torch.randn(30, 40) * 2.0).requires_grad_()
+    out, l0 = FU.hard_concrete_gate(w, la, KEY, beta, GAMMA, ZETA)
+    (out * torch.randn(30, 40, generator=torch.Generator().manual_seed(1))).sum().add(
+        0.3 * l0).backward()
+    got = (out.detach(), l0.detach(), w.grad.clone(), la.grad.clone())
+    w.grad = la.grad = None
+    ref, l0r = _hc_reference(w, la, N.uniform(w.shape, KEY), beta)
+    (ref * torch.randn(30, 40, generator=torch.Generator().manual_seed(1))).sum().add(
+        0.3 * l0r).backward()
+    torch.testing.assert_close(got[0], ref.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got[1], l0r.detach(), atol=1e-4, rtol=1e-6)
+    torch.testing.assert_close(got[2], w.grad, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got[3], la.grad, atol=1e-6, rtol=1e-5)
+    assert (got[0] == 0).any() and (got[0] == w.detach()).any()  # both clamps were exercised
+
+
+@pytest.mark.parametrize("beta", [BETA, 0.7])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_hard_concrete_gate_gradcheck(beta, per_column):
+    torch.manual_seed(1)
+    x = torch.randn(4, 5, dtype=F64, requires_grad=True)
+    la = torch.randn(5 if per_column else (4, 5), dtype=F64, requires_grad=True)
+
+    def f(x, la):
+        out, l0 = FU.hard_concrete_gate(x, la, KEY, beta, GAMMA, ZETA)
+        return out, 0.7 * l0
+
+    assert torch.autograd.gradcheck(f, (x, la))
+
+
+def test_hard_concrete_per_column_gates_vary_by_row_and_sum_their_gradients():
+    torch.manual_seed(2)
+    x = torch.randn(64, 8)
+    la = torch.zeros(8, requires_grad=True)
+    out, l0 = FU.hard_concrete_gate(x, la, KEY, BETA, GAMMA, ZETA)
+    u = N.uniform(x.shape, KEY)
+    ref, l0r = _hc_reference(x, la.expand(64, 8), u)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(l0, l0r / 64, atol=1e-5, rtol=1e-6)  # one P per gate, not per row
+    g = torch.autograd.grad(out.sum(), la)[0]
+    gr = torch.autograd.grad(ref.sum(), la)[0]
+    torch.testing.assert_close(g, gr, atol=1e-5, rtol=1e-5)
+
+
+def test_hard_concrete_gate_rejects_bad_shapes_and_hyperparameters():
+    with pytest.raises(ValueError, match="log_alpha"):
+        FU.hard_concrete_gate(torch.ones(3, 4), torch.ones(3), KEY, BETA, GAMMA, ZETA)
+    with pytest.raises(ValueError, match="gamma"):
+        FU.hard_concrete_gate(torch.ones(3, 4), torch.ones(4), KEY, BETA, 0.1, ZETA)
+
+
+# ---- variational dropout ------------------------------------------------------------------------
+
+def test_vardrop_noise_matches_the_formula_and_the_layers_kl():
+    torch.manual_seed(3)
+    w = (torch.randn(20, 30) * 0.1).requires_grad_()
+    la = (torch.randn(20, 30) * 5.0).requires_grad_()         # some beyond the clip
+    out, kl = FU.vardrop_noise(w, la, KEY, 8.0, need_kl_value=True)
+    gcoef = torch.randn(20, 30, generator=torch.Generator().manual_seed(4))
+    ((out * gcoef).sum() + 0.5 * kl).backward()
+    got = (out.detach(), kl.detach(), w.grad.clone(), la.grad.clone())
+    w.grad = la.grad = None
+    e = N.normal(w.shape, KEY)
+    ref = w + torch.exp(0.5 * la.clamp(-8.0, 8.0)) * w * e
+    klr = _KLSum.apply(la, 8.0, True)
+    ((ref * gcoef).sum() + 0.5 * klr).backward()
+    torch.testing.assert_close(got[0], ref.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got[1], klr.detach(), atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(got[2], w.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[3], la.grad, atol=1e-5, rtol=1e-5)
+    assert (la.abs() > 8).any() and (got[3][la.detach().abs() > 8] == 0).all()
+    _, kl0 = FU.vardrop_noise(w, la, KEY, 8.0, need_kl_value=False)
+    assert kl0.item() == 0.0
+
+
+def test_vardrop_noise_gradcheck():
+    torch.manual_seed(5)
+    w = torch.randn(4, 6, dtype=F64, requires_grad=True)
+    la = (torch.randn(4, 6, dtype=F64) * 2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda w, la: FU.vardrop_noise(w, la, KEY, 3.0), (w, la))
+
+
+def test_kl_sums_gradcheck_and_match_the_closed_form():
+    torch.manual_seed(6)
+    la = (torch.randn(5, 7, dtype=F64) * 3).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: FU.kl_sum(x, 4.0), (la,))
+    torch.testing.assert_close(FU.kl_sum(la, 4.0), kl_approx(la.clamp(-4, 4)).sum())
+    w = torch.randn(5, 7, dtype=F64, requires_grad=True)
+    ls2 = (torch.randn(5, 7, dtype=F64) - 2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda w, s: FU.kl_sum_ar(w, s, 4.0), (w, ls2))
+    raw = ls2 - torch.log(w * w + 1e-8)
+    torch.testing.assert_close(FU.kl_sum_ar(w, ls2, 4.0), kl_approx(raw.clamp(-4, 4)).sum())
+    # value-free form: exactly 0, same gradient
+    v = FU.kl_sum(la, 4.0, need_value=False)
+    assert v.item() == 0.0
+    torch.testing.assert_close(torch.autograd.grad(v, la)[0],
+                               torch.autograd.grad(FU.kl_sum(la, 4.0), la)[0])
+
+
+def test_kl_sum_matches_the_layers_fused_kl_in_float32():
+    la = (torch.randn(50, 60) * 5).requires_grad_()
+    g1 = torch.autograd.grad(FU.kl_sum(la, 8.0), la)[0]
+    g2 = torch.autograd.grad(_KLSum.apply(la, 8.0, True), la)[0]
+    torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-5)
+
+
+# ---- local reparameterization -------------------------------------------------------------------
+
+def test_lr_variance_and_linear_gradcheck():
+    torch.manual_seed(7)
+    x = torch.randn(6, 4, dtype=F64, requires_grad=True)
+    w = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    b = torch.randn(3, dtype=F64, requires_grad=True)
+    la = (torch.randn(3, 4, dtype=F64) * 2).requires_grad_()
+
+    def f(x, w, b, la):
+        return FU.local_reparam_linear(x, w, b, FU.lr_variance(w, la, 2.0), KEY)
+
+    assert torch.autograd.gradcheck(f, (x, w, b, la))
+
+
+def test_local_reparam_linear_matches_the_layer_for_the_same_noise():
+    torch.manual_seed(8)
+    x = torch.randn(2, 16, 30)                                  # leading dims are flattened
+    w = (torch.randn(10, 30) * 0.1).requires_grad_()
+    b = torch.randn(10).requires_grad_()
+    la = (torch.randn(10, 30) * 3).requires_grad_()
+    out = FU.local_reparam_linear(x, w, b, FU.lr_variance(w, la, 8.0), KEY)
+    g = torch.autograd.grad(out.square().sum(), (w, b, la))
+    vw = _LRVariance.apply(w, la, 8.0)
+    x2 = x.reshape(32, 30)
+    ref = (torch.nn.functional.linear(x2, w, b) + torch.sqrt(
+        torch.nn.functional.linear(x2 * x2, vw) + 1e-8) * N.normal((32, 10), KEY)).view(2, 16, 10)
+    gr = torch.autograd.grad(ref.square().sum(), (w, b, la))
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for a, r in zip(g, gr):
+        torch.testing.assert_close(a, r, atol=1e-4, rtol=1e-4)
+
+
+# ---- penalty slopes -----------------------------------------------------------------------------
+
+PENALTY_CASES = [("l1", {}), ("logsum", {"eps": 0.5}), ("mcp", {"a": 3.0, "lam": 0.2}),
+                 ("scad", {"a": 3.7, "lam": 0.2})]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("kind,params", PENALTY_CASES)
+def test_penalty_grad_is_lam_times_the_catalog_derivative(kind, params, dtype):
+    w = torch.linspace(-2.0, 2.0, 401, dtype=dtype)             # includes 0 and the kinks
+    w = torch.cat([w, torch.tensor([0.2, -0.2, 0.74, -0.74], dtype=dtype)]).requires_grad_()
+    lam = 0.3
+    P = penalties.get(kind, **params)
+    want = lam * torch.from_numpy(np.asarray(P.derivative(w.detach().double().numpy())))
+    v = FU.penalty_grad(w, kind, lam, params)
+    assert v.item() == 0.0
+    (2.0 * v).backward()                                        # upstream gradient scales it
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(w.grad.double(), 2.0 * want, atol=tol, rtol=tol)
+    grad = torch.ones_like(w.detach())
+    FU.add_penalty_grad_(grad, w.detach(), kind, lam, params)
+    torch.testing.assert_close(grad.double(), 1.0 + want, atol=tol, rtol=tol)
+
+
+def test_penalty_grad_rejects_unknown_kinds_and_missing_parameters():
+    with pytest.raises(ValueError, match="kind"):
+        FU.penalty_grad(torch.ones(3), "lp", 1.0, {"p": 0.5})
+    with pytest.raises(ValueError, match="eps"):
+        FU.penalty_grad(torch.ones(3), "logsum", 1.0, {})
+    with pytest.raises(ValueError, match="shape"):
+        FU.add_penalty_grad_(torch.ones(3), torch.ones(4), "l1", 1.0, {})
+
+
+def test_fused_functions_are_bit_exact_for_a_key():
+    torch.manual_seed(9)
+    w, la = torch.randn(40, 50), torch.randn(40, 50)
+    a = FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[0]
+    assert torch.equal(a, FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[0])
+    assert not torch.equal(a, FU.hard_concrete_gate(w, la, KEY + 1, BETA, GAMMA, ZETA)[0])
+    b = FU.vardrop_noise(w, la, KEY, 8.0)[0]
+    assert torch.equal(b, FU.vardrop_noise(w, la, KEY, 8.0)[0])
