@@ -26,8 +26,8 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     ``log a``'s in the same backward pass, weighted by whatever the caller multiplied the sum by.
     Decided this way (not a hidden fused regularizer) so that autograd stays the only bookkeeper:
     if the caller does not use the L0 output it contributes nothing, used twice it counts twice.
-    The backward recomputes ``u``, ``z`` and ``dz/dlog a`` from ``(key, q)`` instead of saving
-    them: a hash and a sqrt per weight are cheaper than writing and reading two more tensors.
+    The forward keeps ``z`` and ``dz/dlog a`` for the backward (recomputing them from the key
+    there was measured slower: two divisions and a sqrt per gate cost more than two tensors).
     ``x`` with gates per column (``hardconcrete-neuron``: one gate per input unit and example) is
     the same kernel over a ``(rows, cols)`` view with ``log_alpha`` of length ``cols``.
 ``vardrop_noise(w, log_alpha, key, clip)`` -> ``(w (1 + sqrt(a) e), sum KL)``
@@ -38,8 +38,8 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
 ``kl_sum(log_alpha, clip, need_value)`` and ``kl_sum_ar(w, log_sigma2, clip, need_value)``
     the same KL for the local-reparameterization variants (``log a`` a parameter, or ``log a =
     log sigma^2 - log(w^2 + 1e-8)`` with the chain rule to ``w`` and ``log sigma^2`` fused).
-``lr_variance(w, log_alpha, clip)``
-    ``exp(clamp(log a)) w^2``, the weight variance of local reparameterization.
+``lr_variance_kl(w, log_alpha, clip)`` -> ``(exp(clamp(log a)) w^2, sum KL)``
+    the weight variance of local reparameterization and the KL from one ``exp`` pass.
 ``local_reparam_linear(x, w, b, var_w, key)``
     ``x w^T + b + sqrt(x^2 var_w^T + 1e-8) e`` with ``e`` per pre-activation (Kingma, Salimans,
     Welling, "Variational dropout and the local reparameterization trick", 2015), the noise from
@@ -67,7 +67,7 @@ hardconcrete           ``_HardConcreteSample`` + torch.rand   ``hard_concrete_ga
 hardconcrete-neuron    the same on ``x`` (Linear)             ``hard_concrete_gate`` on
                                                               ``x.view(-1, in)`` (Conv2d: as is)
 vardrop                ``exp(0.5 la) w randn`` + ``_KLSum``   ``vardrop_noise`` (KL = 2nd output)
-vardrop-lr             ``_LRVariance`` + ``_KLSum`` + the     ``lr_variance`` + ``kl_sum`` +
+vardrop-lr             ``_LRVariance`` + ``_KLSum`` + the     ``lr_variance_kl`` (one exp pass) +
                        mean/var matmuls and ``randn_like``    ``local_reparam_linear`` (Linear)
 vardrop-lr-ar          ``exp(ls2)`` + raw log a + ``_KLSum``  ``kl_sum_ar`` + ``local_reparam_
                                                               linear`` with ``var_w = exp(ls2)``
@@ -91,6 +91,7 @@ import torch.nn.functional as F
 from numba import njit
 
 from dualdrop.nn._noise import _check_key, normal, u01_f32, uniform
+from dualdrop.nn.penalty import logsum_dual
 from dualdrop.nn.vardrop import K1, K2, K3
 
 _NUMBA = dict(cache=True, error_model="numpy")
@@ -140,20 +141,22 @@ def _gate(key, i, qi, mode, inv_beta, gamma, span):
 # to ``x``'s shape, and sums over rows and the L0 term are separate passes.
 
 @njit(**_NUMBA)
-def _hc_forward(x, q, key, mode, inv_beta, gamma, span, out):
-    """``out[i] = x[i] z_i``, gate ``i`` with ``q[i] = exp(-log a_i / 2)``."""
+def _hc_forward(x, q, key, mode, inv_beta, gamma, span, out, z, dz):
+    """``out[i] = x[i] z_i``, gate ``i`` with ``q[i] = exp(-log a_i / 2)``; keeps ``z`` and
+    ``dz/dlog a`` for the backward."""
     for i in range(x.size):
-        z, _ = _gate(key, i, q[i], mode, inv_beta, gamma, span)
-        out[i] = x[i] * z
+        zi, dzi = _gate(key, i, q[i], mode, inv_beta, gamma, span)
+        out[i] = x[i] * zi
+        z[i] = zi
+        dz[i] = dzi
 
 
 @njit(**_NUMBA)
-def _hc_backward(g, x, q, key, mode, inv_beta, gamma, span, gx, gxdz):
+def _hc_backward(g, x, z, dz, gx, gxdz):
     """``gx = g z`` and ``gxdz = g x dz/dlog a`` (summed over rows by the caller)."""
     for i in range(x.size):
-        z, dz = _gate(key, i, q[i], mode, inv_beta, gamma, span)
-        gx[i] = g[i] * z
-        gxdz[i] = g[i] * x[i] * dz
+        gx[i] = g[i] * z[i]
+        gxdz[i] = g[i] * x[i] * dz[i]
 
 
 @njit(**_NUMBA_SUM)
@@ -182,19 +185,20 @@ class _HardConcreteGate(torch.autograd.Function):
         q = torch.mul(log_alpha.detach(), -0.5).exp_()
         prm = (_pow_mode(beta), T(1.0 / beta), T(gamma), T(zeta - gamma))
         c_l0 = T((-gamma / zeta) ** beta)
-        out = torch.empty_like(x2d)
+        out, z, dz = (torch.empty_like(x2d) for _ in range(3))
         qx = q.expand_as(x2d).contiguous() if x2d.shape[0] > 1 else q
-        _hc_forward(_flat(x2d), _flat(qx), key, *prm, out.view(-1).numpy())
-        ctx.save_for_backward(x2d, q, qx)
-        ctx.key, ctx.prm, ctx.c_l0 = key, prm, c_l0
-        return out, x2d.new_tensor(_l0_sum(q.numpy(), c_l0))
+        _hc_forward(_flat(x2d), _flat(qx), key, *prm, out.view(-1).numpy(), z.view(-1).numpy(),
+                    dz.view(-1).numpy())
+        ctx.save_for_backward(x2d, q, z, dz)
+        ctx.c_l0 = c_l0
+        return out, torch.tensor(_l0_sum(q.numpy(), c_l0), dtype=x2d.dtype)
 
     @staticmethod
     def backward(ctx, g, g_l0):
-        x2d, q, qx = ctx.saved_tensors
+        x2d, q, z, dz = ctx.saved_tensors
         gx, gxdz = torch.empty_like(x2d), torch.empty_like(x2d)
-        _hc_backward(_flat(g), _flat(x2d), _flat(qx), ctx.key, *ctx.prm, gx.view(-1).numpy(),
-                     gxdz.view(-1).numpy())
+        _hc_backward(_flat(g), _flat(x2d), z.view(-1).numpy(), dz.view(-1).numpy(),
+                     gx.view(-1).numpy(), gxdz.view(-1).numpy())
         gla = gxdz.view(-1) if x2d.shape[0] == 1 else gxdz.sum(0)
         if g_l0 is not None:
             _l0_grad_add(q.numpy(), ctx.c_l0, type(ctx.c_l0)(float(g_l0)), gla.numpy())
@@ -242,13 +246,11 @@ def hard_concrete_gate(x, log_alpha, key: int, beta: float, gamma: float, zeta: 
 # ---- variational dropout: KL and noise ---------------------------------------------------------
 
 @njit(inline="always", **_NUMBA)
-def _kl_slope(e_neg, e_k3):
-    """``dKL/dlog a`` from ``e_neg = exp(-log a)`` and ``e_k3 = exp(-k3 log a)``:
-    ``-k1 k3 s1 (1 - s1) - (1 - s2)/2`` with ``s1 = sigmoid(k2 + k3 log a)``, ``s2 =
-    sigmoid(log a)``."""
-    T = type(e_neg)
+def _kl_slope(s2, e_k3):
+    """``dKL/dlog a = -k1 k3 s1 (1 - s1) - (1 - s2)/2`` from ``s2 = sigmoid(log a)`` and
+    ``e_k3 = exp(-k3 log a)`` (``s1 = sigmoid(k2 + k3 log a)``)."""
+    T = type(s2)
     s1 = T(1.0) / (T(1.0) + T(math.exp(-K2)) * e_k3)
-    s2 = T(1.0) / (T(1.0) + e_neg)
     return T(-K1 * K3) * s1 * (T(1.0) - s1) - T(0.5) * (T(1.0) - s2)
 
 
@@ -257,16 +259,16 @@ def _kl_backward(la, ex, clip, g_kl, gla):
     """``gla = g_kl dKL/dla`` inside ``[-clip, clip]``, 0 outside; ``ex = exp((-1, -k3) la)``."""
     T = type(clip)
     for i in range(la.size):
-        if -clip <= la[i] <= clip:
-            gla[i] = g_kl * _kl_slope(ex[0, i], ex[1, i])
-        else:
-            gla[i] = T(0.0)
+        s2 = T(1.0) / (T(1.0) + ex[0, i])
+        gla[i] = g_kl * _kl_slope(s2, ex[1, i]) if -clip <= la[i] <= clip else T(0.0)
 
 
-def _kl_exps(la: torch.Tensor) -> torch.Tensor:
-    """``(exp(-la), exp(-k3 la))`` stacked, in one mul and one exp pass."""
-    coef = la.new_tensor([[-1.0], [-K3]])
-    return torch.mul(la.reshape(1, -1), coef).exp_()
+def _exp_scaled(la: torch.Tensor, coefs) -> torch.Tensor:
+    """``exp(c la)`` for each ``c`` in ``coefs``, stacked as rows, in one exp pass."""
+    out = torch.empty((len(coefs), la.numel()), dtype=la.dtype)
+    for row, c in zip(out, coefs):
+        torch.mul(la.detach().reshape(-1), c, out=row)
+    return out.exp_()
 
 
 def _kl_value(la: torch.Tensor, clip: float) -> torch.Tensor:
@@ -293,7 +295,7 @@ class _KLSum(torch.autograd.Function):
 def _kl_grad(la: torch.Tensor, clip: float, g) -> torch.Tensor:
     T = la.numpy().dtype.type
     gla = torch.empty_like(la)
-    ex = _kl_exps(la)
+    ex = _exp_scaled(la, (-1.0, -K3))
     _kl_backward(_flat(la), ex.numpy(), T(clip), T(float(g)), gla.view(-1).numpy())
     return gla
 
@@ -320,7 +322,7 @@ def _ar_backward(w, ls2, la, ex, clip, g_kl, gw, gls):
     T = type(clip)
     for i in range(la.size):
         if -clip <= la[i] <= clip:
-            d = g_kl * _kl_slope(ex[0, i], ex[1, i])
+            d = g_kl * _kl_slope(T(1.0) / (T(1.0) + ex[0, i]), ex[1, i])
             gls[i] = d
             gw[i] = -d * T(2.0) * w[i] / (w[i] * w[i] + T(_AR_EPS))
         else:
@@ -342,7 +344,7 @@ class _KLSumAR(torch.autograd.Function):
         w, ls2, la = ctx.saved_tensors
         T = la.numpy().dtype.type
         gw, gls = torch.empty_like(w), torch.empty_like(ls2)
-        _ar_backward(_flat(w), _flat(ls2), _flat(la), _kl_exps(la).numpy(), T(ctx.clip),
+        _ar_backward(_flat(w), _flat(ls2), _flat(la), _exp_scaled(la, (-1.0, -K3)).numpy(), T(ctx.clip),
                      T(float(g)), gw.view(-1).numpy(), gls.view(-1).numpy())
         return gw, gls, None, None
 
@@ -372,7 +374,8 @@ def _vd_backward(g, w, la, h, eps, ex, clip, lo, hi, g_kl, gw, gla):
         sd = min(max(h[i], lo), hi)
         gw[i] = g[i] * (T(1.0) + sd * eps[i])
         if -clip <= la[i] <= clip:
-            gla[i] = T(0.5) * g[i] * sd * w[i] * eps[i] + g_kl * _kl_slope(ex[0, i], ex[1, i])
+            s2 = sd * sd / (T(1.0) + sd * sd)
+            gla[i] = T(0.5) * g[i] * sd * w[i] * eps[i] + g_kl * _kl_slope(s2, ex[0, i])
         else:
             gla[i] = T(0.0)
 
@@ -398,9 +401,9 @@ class _VarDropNoise(torch.autograd.Function):
         T = type(ctx.clip)
         gw, gla = torch.empty_like(w), torch.empty_like(la)
         if g_kl is None:
-            gkl, ex = T(0.0), np.ones((2, la.numel()), dtype=T)
+            gkl, ex = T(0.0), np.ones((1, la.numel()), dtype=T)
         else:
-            gkl, ex = T(float(g_kl)), _kl_exps(la).numpy()
+            gkl, ex = T(float(g_kl)), _exp_scaled(la, (-K3,)).numpy()
         _vd_backward(g.contiguous().view(-1).numpy(), _flat(w), _flat(la), _flat(h), _flat(eps),
                      ex, ctx.clip, ctx.lo, ctx.hi, gkl, gw.view(-1).numpy(),
                      gla.view(-1).numpy())
@@ -433,17 +436,21 @@ def _lrv_forward(w, e, lo, hi, out):
 
 
 @njit(**_NUMBA)
-def _lrv_backward(g, w, la, e, clip, lo, hi, gw, gla):
+def _lrv_backward(g, w, la, e, ex, clip, lo, hi, g_kl, gw, gla):
+    """``gw = 2 g a w``; ``gla = g a w^2 + g_kl dKL/dla`` inside the clip, else 0 (``e =
+    exp(la)``, ``a`` its clamp, ``ex[0] = exp(-k3 la)``)."""
     T = type(clip)
     for i in range(w.size):
         a = min(max(e[i], lo), hi)
         gw[i] = T(2.0) * g[i] * a * w[i]
-        gla[i] = g[i] * a * w[i] * w[i] if -clip <= la[i] <= clip else T(0.0)
+        s2 = a / (T(1.0) + a)
+        gla[i] = (g[i] * a * w[i] * w[i] + g_kl * _kl_slope(s2, ex[0, i])
+                  if -clip <= la[i] <= clip else T(0.0))
 
 
-class _LRVariance(torch.autograd.Function):
+class _LRVarianceKL(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, w, la, clip):
+    def forward(ctx, w, la, clip, need_value):
         T = w.numpy().dtype.type
         e = torch.exp(la.detach())
         lo, hi = T(math.exp(-clip)), T(math.exp(clip))
@@ -451,23 +458,37 @@ class _LRVariance(torch.autograd.Function):
         _lrv_forward(_flat(w), _flat(e), lo, hi, out.view(-1).numpy())
         ctx.save_for_backward(w, la, e)
         ctx.prm = (T(clip), lo, hi)
-        return out
+        with torch.no_grad():
+            kl = _kl_value(la, clip) if need_value else la.new_zeros(())
+        return out, kl
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx, g, g_kl):
         w, la, e = ctx.saved_tensors
+        T = type(ctx.prm[0])
         gw, gla = torch.empty_like(w), torch.empty_like(la)
-        _lrv_backward(g.contiguous().view(-1).numpy(), _flat(w), _flat(la), _flat(e), *ctx.prm,
+        if g is None:
+            g = torch.zeros_like(w)
+        if g_kl is None:
+            gkl, ex = T(0.0), np.ones((1, la.numel()), dtype=T)
+        else:
+            gkl, ex = T(float(g_kl)), _exp_scaled(la, (-K3,)).numpy()
+        _lrv_backward(_flat(g), _flat(w), _flat(la), _flat(e), ex, *ctx.prm, gkl,
                       gw.view(-1).numpy(), gla.view(-1).numpy())
-        return gw, gla, None
+        return gw, gla, None, None
 
 
-def lr_variance(w, log_alpha, clip: float) -> torch.Tensor:
-    """``exp(clamp(log_alpha, -clip, clip)) w^2``, the weight variance of vardrop-lr."""
+def lr_variance_kl(w, log_alpha, clip: float, need_kl_value: bool = True):
+    """``(exp(clamp(log_alpha, -clip, clip)) w^2, sum KL)``: the weight variance of vardrop-lr
+    and its KL term from one ``exp`` pass (the KL's value only when ``need_kl_value``)."""
     clip = _check_clip(clip)
+    if w.shape != log_alpha.shape:
+        raise ValueError(f"log_alpha must have w's shape {tuple(w.shape)}, got "
+                         f"{tuple(log_alpha.shape)}")
     if not _is_cpu(w, log_alpha):
-        return torch.exp(log_alpha.clamp(-clip, clip)) * w * w
-    return _LRVariance.apply(w.contiguous(), log_alpha.contiguous(), clip)
+        return (torch.exp(log_alpha.clamp(-clip, clip)) * w * w,
+                kl_sum(log_alpha, clip, need_kl_value))
+    return _LRVarianceKL.apply(w.contiguous(), log_alpha.contiguous(), clip, bool(need_kl_value))
 
 
 class _LocalReparamLinear(torch.autograd.Function):
@@ -641,3 +662,134 @@ def add_penalty_grad_(grad: torch.Tensor, w: torch.Tensor, kind: str, lam: float
     T = w.numpy().dtype.type
     _penalty_slope_add(_flat(w), code, T(lam), T(p0), T(p1), grad.view(-1).numpy())
     return grad
+
+
+@njit(inline="always", **_NUMBA)
+def _eta_hat(kind, a, p0, p1):
+    """``eta_hat(|w|)`` of the closed forms (``inf`` where ``Omega`` is flat)."""
+    T = type(a)
+    if kind == 0:
+        return a
+    if kind == 1:
+        return a * (a + p0)
+    if kind == 2:
+        A = p0 * p1
+        return A * a / (A - a) if a < A else T(np.inf)
+    if a <= p1:
+        return a
+    return (p0 - T(1.0)) * p1 * a / (p0 * p1 - a) if a < p0 * p1 else T(np.inf)
+
+
+@njit(**_NUMBA)
+def _prox_loop(w, v, kind, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps):
+    T = type(lr_lam)
+    for i in range(w.size):
+        e = _eta_hat(kind, abs(w[i]), p0, p1)
+        r = lr_lam / (np.sqrt(v[i]) * inv_sqrt_bc2 + adam_eps)
+        w[i] = w[i] * (e / (e + r)) if e < T(np.inf) else w[i]
+
+
+@njit(**_NUMBA)
+def _adaptive_prox(w, v, kind, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps):
+    """In place ``w <- w eta_hat(w) / (eta_hat(w) + rho lam)``, ``rho = lr/(sqrt(v/bc2) + eps)``;
+    one loop per kind (the branch on ``kind`` stays outside the loops)."""
+    if kind == 0:
+        _prox_loop(w, v, 0, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+    elif kind == 1:
+        _prox_loop(w, v, 1, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+    elif kind == 2:
+        _prox_loop(w, v, 2, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+    else:
+        _prox_loop(w, v, 3, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+
+
+@torch.no_grad()
+def adaptive_prox_(w: torch.Tensor, exp_avg_sq: torch.Tensor, kind: str, params: dict,
+                   lr_lam: float, bias_correction2: float, adam_eps: float) -> torch.Tensor:
+    """AdaProx's step after Adam's, in one pass over the weights (CPU, contiguous ``w``):
+    ``w <- w eta / (eta + rho lam)`` with ``eta = eta_hat(w)`` of the closed form ``kind`` and
+    Adam's own per-coordinate step ``rho = lr / (sqrt(v / bc2) + eps)``; ``lr_lam = lr * lam``
+    must be > 0. Other devices: the same formula as torch expressions."""
+    code, p0, p1 = _penalty_args(kind, params)
+    if not lr_lam > 0.0:
+        raise ValueError(f"lr_lam must be > 0 (a zero step is the identity), got {lr_lam}")
+    if w.shape != exp_avg_sq.shape:
+        raise ValueError(f"exp_avg_sq {tuple(exp_avg_sq.shape)} must have w's shape "
+                         f"{tuple(w.shape)}")
+    inv = 1.0 / math.sqrt(bias_correction2)
+    if not (_is_cpu(w, exp_avg_sq) and w.is_contiguous()):
+        rho_lam = lr_lam / (exp_avg_sq.sqrt() * inv + adam_eps)
+        eta = _eta_dense(w, code, p0, p1)
+        return w.mul_(torch.where(torch.isinf(eta), torch.ones_like(eta), eta / (eta + rho_lam)))
+    T = w.numpy().dtype.type
+    _adaptive_prox(w.view(-1).numpy(), _flat(exp_avg_sq), code, T(p0), T(p1), T(lr_lam), T(inv),
+                   T(adam_eps))
+    return w
+
+
+def _eta_dense(w, code, p0, p1):
+    a = w.abs()
+    inf = torch.full_like(a, math.inf)
+    if code == 0:
+        return a
+    if code == 1:
+        return a * (a + p0)
+    if code == 2:
+        A = p0 * p1
+        return torch.where(a < A, A * a / (A - a).clamp_min(1e-30), inf)
+    mid = torch.where(a < p0 * p1, (p0 - 1.0) * p1 * a / (p0 * p1 - a).clamp_min(1e-30), inf)
+    return torch.where(a <= p1, a, mid)
+
+
+# ---- eta-trick -----------------------------------------------------------------------------------
+
+@njit(**_NUMBA)
+def _eta_trick_backward(w, le, eta, lam, eps, decay, g, gw, gle):
+    """``gw = g lam w / eta``; ``gle = g (lam/2 (4 eta / s^2 - w^2 / eta) + decay log eta)``,
+    ``s = sqrt(eps^2 + 4 eta) + eps`` (the LogSum dual's ``eta f'(eta) = 4 eta / s^2``)."""
+    T = type(lam)
+    for i in range(w.size):
+        e = eta[i]
+        wi = w[i] / e
+        s = np.sqrt(eps * eps + T(4.0) * e) + eps
+        gw[i] = g * lam * wi
+        gle[i] = g * (T(0.5) * lam * (T(4.0) * e / (s * s) - wi * w[i]) + decay * le[i])
+
+
+class _EtaTrick(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, le, lam, eps, decay, need_value):
+        eta = torch.exp(le.detach())
+        ctx.save_for_backward(w, le, eta)
+        ctx.prm = (lam, eps, decay)
+        if not need_value:
+            return w.new_zeros(())
+        with torch.no_grad():
+            return (0.5 * lam * ((w * w / eta).sum() + logsum_dual(eta, eps).sum())
+                    + 0.5 * decay * (le * le).sum())
+
+    @staticmethod
+    def backward(ctx, g):
+        w, le, eta = ctx.saved_tensors
+        T = w.numpy().dtype.type
+        gw, gle = torch.empty_like(w), torch.empty_like(le)
+        _eta_trick_backward(_flat(w), _flat(le), _flat(eta), *(T(p) for p in ctx.prm),
+                            T(float(g)), gw.view(-1).numpy(), gle.view(-1).numpy())
+        return gw, gle, None, None, None, None
+
+
+def eta_trick_objective(w, log_eta, lam: float, eps: float, decay: float,
+                        need_value: bool = True) -> torch.Tensor:
+    """``lam sum 1/2 (w^2/eta + f(eta)) + decay/2 sum (log eta)^2`` with the LogSum dual ``f``
+    (``dualdrop.nn.penalty.logsum_dual``), gradients in one torch exp pass and one loop; the
+    value (a log pass) only when ``need_value``, else 0 with the same gradient."""
+    if w.shape != log_eta.shape:
+        raise ValueError(f"log_eta must have w's shape {tuple(w.shape)}, got "
+                         f"{tuple(log_eta.shape)}")
+    if not _is_cpu(w, log_eta):
+        eta = torch.exp(log_eta)
+        v = (0.5 * lam * ((w * w / eta).sum() + logsum_dual(eta, eps).sum())
+             + 0.5 * decay * (log_eta * log_eta).sum())
+        return v if need_value else v - v.detach()
+    return _EtaTrick.apply(w.contiguous(), log_eta.contiguous(), float(lam), float(eps),
+                           float(decay), bool(need_value))

@@ -260,9 +260,15 @@ def test_lr_variance_and_linear_gradcheck():
     la = (torch.randn(3, 4, dtype=F64) * 2).requires_grad_()
 
     def f(x, w, b, la):
-        return FU.local_reparam_linear(x, w, b, FU.lr_variance(w, la, 2.0), KEY)
+        var_w, kl = FU.lr_variance_kl(w, la, 2.0)
+        return FU.local_reparam_linear(x, w, b, var_w, KEY), 0.3 * kl
 
     assert torch.autograd.gradcheck(f, (x, w, b, la))
+    assert torch.autograd.gradcheck(lambda w, la: FU.lr_variance_kl(w, la, 2.0)[0], (w, la))
+    assert torch.autograd.gradcheck(lambda w, la: FU.lr_variance_kl(w, la, 2.0)[1], (w, la))
+    var_w, kl = FU.lr_variance_kl(w, la, 2.0)
+    torch.testing.assert_close(var_w, torch.exp(la.clamp(-2, 2)) * w * w)
+    torch.testing.assert_close(kl, kl_approx(la.clamp(-2, 2)).sum())
 
 
 def test_local_reparam_linear_matches_the_layer_for_the_same_noise():
@@ -271,7 +277,7 @@ def test_local_reparam_linear_matches_the_layer_for_the_same_noise():
     w = (torch.randn(10, 30) * 0.1).requires_grad_()
     b = torch.randn(10).requires_grad_()
     la = (torch.randn(10, 30) * 3).requires_grad_()
-    out = FU.local_reparam_linear(x, w, b, FU.lr_variance(w, la, 8.0), KEY)
+    out = FU.local_reparam_linear(x, w, b, FU.lr_variance_kl(w, la, 8.0)[0], KEY)
     g = torch.autograd.grad(out.square().sum(), (w, b, la))
     vw = _LRVariance.apply(w, la, 8.0)
     x2 = x.reshape(32, 30)
@@ -324,3 +330,41 @@ def test_fused_functions_are_bit_exact_for_a_key():
     assert not torch.equal(a, FU.hard_concrete_gate(w, la, KEY + 1, BETA, GAMMA, ZETA)[0])
     b = FU.vardrop_noise(w, la, KEY, 8.0)[0]
     assert torch.equal(b, FU.vardrop_noise(w, la, KEY, 8.0)[0])
+
+
+# ---- AdaProx and the eta-trick ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind,params", PENALTY_CASES)
+def test_adaptive_prox_matches_the_catalog_eta_hat(kind, params):
+    w0 = torch.linspace(-2.0, 2.0, 801, dtype=F64)
+    v = torch.rand(801, dtype=F64, generator=torch.Generator().manual_seed(0)) * 1e-4
+    lr_lam, bc2, eps = 0.05, 0.3, 1e-8
+    P = penalties.get(kind, **params)
+    eta = np.asarray(P.eta_hat(w0.numpy()))
+    rho_lam = lr_lam / (np.sqrt(v.numpy() / bc2) + eps)
+    with np.errstate(invalid="ignore"):
+        want = np.where(np.isinf(eta), w0.numpy(), w0.numpy() * eta / (eta + rho_lam))
+    w = w0.clone()
+    FU.adaptive_prox_(w, v, kind, params, lr_lam, bc2, eps)
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-12, atol=1e-15)
+    w32 = w0.float()
+    FU.adaptive_prox_(w32, v.float(), kind, params, lr_lam, bc2, eps)
+    np.testing.assert_allclose(w32.double().numpy(), want, rtol=2e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="lr_lam"):
+        FU.adaptive_prox_(w, v, kind, params, 0.0, bc2, eps)
+
+
+def test_eta_trick_objective_gradcheck_and_matches_the_layers_function():
+    from dualdrop.nn.penalty import _EtaTrickObjective
+
+    torch.manual_seed(10)
+    w = torch.randn(5, 6, dtype=F64, requires_grad=True)
+    le = torch.randn(5, 6, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda w, le: FU.eta_trick_objective(w, le, 0.3, 2.0, 0.1), (w, le))
+    for need in (True, False):
+        got = FU.eta_trick_objective(w, le, 0.3, 2.0, 0.1, need)
+        ref = _EtaTrickObjective.apply(w, le, 0.3, 2.0, 0.1, need)
+        torch.testing.assert_close(got, ref)
+        for a, b in zip(torch.autograd.grad(got, (w, le)), torch.autograd.grad(ref, (w, le))):
+            torch.testing.assert_close(a, b)
