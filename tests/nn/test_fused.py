@@ -368,3 +368,32 @@ def test_eta_trick_objective_gradcheck_and_matches_the_layers_function():
         torch.testing.assert_close(got, ref)
         for a, b in zip(torch.autograd.grad(got, (w, le)), torch.autograd.grad(ref, (w, le))):
             torch.testing.assert_close(a, b)
+
+
+def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss():
+    torch.manual_seed(11)
+    w = torch.nn.Parameter(torch.randn(6, 5))
+    x = torch.randn(4, 5)
+    params = {"eps": 0.5}
+    hook = FU.PenaltyGradHook(w, "logsum", 0.3, params)
+    data = (x @ w.t()).square().sum()
+    (data + 3.0 * hook.term()).backward()
+    got = w.grad.clone()
+    w.grad = None
+    ((x @ w.t()).square().sum() + 3.0 * FU.penalty_grad(w, "logsum", 0.3, params)).backward()
+    torch.testing.assert_close(got, w.grad)
+    w.grad = None
+    (x @ w.t()).square().sum().backward()                          # term not in the loss
+    plain = w.grad.clone()
+    w.grad = None
+    ((x @ w.t()).square().sum() + hook.term() + hook.term()).backward()  # twice: counted twice
+    want = plain + 2 * 0.3 * torch.from_numpy(
+        np.asarray(penalties.get("logsum", **params).derivative(w.detach().double().numpy()))
+    ).float()
+    torch.testing.assert_close(w.grad, want)
+    hook.remove()
+    w.grad = None
+    ((x @ w.t()).square().sum() + hook.term()).backward()
+    torch.testing.assert_close(w.grad, plain)
+    with pytest.raises(TypeError, match="leaf"):
+        FU.PenaltyGradHook(torch.ones(3), "l1", 1.0, {})
