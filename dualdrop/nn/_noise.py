@@ -27,10 +27,12 @@ tensor's shape and strides because indices follow the row-major order):
 - ``normal_(t, key)``: Box-Muller, ``r = sqrt(-2 log a)``, ``(r cos 2 pi b, r sin 2 pi b)``, with
   ``a`` in (0, 1] from 32 bits (float32) or 53 bits (float64) and ``b`` a uniform in [0, 1) from
   the other bits of the same 64-bit word: one hash per *pair* of normals. The first half of the
-  flat output takes the cosines, the second half the sines. The transcendentals are torch's
-  vectorized ``log``/``sqrt``/``cos``/``sin`` (numba's scalar ones do not vectorize on this
-  machine, measured ~12x slower); normals are therefore bit-exact on the same torch build and
-  CPU, not necessarily across builds. Float32 normals are bounded by ``|z| <= sqrt(66 log 2)
+  flat output takes the cosines, the second half the sines. numba's scalar ``log``/``cos``/
+  ``sin`` do not vectorize on this machine (measured ~12x slower than torch's), so in float32 the
+  cosine and sine are polynomials after a quarter-turn reduction (``cos_sin_2pi_f32``, error
+  below 1e-7) inside the hashing loop and only the log is torch's (three passes in all); float64
+  uses torch's log, sqrt, cos and sin. Normals are therefore bit-exact on the same torch build
+  and CPU, not necessarily across builds. Float32 normals are bounded by ``|z| <= sqrt(66 log 2)
   ~= 6.76`` (``P(|Z| > 6.76) ~= 1.4e-11``).
 
 Other devices: on a non-CPU tensor both functions fall back to a ``torch.Generator`` on that
@@ -116,17 +118,57 @@ def _fill_uniform_f64(key, out):
         out[i] = (np.float64(k) + 0.5) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True)
-def _fill_box_muller_f32(key, a, b):
-    """``a[i]`` in (0, 1] (low 32 bits, for the radius), ``b[i]`` in [0, 1) (high 24 bits)."""
+@njit(cache=True, inline="always")
+def cos_sin_2pi_f32(b):
+    """``(cos 2 pi b, sin 2 pi b)`` for ``b`` in [0, 1), float32, as selects and polynomials that
+    vectorize (numba's scalar cos/sin do not): ``4b = q + t`` with ``q`` the nearest integer,
+    ``x = t pi/2`` in [-pi/4, pi/4], Taylor polynomials to ``x^9``/``x^10`` (truncation below
+    3e-8), then the quarter-turn ``q`` swaps and negates."""
+    f = np.float32
+    t4 = b * f(4.0)
+    q = np.floor(t4 + f(0.5))
+    x = (t4 - q) * f(math.pi / 2.0)
+    x2 = x * x
+    s = x * (f(1.0) + x2 * (f(-1.0 / 6.0) + x2 * (f(1.0 / 120.0) + x2 * (
+        f(-1.0 / 5040.0) + x2 * f(1.0 / 362880.0)))))
+    c = f(1.0) + x2 * (f(-0.5) + x2 * (f(1.0 / 24.0) + x2 * (f(-1.0 / 720.0) + x2 * (
+        f(1.0 / 40320.0) + x2 * f(-1.0 / 3628800.0)))))
+    # quarter turns k: (cos, sin) -> (c, s), (-s, c), (-c, -s), (s, -c); signs from the bits of
+    # k as arithmetic and two-way selects only (a four-way select chain did not vectorize)
+    k = np.int32(q)
+    odd = (k & np.int32(1)) != np.int32(0)
+    sign_c = f(np.int32(1) - np.int32(2) * (((k + np.int32(1)) >> np.int32(1)) & np.int32(1)))
+    sign_s = f(np.int32(1) - np.int32(2) * ((k >> np.int32(1)) & np.int32(1)))
+    cos_ = sign_c * (s if odd else c)
+    sin_ = sign_s * (c if odd else s)
+    return cos_, sin_
+
+
+@njit(cache=True, error_model="numpy")
+def _box_muller_f32(key, a, cos_out, sin_out):
+    """Pair ``i``: ``a[i]`` in (0, 1] from the low 32 bits (for the radius), the angle from the
+    high 24 bits; ``cos_out[i]``, ``sin_out[i]`` (the radius is applied later). Outputs are
+    separate arrays, not two halves indexed in one: the latter did not vectorize."""
+    f = np.float32
     for i in range(a.size):
         z = bits64(key, i)
-        lo = z & np.uint64(0xFFFFFFFF)
-        a[i] = np.float32((np.float64(lo) + 0.5) * (1.0 / 4294967296.0))  # may round to 1.0
-        b[i] = np.float32(z >> np.uint64(40)) * np.float32(1.0 / 16777216.0)
+        lo = np.int64(z & np.uint64(0xFFFFFFFF))
+        a[i] = f(lo) * f(2.0 ** -32) + f(2.0 ** -33)     # rounds to 1.0 at the top: log 0 = 0
+        c, s = cos_sin_2pi_f32(f(z >> np.uint64(40)) * f(1.0 / 16777216.0))
+        cos_out[i] = c
+        sin_out[i] = s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def _apply_radius_f32(log_a, cos_out, sin_out):
+    """``cos_out *= r``, ``sin_out *= r`` with ``r = sqrt(-2 log a)``."""
+    for i in range(log_a.size):
+        r = np.sqrt(np.float32(-2.0) * log_a[i])
+        cos_out[i] *= r
+        sin_out[i] *= r
+
+
+@njit(cache=True, error_model="numpy")
 def _fill_box_muller_f64(key, a, b):
     for i in range(a.size):
         z = bits64(key, i)
@@ -196,17 +238,25 @@ def normal_(t: torch.Tensor, key: int) -> torch.Tensor:
         return t
     half = (n + 1) // 2
     a = torch.empty(half, dtype=t.dtype)
-    b = torch.empty(half, dtype=t.dtype)
-    (_fill_box_muller_f32 if t.dtype == torch.float32 else _fill_box_muller_f64)(
-        k, a.numpy(), b.numpy())
-    r = a.log_().mul_(-2.0).sqrt_()
-    b.mul_(2.0 * math.pi)
     out = t.view(-1) if t.is_contiguous() else torch.empty(n, dtype=t.dtype)
-    torch.cos(b, out=out[:half])
-    out[:half].mul_(r)
-    if n > half:
-        torch.sin(b[: n - half], out=out[half:])
-        out[half:].mul_(r[: n - half])
+    if t.dtype == torch.float32:
+        # three passes: numba (bits, angle, cos/sin), torch's vectorized log, numba (radius)
+        o = out.detach()
+        sin_buf = o[half:] if n == 2 * half else torch.empty(half, dtype=t.dtype)
+        _box_muller_f32(k, a.numpy(), o[:half].numpy(), sin_buf.numpy())
+        _apply_radius_f32(a.log_().numpy(), o[:half].numpy(), sin_buf.numpy())
+        if n != 2 * half:  # odd n: the last pair's sine is dropped
+            o[half:] = sin_buf[: n - half]
+    else:
+        b = torch.empty(half, dtype=t.dtype)
+        _fill_box_muller_f64(k, a.numpy(), b.numpy())
+        r = a.log_().mul_(-2.0).sqrt_()
+        b.mul_(2.0 * math.pi)
+        torch.cos(b, out=out[:half])
+        out[:half].mul_(r)
+        if n > half:
+            torch.sin(b[: n - half], out=out[half:])
+            out[half:].mul_(r[: n - half])
     if not t.is_contiguous():
         t.copy_(out.view(t.shape))
     return t

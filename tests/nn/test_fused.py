@@ -397,3 +397,20 @@ def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss()
     torch.testing.assert_close(w.grad, plain)
     with pytest.raises(TypeError, match="leaf"):
         FU.PenaltyGradHook(torch.ones(3), "l1", 1.0, {})
+
+
+def test_float32_cos_sin_polynomials_match_numpy():
+    b = np.concatenate([np.linspace(0.0, 1.0, 100_001, endpoint=False),
+                        np.arange(16) / 16.0]).astype(np.float32)
+    from numba import njit
+
+    @njit
+    def both(b, c, s):
+        for i in range(b.size):
+            c[i], s[i] = N.cos_sin_2pi_f32(b[i])
+
+    c, s = np.empty_like(b), np.empty_like(b)
+    both(b, c, s)
+    ang = 2 * np.pi * b.astype(np.float64)
+    np.testing.assert_allclose(c, np.cos(ang), atol=3e-7)
+    np.testing.assert_allclose(s, np.sin(ang), atol=3e-7)
