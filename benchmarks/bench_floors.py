@@ -10,8 +10,12 @@ component            what it costs (LeNet-300-100: 266,200 weights, batch 128)
                      tensors, write one): e.g. adding a penalty's gradient, applying a mask
 ``trans``            one pass with a transcendental per weight (exp, log, sigmoid)
 ``adam``             Adam over one extra weight-sized parameter (log-alpha, log-eta, log-sigma2)
-``rand``             one uniform (or normal) random number per weight
-``rand_act``         one normal random number per pre-activation (128 x 410)
+``rand``             one uniform random number per weight (torch's generator)
+``rand_act``         one normal random number per pre-activation (128 x 410, torch's generator)
+``rand_cb``          one uniform per weight from the counter-based generator
+                     (``dualdrop.nn._noise``: reproducible from (seed, stream, step), 5-6x faster)
+``normal_cb``        one normal per weight from the counter-based generator
+``normal_act_cb``    one normal per pre-activation from the counter-based generator
 ``matmul``           the layers' matmuls once more, forward and backward (local
                      reparameterization's variance path)
 ===================  ==========================================================================
@@ -49,21 +53,23 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dualdrop.nn import sparsify  # noqa: E402
+from dualdrop.nn import _noise, sparsify  # noqa: E402
 
 #: extra work per step of each method beyond the dense step (see the module docstring)
-FLOOR_COUNTS: dict[str, dict[str, int]] = {
+FLOOR_COUNTS: dict[str, dict[str, float]] = {
     "magnitude": {"pass": 2},  # mask forward, mask the gradient backward
     "logsum": {"pass": 1},  # grad += lam sign(w)/(|w| + eps): one fused pass, no transcendental
     "adatikhonov": {"pass": 1},  # grad += lam w/eta_hat(w): same work as logsum
     "adaprox": {"pass": 1},  # prox w <- w eta/(eta + rho lam) with rho from Adam's v: one pass
     "penalty:mcp": {"pass": 1},
     "eta-trick": {"pass": 1, "trans": 1, "adam": 1},  # w/eta and f'(eta) with eta = lam e^p
-    "hardconcrete": {"rand": 1, "trans": 2, "pass": 3, "adam": 1},
-    "hardconcrete-neuron": {"pass": 2},  # gates per input neuron: per-weight work is the mask
-    "vardrop": {"rand": 1, "trans": 1, "pass": 3, "adam": 1},  # w(1 + sqrt(a) e), KL grad
-    "vardrop-lr": {"matmul": 1, "rand_act": 1, "trans": 1, "pass": 2, "adam": 1},
-    "vardrop-lr-ar": {"matmul": 1, "rand_act": 1, "trans": 1, "pass": 2, "adam": 1},
+    "hardconcrete": {"rand_cb": 1, "trans": 2, "pass": 3, "adam": 1},
+    # one gate per input unit and example: 128 x (784 + 300 + 100) gates = 0.57 x the weights,
+    # each a random number, two transcendental passes (sample, derivative), three passes
+    "hardconcrete-neuron": {"rand_cb": 0.57, "trans": 1.14, "pass": 1.71},
+    "vardrop": {"normal_cb": 1, "trans": 1, "pass": 3, "adam": 1},  # w(1 + sqrt(a) e), KL grad
+    "vardrop-lr": {"matmul": 1, "normal_act_cb": 1, "trans": 1, "pass": 2, "adam": 1},
+    "vardrop-lr-ar": {"matmul": 1, "normal_act_cb": 1, "trans": 1, "pass": 2, "adam": 1},
 }
 TARGETS = {"magnitude": 1.05, "logsum": 1.15, "adatikhonov": 1.15, "adaprox": 1.15,
            "penalty:mcp": 1.15, "eta-trick": 1.15, "hardconcrete": 1.5, "vardrop": 1.5,
@@ -162,19 +168,37 @@ def make_components(sizes, batch):
         for a in acts:
             a.normal_(generator=gen)
 
+    def rand_cb():
+        for i, o in enumerate(bufs):
+            _noise.uniform_(o, _noise.make_key(0, i, 0))
+
+    def normal_cb():
+        for i, o in enumerate(bufs):
+            _noise.normal_(o, _noise.make_key(0, i, 0))
+
+    def normal_act_cb():
+        for i, a in enumerate(acts):
+            _noise.normal_(a, _noise.make_key(0, i, 0))
+
     def matmul():
         out = sum(F.linear(x, w).sum() for x, w in zip(xs, ws))
         out.backward()
 
     return {"pass": pass_, "trans": trans, "adam": adam, "rand": rand, "rand_act": rand_act,
+            "rand_cb": rand_cb, "normal_cb": normal_cb, "normal_act_cb": normal_act_cb,
             "matmul": matmul}
 
 
-def timeit(fn, steps):
-    t0 = time.perf_counter()
+def timeit(fn, steps, clock=time.perf_counter):
+    t0 = clock()
     for _ in range(steps):
         fn()
-    return (time.perf_counter() - t0) / steps
+    return (clock() - t0) / steps
+
+
+#: ``--clock`` choices: the process's CPU time (what the step costs; not inflated when other
+#: processes take the core away on a shared machine) or wall-clock time
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 def main(argv=None):
@@ -186,7 +210,11 @@ def main(argv=None):
     ap.add_argument("--sizes", default="784,300,100,10",
                     help="layer widths of the MLP, e.g. 784,1200,1200,10 for the wide network")
     ap.add_argument("--methods", nargs="*", default=list(FLOOR_COUNTS), help="methods to time")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="wall: time.perf_counter; cpu: time.process_time (robust on a shared "
+                         "machine: the process's own CPU time)")
     args = ap.parse_args(argv)
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     sizes = tuple(int(s) for s in args.sizes.split(","))
     unknown = [m for m in args.methods if m not in FLOOR_COUNTS]
@@ -201,11 +229,11 @@ def main(argv=None):
     total = args.steps * (args.rounds + 1) * 10
     items.update({m: make_method(m, sizes, data, total) for m in args.methods})
     for fn in items.values():  # warm-up: compilation, allocator, optimizer state
-        timeit(fn, 5)
+        timeit(fn, 5, clock)
     times = {k: [] for k in items}
     for r in range(args.rounds):
         for k, fn in items.items():
-            times[k].append(timeit(fn, args.steps))
+            times[k].append(timeit(fn, args.steps, clock))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     spread = {k: (min(v), max(v)) for k, v in times.items()}
@@ -213,7 +241,7 @@ def main(argv=None):
     n_w = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
     print(f"\nPer-step times, MLP {'-'.join(map(str, sizes))} ({n_w} weights), batch {args.batch}, "
           f"{args.threads} thread(s), median of {args.rounds} interleaved rounds x {args.steps} "
-          f"steps; load average {os.getloadavg()[0]:.2f} at the end\n")
+          f"steps, {args.clock} clock; load average {os.getloadavg()[0]:.2f} at the end\n")
     print(f"dense step: {dense * 1e3:.3f} ms (min {spread['dense'][0] * 1e3:.3f}, max "
           f"{spread['dense'][1] * 1e3:.3f})\n")
     print("| component | ms | x dense |\n| --- | --- | --- |")

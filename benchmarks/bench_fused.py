@@ -26,7 +26,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -35,7 +34,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_floors import Batches, dense_step, lenet, make_adam, make_method  # noqa: E402
+from bench_floors import (CLOCKS, Batches, dense_step, lenet, make_adam, make_method,  # noqa: E402
+                          timeit)
 
 from dualdrop.nn import _fused as FU  # noqa: E402
 from dualdrop.nn import sparsify  # noqa: E402
@@ -131,13 +131,6 @@ def make_fused(method, sizes, data, steps_total):
     return step
 
 
-def timeit(fn, steps, clock):
-    t0 = clock()
-    for _ in range(steps):
-        fn()
-    return (clock() - t0) / steps
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
@@ -146,12 +139,12 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=128, help="batch size")
     ap.add_argument("--sizes", default="784,300,100,10", help="layer widths of the MLP")
     ap.add_argument("--methods", nargs="*", default=list(METHODS), help="methods to time")
-    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                     help="cpu: the process's CPU time (time.process_time; what one thread spends, "
                          "not inflated when other processes take the core away); wall: "
                          "time.perf_counter")
     args = ap.parse_args(argv)
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    clock = CLOCKS[args.clock]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         ap.error(f"--methods: unknown {unknown}; known: {list(METHODS)}")

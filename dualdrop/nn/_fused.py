@@ -322,7 +322,7 @@ def kl_sum(log_alpha: torch.Tensor, clip: float, need_value: bool = True) -> tor
 
 
 @njit(**_NUMBA)
-def _ar_backward(w, ls2, la, ex, clip, g_kl, gw, gls):
+def _ar_backward(w, la, ex, clip, g_kl, gw, gls):
     T = type(clip)
     for i in range(la.size):
         if -clip <= la[i] <= clip:
@@ -348,8 +348,9 @@ class _KLSumAR(torch.autograd.Function):
         w, ls2, la = ctx.saved_tensors
         T = la.numpy().dtype.type
         gw, gls = torch.empty_like(w), torch.empty_like(ls2)
-        _ar_backward(_flat(w), _flat(ls2), _flat(la), _exp_scaled(la, (-1.0, -K3)).numpy(), T(ctx.clip),
-                     T(float(g)), gw.view(-1).numpy(), gls.view(-1).numpy())
+        ex = _exp_scaled(la, (-1.0, -K3)).numpy()
+        _ar_backward(_flat(w), _flat(la), ex, T(ctx.clip), T(float(g)), gw.view(-1).numpy(),
+                     gls.view(-1).numpy())
         return gw, gls, None, None
 
 
