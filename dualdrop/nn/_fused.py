@@ -106,6 +106,28 @@ _VAR_EPS = 1e-8  # inside sqrt(var + eps) of the local reparameterization
 _AR_EPS = 1e-8   # inside log(w^2 + eps) of the additive reparameterization
 
 
+_NP_TYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _np_type(t: torch.Tensor):
+    """The numpy scalar type of ``t`` (the loops' arithmetic type)."""
+    return _NP_TYPES[t.dtype]
+
+
+def _check_inputs(**tensors) -> None:
+    """Tensors of one floating dtype the loops support, with a clear error otherwise."""
+    dtypes = set()
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _NP_TYPES:
+            raise TypeError(f"{name} must be float32 or float64, got {t.dtype}")
+        dtypes.add(t.dtype)
+    if len(dtypes) > 1:
+        raise TypeError(f"{', '.join(tensors)} must share one dtype, got "
+                        f"{sorted(map(str, dtypes))}")
+
+
 def _flat(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().view(-1).numpy()
 
@@ -185,7 +207,7 @@ def _l0_grad_add(q, c_l0, g_l0, gla):
 class _HardConcreteGate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2d, log_alpha, key, beta, gamma, zeta):
-        T = x2d.numpy().dtype.type
+        T = _np_type(x2d)
         q = torch.mul(log_alpha.detach(), -0.5).exp_()
         prm = (_pow_mode(beta), T(1.0 / beta), T(gamma), T(zeta - gamma))
         c_l0 = T((-gamma / zeta) ** beta)
@@ -228,6 +250,7 @@ def hard_concrete_gate(x, log_alpha, key: int, beta: float, gamma: float, zeta: 
     expected-L0 regularizer.
     """
     k = _check_key(key)
+    _check_inputs(x=x, log_alpha=log_alpha)
     if not 0.0 < beta or not gamma < 0.0 or not zeta > 1.0:
         raise ValueError(f"need beta > 0, gamma < 0 < 1 < zeta, got beta={beta}, gamma={gamma}, "
                          f"zeta={zeta}")
@@ -297,7 +320,7 @@ class _KLSum(torch.autograd.Function):
 
 
 def _kl_grad(la: torch.Tensor, clip: float, g) -> torch.Tensor:
-    T = la.numpy().dtype.type
+    T = _np_type(la)
     gla = torch.empty_like(la)
     ex = _exp_scaled(la, (-1.0, -K3))
     _kl_backward(_flat(la), ex.numpy(), T(clip), T(float(g)), gla.view(-1).numpy())
@@ -315,6 +338,7 @@ def kl_sum(log_alpha: torch.Tensor, clip: float, need_value: bool = True) -> tor
     """``sum KL(clamp(log_alpha, -clip, clip))`` of the log-uniform prior (Molchanov et al. 2017,
     eq. 14); with ``need_value=False`` the value is 0 and the gradient exact."""
     clip = _check_clip(clip)
+    _check_inputs(log_alpha=log_alpha)
     if not _is_cpu(log_alpha):
         v = _kl_value(log_alpha, clip)
         return v if need_value else v - v.detach()
@@ -346,7 +370,7 @@ class _KLSumAR(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         w, ls2, la = ctx.saved_tensors
-        T = la.numpy().dtype.type
+        T = _np_type(la)
         gw, gls = torch.empty_like(w), torch.empty_like(ls2)
         ex = _exp_scaled(la, (-1.0, -K3)).numpy()
         _ar_backward(_flat(w), _flat(la), ex, T(ctx.clip), T(float(g)), gw.view(-1).numpy(),
@@ -358,6 +382,10 @@ def kl_sum_ar(w, log_sigma2, clip: float, need_value: bool = True) -> torch.Tens
     """:func:`kl_sum` of ``log a = log_sigma2 - log(w^2 + 1e-8)`` (additive reparameterization),
     differentiable in ``w`` and ``log_sigma2``."""
     clip = _check_clip(clip)
+    _check_inputs(w=w, log_sigma2=log_sigma2)
+    if w.shape != log_sigma2.shape:
+        raise ValueError(f"log_sigma2 must have w's shape {tuple(w.shape)}, got "
+                         f"{tuple(log_sigma2.shape)}")
     if not _is_cpu(w, log_sigma2):
         v = _kl_value(log_sigma2 - torch.log(w * w + _AR_EPS), clip)
         return v if need_value else v - v.detach()
@@ -388,7 +416,7 @@ def _vd_backward(g, w, la, h, eps, ex, clip, lo, hi, g_kl, gw, gla):
 class _VarDropNoise(torch.autograd.Function):
     @staticmethod
     def forward(ctx, w, la, key, clip, need_value):
-        T = w.numpy().dtype.type
+        T = _np_type(w)
         h = torch.mul(la.detach(), 0.5).exp_()           # sqrt(a) before the clip
         eps = normal(w.shape, int(key), dtype=w.dtype)
         out = torch.empty_like(w)
@@ -421,6 +449,7 @@ def vardrop_noise(w, log_alpha, key: int, clip: float, need_kl_value: bool = Tru
     numbers); the KL output's value is 0 unless ``need_kl_value``, its gradient always exact."""
     k = _check_key(key)
     clip = _check_clip(clip)
+    _check_inputs(w=w, log_alpha=log_alpha)
     if w.shape != log_alpha.shape:
         raise ValueError(f"log_alpha must have w's shape {tuple(w.shape)}, got "
                          f"{tuple(log_alpha.shape)}")
@@ -456,7 +485,7 @@ def _lrv_backward(g, w, la, e, ex, clip, lo, hi, g_kl, gw, gla):
 class _LRVarianceKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, w, la, clip, need_value):
-        T = w.numpy().dtype.type
+        T = _np_type(w)
         e = torch.exp(la.detach())
         lo, hi = T(math.exp(-clip)), T(math.exp(clip))
         out = torch.empty_like(w)
@@ -487,6 +516,7 @@ def lr_variance_kl(w, log_alpha, clip: float, need_kl_value: bool = True):
     """``(exp(clamp(log_alpha, -clip, clip)) w^2, sum KL)``: the weight variance of vardrop-lr
     and its KL term from one ``exp`` pass (the KL's value only when ``need_kl_value``)."""
     clip = _check_clip(clip)
+    _check_inputs(w=w, log_alpha=log_alpha)
     if w.shape != log_alpha.shape:
         raise ValueError(f"log_alpha must have w's shape {tuple(w.shape)}, got "
                          f"{tuple(log_alpha.shape)}")
@@ -528,6 +558,10 @@ def local_reparam_linear(x, w, b, var_w, key: int) -> torch.Tensor:
     """Pre-activations ``x w^T + b + sqrt(x^2 var_w^T + 1e-8) e``, ``e`` the counter-based normals
     of ``key`` in the output's shape (leading dimensions of ``x`` flattened, row-major)."""
     k = int(_check_key(key))
+    _check_inputs(x=x, w=w, var_w=var_w)
+    if w.dim() != 2 or var_w.shape != w.shape or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"need w and var_w of one shape (out, in) and x (..., in), got x "
+                         f"{tuple(x.shape)}, w {tuple(w.shape)}, var_w {tuple(var_w.shape)}")
     lead = x.shape[:-1]
     x2d = x.reshape(-1, x.shape[-1])
     if not _is_cpu(x, w, var_w):
@@ -619,7 +653,7 @@ class _PenaltyGrad(torch.autograd.Function):
     def backward(ctx, g):
         (w,) = ctx.saved_tensors
         kind, lam, p0, p1 = ctx.prm
-        T = w.numpy().dtype.type
+        T = _np_type(w)
         out = torch.empty_like(w)
         _penalty_slope(_flat(w), kind, T(lam * float(g)), T(p0), T(p1), out.view(-1).numpy())
         return out, None, None, None, None
@@ -629,6 +663,7 @@ def penalty_grad(w, kind: str, lam: float, params: dict) -> torch.Tensor:
     """A scalar 0 whose gradient in ``w`` is ``lam Omega'(w)`` (closed form ``kind``): add it to
     the loss when the penalty's value is not needed (CPU; elsewhere the torch expression)."""
     code, p0, p1 = _penalty_args(kind, params)
+    _check_inputs(w=w)
     if not _is_cpu(w):
         return _penalty_torch(w, code, lam, p0, p1)
     return _PenaltyGrad.apply(w.contiguous(), code, float(lam), p0, p1)
@@ -712,11 +747,12 @@ def add_penalty_grad_(grad: torch.Tensor, w: torch.Tensor, kind: str, lam: float
                       params: dict) -> torch.Tensor:
     """In place ``grad += lam Omega'(w)`` in one pass (e.g. from a post-accumulate-grad hook)."""
     code, p0, p1 = _penalty_args(kind, params)
+    _check_inputs(grad=grad, w=w)
     if grad.shape != w.shape:
         raise ValueError(f"grad {tuple(grad.shape)} and w {tuple(w.shape)} must have one shape")
     if not (_is_cpu(grad, w) and grad.is_contiguous()):
         return grad.add_(_penalty_dense(w, code, lam, p0, p1))
-    T = w.numpy().dtype.type
+    T = _np_type(w)
     _penalty_slope_add(_flat(w), code, T(lam), T(p0), T(p1), grad.view(-1).numpy())
     return grad
 
@@ -768,6 +804,7 @@ def adaptive_prox_(w: torch.Tensor, exp_avg_sq: torch.Tensor, kind: str, params:
     Adam's own per-coordinate step ``rho = lr / (sqrt(v / bc2) + eps)``; ``lr_lam = lr * lam``
     must be > 0. Other devices: the same formula as torch expressions."""
     code, p0, p1 = _penalty_args(kind, params)
+    _check_inputs(w=w, exp_avg_sq=exp_avg_sq)
     if not lr_lam > 0.0:
         raise ValueError(f"lr_lam must be > 0 (a zero step is the identity), got {lr_lam}")
     if w.shape != exp_avg_sq.shape:
@@ -778,7 +815,7 @@ def adaptive_prox_(w: torch.Tensor, exp_avg_sq: torch.Tensor, kind: str, params:
         rho_lam = lr_lam / (exp_avg_sq.sqrt() * inv + adam_eps)
         eta = _eta_dense(w, code, p0, p1)
         return w.mul_(torch.where(torch.isinf(eta), torch.ones_like(eta), eta / (eta + rho_lam)))
-    T = w.numpy().dtype.type
+    T = _np_type(w)
     _adaptive_prox(w.view(-1).numpy(), _flat(exp_avg_sq), code, T(p0), T(p1), T(lr_lam), T(inv),
                    T(adam_eps))
     return w
@@ -828,7 +865,7 @@ class _EtaTrick(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         w, le, eta = ctx.saved_tensors
-        T = w.numpy().dtype.type
+        T = _np_type(w)
         gw, gle = torch.empty_like(w), torch.empty_like(le)
         _eta_trick_backward(_flat(w), _flat(le), _flat(eta), *(T(p) for p in ctx.prm),
                             T(float(g)), gw.view(-1).numpy(), gle.view(-1).numpy())
@@ -840,6 +877,7 @@ def eta_trick_objective(w, log_eta, lam: float, eps: float, decay: float,
     """``lam sum 1/2 (w^2/eta + f(eta)) + decay/2 sum (log eta)^2`` with the LogSum dual ``f``
     (``dualdrop.nn.penalty.logsum_dual``), gradients in one torch exp pass and one loop; the
     value (a log pass) only when ``need_value``, else 0 with the same gradient."""
+    _check_inputs(w=w, log_eta=log_eta)
     if w.shape != log_eta.shape:
         raise ValueError(f"log_eta must have w's shape {tuple(w.shape)}, got "
                          f"{tuple(log_eta.shape)}")

@@ -414,3 +414,13 @@ def test_float32_cos_sin_polynomials_match_numpy():
     ang = 2 * np.pi * b.astype(np.float64)
     np.testing.assert_allclose(c, np.cos(ang), atol=3e-7)
     np.testing.assert_allclose(s, np.sin(ang), atol=3e-7)
+
+
+def test_functions_reject_other_dtypes_and_mixed_dtypes():
+    w16 = torch.ones(3, 4, dtype=torch.float16)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        FU.hard_concrete_gate(w16, w16, KEY, BETA, GAMMA, ZETA)
+    with pytest.raises(TypeError, match="one dtype"):
+        FU.vardrop_noise(torch.ones(3, 4), torch.ones(3, 4, dtype=F64), KEY, 8.0)
+    with pytest.raises(ValueError, match="var_w"):
+        FU.local_reparam_linear(torch.ones(2, 4), torch.ones(3, 4), None, torch.ones(4, 3), KEY)
