@@ -201,18 +201,35 @@ def timeit(fn, steps, clock=time.perf_counter):
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_common_args(ap, *, steps: int, clock: str) -> None:
+    """The options every step benchmark here shares."""
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
-    ap.add_argument("--steps", type=int, default=60, help="steps timed per item and round")
+    ap.add_argument("--steps", type=int, default=steps, help="steps timed per item and round")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--batch", type=int, default=128, help="batch size")
     ap.add_argument("--sizes", default="784,300,100,10",
                     help="layer widths of the MLP, e.g. 784,1200,1200,10 for the wide network")
-    ap.add_argument("--methods", nargs="*", default=list(FLOOR_COUNTS), help="methods to time")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default=clock,
                     help="wall: time.perf_counter; cpu: time.process_time (robust on a shared "
-                         "machine: the process's own CPU time)")
+                         "machine: the process's own CPU time, not the time others hold the core)")
+
+
+def run_rounds(items: dict, rounds: int, steps: int, clock) -> dict:
+    """Warm every item up, then time them interleaved: ``{name: [seconds per step, ...]}``."""
+    for fn in items.values():  # warm-up: compilation, allocator, optimizer state
+        timeit(fn, 5, clock)
+    times = {k: [] for k in items}
+    for r in range(rounds):
+        for k, fn in items.items():
+            times[k].append(timeit(fn, steps, clock))
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
+    return times
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(ap, steps=60, clock="wall")
+    ap.add_argument("--methods", nargs="*", default=list(FLOOR_COUNTS), help="methods to time")
     args = ap.parse_args(argv)
     clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
@@ -228,13 +245,7 @@ def main(argv=None):
     items.update({f"component:{k}": f for k, f in make_components(sizes, args.batch).items()})
     total = args.steps * (args.rounds + 1) * 10
     items.update({m: make_method(m, sizes, data, total) for m in args.methods})
-    for fn in items.values():  # warm-up: compilation, allocator, optimizer state
-        timeit(fn, 5, clock)
-    times = {k: [] for k in items}
-    for r in range(args.rounds):
-        for k, fn in items.items():
-            times[k].append(timeit(fn, args.steps, clock))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    times = run_rounds(items, args.rounds, args.steps, clock)
     med = {k: statistics.median(v) for k, v in times.items()}
     spread = {k: (min(v), max(v)) for k, v in times.items()}
     dense = med["dense"]

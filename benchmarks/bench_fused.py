@@ -34,8 +34,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_floors import (CLOCKS, Batches, dense_step, lenet, make_adam, make_method,  # noqa: E402
-                          timeit)
+from bench_floors import (CLOCKS, Batches, add_common_args, dense_step,  # noqa: E402
+                          lenet, make_adam, make_method, run_rounds)
 
 from dualdrop.nn import _fused as FU  # noqa: E402
 from dualdrop.nn import sparsify  # noqa: E402
@@ -133,16 +133,8 @@ def make_fused(method, sizes, data, steps_total):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
-    ap.add_argument("--steps", type=int, default=40, help="steps timed per item and round")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--batch", type=int, default=128, help="batch size")
-    ap.add_argument("--sizes", default="784,300,100,10", help="layer widths of the MLP")
+    add_common_args(ap, steps=40, clock="cpu")
     ap.add_argument("--methods", nargs="*", default=list(METHODS), help="methods to time")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
-                    help="cpu: the process's CPU time (time.process_time; what one thread spends, "
-                         "not inflated when other processes take the core away); wall: "
-                         "time.perf_counter")
     args = ap.parse_args(argv)
     clock = CLOCKS[args.clock]
     unknown = [m for m in args.methods if m not in METHODS]
@@ -160,14 +152,8 @@ def main(argv=None):
     for m in args.methods:
         items[f"{m} current"] = make_method(m, sizes, data, total)
         items[f"{m} fused"] = make_fused(m, sizes, data, total)
-    for fn in items.values():  # warm-up: compilation, allocator, optimizer state
-        timeit(fn, 5, clock)
     load0 = os.getloadavg()[0]
-    times = {k: [] for k in items}
-    for r in range(args.rounds):
-        for k, fn in items.items():
-            times[k].append(timeit(fn, args.steps, clock))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    times = run_rounds(items, args.rounds, args.steps, clock)
     med = {k: statistics.median(v) for k, v in times.items()}
     dense = med["dense"]
     n_w = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))

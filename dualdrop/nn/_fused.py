@@ -128,6 +128,12 @@ def _check_inputs(**tensors) -> None:
                         f"{sorted(map(str, dtypes))}")
 
 
+def _check_same_shape(w: torch.Tensor, other: torch.Tensor, name: str) -> None:
+    if w.shape != other.shape:
+        raise ValueError(f"{name} must have w's shape {tuple(w.shape)}, got "
+                         f"{tuple(other.shape)}")
+
+
 def _flat(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().view(-1).numpy()
 
@@ -383,9 +389,7 @@ def kl_sum_ar(w, log_sigma2, clip: float, need_value: bool = True) -> torch.Tens
     differentiable in ``w`` and ``log_sigma2``."""
     clip = _check_clip(clip)
     _check_inputs(w=w, log_sigma2=log_sigma2)
-    if w.shape != log_sigma2.shape:
-        raise ValueError(f"log_sigma2 must have w's shape {tuple(w.shape)}, got "
-                         f"{tuple(log_sigma2.shape)}")
+    _check_same_shape(w, log_sigma2, "log_sigma2")
     if not _is_cpu(w, log_sigma2):
         v = _kl_value(log_sigma2 - torch.log(w * w + _AR_EPS), clip)
         return v if need_value else v - v.detach()
@@ -450,9 +454,7 @@ def vardrop_noise(w, log_alpha, key: int, clip: float, need_kl_value: bool = Tru
     k = _check_key(key)
     clip = _check_clip(clip)
     _check_inputs(w=w, log_alpha=log_alpha)
-    if w.shape != log_alpha.shape:
-        raise ValueError(f"log_alpha must have w's shape {tuple(w.shape)}, got "
-                         f"{tuple(log_alpha.shape)}")
+    _check_same_shape(w, log_alpha, "log_alpha")
     if not _is_cpu(w, log_alpha):
         e = normal(w.shape, int(k), dtype=w.dtype, device=w.device)
         out = w + torch.exp(0.5 * log_alpha.clamp(-clip, clip)) * w * e
@@ -517,9 +519,7 @@ def lr_variance_kl(w, log_alpha, clip: float, need_kl_value: bool = True):
     and its KL term from one ``exp`` pass (the KL's value only when ``need_kl_value``)."""
     clip = _check_clip(clip)
     _check_inputs(w=w, log_alpha=log_alpha)
-    if w.shape != log_alpha.shape:
-        raise ValueError(f"log_alpha must have w's shape {tuple(w.shape)}, got "
-                         f"{tuple(log_alpha.shape)}")
+    _check_same_shape(w, log_alpha, "log_alpha")
     if not _is_cpu(w, log_alpha):
         return (torch.exp(log_alpha.clamp(-clip, clip)) * w * w,
                 kl_sum(log_alpha, clip, need_kl_value))
@@ -878,9 +878,7 @@ def eta_trick_objective(w, log_eta, lam: float, eps: float, decay: float,
     (``dualdrop.nn.penalty.logsum_dual``), gradients in one torch exp pass and one loop; the
     value (a log pass) only when ``need_value``, else 0 with the same gradient."""
     _check_inputs(w=w, log_eta=log_eta)
-    if w.shape != log_eta.shape:
-        raise ValueError(f"log_eta must have w's shape {tuple(w.shape)}, got "
-                         f"{tuple(log_eta.shape)}")
+    _check_same_shape(w, log_eta, "log_eta")
     if not _is_cpu(w, log_eta):
         eta = torch.exp(log_eta)
         v = (0.5 * lam * ((w * w / eta).sum() + logsum_dual(eta, eps).sum())
