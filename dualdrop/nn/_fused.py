@@ -279,12 +279,17 @@ def hard_concrete_gate(x, log_alpha, key: int, beta: float, gamma: float, zeta: 
 # ---- variational dropout: KL and noise ---------------------------------------------------------
 
 @njit(inline="always", **_NUMBA)
-def _kl_slope(s2, e_k3):
-    """``dKL/dlog a = -k1 k3 s1 (1 - s1) - (1 - s2)/2`` from ``s2 = sigmoid(log a)`` and
-    ``e_k3 = exp(-k3 log a)`` (``s1 = sigmoid(k2 + k3 log a)``)."""
-    T = type(s2)
-    s1 = T(1.0) / (T(1.0) + T(math.exp(-K2)) * e_k3)
-    return T(-K1 * K3) * s1 * (T(1.0) - s1) - T(0.5) * (T(1.0) - s2)
+def _kl_slope(n2, d1, e_k3):
+    """``dKL/dlog a = -k1 k3 s1 (1 - s1) - (1 - s2)/2`` with ``s1 = sigmoid(k2 + k3 log a) =
+    1/d2``, ``d2 = 1 + exp(-k2) e_k3``, ``e_k3 = exp(-k3 log a)``, and ``1 - s2 = 1 - sigmoid(log
+    a) = n2/d1`` (``n2 = exp(-log a), d1 = 1 + n2``, or ``n2 = 1, d1 = 1 + a``); one division
+    for both sigmoids (divisions bound these loops). Finite for ``|log a| <= 30``."""
+    T = type(d1)
+    ce = T(math.exp(-K2)) * e_k3
+    d2 = T(1.0) + ce
+    r = T(1.0) / (d1 * d2)
+    s1 = d1 * r
+    return T(-K1 * K3) * s1 * (ce * s1) - T(0.5) * n2 * d2 * r
 
 
 @njit(**_NUMBA)
@@ -292,8 +297,8 @@ def _kl_backward(la, ex, clip, g_kl, gla):
     """``gla = g_kl dKL/dla`` inside ``[-clip, clip]``, 0 outside; ``ex = exp((-1, -k3) la)``."""
     T = type(clip)
     for i in range(la.size):
-        s2 = T(1.0) / (T(1.0) + ex[0, i])
-        gla[i] = g_kl * _kl_slope(s2, ex[1, i]) if -clip <= la[i] <= clip else T(0.0)
+        d = g_kl * _kl_slope(ex[0, i], T(1.0) + ex[0, i], ex[1, i])
+        gla[i] = d if -clip <= la[i] <= clip else T(0.0)
 
 
 def _exp_scaled(la: torch.Tensor, coefs) -> torch.Tensor:
@@ -356,7 +361,7 @@ def _ar_backward(w, la, ex, clip, g_kl, gw, gls):
     T = type(clip)
     for i in range(la.size):
         if -clip <= la[i] <= clip:
-            d = g_kl * _kl_slope(T(1.0) / (T(1.0) + ex[0, i]), ex[1, i])
+            d = g_kl * _kl_slope(ex[0, i], T(1.0) + ex[0, i], ex[1, i])
             gls[i] = d
             gw[i] = -d * T(2.0) * w[i] / (w[i] * w[i] + T(_AR_EPS))
         else:
@@ -411,8 +416,8 @@ def _vd_backward(g, w, la, h, eps, ex, clip, lo, hi, g_kl, gw, gla):
         sd = min(max(h[i], lo), hi)
         gw[i] = g[i] * (T(1.0) + sd * eps[i])
         if -clip <= la[i] <= clip:
-            s2 = sd * sd / (T(1.0) + sd * sd)
-            gla[i] = T(0.5) * g[i] * sd * w[i] * eps[i] + g_kl * _kl_slope(s2, ex[0, i])
+            kl = _kl_slope(T(1.0), T(1.0) + sd * sd, ex[0, i])
+            gla[i] = T(0.5) * g[i] * sd * w[i] * eps[i] + g_kl * kl
         else:
             gla[i] = T(0.0)
 
@@ -479,8 +484,7 @@ def _lrv_backward(g, w, la, e, ex, clip, lo, hi, g_kl, gw, gla):
     for i in range(w.size):
         a = min(max(e[i], lo), hi)
         gw[i] = T(2.0) * g[i] * a * w[i]
-        s2 = a / (T(1.0) + a)
-        gla[i] = (g[i] * a * w[i] * w[i] + g_kl * _kl_slope(s2, ex[0, i])
+        gla[i] = (g[i] * a * w[i] * w[i] + g_kl * _kl_slope(T(1.0), T(1.0) + a, ex[0, i])
                   if -clip <= la[i] <= clip else T(0.0))
 
 
