@@ -20,16 +20,16 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     counter-based uniform of index ``i`` under ``key``. The sigmoid is evaluated without a log:
     ``exp(-(logit u + log a)/beta) = (r q^2)^(1/beta)`` with ``r = (1 - u)/u`` and ``q = exp(-log
     a / 2)`` (one torch exp pass); for ``beta = 2/3`` (the paper's value) the power is ``v
-    sqrt(v)``, for 1/2 and 1 a product, otherwise a scalar ``pow`` (slower, still correct). The
-    expected L0 is a *second output* computed in the same pass, ``P = sigmoid(log a - beta
-    log(-gamma/zeta)) = 1/(1 + q^2 (-gamma/zeta)^beta)``; its gradient ``P (1 - P)`` joins
-    ``log a``'s in the same backward pass, weighted by whatever the caller multiplied the sum by.
+    sqrt(v)``, otherwise a scalar ``pow`` (~10x slower, still correct). The expected L0 is a
+    *second output* from the same ``q``, ``P = sigmoid(log a - beta log(-gamma/zeta)) = 1/(1 +
+    q^2 (-gamma/zeta)^beta)`` (no transcendental); its gradient ``P (1 - P)`` joins ``log a``'s
+    in the backward, weighted by whatever the caller multiplied the sum by.
     Decided this way (not a hidden fused regularizer) so that autograd stays the only bookkeeper:
     if the caller does not use the L0 output it contributes nothing, used twice it counts twice.
     The forward keeps ``z`` and ``dz/dlog a`` for the backward (recomputing them from the key
     there was measured slower: two divisions and a sqrt per gate cost more than two tensors).
     ``x`` with gates per column (``hardconcrete-neuron``: one gate per input unit and example) is
-    the same kernel over a ``(rows, cols)`` view with ``log_alpha`` of length ``cols``.
+    the same loop over a ``(rows, cols)`` view with ``log_alpha`` of length ``cols``.
 ``vardrop_noise(w, log_alpha, key, clip)`` -> ``(w (1 + sqrt(a) e), sum KL)``
     Molchanov, Ashukha, Vetrov, "Variational dropout sparsifies deep neural networks" (2017):
     ``a = exp(clamp(log a, -clip, clip))``, ``e`` standard normal (Box-Muller over the
