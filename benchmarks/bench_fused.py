@@ -135,7 +135,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(ap, steps=40, clock="cpu")
     ap.add_argument("--methods", nargs="*", default=list(METHODS), help="methods to time")
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="do not flush subnormal floats to zero (dualdrop.train flushes them by "
+                         "default, so the benchmark does too)")
     args = ap.parse_args(argv)
+    flushed = not args.keep_denormals and torch.set_flush_denormal(True)
     clock = CLOCKS[args.clock]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
@@ -159,7 +163,8 @@ def main(argv=None):
     n_w = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
     print(f"\nPer-step times, MLP {'-'.join(map(str, sizes))} ({n_w} weights), batch {args.batch}, "
           f"{args.threads} thread(s), median of {args.rounds} interleaved rounds x {args.steps} "
-          f"steps, {args.clock} clock; load average {load0:.2f} at the start, "
+          f"steps, {args.clock} clock, subnormals {'flushed' if flushed else 'kept'}; "
+          f"load average {load0:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end\n")
     lo, hi = min(times["dense"]), max(times["dense"])
     print(f"dense step: {dense * 1e3:.3f} ms (min {lo * 1e3:.3f}, max {hi * 1e3:.3f})\n")
