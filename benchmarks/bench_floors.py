@@ -54,6 +54,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dualdrop.nn import _noise, sparsify  # noqa: E402
+from dualdrop.train.loop import make_adam  # noqa: E402
 
 #: extra work per step of each method beyond the dense step (see the module docstring)
 FLOOR_COUNTS: dict[str, dict[str, float]] = {
@@ -83,13 +84,6 @@ def lenet(sizes=SIZES) -> nn.Sequential:
     for a, b in zip(sizes[:-1], sizes[1:]):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
-
-
-def make_adam(params, lr):
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):
-        return torch.optim.Adam(params, lr=lr)
 
 
 class Batches:

@@ -34,7 +34,7 @@ def recompute_sweep(run: Path, final: dict, data_dir: str) -> list[dict]:
     from dualdrop.data import load_dataset
     from dualdrop.nn import sparsify
     from dualdrop.train import lenet_300_100
-    from dualdrop.train.loop import SWEEP_TOLS, tol_sweep
+    from dualdrop.train.evaluate import SWEEP_TOLS, tol_sweep
 
     ck = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
     data = load_dataset(data_dir, seed=final["seed"])

@@ -93,7 +93,7 @@ def get(name, **params):
             close = difflib.get_close_matches(k, valid, n=1)
             hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         listed = ", ".join(valid) if valid else "none"
-        raise ValueError(f"unknown parameter(s) {', '.join(hints)} for penalty {key!r}; "
+        raise ValueError(f"bad parameters for penalty {key!r}: unknown {', '.join(hints)}; "
                          f"its parameters are: {listed}")
     try:
         return cls(**params)

@@ -18,6 +18,7 @@ _SUBCOMMANDS = {
     "fit": "fit_cmd",
     "sparsify": "sparsify_cmd",
     "compare": "compare_cmd",
+    "frontier": "frontier_cmd",
 }
 
 

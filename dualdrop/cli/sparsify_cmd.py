@@ -88,7 +88,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from dualdrop.train.loop import TrainConfig, check_method, resolve_hparams, train
+    from dualdrop.train import TrainConfig, check_method, resolve_hparams, train
 
     try:
         method = check_method(args.method)

@@ -2,7 +2,10 @@
 
 - :func:`lenet_300_100`: the network (input size from the data).
 - :class:`TrainConfig`, :func:`train`: one method, checkpointed every epoch, exact resume,
-  ``torchrun`` data parallel.
+  ``torchrun`` data parallel. One job per module: :mod:`~dualdrop.train.config` (the run's
+  configuration and hyperparameters), :mod:`~dualdrop.train.distributed` (``torchrun``),
+  :mod:`~dualdrop.train.checkpoint` (run files, exact resume), :mod:`~dualdrop.train.evaluate`
+  (errors, densities, tolerances), :mod:`~dualdrop.train.loop` (the loop).
 - :func:`run_comparison`, :func:`plot_comparison`, :func:`comparison_table`: several methods, the
   seed's Figure 2 and its table.
 """
@@ -14,15 +17,9 @@ from dualdrop.train.compare import (
     plot_comparison,
     run_comparison,
 )
-from dualdrop.train.loop import (
-    TrainConfig,
-    available_methods,
-    check_method,
-    epoch_order,
-    error_rate,
-    resolve_hparams,
-    train,
-)
+from dualdrop.train.config import TrainConfig, available_methods, check_method, resolve_hparams
+from dualdrop.train.evaluate import error_rate
+from dualdrop.train.loop import epoch_order, train
 from dualdrop.train.models import LeNet300100, lenet_300_100
 
 __all__ = [

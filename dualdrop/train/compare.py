@@ -18,7 +18,9 @@ from pathlib import Path
 
 import sys
 
-from dualdrop.train.loop import DENSE, RunLockedError, TrainConfig, check_method, train
+from dualdrop.train.checkpoint import RunLockedError
+from dualdrop.train.config import DENSE, TrainConfig, check_method
+from dualdrop.train.loop import train
 
 # Seed's reported results after 200 epochs on MNIST: method -> (label, test error, fraction nonzero)
 SEED_TABLE: dict[str, tuple[str, float, float]] = {

@@ -43,7 +43,7 @@ def test_cli_writes_csv_and_figure(tmp_path):
     header = rows[0]
     assert header[0] == "w" and len(header) == 6  # five scalar penalties (HardThresh is a vector penalty)
     assert len(rows) == 51 and float(rows[-1][0]) == 3.0
-    col = header.index("LogSum(2), lambda=2")
+    col = header.index("LogSum(2), λ = 2")
     assert float(rows[-1][col]) == pytest.approx(2 * math.log1p(3 / 2))
     assert (out / "penalties.png").stat().st_size > 10000 and (out / "penalties.pdf").exists()
     with open(out / "nnz_curve.csv") as fh:
@@ -66,3 +66,27 @@ def test_pickle_and_equality():
         assert clone == pen and repr(clone) == repr(pen)
     assert P.get("LogSum", eps=2.0) == P.LogSum(2.0)
     assert P.LogSum(2.0) != P.LogSum(3.0)
+
+
+def test_figure_keeps_every_curve_visible_and_tables_escape_pipes(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    specs = curves.paper_specs()
+    res = curves.penalty_figure(tmp_path, specs, n=100)
+    ax1 = figs[-1].axes[0]
+    styles = [(str(line.get_linestyle()), line.get_marker()) for line in ax1.get_lines()]
+    assert len(styles) == 5 and len(set(styles)) == 5  # HardConcrete and MCP coincide beyond 0.7
+    # the two curves that coincide are indeed equal there: the styles are what keeps both visible
+    hc, mcp = res["scalar"]["HardConcrete"], res["scalar"]["MCP(1/2, √2), λ = √2"]
+    w = res["scalar"]["w"]
+    assert np.allclose(hc[w > 0.8], mcp[w > 0.8], atol=1e-6)
+    assert not figs[-1].axes[0].get_legend()  # the legend is the figure's, below the axes
+    table = curves.format_table(curves.comparison_table(specs))
+    assert "\\|\\|w\\|\\|_0" in table
+    for line in table.splitlines():  # every row has exactly the header's number of cells
+        assert len(line.replace("\\|", "").split("|")) == len(table.splitlines()[0].split("|"))

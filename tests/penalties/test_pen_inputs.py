@@ -19,7 +19,8 @@ def test_bad_w(bad, match):
     (lambda: P.Lp(0.0), "p must be > 0"), (lambda: P.Lp(2.0), "p must be < 2"), (lambda: P.Lp(np.nan), "finite"),
     (lambda: P.MCP(a=-1), "a must be > 0"), (lambda: P.SCAD(a=1.0), "a must be > 1"), (lambda: P.SCAD(lam=0), "lam"),
     (lambda: P.HardThreshold(-1), "k must be >= 0"), (lambda: P.HardThreshold(2.5), "integer"),
-    (lambda: P.get("nope"), "unknown penalty"), (lambda: P.get("logsum", epsilon=1), "bad parameters"),
+    (lambda: P.get("nope"), "unknown penalty"), (lambda: P.get("logsum", epsilon=1), "unknown .epsilon. .did you mean .eps.*parameters are: eps"),
+    (lambda: P.get("mcp", a=3, lamda=1), "did you mean .lam.*parameters are: a, lam"),
     (lambda: P.LogSum("2"), "real number"),
 ])
 def test_bad_parameters(ctor, match):

@@ -76,9 +76,9 @@ def test_two_gloo_processes_stochastic_method_stays_in_sync(tmp_path, tiny_mnist
 def _desync_worker(rank, port, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
                       RANK=str(rank), LOCAL_RANK=str(rank))
-    from dualdrop.train.loop import _Dist
+    from dualdrop.train.distributed import Dist
 
-    d = _Dist(torch.device("cpu"))
+    d = Dist(torch.device("cpu"))
     try:
         net = torch.nn.Linear(3, 2)
         d.broadcast_module(net)

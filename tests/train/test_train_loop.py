@@ -208,7 +208,7 @@ def test_run_lock(tmp_path, tiny_data):
     import sys
 
     from dualdrop.train.compare import run_comparison, run_dir
-    from dualdrop.train.loop import RunLockedError
+    from dualdrop.train.checkpoint import RunLockedError
 
     out = tmp_path / "run"
     out.mkdir()

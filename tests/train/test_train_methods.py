@@ -179,7 +179,7 @@ def test_select_tol_rule():
     tolerance closest to the trained one; nothing admissible keeps the trained tol."""
     import torch.nn as nn
 
-    from dualdrop.train.loop import select_tol
+    from dualdrop.train.evaluate import select_tol
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3))
@@ -199,7 +199,7 @@ def test_select_tol_rule():
 
 
 def test_init_from_dense_and_sparse_runs(tmp_path, tiny_data, assert_resume_exact):
-    from dualdrop.train.loop import init_weights
+    from dualdrop.train.checkpoint import init_weights
 
     train(_cfg(tmp_path, "none", name="dense", epochs=2), data=tiny_data)
     dense_ck = torch.load(tmp_path / "dense" / "checkpoint.pt", weights_only=False)
