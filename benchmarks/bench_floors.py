@@ -36,6 +36,10 @@ reported figures are medians over rounds, ratios to the dense median of the same
 Usage (from the repository root)::
 
     python3 benchmarks/bench_floors.py --rounds 7 --steps 60 --threads 1
+    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --rounds 7 --steps 30 --clock cpu --with-fused
+
+``--with-fused`` adds, in the same rounds, each method's step with the fused Functions of
+``dualdrop.nn._fused`` (``benchmarks/bench_fused.py``'s step, the wiring plan's result).
 """
 
 from __future__ import annotations
@@ -224,6 +228,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(ap, steps=60, clock="wall")
     ap.add_argument("--methods", nargs="*", default=list(FLOOR_COUNTS), help="methods to time")
+    ap.add_argument("--with-fused", action="store_true",
+                    help="also time each method's step with dualdrop.nn._fused "
+                         "(benchmarks/bench_fused.py's step) in the same rounds")
     args = ap.parse_args(argv)
     clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
@@ -239,6 +246,11 @@ def main(argv=None):
     items.update({f"component:{k}": f for k, f in make_components(sizes, args.batch).items()})
     total = args.steps * (args.rounds + 1) * 10
     items.update({m: make_method(m, sizes, data, total) for m in args.methods})
+    if args.with_fused:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_fused import make_fused
+
+        items.update({f"{m} fused": make_fused(m, sizes, data, total) for m in args.methods})
     times = run_rounds(items, args.rounds, args.steps, clock)
     med = {k: statistics.median(v) for k, v in times.items()}
     spread = {k: (min(v), max(v)) for k, v in times.items()}
@@ -253,16 +265,20 @@ def main(argv=None):
     for k in items:
         if k.startswith("component:"):
             print(f"| {k.split(':', 1)[1]} | {med[k] * 1e3:.3f} | {med[k] / dense:.3f} |")
+    fused_head = " fused x dense | fused / floor |" if args.with_fused else ""
     print("\n| method | extra work per step | floor x dense | measured x dense | measured / floor "
-          "| target x dense | ms/step (min-max) |\n| --- | --- | --- | --- | --- | --- | --- |")
+          f"|{fused_head} target x dense | ms/step (min-max) |\n|"
+          + " --- |" * (8 if args.with_fused else 6) + " --- |")
     for m in args.methods:
         counts = FLOOR_COUNTS[m]
         floor = dense + sum(c * med[f"component:{k}"] for k, c in counts.items())
         work = ", ".join(f"{c} {k}" for k, c in counts.items())
         lo, hi = spread[m]
+        fused = (f" {med[m + ' fused'] / dense:.2f} | {med[m + ' fused'] / floor:.2f} |"
+                 if args.with_fused else "")
         print(f"| {m} | {work} | {floor / dense:.2f} | {med[m] / dense:.2f} | "
-              f"{med[m] / floor:.2f} | {TARGETS.get(m, float('nan')):.2f} | {med[m] * 1e3:.2f} "
-              f"({lo * 1e3:.2f}-{hi * 1e3:.2f}) |")
+              f"{med[m] / floor:.2f} |{fused} {TARGETS.get(m, float('nan')):.2f} | "
+              f"{med[m] * 1e3:.2f} ({lo * 1e3:.2f}-{hi * 1e3:.2f}) |")
     return 0
 
 
