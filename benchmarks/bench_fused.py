@@ -73,9 +73,8 @@ def _layer_out(method, i, layer, h, step):
         out = FU.local_reparam_linear(h, layer.weight, layer.bias, var_w, key)
         return out, (layer.lam / N_TRAIN) * kl
     if method == "vardrop-lr-ar":
-        kl = FU.kl_sum_ar(layer.weight, layer.log_sigma2, layer.clip, False)
-        out = FU.local_reparam_linear(h, layer.weight, layer.bias, torch.exp(layer.log_sigma2),
-                                      key)
+        var_w, kl = FU.ar_variance_kl(layer.weight, layer.log_sigma2, layer.clip, False)
+        out = FU.local_reparam_linear(h, layer.weight, layer.bias, var_w, key)
         return out, (layer.lam / N_TRAIN) * kl
     if method == "eta-trick":
         reg = FU.eta_trick_objective(layer.weight, layer.log_eta, layer.lam, layer.eps,

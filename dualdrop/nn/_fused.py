@@ -35,9 +35,11 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     ``a = exp(clamp(log a, -clip, clip))``, ``e`` standard normal (Box-Muller over the
     counter-based uniforms). Second output: the KL approximation's sum (its eq. 14), value
     computed only when ``need_kl_value`` (it needs a log pass), gradient always exact.
-``kl_sum(log_alpha, clip, need_value)`` and ``kl_sum_ar(w, log_sigma2, clip, need_value)``
-    the same KL for the local-reparameterization variants (``log a`` a parameter, or ``log a =
-    log sigma^2 - log(w^2 + 1e-8)`` with the chain rule to ``w`` and ``log sigma^2`` fused).
+``kl_sum(log_alpha, clip, need_value)``
+    the same KL alone, for ``log a`` a parameter.
+``ar_variance_kl(w, log_sigma2, clip)`` -> ``(sigma^2, sum KL)``
+    vardrop-lr-ar's weight variance ``exp(log sigma^2)`` and the KL at ``log a = log sigma^2 -
+    log(w^2 + 1e-8)``, the chain rule to ``w`` and ``log sigma^2`` fused into the backward.
 ``lr_variance_kl(w, log_alpha, clip)`` -> ``(exp(clamp(log a)) w^2, sum KL)``
     the weight variance of local reparameterization and the KL from one ``exp`` pass.
 ``local_reparam_linear(x, w, b, var_w, key)``
@@ -71,8 +73,8 @@ hardconcrete-neuron    the same on ``x`` (Linear)             ``hard_concrete_ga
 vardrop                ``exp(0.5 la) w randn`` + ``_KLSum``   ``vardrop_noise`` (KL = 2nd output)
 vardrop-lr             ``_LRVariance`` + ``_KLSum`` + the     ``lr_variance_kl`` (one exp pass) +
                        mean/var matmuls and ``randn_like``    ``local_reparam_linear`` (Linear)
-vardrop-lr-ar          ``exp(ls2)`` + raw log a + ``_KLSum``  ``kl_sum_ar`` + ``local_reparam_
-                                                              linear`` with ``var_w = exp(ls2)``
+vardrop-lr-ar          ``exp(ls2)`` + raw log a + ``_KLSum``  ``ar_variance_kl`` +
+                       + the LR matmuls                       ``local_reparam_linear`` (Linear)
 logsum, adatikhonov,   ``_PenaltyFunction`` (torch form)      ``PenaltyGradHook.term()`` when the
 penalty:l1/mcp/scad                                           value is not asked (``value=False``)
 adaprox                ``adaprox_step``'s torch form          ``adaptive_prox_`` (one loop)
@@ -357,48 +359,80 @@ def kl_sum(log_alpha: torch.Tensor, clip: float, need_value: bool = True) -> tor
 
 
 @njit(**_NUMBA)
-def _ar_backward(w, la, ex, clip, g_kl, gw, gls):
+def _ar_log_arg(w, out):
+    """``out = w^2 + 1e-8`` (the argument of the additive reparameterization's log)."""
+    T = type(w[0])
+    for i in range(w.size):
+        out[i] = w[i] * w[i] + T(_AR_EPS)
+
+
+@njit(**_NUMBA)
+def _ar_log_alpha(ls2, log_t, mk3):
+    """In place ``log_t <- log a = ls2 - log_t`` and ``mk3 = -k3 log a`` (exponentiated next)."""
+    T = type(ls2[0])
+    for i in range(ls2.size):
+        la = ls2[i] - log_t[i]
+        log_t[i] = la
+        mk3[i] = T(-K3) * la
+
+
+@njit(**_NUMBA)
+def _ar_backward(g_var, w, var_w, la, e_k3, clip, g_kl, gw, gls):
+    """``gls = g_var var_w + d``, ``gw = -d 2 w / (w^2 + eps)`` with ``d = g_kl dKL/dla`` inside
+    the clip (0 outside); ``exp(-log a) = (w^2 + eps) / sigma^2`` needs no transcendental."""
     T = type(clip)
-    for i in range(la.size):
-        if -clip <= la[i] <= clip:
-            d = g_kl * _kl_slope(ex[0, i], T(1.0) + ex[0, i], ex[1, i])
-            gls[i] = d
-            gw[i] = -d * T(2.0) * w[i] / (w[i] * w[i] + T(_AR_EPS))
-        else:
-            gls[i] = T(0.0)
-            gw[i] = T(0.0)
+    for i in range(w.size):
+        t = w[i] * w[i] + T(_AR_EPS)
+        e_neg = t / var_w[i]
+        k = g_kl * _kl_slope(e_neg, T(1.0) + e_neg, e_k3[i])
+        d = k if -clip <= la[i] <= clip else T(0.0)
+        gls[i] = g_var[i] * var_w[i] + d
+        gw[i] = -d * T(2.0) * w[i] / t
 
 
-class _KLSumAR(torch.autograd.Function):
+class _ARVarianceKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, w, ls2, clip, need_value):
+        var_w = torch.exp(ls2.detach())
+        ctx.save_for_backward(w, ls2, var_w)
+        ctx.clip = clip
         with torch.no_grad():
-            la = ls2 - torch.log(w * w + _AR_EPS)
-            ctx.save_for_backward(w, ls2, la)
-            ctx.clip = clip
-            return _kl_value(la, clip) if need_value else la.new_zeros(())
+            kl = (_kl_value(ls2 - torch.log(w * w + _AR_EPS), clip) if need_value
+                  else ls2.new_zeros(()))
+        return var_w, kl
 
     @staticmethod
-    def backward(ctx, g):
-        w, ls2, la = ctx.saved_tensors
-        T = _np_type(la)
+    def backward(ctx, g_var, g_kl):
+        w, ls2, var_w = ctx.saved_tensors
+        if g_kl is None:
+            return None, (g_var * var_w if g_var is not None else None), None, None
+        if g_var is None:
+            g_var = torch.zeros_like(var_w)
+        T = _np_type(w)
+        la, e_k3 = torch.empty_like(w), torch.empty_like(w)
+        _ar_log_arg(_flat(w), la.view(-1).numpy())
+        _ar_log_alpha(_flat(ls2), la.log_().view(-1).numpy(), e_k3.view(-1).numpy())
         gw, gls = torch.empty_like(w), torch.empty_like(ls2)
-        ex = _exp_scaled(la, (-1.0, -K3)).numpy()
-        _ar_backward(_flat(w), _flat(la), ex, T(ctx.clip), T(float(g)), gw.view(-1).numpy(),
-                     gls.view(-1).numpy())
+        _ar_backward(_flat(g_var), _flat(w), _flat(var_w), la.view(-1).numpy(),
+                     e_k3.exp_().view(-1).numpy(), T(ctx.clip), T(float(g_kl)),
+                     gw.view(-1).numpy(), gls.view(-1).numpy())
         return gw, gls, None, None
 
 
-def kl_sum_ar(w, log_sigma2, clip: float, need_value: bool = True) -> torch.Tensor:
-    """:func:`kl_sum` of ``log a = log_sigma2 - log(w^2 + 1e-8)`` (additive reparameterization),
-    differentiable in ``w`` and ``log_sigma2``."""
+def ar_variance_kl(w, log_sigma2, clip: float, need_kl_value: bool = True):
+    """``(sigma^2, sum KL)`` of the additive reparameterization: ``sigma^2 = exp(log_sigma2)``
+    (vardrop-lr-ar's weight variance) and the KL of :func:`kl_sum` at ``log a = log_sigma2 -
+    log(w^2 + 1e-8)``, differentiable in ``w`` and ``log_sigma2``. The forward is one exp pass;
+    the KL's gradient costs one log and one exp pass and three loops in the backward (the
+    KL's value, a further log pass, only when ``need_kl_value``)."""
     clip = _check_clip(clip)
     _check_inputs(w=w, log_sigma2=log_sigma2)
     _check_same_shape(w, log_sigma2, "log_sigma2")
     if not _is_cpu(w, log_sigma2):
         v = _kl_value(log_sigma2 - torch.log(w * w + _AR_EPS), clip)
-        return v if need_value else v - v.detach()
-    return _KLSumAR.apply(w.contiguous(), log_sigma2.contiguous(), clip, bool(need_value))
+        return torch.exp(log_sigma2), (v if need_kl_value else v - v.detach())
+    return _ARVarianceKL.apply(w.contiguous(), log_sigma2.contiguous(), clip,
+                               bool(need_kl_value))
 
 
 @njit(**_NUMBA)

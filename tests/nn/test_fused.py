@@ -233,9 +233,22 @@ def test_kl_sums_gradcheck_and_match_the_closed_form():
     torch.testing.assert_close(FU.kl_sum(la, 4.0), kl_approx(la.clamp(-4, 4)).sum())
     w = torch.randn(5, 7, dtype=F64, requires_grad=True)
     ls2 = (torch.randn(5, 7, dtype=F64) - 2).requires_grad_()
-    assert torch.autograd.gradcheck(lambda w, s: FU.kl_sum_ar(w, s, 4.0), (w, ls2))
+
+    def ar(w, s):
+        var_w, kl = FU.ar_variance_kl(w, s, 4.0)
+        return var_w, 0.3 * kl
+
+    assert torch.autograd.gradcheck(ar, (w, ls2))
+    assert torch.autograd.gradcheck(lambda w, s: FU.ar_variance_kl(w, s, 4.0)[1], (w, ls2))
     raw = ls2 - torch.log(w * w + 1e-8)
-    torch.testing.assert_close(FU.kl_sum_ar(w, ls2, 4.0), kl_approx(raw.clamp(-4, 4)).sum())
+    assert (raw.abs() > 4).any() and (raw.abs() < 4).any()       # both sides of the clip
+    var_w, kl = FU.ar_variance_kl(w, ls2, 4.0)
+    torch.testing.assert_close(var_w, torch.exp(ls2))
+    torch.testing.assert_close(kl, kl_approx(raw.clamp(-4, 4)).sum())
+    g = torch.autograd.grad(kl, (w, ls2))
+    gr = torch.autograd.grad(kl_approx(raw.clamp(-4, 4)).sum(), (w, ls2))
+    for a, b in zip(g, gr):
+        torch.testing.assert_close(a, b)
     # value-free form: exactly 0, same gradient
     v = FU.kl_sum(la, 4.0, need_value=False)
     assert v.item() == 0.0
