@@ -437,3 +437,44 @@ def test_functions_reject_other_dtypes_and_mixed_dtypes():
         FU.vardrop_noise(torch.ones(3, 4), torch.ones(3, 4, dtype=F64), KEY, 8.0)
     with pytest.raises(ValueError, match="var_w"):
         FU.local_reparam_linear(torch.ones(2, 4), torch.ones(3, 4), None, torch.ones(4, 3), KEY)
+
+
+@pytest.mark.parametrize("method", ["logsum", "penalty:mcp", "penalty:scad", "penalty:l1"])
+def test_penalty_grad_matches_the_current_penalty_layer(method):
+    from dualdrop.nn import sparsify
+    from dualdrop.nn.penalty import penalty_value
+
+    torch.manual_seed(12)
+    model = torch.nn.Sequential(torch.nn.Linear(30, 20))
+    extra = {"penalty_params": {"lam": 0.05}} if method in ("penalty:mcp", "penalty:scad") else {}
+    sparsify(model, method, lam=0.01, **extra)
+    layer = model[0]
+    ref = torch.autograd.grad(penalty_value(layer, layer.weight, False), layer.weight)[0]
+    got = torch.autograd.grad(FU.penalty_grad(layer.weight, layer.penalty.name, layer.lam,
+                                              layer.penalty.params), layer.weight)[0]
+    torch.testing.assert_close(got, ref, atol=1e-7, rtol=1e-6)
+
+
+def test_adaptive_prox_matches_the_current_adaprox_step():
+    from dualdrop.nn import sparsify
+    from dualdrop.nn.penalty import adaprox_step
+
+    torch.manual_seed(13)
+    model = torch.nn.Sequential(torch.nn.Linear(30, 20))
+    sparsify(model, "adaprox", lam=0.05)
+    layer = model[0]
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 30)).square().sum().backward()
+        opt.step()
+    w0 = layer.weight.detach().clone()
+    adaprox_step([layer], opt)
+    ref = layer.weight.detach().clone()
+    st, group = opt.state[layer.weight], opt.param_groups[0]
+    w = w0.clone()
+    FU.adaptive_prox_(w, st["exp_avg_sq"], "logsum", layer.penalty.params,
+                      group["lr"] * layer.lam, 1.0 - group["betas"][1] ** float(st["step"]),
+                      group["eps"])
+    assert not torch.equal(ref, w0)                                   # the prox did something
+    torch.testing.assert_close(w, ref, atol=1e-7, rtol=1e-6)
