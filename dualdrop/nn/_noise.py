@@ -25,8 +25,8 @@ tensor's shape and strides because indices follow the row-major order):
   ``(k + 1/2) 2^-53`` from the top 53), so every value lies in the *open* interval (0, 1) and
   ``1 - u`` lies on the same grid (``logit(u)`` is exactly antisymmetric, never infinite).
 - ``normal_(t, key)``: Box-Muller, ``r = sqrt(-2 log a)``, ``(r cos 2 pi b, r sin 2 pi b)``, with
-  ``a`` in (0, 1] from 32 bits (float32) or 53 bits (float64) and ``b`` a uniform in [0, 1) from
-  the other bits of the same 64-bit word: one hash per *pair* of normals. The first half of the
+  ``a`` in (0, 1] and ``b`` in [0, 1): in float32 the low 32 bits and the high 24 bits of one
+  64-bit word (one hash per *pair* of normals), in float64 53 bits of two independent words. The first half of the
   flat output takes the cosines, the second half the sines. numba's scalar ``log``/``cos``/
   ``sin`` do not vectorize on this machine (measured ~12x slower than torch's), so in float32 the
   cosine and sine are polynomials after a quarter-turn reduction (``cos_sin_2pi_f32``, error
