@@ -81,10 +81,17 @@ adaprox                ``adaprox_step``'s torch form          ``adaptive_prox_``
 eta-trick              ``_EtaTrickObjective``                 ``eta_trick_objective``
 =====================  =====================================================================
 
-Exact resume: every draw is a pure function of ``make_key(seed, stream, step)``, so a checkpoint
-needs the seed and the optimizer step counter (already in the optimizer's state and the training
-loop's), no generator state; the ``stream`` ids must be assigned deterministically (e.g. the
-layer's index in ``Sparsifier.layers`` times a few uses).
+Keys and exact resume: every draw is a pure function of ``make_key(seed, stream, counter)``,
+so no generator state needs saving. Proposed: each sparsified layer (or parametrization) holds
+an int64 buffer ``noise_counter`` incremented at every training-mode forward, and the method a
+``seed`` (a hyperparameter, or drawn once from torch's generator at ``sparsify`` and kept in a
+buffer); both are then in ``state_dict``, so loading a checkpoint resumes the exact noise
+sequence. A per-forward counter rather than the optimizer step keeps micro-batches of one step
+(gradient accumulation) on fresh noise. ``stream`` must be deterministic: the layer's index in
+``Sparsifier.layers`` times the number of draws per forward, plus, under data parallelism, the
+rank times a large constant (ranks see different data and need different noise). A
+parametrization (which must return one tensor) keeps the second output (expected L0 or KL) of
+its Function in an attribute for ``Sparsifier.regularizer`` to add, and clears it there.
 """
 
 from __future__ import annotations
