@@ -277,7 +277,7 @@ def hard_concrete_gate(x, log_alpha, key: int, beta: float, gamma: float, zeta: 
         raise ValueError(f"log_alpha must have x's shape {tuple(x.shape)} or its last dimension "
                          f"({x.shape[-1]},), got {tuple(log_alpha.shape)}")
     if not _is_cpu(x, log_alpha):
-        u = uniform(x2d.shape, int(k), dtype=x.dtype, device=x.device)
+        u = uniform(x2d.shape, int(k), device=x.device).to(x.dtype)  # float32 draws, as the loop
         out, l0 = _hc_torch(x2d, la, u, beta, gamma, zeta)
     else:
         out, l0 = _HardConcreteGate.apply(x2d.contiguous(), la.contiguous(), k, float(beta),

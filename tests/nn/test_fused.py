@@ -478,3 +478,54 @@ def test_adaptive_prox_matches_the_current_adaprox_step():
                       group["eps"])
     assert not torch.equal(ref, w0)                                   # the prox did something
     torch.testing.assert_close(w, ref, atol=1e-7, rtol=1e-6)
+
+
+def _outputs_and_grads(fn, *tensors):
+    outs = fn(*tensors)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    loss = sum((o * (1.0 + torch.arange(o.numel(), dtype=o.dtype).view(o.shape) / o.numel()))
+               .sum() for o in outs)
+    grads = torch.autograd.grad(loss, tensors, allow_unused=True)
+    return [o.detach() for o in outs], grads
+
+
+def test_the_other_device_fallbacks_compute_the_same_as_the_loops(monkeypatch):
+    """Every public Function's torch fallback (taken on non-CPU tensors; no GPU here) run on the
+    CPU by pretending the tensors live elsewhere: same values and gradients as the loops."""
+    torch.manual_seed(14)
+    w = (torch.randn(6, 7, dtype=F64) * 0.5).requires_grad_()
+    la = (torch.randn(6, 7, dtype=F64) * 3).requires_grad_()
+    x = torch.randn(5, 7, dtype=F64, requires_grad=True)
+    cases = {
+        "hc": lambda w, la: FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA),
+        "vd": lambda w, la: FU.vardrop_noise(w, la, KEY, 4.0),
+        "kl": lambda w, la: FU.kl_sum(la, 4.0) + 0 * w.sum(),
+        "lrkl": lambda w, la: FU.lr_variance_kl(w, la, 4.0),
+        "arkl": lambda w, la: FU.ar_variance_kl(w, la, 4.0),
+        "lin": lambda w, la: FU.local_reparam_linear(x, w, None, torch.exp(la), KEY),
+        "eta": lambda w, la: FU.eta_trick_objective(w, la, 0.3, 2.0, 0.1),
+        "pen": lambda w, la: FU.penalty_grad(w, "scad", 0.3, {"a": 3.7, "lam": 0.2})
+        + 0 * la.sum(),
+    }
+    fused = {k: _outputs_and_grads(f, w, la) for k, f in cases.items()}
+    v = torch.rand(6, 7, dtype=F64) * 1e-3
+    prox = FU.adaptive_prox_(w.detach().clone(), v, "mcp", {"a": 3.0, "lam": 0.3}, 0.01, 0.5,
+                             1e-8)
+    grad = FU.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
+                                {"eps": 0.5})
+    monkeypatch.setattr(FU, "_is_cpu", lambda *ts: False)
+    for k, f in cases.items():
+        outs, grads = _outputs_and_grads(f, w, la)
+        for a, b in zip(outs, fused[k][0]):
+            torch.testing.assert_close(a, b, msg=k)
+        for a, b in zip(grads, fused[k][1]):
+            if a is None or b is None:
+                assert (a is None or not a.any()) and (b is None or not b.any()), k
+            else:
+                torch.testing.assert_close(a, b, msg=k)
+    torch.testing.assert_close(
+        FU.adaptive_prox_(w.detach().clone(), v, "mcp", {"a": 3.0, "lam": 0.3}, 0.01, 0.5, 1e-8),
+        prox)
+    torch.testing.assert_close(
+        FU.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
+                             {"eps": 0.5}), grad)
