@@ -746,7 +746,7 @@ class _Arm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        ctx.hook.pending += float(g)
+        ctx.hook.pending.append(g)  # a tensor: no host sync on other devices
         return None, None
 
 
@@ -770,7 +770,7 @@ class PenaltyGradHook:
             raise TypeError("w must be a leaf tensor that requires grad (a Parameter)")
         self.kind, self.params, self.lam = kind, dict(params), float(lam)
         _penalty_args(kind, params)
-        self.pending = 0.0
+        self.pending: list = []
         self.w = w
         self._handle = w.register_post_accumulate_grad_hook(self._apply)
 
@@ -778,10 +778,16 @@ class PenaltyGradHook:
         return _Arm.apply(self.w, self)
 
     def _apply(self, w):
-        if self.pending != 0.0 and w.grad is not None:
-            add_penalty_grad_(w.grad, w.detach(), self.kind, self.lam * self.pending,
-                              self.params)
-        self.pending = 0.0
+        pending, self.pending = self.pending, []
+        if not pending or w.grad is None:
+            return
+        if _is_cpu(w):
+            add_penalty_grad_(w.grad, w.detach(), self.kind,
+                              self.lam * sum(float(g) for g in pending), self.params)
+        else:
+            code, p0, p1 = _penalty_args(self.kind, self.params)
+            with torch.no_grad():
+                w.grad.add_(_penalty_dense(w, code, self.lam, p0, p1) * sum(pending))
 
     def remove(self) -> None:
         self._handle.remove()

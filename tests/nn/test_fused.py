@@ -513,7 +513,14 @@ def test_the_other_device_fallbacks_compute_the_same_as_the_loops(monkeypatch):
                              1e-8)
     grad = FU.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
                                 {"eps": 0.5})
+    wp = torch.nn.Parameter(w.detach().clone())
+    hook = FU.PenaltyGradHook(wp, "mcp", 0.3, {"a": 3.0, "lam": 0.3})
+    (wp.square().sum() + 2.0 * hook.term()).backward()
+    hooked = wp.grad.clone()
     monkeypatch.setattr(FU, "_is_cpu", lambda *ts: False)
+    wp.grad = None
+    (wp.square().sum() + 2.0 * hook.term()).backward()
+    torch.testing.assert_close(wp.grad, hooked)
     for k, f in cases.items():
         outs, grads = _outputs_and_grads(f, w, la)
         for a, b in zip(outs, fused[k][0]):
