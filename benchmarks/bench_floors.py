@@ -224,6 +224,18 @@ def run_rounds(items: dict, rounds: int, steps: int, clock) -> dict:
     return times
 
 
+def dense_setup(args):
+    """From the common options: the clock, the layer sizes, the batches and ``{"dense": step}``
+    (threads set, dense model seeded)."""
+    torch.set_num_threads(args.threads)
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    data = Batches(sizes, args.batch)
+    torch.manual_seed(0)
+    dmodel = lenet(sizes)
+    dopt = make_adam(list(dmodel.parameters()), 1e-3)
+    return CLOCKS[args.clock], sizes, data, {"dense": lambda: dense_step(dmodel, dopt, data)}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(ap, steps=60, clock="wall")
@@ -232,17 +244,10 @@ def main(argv=None):
                     help="also time each method's step with dualdrop.nn._fused "
                          "(benchmarks/bench_fused.py's step) in the same rounds")
     args = ap.parse_args(argv)
-    clock = CLOCKS[args.clock]
-    torch.set_num_threads(args.threads)
-    sizes = tuple(int(s) for s in args.sizes.split(","))
     unknown = [m for m in args.methods if m not in FLOOR_COUNTS]
     if unknown:
         ap.error(f"--methods: no floor counts for {unknown}; known: {list(FLOOR_COUNTS)}")
-    data = Batches(sizes, args.batch)
-    torch.manual_seed(0)
-    dmodel = lenet(sizes)
-    dopt = make_adam(list(dmodel.parameters()), 1e-3)
-    items = {"dense": lambda: dense_step(dmodel, dopt, data)}
+    clock, sizes, data, items = dense_setup(args)
     items.update({f"component:{k}": f for k, f in make_components(sizes, args.batch).items()})
     total = args.steps * (args.rounds + 1) * 10
     items.update({m: make_method(m, sizes, data, total) for m in args.methods})

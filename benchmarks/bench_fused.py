@@ -34,8 +34,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_floors import (CLOCKS, Batches, add_common_args, dense_step,  # noqa: E402
-                          lenet, make_adam, make_method, run_rounds)
+from bench_floors import (add_common_args, dense_setup, lenet, make_adam,  # noqa: E402
+                          make_method, run_rounds)
 
 from dualdrop.nn import _fused as FU  # noqa: E402
 from dualdrop.nn import sparsify  # noqa: E402
@@ -139,17 +139,10 @@ def main(argv=None):
                          "default, so the benchmark does too)")
     args = ap.parse_args(argv)
     flushed = not args.keep_denormals and torch.set_flush_denormal(True)
-    clock = CLOCKS[args.clock]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         ap.error(f"--methods: unknown {unknown}; known: {list(METHODS)}")
-    torch.set_num_threads(args.threads)
-    sizes = tuple(int(s) for s in args.sizes.split(","))
-    data = Batches(sizes, args.batch)
-    torch.manual_seed(0)
-    dmodel = lenet(sizes)
-    dopt = make_adam(list(dmodel.parameters()), 1e-3)
-    items = {"dense": lambda: dense_step(dmodel, dopt, data)}
+    clock, sizes, data, items = dense_setup(args)
     # a long nominal schedule, as in a real run: magnitude prunes every 100 steps, not every 24
     total = 75000
     for m in args.methods:
