@@ -59,15 +59,15 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
 All loops run on CPU tensors; on another device every Function falls back to the torch
 expression of the same formula (untested on GPUs: none is available to the project's tests).
 
-Wiring plan (for the layer/parametrization code; ``seed`` is the run's seed, ``step`` the
-optimizer step counter, ``stream`` one integer per layer and use, all from ``_noise.make_key``):
+Wiring plan (for the layer/parametrization code; the keys come from ``_noise.make_key(seed,
+stream, counter)``, see "Keys and exact resume" below):
 
 =====================  =====================================================================
 method                 replaces                               with
 =====================  =====================================================================
 hardconcrete           ``_HardConcreteSample`` + torch.rand   ``hard_concrete_gate``; regularizer
                        + ``w * z``; ``prob_nonzero().sum()``  = lam * l0_output / n_train
-                       in the regularizer                     (E[L0] from the same pass)
+                       in the regularizer                     (E[L0] = the second output)
 hardconcrete-neuron    the same on ``x`` (Linear)             ``hard_concrete_gate`` on
                                                               ``x.view(-1, in)`` (Conv2d: as is)
 vardrop                ``exp(0.5 la) w randn`` + ``_KLSum``   ``vardrop_noise`` (KL = 2nd output)
