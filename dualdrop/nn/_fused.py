@@ -237,6 +237,8 @@ class _HardConcreteGate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g, g_l0):
         x2d, q, z, dz = ctx.saved_tensors
+        if g is None:  # only the L0 output was used
+            g = torch.zeros_like(x2d)
         gx, gxdz = torch.empty_like(x2d), torch.empty_like(x2d)
         _hc_backward(_flat(g), _flat(x2d), z.view(-1).numpy(), dz.view(-1).numpy(),
                      gx.view(-1).numpy(), gxdz.view(-1).numpy())
@@ -482,6 +484,8 @@ class _VarDropNoise(torch.autograd.Function):
     def backward(ctx, g, g_kl):
         w, la, h, eps = ctx.saved_tensors
         T = type(ctx.clip)
+        if g is None:  # only the KL output was used
+            g = torch.zeros_like(w)
         gw, gla = torch.empty_like(w), torch.empty_like(la)
         if g_kl is None:
             gkl, ex = T(0.0), np.ones((1, la.numel()), dtype=T)

@@ -536,3 +536,20 @@ def test_the_other_device_fallbacks_compute_the_same_as_the_loops(monkeypatch):
     torch.testing.assert_close(
         FU.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
                              {"eps": 0.5}), grad)
+
+
+def test_second_outputs_alone_have_the_right_gradients():
+    torch.manual_seed(15)
+    w = torch.randn(4, 5, dtype=F64, requires_grad=True)
+    la = torch.randn(4, 5, dtype=F64, requires_grad=True)
+    for f, ref in [
+        (lambda: FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[1],
+         lambda: torch.sigmoid(la - BETA * math.log(-GAMMA / ZETA)).sum()),
+        (lambda: FU.vardrop_noise(w, la, KEY, 3.0)[1],
+         lambda: kl_approx(la.clamp(-3, 3)).sum()),
+        (lambda: FU.lr_variance_kl(w, la, 3.0)[1], lambda: kl_approx(la.clamp(-3, 3)).sum()),
+    ]:
+        g = torch.autograd.grad(f(), (w, la), allow_unused=True)
+        gr = torch.autograd.grad(ref(), la)[0]
+        assert g[0] is None or not g[0].any()
+        torch.testing.assert_close(g[1], gr)
