@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dualdrop.train.compare import SEED_TABLE  # noqa: E402
+from dualdrop.train.compare import PAPER_TABLE  # noqa: E402
 
 PUBLISHED = {"sparse VD (Molchanov et al. 2017)": (0.0192, 0.0147)}
 GOALS = ((0.016, 0.015), (0.014, 0.05))  # (test error, fraction nonzero) upper bounds
@@ -34,9 +34,10 @@ def recompute_sweep(run: Path, final: dict, data_dir: str) -> list[dict]:
     from dualdrop.data import load_dataset
     from dualdrop.nn import sparsify
     from dualdrop.train import lenet_300_100
+    from dualdrop.train.checkpoint import read_checkpoint
     from dualdrop.train.evaluate import SWEEP_TOLS, tol_sweep
 
-    ck = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
+    ck = read_checkpoint(run / "checkpoint.pt", fix="rerun that method")
     data = load_dataset(data_dir, seed=final["seed"])
     model = lenet_300_100(data.n_features, data.n_classes)
     sp = sparsify(model, final["method"], **ck["config"]["hparams"])
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     for lo, (err, dens) in zip(("goal 1", "goal 2"), GOALS):
         ax0.add_patch(plt.Rectangle((1e-3, 0), dens - 1e-3, 100 * err, alpha=0.12,
                                     color="green", label=f"{lo}: <= {100 * err:.1f}% at <= {dens:g}"))
-    for m, (label, err, dens) in SEED_TABLE.items():
+    for m, (label, err, dens) in PAPER_TABLE.items():
         ax0.scatter(dens, 100 * err, marker="x", color="gray")
         ax0.annotate(f"seed {label}", (dens, 100 * err), fontsize=7, color="gray")
     for label, (err, dens) in PUBLISHED.items():

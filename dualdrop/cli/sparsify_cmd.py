@@ -2,8 +2,8 @@
 
 Examples::
 
-    dualdrop sparsify --method vardrop-lr --epochs 200 --data-dir ../shared/mnist --out runs/vdlr
-    dualdrop sparsify --method logsum --epochs 5 --out runs/digits-logsum     # embedded digits
+    dualdrop sparsify --method vardrop-lr --epochs 200 --data-dir data/mnist --out runs/vdlr
+    dualdrop sparsify --method logsum --out runs/digits-logsum     # embedded digits, seconds
     dualdrop sparsify --method logsum --epochs 200 --out runs/ls --resume     # continue a run
     torchrun --standalone --nproc_per_node 2 -m dualdrop sparsify --method logsum ...
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 
@@ -29,11 +30,30 @@ def parse_hparams(items) -> dict:
     return out
 
 
+_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _friendly(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Let ``p`` read negative numbers in any notation as values (``--lr -1e-3`` is then a
+    value, refused with a clear message by the validation, instead of an unknown option), and
+    hint at ``--opt=VALUE`` when an option still misses its value."""
+    p._negative_number_matcher = _NUMBER
+    plain_error = p.error
+
+    def error(message: str):
+        if "expected one argument" in message:
+            message += " (a value that starts with '-' can be attached: e.g. --lr=-1e-3)"
+        plain_error(message)
+
+    p.error = error
+    return p
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by ``sparsify`` and ``compare``."""
-    p.add_argument("--epochs", type=int, default=200,
+    p.add_argument("--epochs", type=int, default=None,
                    help="epochs; the learning rate decays linearly to 0 over all of them "
-                   "(default 200, the seed's protocol)")
+                   "(default: 200 on MNIST, the paper's protocol; 30 on the embedded digits)")
     p.add_argument("--data-dir", default=None,
                    help="folder with the MNIST IDX files (gzip or not; also DIR/MNIST/raw). "
                    "Default: scikit-learn's embedded 8x8 digits (64 input features)")
@@ -42,7 +62,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    "and the noise (default 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads per process (default: torch's choice)")
+                   help="torch CPU threads per process (default: half the cores, shared among "
+                   "torchrun processes, 1 to 4; 0: torch's own choice, one per core). More "
+                   "threads than free cores can make training tens of times slower")
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop (checkpointed) after this epoch; continue later with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -60,59 +82,131 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
+    p = _friendly(subparsers.add_parser(
         "sparsify",
         help="train LeNet-300-100 with one sparsification method",
-        description="Train LeNet-300-100 (Adam, batch 128, linear learning-rate decay to 0) with "
-        "one sparsification method of dualdrop.nn; write per-epoch history (JSON, CSV), a "
-        "checkpoint every epoch and the end-of-training test error to --out.",
-    )
-    p.add_argument("--method", required=True,
+        description="Train LeNet-300-100 (Adam, linear learning-rate decay to 0) with one "
+        "sparsification method of dualdrop.nn; write per-epoch history (JSON, CSV), a "
+        "checkpoint every epoch, the trained network (model.pt) and the end-of-training test "
+        "error (final.json) to --out. Defaults follow the data: the paper's protocol on MNIST, "
+        "a short schedule chosen on the validation split for the embedded digits.",
+    ))
+    p.add_argument("--method", default=None,
                    help="vardrop, vardrop-lr, vardrop-lr-ar, hardconcrete, hardconcrete-neuron, "
                    "magnitude, eta-trick, adaprox, adatikhonov, logsum, penalty:<name>, or none "
-                   "(dense baseline)")
+                   "(dense baseline); required unless --list-hparams")
     p.add_argument("--out", default=None, help="output folder (default runs/sparsify/<method>)")
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint.pt (exactly); start fresh if absent")
     p.add_argument("--lr", type=float, default=None,
-                   help="initial learning rate (default: the method's seed default)")
+                   help="initial learning rate (default: the method's own, the paper's, on "
+                   "MNIST; on the embedded digits see --list-hparams). Negative values are "
+                   "refused")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="override a method hyperparameter (repeatable); see --list-hparams")
-    p.add_argument("--batch-size", type=int, default=128, help="global batch size (default 128)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="global batch size (default: 128 on MNIST, 32 on the embedded digits)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
     p.add_argument("--list-hparams", action="store_true",
-                   help="print the method's default hyperparameters and exit")
+                   help="print the default hyperparameters of --method (of every method without "
+                   "it) for the data of --data-dir, and exit")
     add_common(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
+
+
+def list_hparams(method: str | None, dataset: str) -> str:
+    """The defaults (and, where dualdrop.nn describes them, what each does) of ``method``, or of
+    every method, for ``dataset``; one block per method."""
+    from dualdrop.train import available_methods, resolve_hparams
+    from dualdrop.train.config import _nn
+
+    try:
+        describe = getattr(_nn(), "describe", None)
+    except ImportError:
+        describe = None
+    blocks = []
+    for m in [method] if method else available_methods():
+        lr, hp = resolve_hparams(m, None, None, dataset)
+        notes = {}
+        if describe is not None and m != "none":
+            try:
+                notes = {k: v[1] for k, v in describe(m).items()}
+            except (KeyError, ValueError, TypeError, IndexError):
+                notes = {}
+        lines = [f"{m} ({dataset}):"]
+        for key, value in {"lr": lr, **hp}.items():
+            note = notes.get(key) or ("initial learning rate (Adam, decayed linearly to 0)"
+                                      if key == "lr" else "")
+            lines.append(f"  {key} = {json.dumps(value, default=repr)}" +
+                         (f"    # {note}" if note else ""))
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def resume_command(args, prog: str = "dualdrop sparsify") -> str:
+    """The command line that continues the run of ``args``: every option that differs from its
+    default (``--out`` always), plus ``--resume``."""
+    import shlex
+
+    parser = args.parser
+    words = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "resume", "list_hparams"):
+            continue
+        value = getattr(args, action.dest, None)
+        if action.dest != "out" and value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                words += [flag, str(v)]
+        elif value is not None:
+            text = str(value)
+            words += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+    return " ".join([prog] + [shlex.quote(w) for w in words] + ["--resume"])
 
 
 def run(args) -> int:
-    from dualdrop.train import TrainConfig, check_method, resolve_hparams, train
+    from dualdrop.train import TrainConfig, check_method, train
+    from dualdrop.train.config import dataset_of
 
+    if args.method is None and not args.list_hparams:
+        args.parser.error("the following argument is required: --method (or --list-hparams)")
     try:
+        if args.list_hparams:
+            method = check_method(args.method) if args.method else None
+            print(list_hparams(method, dataset_of(args.data_dir)))
+            return 0
         method = check_method(args.method)
         overrides = parse_hparams(args.hp)
-        lr, hp = resolve_hparams(method, args.lr, overrides)
-        if args.list_hparams:
-            print(json.dumps({"lr": lr, **hp}, indent=1, default=repr))
-            return 0
+        args.out = args.out or f"runs/sparsify/{method.replace(':', '_')}"
         cfg = TrainConfig(
             method=method, epochs=args.epochs,
-            out=args.out or f"runs/sparsify/{method.replace(':', '_')}",
+            out=args.out,
             data_dir=args.data_dir, seed=args.seed, device=args.device, lr=args.lr,
             hparams=overrides, batch_size=args.batch_size, resume=args.resume,
             stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
             verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
             select_tol_margin=args.select_tol_margin, init_from=args.init_from,
         )
-        report = train(cfg)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
+        report = train(cfg)  # checks every option before loading data or creating --out
+    except KeyboardInterrupt as exc:
+        epoch = getattr(exc, "epoch", None)
+        saved = (f"epoch {epoch} is checkpointed in {args.out}" if epoch
+                 else "no epoch had finished")
+        print(f"dualdrop sparsify: interrupted; {saved}; continue with: "
+              f"{resume_command(args)}", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
+            FloatingPointError) as exc:
         print(f"dualdrop sparsify: error: {exc}", file=sys.stderr)
         return 2
     if report.get("status") == "stopped":
-        print(f"stopped after epoch {report['epoch']}; continue with --resume "
-              f"(outputs in {report['out']})")
+        print(f"stopped after epoch {report['epoch']} (outputs in {report['out']}); continue "
+              f"with: {resume_command(args)}")
         return 0
     import os
 
@@ -120,6 +214,13 @@ def run(args) -> int:
         print(f"{report['method']}: test error {100 * report['test_error']:.2f}% at "
               f"{report['nonzero_total']:.4f} nonzero weights after {report['epochs']} epochs "
               f"(validation error {100 * report['val_error']:.2f}%); outputs in {cfg.out}")
+        if report.get("model_files"):
+            print(f"  trained network: {cfg.out}/model.pt; in Python: "
+                  f"dualdrop.train.load_run({str(cfg.out)!r})")
+        unpruned = report.get("test_error_unpruned")
+        if unpruned is not None and unpruned != report["test_error"]:
+            print(f"  without test-time pruning (the paper's released-code protocol for its "
+                  f"penalty methods): test error {100 * unpruned:.2f}%")
         sel = report.get("selected_tol") or {}
         if "test_error" in sel:
             print(f"  selected on validation: tol={sel['tol']:g}: test error "

@@ -7,6 +7,7 @@ from dualdrop.data.datasets import (
     MNIST_MEAN,
     MNIST_STD,
     Dataset,
+    is_full_mnist,
     load_dataset,
     load_digits_dataset,
     load_mnist,
@@ -24,6 +25,6 @@ from dualdrop.data.mnist import (
 
 __all__ = [
     "MD5", "MIRRORS", "MNIST_MEAN", "MNIST_STD", "Dataset", "MNISTDataError", "download_mnist",
-    "load_dataset", "load_digits_dataset", "load_idx", "load_mnist", "load_mnist_split",
-    "split_train_val", "write_idx",
+    "is_full_mnist", "load_dataset", "load_digits_dataset", "load_idx", "load_mnist",
+    "load_mnist_split", "split_train_val", "write_idx",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +61,15 @@ class Dataset:
             f"{self.name}: {len(self.y_train)} train / {len(self.y_val)} validation / "
             f"{len(self.y_test)} test, {self.n_features} features, {self.n_classes} classes"
         )
+
+
+def is_full_mnist(summary: str | None) -> bool:
+    """Whether a :meth:`Dataset.summary` describes all of MNIST (60,000 training and 10,000 test
+    images of 784 pixels): the data of the paper's LeNet-300-100 table, the only runs its
+    numbers may be printed beside."""
+    m = re.match(r"mnist: (\d+) train / (\d+) validation / (\d+) test, 784 features",
+                 summary or "")
+    return bool(m) and int(m[1]) + int(m[2]) == 60000 and int(m[3]) == 10000
 
 
 def split_train_val(

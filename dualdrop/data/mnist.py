@@ -78,7 +78,7 @@ def find_file(data_dir: str | os.PathLike, stem: str) -> Path:
     if not data_dir.is_dir():
         raise FileNotFoundError(
             f"data_dir={str(data_dir)!r} is not a directory; pass the folder holding the MNIST "
-            "IDX files (e.g. ../shared/mnist), or call dualdrop.data.download_mnist(DIR) on a "
+            "IDX files (e.g. data/mnist), or call dualdrop.data.download_mnist(DIR) on a "
             "machine with network"
         )
     tried = []

@@ -5,13 +5,14 @@
   ``torchrun`` data parallel. One job per module: :mod:`~dualdrop.train.config` (the run's
   configuration and hyperparameters), :mod:`~dualdrop.train.distributed` (``torchrun``),
   :mod:`~dualdrop.train.checkpoint` (run files, exact resume), :mod:`~dualdrop.train.evaluate`
-  (errors, densities, tolerances), :mod:`~dualdrop.train.loop` (the loop).
+  (errors, densities, tolerances), :mod:`~dualdrop.train.export` (the trained network,
+  :func:`load_run`), :mod:`~dualdrop.train.loop` (the loop).
 - :func:`run_comparison`, :func:`plot_comparison`, :func:`comparison_table`: several methods, the
-  seed's Figure 2 and its table.
+  paper's Figure 2 and its table (LeJeune, Javadi, Baraniuk, NeurIPS 2021).
 """
 
 from dualdrop.train.compare import (
-    SEED_TABLE,
+    PAPER_TABLE,
     comparison_table,
     load_runs,
     plot_comparison,
@@ -19,11 +20,12 @@ from dualdrop.train.compare import (
 )
 from dualdrop.train.config import TrainConfig, available_methods, check_method, resolve_hparams
 from dualdrop.train.evaluate import error_rate
+from dualdrop.train.export import load_run
 from dualdrop.train.loop import epoch_order, train
 from dualdrop.train.models import LeNet300100, lenet_300_100
 
 __all__ = [
-    "SEED_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
-    "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_runs",
+    "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
+    "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_run", "load_runs",
     "plot_comparison", "resolve_hparams", "run_comparison", "train",
 ]

@@ -1,4 +1,4 @@
-"""Run files: checkpoints, RNG states, atomic writes, the run lock, warm-start weights.
+"""Run files: checkpoints, RNG states, atomic writes, the run lock.
 
 No work is lost on a kill: every file is written to a temporary name in its folder and moved in
 place with ``os.replace`` (atomic on POSIX), so a reader sees the old file or the new one, never a
@@ -13,27 +13,40 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import random
+import re
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from dualdrop.train.config import DENSE, _nn
-from dualdrop.train.models import lenet_300_100
 
 CHECKPOINT = "checkpoint.pt"
-FORMAT_VERSION = 1
+# 2: RNG states as tensors and plain values (loads with weights_only=True); 1: numpy's tuple
+FORMAT_VERSION = 2
+
+
+def _plain_rng(numpy_state: tuple, python_state: tuple) -> dict:
+    """numpy's and python's RNG state tuples as tensors and plain values."""
+    kind, key, pos, has_gauss, cached = numpy_state
+    version, internal, gauss_next = python_state
+    return {
+        "numpy": {"kind": str(kind), "key": torch.from_numpy(np.asarray(key).astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached)},
+        "python": {"version": int(version), "state": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
+    }
 
 
 def rng_state(device: torch.device) -> dict:
-    """The RNG states of torch, numpy and python (and CUDA on a CUDA device) of this process."""
-    st = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
+    """The RNG states of torch, numpy and python (and CUDA on a CUDA device) of this process,
+    as tensors and plain Python values only (so that checkpoints load with weights_only=True)."""
+    st = {"torch": torch.get_rng_state(), **_plain_rng(np.random.get_state(), random.getstate())}
     if device.type == "cuda":
         st["cuda"] = torch.cuda.get_rng_state(device)
     return st
@@ -42,25 +55,42 @@ def rng_state(device: torch.device) -> dict:
 def set_rng_state(st: dict, device: torch.device) -> None:
     """Restore what :func:`rng_state` returned."""
     torch.set_rng_state(st["torch"])
-    np.random.set_state(st["numpy"])
-    random.setstate(st["python"])
+    npst = st["numpy"]
+    np.random.set_state((npst["kind"], npst["key"].numpy().astype(np.uint32), npst["pos"],
+                         npst["has_gauss"], npst["cached_gaussian"]))
+    py = st["python"]
+    random.setstate((py["version"], tuple(int(v) for v in py["state"].tolist()),
+                     py["gauss_next"]))
     if device.type == "cuda" and "cuda" in st:
         torch.cuda.set_rng_state(st["cuda"], device)
+
+
+def _rng_from_format1(st: dict) -> dict:
+    """A format-1 RNG record (numpy's state tuple, python's tuple) in the current form."""
+    return {**st, **_plain_rng(st["numpy"], st["python"])}
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to a temporary file in the same folder, then ``os.replace`` it in place."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C or a full disk: the previous file stays, no debris
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class RunLockedError(FileExistsError):
@@ -123,11 +153,84 @@ def write_history(out: Path, history: list[dict]) -> None:
     os.replace(tmp, out / "history.csv")
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message is one line naming the file and the fix."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _numpy_globals() -> list:
+    """The numpy globals a format-1 checkpoint's RNG state needs (arrays of plain dtypes)."""
+    import importlib
+
+    out = [np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            out.append(importlib.import_module(mod)._reconstruct)
+        except (ImportError, AttributeError):
+            pass
+    return out
+
+
+def _load(path: Path) -> Any:
+    with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": foreign files are ours
+        warnings.simplefilter("ignore")  # to explain, in one line
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def read_checkpoint(path: str | os.PathLike, fix: str) -> dict:
+    """Load a dualdrop training checkpoint with ``weights_only=True``.
+
+    Anything unusable (empty, truncated, corrupt, a foreign file, an unknown format) raises
+    :class:`CheckpointError` with one line naming ``path`` and ending with ``fix`` (what to do).
+    A format-1 checkpoint (older dualdrop: numpy's RNG state as an array) is read with only
+    numpy's array reconstruction allowed besides tensors, and converted.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}; {fix}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes); {fix}")
+    try:
+        ck = _load(path)
+    except pickle.UnpicklingError as exc:
+        try:
+            with torch.serialization.safe_globals(_numpy_globals()):
+                ck = _load(path)
+        except Exception:
+            found = re.search(r"GLOBAL (\S+)", str(exc))
+            what = f"a {found.group(1)}" if found else "objects other than tensors and plain values"
+            raise CheckpointError(f"{path} is not a dualdrop checkpoint (it holds {what}, which a "
+                                  f"weights-only load refuses); {fix}") from None
+        if not (isinstance(ck, dict) and ck.get("format") == 1):
+            raise CheckpointError(f"{path} is not a dualdrop checkpoint (it holds numpy arrays); "
+                                  f"{fix}") from None
+        ck = dict(ck, format=FORMAT_VERSION, rng=[_rng_from_format1(r) for r in ck["rng"]])
+        print(f"note: {path} is an older dualdrop checkpoint (format 1); read with numpy arrays "
+              f"allowed, it is rewritten as format {FORMAT_VERSION} at the next epoch",
+              file=sys.stderr)
+    except Exception as exc:  # zip reader errors (RuntimeError), EOFError, OSError, ...
+        msg = f"{path} is truncated or corrupt ({_first_line(exc)}); {fix}"
+        raise CheckpointError(msg) from None
+    if not isinstance(ck, dict) or not {"format", "model", "config", "epoch"} <= set(ck):
+        what = (f"a dict with keys {sorted(map(str, ck))[:6]}" if isinstance(ck, dict)
+                else f"a {type(ck).__name__}")
+        raise CheckpointError(f"{path} is not a dualdrop training checkpoint (it holds {what}); "
+                              f"{fix}")
+    if ck["format"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format {ck['format']!r}, this dualdrop "
+                              f"reads format {FORMAT_VERSION}; {fix}")
+    return ck
+
+
 def load_checkpoint(path: Path, run_cfg: dict) -> dict:
     """The checkpoint at ``path`` of a run whose configuration must equal ``run_cfg``."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    if ckpt.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{path}: unknown checkpoint format {ckpt.get('format')!r}")
+    ckpt = read_checkpoint(path, fix="delete it to start the run again (or restore it from a "
+                           "copy), or choose another output folder")
     diff = {k: (ckpt["config"].get(k), v) for k, v in run_cfg.items()
             if ckpt["config"].get(k) != v}
     if diff:
@@ -137,41 +240,6 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
             "the original settings or another out directory"
         )
     return ckpt
-
-
-def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
-    """Plain LeNet-300-100 weights from a run folder or checkpoint, and a record of them.
-
-    A sparsified run's checkpoint is rebuilt with its own method and hyperparameters and folded
-    with ``export_sparse(layout="dense")`` (its test-time network); a dense run's is used as is.
-    """
-    path = Path(source)
-    if path.is_dir():
-        path = path / CHECKPOINT
-    if not path.is_file():
-        raise FileNotFoundError(f"init_from={str(source)!r}: no checkpoint at {path}; pass a run "
-                                "folder written by dualdrop sparsify, or its checkpoint.pt")
-    ck = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(ck, dict) or ck.get("format") != FORMAT_VERSION or "model" not in ck:
-        raise ValueError(f"init_from={str(source)!r}: {path} is not a dualdrop training checkpoint")
-    conf = ck["config"]
-    if conf.get("n_features") != n_features:
-        raise ValueError(f"init_from={str(source)!r}: that run had {conf.get('n_features')} input "
-                         f"features, this data has {n_features}")
-    src = lenet_300_100(n_features, n_classes)
-    if conf["method"] != DENSE:
-        dnn = _nn()
-        dnn.sparsify(src, conf["method"], **conf["hparams"])
-        src.load_state_dict(ck["model"])
-        src = dnn.export_sparse(src, layout="dense")
-    else:
-        src.load_state_dict(ck["model"])
-    sd = {k: v.detach().clone() for k, v in src.state_dict().items()}
-    nnz = sum(int(torch.count_nonzero(v)) for k, v in sd.items() if k.endswith("weight"))
-    tot = sum(v.numel() for k, v in sd.items() if k.endswith("weight"))
-    info = {"path": str(path.resolve()), "method": conf["method"], "epoch": int(ck["epoch"]),
-            "nonzero_total": nnz / tot}
-    return sd, info
 
 
 def jsonable(obj: Any) -> Any:

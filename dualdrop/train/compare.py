@@ -1,11 +1,14 @@
-"""Compare sparsification methods: train several, draw the seed's Figure 2, tabulate.
+"""Compare sparsification methods: train several, draw the paper's Figure 2, tabulate.
 
-:func:`run_comparison` trains every method into ``out/runs/<method>/`` with :func:`train` and
+The paper (LeJeune, Javadi, Baraniuk, "The Flip Side of the Reweighted Coin: Duality of Adaptive
+Dropout and Regularization", NeurIPS 2021) compares seven methods on LeNet-300-100 / MNIST: its
+Figure 2 draws the fraction of nonzero weights and the validation error against the epoch, its
+table the end-of-training test error and fraction of nonzero weights. :func:`run_comparison`
+trains every method into ``out/runs/<method>/`` with :func:`~dualdrop.train.train` and
 ``resume=True``, so that an interrupted comparison continues where it stopped and finished runs
-are skipped. :func:`plot_comparison` draws the seed's Figure 2 (fraction of nonzero weights vs
-epoch on a log scale; validation error vs epoch) as PNG and PDF, and :func:`comparison_table`
-writes the end-of-training test error and fraction of nonzero weights beside the seed's reported
-table (DUALITY.md section 5) as Markdown and CSV.
+are skipped. :func:`plot_comparison` draws the figure (PNG and PDF), :func:`comparison_table`
+writes the table as Markdown and CSV, beside the paper's numbers when, and only when, every run
+is on all of MNIST (the paper's data).
 """
 
 from __future__ import annotations
@@ -14,16 +17,16 @@ import csv
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
-import sys
-
+from dualdrop.data import is_full_mnist
 from dualdrop.train.checkpoint import RunLockedError
 from dualdrop.train.config import DENSE, TrainConfig, check_method
 from dualdrop.train.loop import train
 
-# Seed's reported results after 200 epochs on MNIST: method -> (label, test error, fraction nonzero)
-SEED_TABLE: dict[str, tuple[str, float, float]] = {
+# The paper's table, 200 epochs on MNIST: method -> (label, test error, fraction nonzero)
+PAPER_TABLE: dict[str, tuple[str, float, float]] = {
     "vardrop-lr-ar": ("VarDrop+LR+AR", 0.0321, 0.0238),
     "vardrop-lr": ("VarDrop+LR", 0.0141, 0.0885),
     "vardrop": ("VarDrop", 0.0154, 0.595),
@@ -32,7 +35,7 @@ SEED_TABLE: dict[str, tuple[str, float, float]] = {
     "adatikhonov": ("AdaTikhonov", 0.0288, 0.0183),
     "logsum": ("LogSum", 0.0293, 0.0190),
 }
-# The issue's comparison: the seed's seven methods plus hard-concrete and magnitude pruning.
+# The default comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
 DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
                    "adatikhonov", "logsum", "hardconcrete", "magnitude")
 
@@ -44,7 +47,7 @@ def run_dir(out: str | os.PathLike, method: str) -> Path:
 
 def run_comparison(
     methods=DEFAULT_METHODS,
-    epochs: int = 200,
+    epochs: int | None = None,
     out: str | os.PathLike = "runs/compare",
     data_dir: str | None = None,
     seed: int = 0,
@@ -62,9 +65,10 @@ def run_comparison(
     Returns ``{method: report}`` (the final report, a ``"stopped"`` record when ``stop_after`` <
     ``epochs``, or a ``"locked"`` record when another process is training that method into the
     same folder: several processes may thus share one comparison). Unknown methods are refused
-    before any training starts. ``select_tol_margin``: see :class:`TrainConfig` (the table then
-    also shows the validation-selected tolerance's test error and density); ``init_from``: every
-    method warm-starts from that run's test-time network.
+    before any training starts. ``epochs`` None: the dataset's default (200 on MNIST).
+    ``select_tol_margin``: see :class:`TrainConfig` (the table then also shows the
+    validation-selected tolerance's test error and density); ``init_from``: every method
+    warm-starts from that run's test-time network.
     """
     methods = [check_method(m) for m in methods]
     if not methods:
@@ -97,48 +101,62 @@ def run_comparison(
 
 
 def load_runs(out: str | os.PathLike, methods) -> dict:
-    """``{method: {"history": [...], "final": {...} or None}}`` for the runs present in ``out``."""
+    """``{method: {"history": [...], "final": {...} or None, "data": summary or None}}`` for the
+    runs present in ``out``."""
     runs = {}
     for m in methods:
         d = run_dir(out, m)
         hist = d / "history.json"
         if not hist.exists():
             continue
-        final = d / "final.json"
-        runs[m] = {
-            "history": json.loads(hist.read_text()),
-            "final": json.loads(final.read_text()) if final.exists() else None,
-        }
+        final = json.loads((d / "final.json").read_text()) if (d / "final.json").exists() else None
+        data = (final or {}).get("data")
+        if data is None and (d / "config.json").exists():
+            data = json.loads((d / "config.json").read_text()).get("data_summary")
+        runs[m] = {"history": json.loads(hist.read_text()), "final": final, "data": data}
     return runs
 
 
 def _label(m: str) -> str:
-    if m in SEED_TABLE:
-        return SEED_TABLE[m][0]
+    if m in PAPER_TABLE:
+        return PAPER_TABLE[m][0]
     return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
             "hardconcrete-neuron": "HardConcrete (neuron)"}.get(m, m)
 
 
+def _data_title(runs: dict) -> str:
+    names = sorted({(r.get("data") or "data unknown").split(",")[0] for r in runs.values()})
+    return "; ".join(names)
+
+
 def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
-    """The seed's Figure 2 from the runs' histories: ``figure2.png`` and ``figure2.pdf``."""
+    """The paper's Figure 2 from the runs' histories: ``figure2.png`` and ``figure2.pdf``.
+
+    Left: fraction of nonzero weights (log scale); right: validation error; both against the
+    epoch (integer ticks). Every curve has its own line style and markers when there are few
+    epochs (a run of one epoch is a point); the legend sits below the panels, never on data.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.6))
     styles = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+    n_max = max((len(run["history"]) for run in runs.values()), default=0)
     for i, (m, run) in enumerate(runs.items()):
         h = run["history"]
         ep = [r["epoch"] for r in h]
-        kw = dict(label=_label(m), linestyle=styles[i % len(styles)])  # coinciding curves stay visible
+        kw = dict(label=_label(m), linestyle=styles[i % len(styles)],  # coinciding curves
+                  marker=markers[i % len(markers)], markevery=max(1, len(h) // 12),  # stay
+                  markersize=5 if n_max <= 30 else 4, zorder=3 + 0.01 * i)  # visible
         ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], **kw)
         ax1.plot(ep, [100 * r["val_error"] for r in h], **kw)
     ax0.set_yscale("log")
-    ax0.set_xlabel("epoch")
     ax0.set_ylabel("fraction of nonzero weights")
     ax0.set_title("sparsity (weights of all layers, no biases)")
-    ax1.set_xlabel("epoch")
     ax1.set_ylabel("validation error (%)")
     ax1.set_title("validation error")
     errs = [100 * r["val_error"] for run in runs.values() for r in run["history"]]
@@ -147,12 +165,22 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
         last = max(100 * run["history"][-1]["val_error"] for run in runs.values())
         ax1.set_ylim(max(0.0, lo - 0.5), min(100.0, max(1.5 * last, lo + 3)))
     for ax in (ax0, ax1):
+        ax.set_xlabel("epoch")
+        if n_max <= 10:  # few epochs: one tick each, room around the points
+            ax.set_xticks(range(1, max(n_max, 1) + 1))
+            ax.set_xlim(0.5, max(n_max, 1) + 0.5)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, which="both", alpha=0.3)
     if runs:
-        ax1.legend(fontsize=8, loc="upper right")
+        fig.suptitle(f"LeNet-300-100 on {_data_title(runs)}", fontsize=10)
+        handles, labels = ax0.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
+                   frameon=False)
+        fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) - 1) // 5), 1, 1))
     else:  # nothing trained yet: say so on the figure instead of an empty legend
         ax1.text(0.5, 0.5, "no runs yet", transform=ax1.transAxes, ha="center")
-    fig.tight_layout()
+        fig.tight_layout()
     out = Path(out)
     paths = [out / "figure2.png", out / "figure2.pdf"]
     for p in paths:
@@ -161,30 +189,43 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     return paths
 
 
-def comparison_table(runs: dict, out: str | os.PathLike) -> str:
-    """Markdown (``table.md``) and CSV (``table.csv``) of ours beside the seed's; returns the Markdown.
+def _md(text) -> str:
+    """A Markdown table cell: ``|`` escaped, no line breaks."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
-    Ours: end-of-training test error and fraction of nonzero weights (biases excluded). An
-    unfinished run shows its last epoch and validation error, and no test error.
+
+def comparison_table(runs: dict, out: str | os.PathLike) -> str:
+    """Markdown (``table.md``) and CSV (``table.csv``) of the runs; returns the Markdown.
+
+    Ours: end-of-training test error of the pruned test-time network (the headline) and its
+    fraction of nonzero weights (biases excluded); beside them the test error of the same
+    network without its test-time pruning step ("unpruned"; the paper's released code reports
+    this one for LogSum, AdaTikhonov, AdaProx and eta-Trick, see
+    :func:`~dualdrop.train.evaluate.unpruned_error`). An unfinished run shows its last epoch and
+    validation error, and no test error. The paper's numbers (:data:`PAPER_TABLE`, all of MNIST)
+    are added only when every run is on all of MNIST; otherwise a note says why they are not.
     """
+    paper = bool(runs) and all(is_full_mnist(run.get("data")) for run in runs.values())
     rows = []
     for m, run in runs.items():
         h, f = run["history"], run["final"]
-        seed = SEED_TABLE.get(m)
+        ref = PAPER_TABLE.get(m) if paper else None
         rows.append({
             "method": m,
             "label": _label(m),
+            "data": run.get("data"),
             "epochs": f["epochs"] if f else h[-1]["epoch"],
             "finished": bool(f),
             "test_error": f["test_error"] if f else None,
             "nonzero": f["nonzero_total"] if f else h[-1]["nonzero_total"],
+            "test_error_unpruned": f.get("test_error_unpruned") if f else None,
             "val_error": h[-1]["val_error"],
             "s_per_epoch": sum(r["seconds"] for r in h) / len(h),
             "selected_tol": _sel(f, "tol"),
             "selected_test_error": _sel(f, "test_error"),
             "selected_nonzero": _sel(f, "nonzero_total"),
-            "seed_test_error": seed[1] if seed else None,
-            "seed_nonzero": seed[2] if seed else None,
+            "paper_test_error": ref[1] if ref else None,
+            "paper_nonzero": ref[2] if ref else None,
         })
     out = Path(out)
     with open(out / "table.csv", "w", newline="") as fh:
@@ -199,25 +240,26 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
         return "—" if v is None else f"{v:.4f}"
 
     selected = any(r["selected_test_error"] is not None for r in rows)
-    extra_h = " | tol chosen on val. | its test error | its fraction nonzero" if selected else ""
-    lines = [
-        "| method | epochs | test error | fraction nonzero | val. error | s/epoch" + extra_h +
-        " | seed: test error (200 ep.) | seed: fraction nonzero |",
-        "| --- | --- | --- | --- | --- | ---" + " | ---" * (3 if selected else 0) +
-        " | --- | --- |",
-    ]
+    head = ["method", "epochs", "test error", "fraction nonzero", "unpruned: test error",
+            "val. error", "s/epoch"]
+    if selected:
+        head += ["tol chosen on val.", "its test error", "its fraction nonzero"]
+    if paper:
+        head += ["paper: test error (200 ep.)", "paper: fraction nonzero"]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * len(head)) + " |"]
     for r in rows:
         ep = str(r["epochs"]) if r["finished"] else f"{r['epochs']} (unfinished)"
-        extra = ""
+        cells = [_md(r["label"]), ep, pct(r["test_error"]), frac(r["nonzero"]),
+                 pct(r["test_error_unpruned"]), pct(r["val_error"]), f"{r['s_per_epoch']:.1f}"]
         if selected:
             tol = "—" if r["selected_tol"] is None else f"{r['selected_tol']:g}"
-            extra = (f" | {tol} | {pct(r['selected_test_error'])} | "
-                     f"{frac(r['selected_nonzero'])}")
-        lines.append(
-            f"| {r['label']} | {ep} | {pct(r['test_error'])} | {frac(r['nonzero'])} | "
-            f"{pct(r['val_error'])} | {r['s_per_epoch']:.1f}{extra} | "
-            f"{pct(r['seed_test_error'])} | {frac(r['seed_nonzero'])} |"
-        )
+            cells += [tol, pct(r["selected_test_error"]), frac(r["selected_nonzero"])]
+        if paper:
+            cells += [pct(r["paper_test_error"]), frac(r["paper_nonzero"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    if runs and not paper:
+        lines += ["", f"Data: {_md(_data_title(runs))}. The paper's numbers (LeNet-300-100 on "
+                  "all of MNIST) are not shown beside runs on other data."]
     md = "\n".join(lines) + "\n"
     (out / "table.md").write_text(md)
     return md
@@ -229,5 +271,5 @@ def _sel(final, key):
     return sel.get(key) if "test_error" in sel else None
 
 
-__all__ = ["DEFAULT_METHODS", "DENSE", "SEED_TABLE", "comparison_table", "load_runs",
+__all__ = ["DEFAULT_METHODS", "DENSE", "PAPER_TABLE", "comparison_table", "load_runs",
            "plot_comparison", "run_comparison", "run_dir"]

@@ -52,7 +52,7 @@ def tol_sweep(sp, model: nn.Module, X: torch.Tensor, y: torch.Tensor,
 
     The trade-off curve of one trained network, free of retraining: for each ``tol`` the fraction
     of nonzero weights and the error on ``(X, y)``, which must be *validation* data (select on
-    it; report the test error of the chosen ``tol`` once, e.g. ``dualdrop evaluate``). Values
+    it; report the test error of the chosen ``tol`` once: :func:`select_tol`). Values
     the method cannot express are skipped. The Sparsifier's own ``tol`` is restored afterwards.
     """
     if not sp.has_tol:
@@ -95,3 +95,34 @@ def select_tol(sp, model: nn.Module, sweep: list[dict], val_error: float, margin
     return {"tol": best["tol"], "margin": margin, "val_error": best["error"],
             "test_error": test, "nonzero_total": float(dens["total"]),
             "nonzero": {k: float(v) for k, v in dens.items() if k != "total"}}
+
+
+#: a keep-ratio tolerance below every nonzero weight's keep ratio: "prune nothing"
+KEEP_ALL_TOL = 1e-300
+
+
+@torch.no_grad()
+def unpruned_error(sp, model: nn.Module, X: torch.Tensor, y: torch.Tensor,
+                   batch: int = 4096) -> float | None:
+    """Error of the trained network *without* its test-time pruning step.
+
+    The paper's released code evaluates its MaskedLinear methods (LogSum, AdaTikhonov, AdaProx,
+    eta-Trick) this way: at test time its mask is all ones, so weights whose keep ratio is below
+    ``tol`` still take part, while the fraction nonzero is counted from ``keep ratio < tol``. Its
+    variational-dropout layers do zero them. Here: for a method with a keep-ratio tolerance, the
+    error at ``tol`` = :data:`KEEP_ALL_TOL` (every nonzero weight kept); ``None`` when the method
+    cannot express that (variational dropout's clipped log-alpha); for methods without a
+    test-time pruning step (dense, hard-concrete, magnitude: their zeros come from training) the
+    pruned network itself. The Sparsifier's own ``tol`` is restored afterwards.
+    """
+    if sp is None or not sp.has_tol:
+        return error_rate(model, X, y, batch)
+    own = sp.hparams["tol"]
+    try:
+        sp.set_tol(KEEP_ALL_TOL)
+    except ValueError:
+        return None
+    try:
+        return error_rate(model, X, y, batch)
+    finally:
+        sp.set_tol(own)

@@ -15,8 +15,10 @@ Outputs in ``TrainConfig.out``:
 - ``checkpoint.pt`` (:mod:`dualdrop.train.checkpoint`): written atomically after every epoch;
   ``resume=True`` continues from it *exactly* (same weights, bit for bit, as an uninterrupted
   run on the same device and world size);
+- ``model.pt`` (and ``model_csr.pt`` when sparse enough), :mod:`dualdrop.train.export`: the
+  trained test-time network as a plain ``state_dict``; ``load_run(out)`` returns it ready to use;
 - ``final.json``: end-of-training test error (never the best seen during training: the test set
-  is read only here), validation error, density, per-layer report.
+  is read only here), validation error, density, per-layer report; written last.
 
 Data parallel over ``torchrun``: see :mod:`dualdrop.train.distributed`; the per-process noise
 streams differ (seed + rank), the data order does not.
@@ -28,7 +30,6 @@ restore the checkpoint, run the epochs (each ends with a checkpoint), write the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -50,7 +51,6 @@ from dualdrop.train.checkpoint import (
     acquire_lock,
     atomic_save,
     atomic_write_text,
-    init_weights,
     jsonable,
     load_checkpoint,
     rng_state,
@@ -61,13 +61,24 @@ from dualdrop.train.config import (
     DENSE,
     TrainConfig,
     _nn,
+    check_hparams,
     check_method,
+    dataset_of,
+    default_threads,
     device_of,
     resolve_hparams,
     run_config,
 )
 from dualdrop.train.distributed import Dist
-from dualdrop.train.evaluate import SWEEP_TOLS, dense_density, error_rate, select_tol, tol_sweep
+from dualdrop.train.export import architecture, init_weights, save_model
+from dualdrop.train.evaluate import (
+    SWEEP_TOLS,
+    dense_density,
+    error_rate,
+    select_tol,
+    tol_sweep,
+    unpruned_error,
+)
 from dualdrop.train.models import lenet_300_100
 
 
@@ -92,6 +103,15 @@ def make_adam(params: list, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`train`: ``epoch`` is the last epoch whose checkpoint is complete in
+    ``out`` (0: none yet); ``resume=True`` continues from it."""
+
+    def __init__(self, out: str, epoch: int):
+        super().__init__(f"interrupted; epoch {epoch} is checkpointed in {out}")
+        self.out, self.epoch = out, epoch
+
+
 @dataclass
 class _Run:
     """The state of one run while it trains."""
@@ -112,6 +132,7 @@ class _Run:
     init_info: dict | None
     history: list
     start_epoch: int = 0
+    saved_epoch: int = 0  # the epoch of the complete checkpoint on disk
 
     @property
     def out(self) -> Path:
@@ -181,7 +202,7 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         run.history = list(ckpt["history"])
-        run.start_epoch = int(ckpt["epoch"])
+        run.start_epoch = run.saved_epoch = int(ckpt["epoch"])
         run.init_info = ckpt.get("init")
         set_rng_state(ckpt["rng"][dist_.rank], dist_.device)
         if ckpt["data_order"] != {"seed": cfg.seed, "next_epoch": run.start_epoch}:
@@ -276,8 +297,10 @@ def _save(run: _Run, epoch: int) -> None:
             "data_order": {"seed": run.cfg.seed, "next_epoch": epoch + 1},
             "history": run.history,
             "init": run.init_info,
+            "arch": architecture(run.data.n_features, run.data.n_classes),
         }
         atomic_save(state, run.out / CHECKPOINT)
+        run.saved_epoch = epoch + 1
         write_history(run.out, run.history)
 
 
@@ -293,20 +316,22 @@ def _train_epochs(run: _Run, last: int) -> None:
         bar = tqdm(total=(last - run.start_epoch) * run.steps_per_epoch, mininterval=1.0,
                    desc=f"{cfg.method}", unit="step", file=sys.stderr, dynamic_ncols=True)
     run.model.train()
-    for epoch in range(run.start_epoch, last):
-        t0 = time.perf_counter()
-        ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
-        ce_total = run.dist.sum_floats([ce_sum])[0]
-        row = _epoch_row(run, epoch, ce_total, time.perf_counter() - t0, Xva, yva)
-        run.history.append(row)
-        run.dist.check_in_sync(run.model)
-        _save(run, epoch)
+    try:
+        for epoch in range(run.start_epoch, last):
+            t0 = time.perf_counter()
+            ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
+            ce_total = run.dist.sum_floats([ce_sum])[0]
+            row = _epoch_row(run, epoch, ce_total, time.perf_counter() - t0, Xva, yva)
+            run.history.append(row)
+            run.dist.check_in_sync(run.model)
+            _save(run, epoch)
+            if bar is not None:
+                bar.set_postfix(epoch=epoch + 1, val_err=f"{row['val_error']:.4f}",
+                                nonzero=f"{row['nonzero_total']:.4f}", refresh=False)
+            run.dist.barrier()
+    finally:  # also on Ctrl-C: the message that follows starts on its own line
         if bar is not None:
-            bar.set_postfix(epoch=epoch + 1, val_err=f"{row['val_error']:.4f}",
-                            nonzero=f"{row['nonzero_total']:.4f}", refresh=False)
-        run.dist.barrier()
-    if bar is not None:
-        bar.close()
+            bar.close()
 
 
 def _final_report(run: _Run) -> dict:
@@ -325,12 +350,18 @@ def _final_report(run: _Run) -> dict:
         "data": run.data.summary(),
         "world_size": run.dist.world,
         "device": str(run.device),
+        "threads": torch.get_num_threads(),
         "test_error": test_err,
+        "test_error_unpruned": unpruned_error(sp, model, Xte, yte, cfg.eval_batch_size),
+        "test_error_unpruned_is": "the test error with no test-time pruning (keep ratio below "
+                                  "tol kept), the paper's released-code protocol for its "
+                                  "penalty methods; null where the method cannot express it",
         "val_error": history[-1]["val_error"],
         "nonzero_total": float(dens["total"]),
         "nonzero": {k: float(v) for k, v in dens.items() if k != "total"},
         "nonzero_counts": "weights of the nn.Linear layers only; biases are not counted",
         "init_from": run.init_info,
+        "architecture": architecture(run.data.n_features, run.data.n_classes),
         "seconds_per_epoch": float(np.mean([r["seconds"] for r in history])),
         "total_seconds": float(sum(r["seconds"] + r["eval_seconds"] for r in history)),
     }
@@ -356,15 +387,20 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     """Train one method; return the final report (also written to ``out/final.json``).
 
     ``data`` defaults to ``load_dataset(cfg.data_dir, seed=cfg.seed)`` (embedded digits when
-    ``data_dir`` is None). If ``cfg.stop_after`` ends the run early, the returned dict has
-    ``"status": "stopped"`` and no test error; ``resume=True`` continues it later.
+    ``data_dir`` is None); ``epochs``, ``batch_size``, ``lr`` and hyperparameters left unset
+    take that dataset's defaults (:data:`~dualdrop.train.config.DATASET_DEFAULTS`). If
+    ``cfg.stop_after`` ends the run early, the returned dict has ``"status": "stopped"`` and no
+    test error; ``resume=True`` continues it later. Ctrl-C raises :class:`TrainingInterrupted`
+    (a ``KeyboardInterrupt``) naming the last checkpointed epoch.
     """
-    cfg = dataclasses.replace(cfg)
+    dataset = data.name if data is not None else dataset_of(cfg.data_dir)
+    cfg = cfg.with_defaults(dataset)
     cfg.validate()
     cfg.method = check_method(cfg.method)
-    lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams)
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+    lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
+    check_hparams(cfg.method, hp)
+    if cfg.threads != 0:
+        torch.set_num_threads(cfg.threads or default_threads())
     _nn().tune_allocator()  # also for the dense baseline: same allocator as the methods
     out = Path(cfg.out)
     lock = None
@@ -389,13 +425,23 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         if ckpt is not None and ckpt["epoch"] >= cfg.epochs and final_path.exists():
             with open(final_path) as fh:
                 return json.load(fh)
-        run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
-        last = cfg.epochs if cfg.stop_after is None else cfg.stop_after
-        _train_epochs(run, last)
-        if last < cfg.epochs:
-            return {"status": "stopped", "epoch": max(last, run.start_epoch), "out": str(out),
-                    "history": run.history}
-        report = _final_report(run)
+        if dist_.main:  # what this folder's run is, readable before it finishes
+            atomic_write_text(out / "config.json", json.dumps(
+                {**run_cfg, "data_summary": data.summary()}, indent=1, default=repr) + "\n")
+        run = None
+        try:
+            run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
+            last = cfg.epochs if cfg.stop_after is None else cfg.stop_after
+            _train_epochs(run, last)
+            if last < cfg.epochs:
+                return {"status": "stopped", "epoch": max(last, run.start_epoch),
+                        "out": str(out), "history": run.history}
+            report = _final_report(run)
+            if dist_.main:
+                report["model_files"] = save_model(run.model, run.sp is not None, out)
+        except KeyboardInterrupt:
+            saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
+            raise TrainingInterrupted(str(out), saved) from None
         if dist_.main:
             atomic_write_text(final_path, json.dumps(report, indent=1) + "\n")
         dist_.barrier()

@@ -64,7 +64,7 @@ def _resume_cfg(tmp_path, name, **kw):
 
 
 def _weights(out):
-    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
     return ck["model"], ck["optimizer"], ck
 
 

@@ -200,8 +200,10 @@ def test_killed_trial_is_requeued_and_resumes(tmp_path, digits):
                  "pid": dead.pid}.items():
         trial.set_user_attr(k, v)
     # the killed process had trained one epoch of three
-    train(TrainConfig(method="logsum", epochs=3, out=str(run_dir), hparams=hp, lr=None,
-                      stop_after=1, progress=False, threads=1), data=digits)
+    plan = study.user_attrs["plan"]
+    train(TrainConfig(method="logsum", epochs=3, out=str(run_dir), hparams=hp, lr=plan["lr"],
+                      batch_size=plan["batch_size"], stop_after=1, progress=False, threads=1),
+          data=digits)
     first = json.loads((run_dir / "history.json").read_text())[0]
     fr.run_frontier(["logsum"], out=out, n_trials=2, epochs=3, threads=1, progress=False)
     runs = fr.collect(out)["logsum"]

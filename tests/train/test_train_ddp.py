@@ -43,7 +43,7 @@ def test_two_gloo_processes_match_one(tmp_path, tiny_mnist):
                       progress=False, threads=1), data=data)
 
     def load(name):
-        ck = torch.load(tmp_path / name / "checkpoint.pt", map_location="cpu", weights_only=False)
+        ck = torch.load(tmp_path / name / "checkpoint.pt", map_location="cpu", weights_only=True)
         return ck, json.loads((tmp_path / name / "final.json").read_text())
 
     (ck_d, fin_d), (ck_r, fin_r), (ck_s, fin_s) = load("ddp"), load("ddp2"), load("single")
@@ -67,7 +67,7 @@ def test_two_gloo_processes_stochastic_method_stays_in_sync(tmp_path, tiny_mnist
     _torchrun(["--method", "vardrop-lr", "--epochs", "1", "--data-dir", str(folder),
                "--no-verify", "--no-progress", "--threads", "1", "--out", str(tmp_path / "v")],
               tmp_path)
-    ck = torch.load(tmp_path / "v" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    ck = torch.load(tmp_path / "v" / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert len(ck["rng"]) == 2
     assert not torch.equal(ck["rng"][0]["torch"], ck["rng"][1]["torch"])
     assert json.loads((tmp_path / "v" / "final.json").read_text())["world_size"] == 2

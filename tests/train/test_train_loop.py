@@ -27,7 +27,7 @@ def _cfg(tmp_path, name="run", **kw):
 
 
 def _weights(out):
-    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
     return ck["model"], ck["optimizer"], ck
 
 
@@ -237,3 +237,106 @@ def test_flush_denormal_is_restored(tmp_path, tiny_data):
     assert float(sub * 1.0) != 0.0
     train(_cfg(tmp_path, epochs=1), data=tiny_data)  # flushes while training (default)
     assert float(sub * 1.0) != 0.0  # the process's setting is back
+
+
+def _fake_runs(data):
+    hist = [{"epoch": e, "nonzero_total": 0.5 / e, "val_error": 0.1 / e, "seconds": 1.0}
+            for e in (1, 2)]
+    final = {"epochs": 2, "test_error": 0.03, "nonzero_total": 0.25,
+             "test_error_unpruned": 0.029, "data": data}
+    return {"logsum": {"history": hist, "final": final, "data": data},
+            "penalty:a|b": {"history": hist, "final": None, "data": data}}
+
+
+def test_paper_numbers_only_beside_full_mnist(tmp_path):
+    from dualdrop.train.compare import comparison_table
+
+    mnist = "mnist: 48000 train / 12000 validation / 10000 test, 784 features, 10 classes"
+    md = comparison_table(_fake_runs(mnist), tmp_path)
+    assert "paper: test error" in md and "2.93%" in md and "not shown" not in md
+    assert "unpruned: test error" in md and "2.90%" in md
+    assert "penalty:a\\|b" in md  # a '|' in a cell is escaped
+    assert all(line.count("|") - line.count("\\|") == md.splitlines()[0].count("|")
+               for line in md.splitlines() if line.startswith("|"))
+    digits = "digits: 1150 train / 288 validation / 359 test, 64 features, 10 classes"
+    md = comparison_table(_fake_runs(digits), tmp_path)
+    assert "paper" not in md.splitlines()[0] and "2.93%" not in md
+    assert "not shown beside runs on other data" in md
+
+
+def test_dataset_defaults():
+    from dualdrop.train.config import DATASET_DEFAULTS
+
+    assert resolve_hparams("logsum", dataset="mnist") == resolve_hparams("logsum")
+    lr, hp = resolve_hparams("logsum", dataset="digits")
+    assert lr == DATASET_DEFAULTS["digits"]["lr"] and hp["lam"] == 3e-3
+    assert resolve_hparams("hardconcrete", dataset="digits")[0] == 3e-2  # its own lr
+    # the user's values win over the dataset's
+    assert resolve_hparams("logsum", 1e-4, {"lam": "1e-3"}, "digits") == (1e-4, {**hp, "lam": 1e-3})
+    assert TrainConfig().with_defaults("digits").epochs == 30
+    cfg = TrainConfig(batch_size=7).with_defaults("mnist")
+    assert (cfg.epochs, cfg.batch_size) == (200, 7)
+
+
+def test_cli_bad_values_before_data_or_folder(tmp_path, capsys):
+    out = tmp_path / "never"
+    for extra, match in ((["--hp", "tol=2"], "tol"), (["--lr", "-1e-3"], "lr=-0.001"),
+                         (["--hp", "lam=x"], "lam"), (["--epochs", "0"], "epochs")):
+        rc = cli_main(["sparsify", "--method", "logsum", "--out", str(out),
+                       "--data-dir", str(tmp_path / "no-data-here")] + extra)
+        err = capsys.readouterr().err
+        assert rc == 2 and match in err and "not a directory" not in err, err
+        assert not out.exists()
+    with pytest.raises(SystemExit):
+        cli_main(["sparsify", "--method", "logsum", "--lr"])
+    assert "--lr=-1e-3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(["sparsify", "--epochs", "1"])  # no --method
+    assert "--method" in capsys.readouterr().err
+
+
+def test_cli_list_hparams_every_method(capsys):
+    from dualdrop.train import available_methods
+
+    assert cli_main(["sparsify", "--list-hparams"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"\n{m} (digits):" in "\n" + text for m in available_methods())
+    assert "initial learning rate" in text
+
+
+def test_every_cli_option_has_help():
+    import argparse
+
+    from dualdrop.cli import build_parser
+
+    for name in ("sparsify", "compare"):
+        sub = next(a for a in build_parser(name)._actions
+                   if isinstance(a, argparse._SubParsersAction)).choices[name]
+        missing = [a.option_strings for a in sub._actions if a.option_strings and not a.help]
+        assert not missing, (name, missing)
+
+
+def test_default_threads(monkeypatch):
+    from dualdrop.train.config import default_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(2)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_threads() == 1  # 2 cores: never 2 threads per process
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert default_threads() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_threads() == 2
+    with pytest.raises(ValueError, match="threads"):
+        TrainConfig(threads=-1).validate()
+
+
+def test_cli_compare_resume_flag(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["compare", "--methods", "none", "--epochs", "1", "--out", str(out), "--no-progress",
+            "--threads", "1"]
+    assert cli_main(argv) == 0
+    ck = out / "runs" / "none" / "checkpoint.pt"
+    stamp = ck.stat().st_mtime_ns
+    assert cli_main(argv + ["--resume"]) == 0  # finished: skipped, not retrained
+    assert ck.stat().st_mtime_ns == stamp
+    assert "| dense | 1 |" in capsys.readouterr().out

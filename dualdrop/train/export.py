@@ -1,0 +1,161 @@
+"""The trained network out of a run folder: ``model.pt`` and :func:`load_run`.
+
+A sparsified network is only needed in its *test-time* form: every method's deterministic
+evaluation rule (keep ratio at least ``tol``, gates at their expected value, magnitude masks)
+folded into plain weights, pruned weights exactly 0 (``dualdrop.nn.export_sparse``). A finished
+run writes that network as the ``state_dict`` of the plain architecture (``model.pt``), and, when
+``export_sparse(layout="auto")`` judges the network sparse enough for CSR products to pay off,
+also its CSR form (``model_csr.pt``). Both load with ``weights_only=True``; :func:`load_run`
+rebuilds the architecture from the run's record and returns the network in eval mode.
+The same test-time network of a checkpoint warm-starts other runs (:func:`init_weights`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint
+from dualdrop.train.config import DENSE, _nn
+from dualdrop.train.models import lenet_300_100
+
+MODEL = "model.pt"
+MODEL_CSR = "model_csr.pt"
+ARCH = "lenet-300-100"
+
+
+def architecture(n_features: int, n_classes: int) -> dict:
+    """The record from which :func:`build` rebuilds the network (stored in final.json)."""
+    return {"name": ARCH, "n_features": int(n_features), "n_classes": int(n_classes)}
+
+
+def build(arch: dict) -> nn.Module:
+    """A fresh network of the architecture record ``arch``."""
+    if arch.get("name", ARCH) != ARCH:
+        raise ValueError(f"architecture {arch.get('name')!r} is unknown to this dualdrop "
+                         f"(it builds {ARCH!r})")
+    return lenet_300_100(int(arch["n_features"]), int(arch.get("n_classes", 10)))
+
+
+def test_time_network(ck: dict) -> nn.Module:
+    """The plain test-time network of a training checkpoint (read with
+    :func:`~dualdrop.train.checkpoint.read_checkpoint`): a sparsified run is rebuilt with its own
+    method and hyperparameters and folded with ``export_sparse(layout="dense")``."""
+    conf = ck["config"]
+    net = build(ck.get("arch") or {"n_features": conf["n_features"]})
+    if conf["method"] != DENSE:
+        dnn = _nn()
+        dnn.sparsify(net, conf["method"], **conf["hparams"])
+        net.load_state_dict(ck["model"])
+        net = dnn.export_sparse(net, layout="dense")
+    else:
+        net.load_state_dict(ck["model"])
+    return net.eval()
+
+
+def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
+    """Plain LeNet-300-100 weights from a run folder or checkpoint, and a record of them.
+
+    A sparsified run's checkpoint is rebuilt with its own method and hyperparameters and folded
+    with ``export_sparse(layout="dense")`` (its test-time network); a dense run's is used as is.
+    """
+    path = Path(source)
+    if path.is_dir():
+        path = path / CHECKPOINT
+    ck = read_checkpoint(path, fix=f"init_from={str(source)!r} needs a run folder written by "
+                         "dualdrop sparsify, or its checkpoint.pt")
+    conf = ck["config"]
+    if conf.get("n_features") != n_features:
+        raise ValueError(f"init_from={str(source)!r}: that run had {conf.get('n_features')} input "
+                         f"features, this data has {n_features}")
+    src = test_time_network(ck)
+    sd = {k: v.detach().clone() for k, v in src.state_dict().items()}
+    nnz = sum(int(torch.count_nonzero(v)) for k, v in sd.items() if k.endswith("weight"))
+    tot = sum(v.numel() for k, v in sd.items() if k.endswith("weight"))
+    info = {"path": str(path.resolve()), "method": conf["method"], "epoch": int(ck["epoch"]),
+            "nonzero_total": nnz / tot}
+    return sd, info
+
+
+def save_model(model: nn.Module, sparsified: bool, out: Path) -> dict:
+    """Write ``out/model.pt`` (and ``out/model_csr.pt`` when the auto layout is CSR) of the
+    trained ``model``; return the record of the files for final.json."""
+    dnn = _nn()
+    plain = dnn.export_sparse(model, layout="dense") if sparsified else model
+    atomic_save({k: v.detach().cpu() for k, v in plain.state_dict().items()}, out / MODEL)
+    files = {"dense": MODEL, "csr": None}
+    auto = dnn.export_sparse(plain, layout="auto")
+    if any(isinstance(m, dnn.CSRLinear) for m in auto.modules()):
+        atomic_save({k: v.detach().cpu() for k, v in auto.state_dict().items()}, out / MODEL_CSR)
+        files["csr"] = MODEL_CSR
+    else:
+        (out / MODEL_CSR).unlink(missing_ok=True)
+    return files
+
+
+def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
+    """The test-time network of a finished ``dualdrop sparsify`` run, ready for ``model(x)``.
+
+    ``run``: the run's output folder. ``layout="dense"``: the plain architecture with pruned
+    weights exactly 0 (``nn.Linear`` layers); ``"csr"``: the Linear layers as ``CSRLinear``
+    (sparse CSR weights; from ``model_csr.pt`` when the run wrote one, else converted). The
+    network is in eval mode, on the CPU, loaded with ``weights_only=True``. A run finished by an
+    older dualdrop (no ``model.pt``) is rebuilt from its checkpoint.
+    """
+    if layout not in ("dense", "csr"):
+        raise ValueError(f"layout={layout!r}; expected 'dense' or 'csr'")
+    folder = Path(run)
+    final_path = folder / "final.json"
+    if not final_path.is_file():
+        state = "it does not exist" if not folder.exists() else "it has no final.json"
+        if (folder / CHECKPOINT).is_file():
+            history = folder / "history.json"
+            done = len(json.loads(history.read_text())) if history.is_file() else "some"
+            state = f"the run is unfinished ({done} epochs checkpointed)"
+        raise FileNotFoundError(f"load_run({str(run)!r}): {state}; finish it with "
+                                "dualdrop sparsify ... --resume (same options), or pass the "
+                                "folder of a finished run")
+    final = json.loads(final_path.read_text())
+    fix = "run dualdrop sparsify again into a new folder"
+    if MODEL in os.listdir(folder):
+        arch = final.get("architecture") or {"n_features": _n_features(folder, fix)}
+        net = build(arch)
+        sd = _read_state(folder / MODEL, fix)
+        try:
+            net.load_state_dict(sd)
+        except RuntimeError as exc:
+            raise ValueError(f"{folder / MODEL} does not fit {arch}: {str(exc).splitlines()[0]}; "
+                             f"{fix}") from None
+    else:
+        net = test_time_network(read_checkpoint(folder / CHECKPOINT, fix=fix))
+    net.eval()
+    if layout == "dense":
+        return net
+    dnn = _nn()
+    csr_path = folder / MODEL_CSR
+    if not csr_path.is_file():
+        return dnn.export_sparse(net, layout="csr")
+    sd = _read_state(csr_path, fix)
+    for name, module in list(net.named_children()):
+        if isinstance(module, nn.Linear):
+            setattr(net, name, dnn.CSRLinear(sd[f"{name}.weight"], sd.get(f"{name}.bias")))
+    return net.eval()
+
+
+def _read_state(path: Path, fix: str) -> dict:
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path} cannot be read ({str(exc).strip().splitlines()[0][:120]}); "
+                         f"{fix}") from None
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f"{path} is not a state_dict of tensors; {fix}")
+    return sd
+
+
+def _n_features(folder: Path, fix: str) -> int:
+    return int(read_checkpoint(folder / CHECKPOINT, fix=fix)["config"]["n_features"])

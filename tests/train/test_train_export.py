@@ -1,0 +1,111 @@
+"""A finished run's exported network: model.pt (+ model_csr.pt), load_run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dualdrop.train import TrainConfig, lenet_300_100, load_run, train
+
+dnn = pytest.importorskip("dualdrop.nn")
+
+
+def _cfg(tmp_path, method, **kw):
+    base = dict(method=method, epochs=1, out=str(tmp_path / method), seed=0, progress=False,
+                threads=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("method, csr", [("magnitude", True), ("logsum", False),
+                                         ("none", False)])
+def test_load_run_matches_sparsified_network(tmp_path, tiny_data, method, csr):
+    rep = train(_cfg(tmp_path, method), data=tiny_data)
+    out = tmp_path / method
+    assert (out / "model.pt").is_file() and (out / "model_csr.pt").is_file() == csr
+    assert rep["model_files"] == {"dense": "model.pt", "csr": "model_csr.pt" if csr else None}
+    # the reference: the trained network rebuilt from its checkpoint, in eval mode
+    ck = torch.load(out / "checkpoint.pt", weights_only=True)
+    ref = lenet_300_100(784)
+    if method != "none":
+        dnn.sparsify(ref, method, **rep["hparams"])
+    ref.load_state_dict(ck["model"])
+    ref.eval()
+    X = torch.from_numpy(tiny_data.X_test)
+    with torch.no_grad():
+        want = ref(X)
+        net = load_run(out)
+        assert type(net) is type(lenet_300_100(784)) and not net.training
+        assert all(type(m) in (torch.nn.Linear, torch.nn.ReLU, torch.nn.Flatten)
+                   for m in net.modules() if m is not net)
+        torch.testing.assert_close(net(X), want, rtol=0, atol=1e-5)
+        sparse = load_run(out, layout="csr")
+        assert any(isinstance(m, dnn.CSRLinear) for m in sparse.modules())
+        torch.testing.assert_close(sparse(X), want, rtol=0, atol=1e-5)
+    # pruned weights are exactly zero; the density is the run's
+    w = [p for n, p in net.named_parameters() if n.endswith("weight")]
+    nnz = sum(int(torch.count_nonzero(p)) for p in w) / sum(p.numel() for p in w)
+    assert nnz == pytest.approx(rep["nonzero_total"])
+    err = float((net(X).argmax(1) != torch.from_numpy(tiny_data.y_test)).float().mean())
+    assert err == pytest.approx(rep["test_error"])
+    sd = torch.load(out / "model.pt", weights_only=True)
+    assert set(sd) == set(lenet_300_100(784).state_dict())
+
+
+def test_load_run_unfinished_and_missing(tmp_path, tiny_data):
+    train(_cfg(tmp_path, "logsum", epochs=3, stop_after=1), data=tiny_data)
+    with pytest.raises(FileNotFoundError, match=r"unfinished \(1 epochs checkpointed\).*--resume"):
+        load_run(tmp_path / "logsum")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_run(tmp_path / "nope")
+    with pytest.raises(ValueError, match="layout"):
+        load_run(tmp_path / "logsum", layout="coo")
+
+
+def test_load_run_of_a_run_without_model_file(tmp_path, tiny_data):
+    """A run finished before model.pt existed is rebuilt from its checkpoint."""
+    rep = train(_cfg(tmp_path, "logsum"), data=tiny_data)
+    out = tmp_path / "logsum"
+    net_file = load_run(out)
+    (out / "model.pt").unlink()
+    final = json.loads((out / "final.json").read_text())
+    del final["architecture"]
+    (out / "final.json").write_text(json.dumps(final))
+    net_ck = load_run(out)
+    for a, b in zip(net_file.state_dict().values(), net_ck.state_dict().values()):
+        assert torch.equal(a, b)
+    assert rep["status"] == "finished"
+
+
+def _raw_weights_network(sd: dict, n_features: int) -> torch.nn.Module:
+    """The plain network with the trained (unmasked) weights of a checkpoint's model state."""
+    net = lenet_300_100(n_features)
+    plain = {}
+    for key in net.state_dict():
+        layer, _, kind = key.rpartition(".")
+        plain[key] = next(v for k, v in sd.items()
+                          if k in (key, f"{layer}.parametrizations.{kind}.original"))
+    net.load_state_dict(plain)
+    return net.eval()
+
+
+def test_unpruned_test_error(tmp_path, tiny_data):
+    from dualdrop.data import load_dataset
+
+    digits = load_dataset(None, seed=0)  # harder than the tiny blocks: errors differ
+    X, y = torch.from_numpy(digits.X_test), torch.from_numpy(digits.y_test)
+    # a high tol after 2 epochs at a larger lam prunes weights that still matter
+    rep = train(_cfg(tmp_path, "logsum", epochs=2, lr=3e-3,
+                     hparams={"tol": "0.8", "lam": "0.005"}), data=digits)
+    ck = torch.load(tmp_path / "logsum" / "checkpoint.pt", weights_only=True)
+    with torch.no_grad():
+        net = _raw_weights_network(ck["model"], digits.n_features)
+        want = int((net(X).argmax(1) != y).sum()) / len(y)
+    assert rep["test_error_unpruned"] == pytest.approx(want, abs=1e-12)
+    assert rep["nonzero_total"] < 0.7 and rep["test_error_unpruned"] != rep["test_error"]
+    # without a test-time pruning step both are the same network
+    for method in ("none", "hardconcrete"):
+        r = train(_cfg(tmp_path, method), data=tiny_data)
+        assert r["test_error_unpruned"] == r["test_error"]
