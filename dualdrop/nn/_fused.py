@@ -26,8 +26,9 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     in the backward, weighted by whatever the caller multiplied the sum by.
     Decided this way (not a hidden fused regularizer) so that autograd stays the only bookkeeper:
     if the caller does not use the L0 output it contributes nothing, used twice it counts twice.
-    The forward keeps ``z`` and ``dz/dlog a`` for the backward (recomputing them from the key
-    there was measured slower: two divisions and a sqrt per gate cost more than two tensors).
+    The forward keeps ``z`` for the backward, which recovers ``dz/dlog a`` from it with
+    multiplications (recomputing the gate from the key there was measured slower: two divisions
+    and a sqrt per gate cost more than a kept tensor).
     ``x`` with gates per column (``hardconcrete-neuron``: one gate per input unit and example) is
     the same loop over a ``(rows, cols)`` view with ``log_alpha`` of length ``cols``.
 ``vardrop_noise(w, log_alpha, key, clip)`` -> ``(w (1 + sqrt(a) e), sum KL)``
@@ -182,22 +183,29 @@ def _gate(key, i, qi, mode, inv_beta, gamma, span):
 # to ``x``'s shape, and sums over rows and the L0 term are separate passes.
 
 @njit(**_NUMBA)
-def _hc_forward(x, q, key, mode, inv_beta, gamma, span, out, z, dz):
-    """``out[i] = x[i] z_i``, gate ``i`` with ``q[i] = exp(-log a_i / 2)``; keeps ``z`` and
-    ``dz/dlog a`` for the backward."""
+def _hc_forward(x, q, key, mode, inv_beta, gamma, span, out, z):
+    """``out[i] = x[i] z_i``, gate ``i`` with ``q[i] = exp(-log a_i / 2)``; keeps ``z`` for the
+    backward."""
     for i in range(x.size):
-        zi, dzi = _gate(key, i, q[i], mode, inv_beta, gamma, span)
+        zi, _ = _gate(key, i, q[i], mode, inv_beta, gamma, span)
         out[i] = x[i] * zi
         z[i] = zi
-        dz[i] = dzi
 
 
 @njit(**_NUMBA)
-def _hc_backward(g, x, z, dz, gx, gxdz):
-    """``gx = g z`` and ``gxdz = g x dz/dlog a`` (summed over rows by the caller)."""
+def _hc_backward(g, x, z, inv_beta, gamma, span, gx, gxdz):
+    """``gx = g z`` and ``gxdz = g x dz/dlog a`` (summed over rows by the caller), with
+    ``dz/dlog a = (zeta - gamma)/beta s (1 - s)`` recovered from ``z`` itself: ``s = (z -
+    gamma)/(zeta - gamma)`` where ``0 < z < 1``, no gradient where the clamp holds ``z`` at 0 or
+    1 (one tensor fewer to keep than storing the derivative)."""
+    T = type(span)
+    inv_span = T(1.0) / span  # hoisted: no division in the loop
     for i in range(x.size):
-        gx[i] = g[i] * z[i]
-        gxdz[i] = g[i] * x[i] * dz[i]
+        zi = z[i]
+        s = (zi - gamma) * inv_span
+        dz = span * inv_beta * s * (T(1.0) - s) if (zi > T(0.0)) & (zi < T(1.0)) else T(0.0)
+        gx[i] = g[i] * zi
+        gxdz[i] = g[i] * x[i] * dz
 
 
 @njit(**_NUMBA_SUM)
@@ -226,21 +234,20 @@ class _HardConcreteGate(torch.autograd.Function):
         q = torch.mul(log_alpha.detach(), -0.5).exp_()
         prm = (_pow_mode(beta), T(1.0 / beta), T(gamma), T(zeta - gamma))
         c_l0 = T((-gamma / zeta) ** beta)
-        out, z, dz = (torch.empty_like(x2d) for _ in range(3))
+        out, z = torch.empty_like(x2d), torch.empty_like(x2d)
         qx = q.expand_as(x2d).contiguous() if x2d.shape[0] > 1 else q
-        _hc_forward(_flat(x2d), _flat(qx), key, *prm, out.view(-1).numpy(), z.view(-1).numpy(),
-                    dz.view(-1).numpy())
-        ctx.save_for_backward(x2d, q, z, dz)
-        ctx.c_l0 = c_l0
+        _hc_forward(_flat(x2d), _flat(qx), key, *prm, out.view(-1).numpy(), z.view(-1).numpy())
+        ctx.save_for_backward(x2d, q, z)
+        ctx.c_l0, ctx.prm = c_l0, prm
         return out, torch.tensor(_l0_sum(q.numpy(), c_l0), dtype=x2d.dtype)
 
     @staticmethod
     def backward(ctx, g, g_l0):
-        x2d, q, z, dz = ctx.saved_tensors
+        x2d, q, z = ctx.saved_tensors
         if g is None:  # only the L0 output was used
             g = torch.zeros_like(x2d)
         gx, gxdz = torch.empty_like(x2d), torch.empty_like(x2d)
-        _hc_backward(_flat(g), _flat(x2d), z.view(-1).numpy(), dz.view(-1).numpy(),
+        _hc_backward(_flat(g), _flat(x2d), z.view(-1).numpy(), *ctx.prm[1:],
                      gx.view(-1).numpy(), gxdz.view(-1).numpy())
         gla = gxdz.view(-1) if x2d.shape[0] == 1 else gxdz.sum(0)
         if g_l0 is not None:
