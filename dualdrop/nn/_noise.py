@@ -13,8 +13,9 @@ SplitMix64's output ``i + 1`` steps after a state ``key - g``; SplitMix64 passes
 
 Keys. ``make_key(seed, stream, step)`` hashes three integers into one 64-bit key: ``seed`` is the
 run's seed, ``stream`` tells apart the tensors drawn in one step (one id per layer and use), and
-``step`` is the optimizer step counter. A draw is a pure function of (key, index), so resuming a
-run exactly needs nothing beyond the step counter (no generator state in the checkpoint), and
+``step`` counts the draws (e.g. a layer's training forwards; ``dualdrop.nn._fused`` says how the
+layers should keep it). A draw is a pure function of (key, index), so resuming a run exactly
+needs nothing beyond that counter and the seed (no generator state in the checkpoint), and
 two streams never share numbers unless their hashed keys land within ``n`` of each other in
 ``2^64`` (probability ~``n / 2^63``).
 
