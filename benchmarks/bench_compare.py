@@ -1,4 +1,4 @@
-"""Comparison of sparsification methods on MNIST (issue 3): timing estimate and the run itself.
+"""Comparison of sparsification methods on MNIST: timing estimate and the run itself.
 
 Two modes, both through the library's own training loop (``dualdrop.train.train``):
 
@@ -12,9 +12,9 @@ skipped), then print the table. Equivalent to ``dualdrop compare``.
 
 Examples::
 
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_compare.py --estimate --data-dir ../shared/mnist
+    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_compare.py --estimate --data-dir data/mnist
     PYTHONPATH=. nice -n 10 python3 benchmarks/bench_compare.py --epochs 200 \
-        --data-dir ../shared/mnist --out results/compare200
+        --data-dir data/mnist --out results/compare200
 """
 
 from __future__ import annotations

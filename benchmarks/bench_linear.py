@@ -1,4 +1,4 @@
-"""Sparse linear estimators: dualdrop.linear against skglm, scikit-learn and cvxpy (issue 4).
+"""Sparse linear estimators: dualdrop.linear against skglm, scikit-learn and cvxpy.
 
 Protocol (every method on the same data, same objective, same alpha):
 

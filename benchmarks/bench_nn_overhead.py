@@ -17,7 +17,7 @@
 
 Usage (from the repository root)::
 
-    python3 benchmarks/bench_nn_overhead.py --data-dir ../shared/mnist --rounds 3 --threads 1
+    python3 benchmarks/bench_nn_overhead.py --data-dir data/mnist --rounds 3 --threads 1
 
 Torch runs on ``--threads`` intra-op threads (1 by default: the reference machine has 2 cores
 shared with other jobs). Results go to stdout as a markdown table (and JSON with ``--json``).
@@ -164,7 +164,7 @@ def bench_inference(X, y, Xte, densities, repeats, train_steps):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data-dir", default="../shared/mnist")
+    ap.add_argument("--data-dir", default="data/mnist")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", nargs="*", default=list(METHODS) + ["penalty:mcp"])

@@ -1,15 +1,15 @@
-"""Figure of the accuracy-sparsity goal attempts (issue 3): where each finished run lands.
+"""Figure of the accuracy-sparsity goal attempts: where each finished run lands.
 
 Left: end-of-training *test* error against the fraction of nonzero weights (log scale) of every
 run folder given, at the trained tolerance (filled) and, where the run chose one on validation
 (``--select-tol-margin``), at the chosen tolerance (open, joined to its run); beside them the
-seed's reported table, the published sparse-VD point and the issue's two goal boxes. Right: the
+paper's reported table, the published sparse-VD point and the two goal boxes. Right: the
 *validation* sweep over the test-time tolerance (``final.json["val_tol_sweep"]``; recomputed from
 the checkpoint for runs written before the sweep existed, which needs ``--data-dir``).
 
 Usage (from the repository root)::
 
-    python3 benchmarks/plot_goal.py results/goal_mnist/* --data-dir ../shared/mnist \
+    python3 benchmarks/plot_goal.py results/goal_mnist/* --data-dir data/mnist \
         --out benchmarks/figures/issue3_goal.png
 """
 

@@ -289,7 +289,9 @@ def prox_numeric_scalar(code, p, v, t):
     tiny = a * 1e-14
     f_prev = tiny + t * derivative_scalar(code, p, tiny) - a
     for i in range(1, K + 1):
-        x = a * i / K
+        # the last grid point is |v| itself: a * K / K can round below it, where phi is then
+        # -ulp < 0 for a penalty flat beyond some point (Omega' = 0), and the root at |v| was lost
+        x = a if i == K else a * i / K
         fx = x + t * derivative_scalar(code, p, x) - a
         if f_prev < 0.0 and fx >= 0.0:
             r = _prox_root(code, p, a, t, x_prev, x, f_prev, fx)

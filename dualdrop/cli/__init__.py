@@ -19,6 +19,7 @@ _SUBCOMMANDS = {
     "sparsify": "sparsify_cmd",
     "compare": "compare_cmd",
     "frontier": "frontier_cmd",
+    "diagnose": "diagnose_cmd",
 }
 
 

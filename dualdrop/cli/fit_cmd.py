@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def register(sub):
+    from dualdrop.linear.solvers import SOLVERS
+
     p = sub.add_parser(
         "fit",
         help="fit a sparse linear/logistic model with any penalty (optionally a whole path)",
@@ -20,18 +22,30 @@ def register(sub):
     src.add_argument("--data", help="data file: .npz (X, y), .csv or .svm/.svmlight/.libsvm")
     src.add_argument("--synthetic", metavar="N,P", help="synthetic Toeplitz(0.5) design, e.g. 500,5000")
     p.add_argument("--target", type=int, default=-1, help="CSV column of the target (default: last)")
-    p.add_argument("--task", choices=["regression", "classification"], default="regression")
+    p.add_argument("--task", choices=["regression", "classification"], default="regression",
+                   help="regression: least squares (SparseLinearRegression); classification: "
+                   "logistic, one-vs-rest beyond two classes (SparseLogisticRegression) "
+                   "(default regression)")
     p.add_argument("--penalty", default="l1", metavar="SPEC",
                    help="penalty spec name[:k=v,...], e.g. 'logsum:eps=1', 'mcp:a=3,lam=0.1' (default l1)")
     p.add_argument("--alpha", type=float, default=None, help="penalty strength lambda")
     p.add_argument("--alpha-ratio", type=float, default=0.05,
                    help="without --alpha: alpha = ratio * alpha_max (default 0.05)")
-    p.add_argument("--solver", default="auto", help="cd, irls, adaprox, adatikhonov, eta_trick, "
-                   "reweighted_l1, cvxpy, dropout_sgd (default auto)")
-    p.add_argument("--tol", type=float, default=1e-6)
-    p.add_argument("--max-iter", type=int, default=None)
-    p.add_argument("--scaling", choices=["dropout", "none"], default="dropout")
-    p.add_argument("--no-intercept", action="store_true")
+    p.add_argument("--solver", default="auto", choices=["auto", *SOLVERS],
+                   help="solver; auto picks cd for penalties with a compiled prox, adaprox "
+                   "otherwise (default auto)")
+    p.add_argument("--tol", type=float, default=1e-6,
+                   help="tolerance on the optimality criterion, the largest coordinate-wise "
+                   "gradient mapping (default 1e-6)")
+    p.add_argument("--max-iter", type=int, default=None,
+                   help="solver iterations (default: the solver's own, e.g. 100 outer "
+                   "working-set iterations for cd)")
+    p.add_argument("--scaling", choices=["dropout", "none"], default="dropout",
+                   help="dropout: penalize the coefficient a column of unit mean square would "
+                   "have (the dropout duality); none: penalize the raw coefficient, as "
+                   "scikit-learn and skglm do (default dropout)")
+    p.add_argument("--no-intercept", action="store_true",
+                   help="fit without an intercept (default: an unpenalized intercept)")
     p.add_argument("--path", type=int, default=0, metavar="N", help="also fit a path of N alphas")
     p.add_argument("--support", type=float, default=0.05, help="synthetic: fraction of nonzeros")
     p.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
@@ -146,15 +160,35 @@ def run(args) -> int:
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
 
-            fig, ax = plt.subplots(figsize=(6, 4))
-            ax.plot(res["alphas"], coefs, lw=0.8)
-            ax.set_xscale("log")
-            ax.invert_xaxis()
-            ax.set_xlabel("alpha (lambda)")
-            ax.set_ylabel("coefficient")
-            ax.set_title(f"{spec.name} path ({coefs.shape[1]} coefficients)")
-            fig.tight_layout()
-            fig.savefig(out / "path.png", dpi=120)
-            plt.close(fig)
+            _plot_path(plt, res["alphas"], coefs, spec.name, out / "path.png")
             print(f"wrote {out / 'path.csv'} and {out / 'path.png'}")
     return 0
+
+
+def _plot_path(plt, alphas, coefs, name, filename, n_named=10):
+    """Coefficient paths readable at any width: only coefficients that ever enter the model are
+    drawn; the ``n_named`` largest in colour with a legend, the others thin and grey."""
+    import numpy as np
+
+    entered = np.flatnonzero(np.any(coefs != 0, axis=0))
+    size = np.max(np.abs(coefs[:, entered]), axis=0) if entered.size else np.zeros(0)
+    order = entered[np.argsort(-size)]
+    named, faint = order[:n_named], order[n_named:]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if faint.size:
+        ax.plot(alphas, coefs[:, faint], color="0.75", lw=0.5)
+    for j in named:
+        ax.plot(alphas, coefs[:, j], lw=1.4, label=f"w{j}")
+    ax.axhline(0.0, color="k", lw=0.5)
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_xlabel("alpha (penalty strength lambda), decreasing")
+    ax.set_ylabel("coefficient")
+    ax.set_title(f"{name} path: {entered.size} of {coefs.shape[1]} coefficients ever nonzero"
+                 + (f" ({faint.size} in grey)" if faint.size else ""))
+    if named.size:
+        ax.legend(fontsize=7, loc="upper left", ncol=2, title=f"largest {named.size}",
+                  title_fontsize=7)
+    fig.tight_layout()
+    fig.savefig(filename, dpi=120)
+    plt.close(fig)

@@ -3,7 +3,7 @@
 Examples::
 
     dualdrop frontier --methods logsum magnitude --n-trials 6 --epochs 20 --out runs/frontier
-    dualdrop frontier --methods vardrop-lr-ar --n-trials 12 --epochs 200 --data-dir ../shared/mnist \
+    dualdrop frontier --methods vardrop-lr-ar --n-trials 12 --epochs 200 --data-dir data/mnist \
         --init-from runs/dense --hp vardrop-lr-ar:lr=1e-3 --workers 2 --out runs/frontier
     dualdrop frontier --out runs/frontier --report-only      # redraw from the study
 

@@ -82,9 +82,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
+    from dualdrop.nn.methods import METHODS
+
     p = _friendly(subparsers.add_parser(
         "sparsify",
-        help="train LeNet-300-100 with one sparsification method",
+        help="train LeNet-300-100 (or LeNet-5) with one sparsification method",
         description="Train LeNet-300-100 (Adam, linear learning-rate decay to 0) with one "
         "sparsification method of dualdrop.nn; write per-epoch history (JSON, CSV), a "
         "checkpoint every epoch, the trained network (model.pt) and the end-of-training test "
@@ -92,9 +94,11 @@ def register(subparsers) -> None:
         "a short schedule chosen on the validation split for the embedded digits.",
     ))
     p.add_argument("--method", default=None,
-                   help="vardrop, vardrop-lr, vardrop-lr-ar, hardconcrete, hardconcrete-neuron, "
-                   "magnitude, eta-trick, adaprox, adatikhonov, logsum, penalty:<name>, or none "
-                   "(dense baseline); required unless --list-hparams")
+                   help=", ".join(METHODS) + ", penalty:<name>, or none (dense baseline); "
+                   "required unless --list-hparams")
+    p.add_argument("--model", default="lenet300", choices=("lenet300", "lenet5"),
+                   help="network: lenet300 (LeNet-300-100, default) or lenet5 (LeNet-5-Caffe, "
+                   "conv 20-50 5x5, fc 800-500-10; 28x28 images only)")
     p.add_argument("--out", default=None, help="output folder (default runs/sparsify/<method>)")
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint.pt (exactly); start fresh if absent")
@@ -144,15 +148,16 @@ def list_hparams(method: str | None, dataset: str) -> str:
     return "\n".join(blocks)
 
 
-def resume_command(args, prog: str = "dualdrop sparsify") -> str:
+def resume_command(args, prog: str = "dualdrop sparsify", to_the_end: bool = False) -> str:
     """The command line that continues the run of ``args``: every option that differs from its
-    default (``--out`` always), plus ``--resume``."""
+    default (``--out`` always), plus ``--resume``; without ``--stop-after`` if ``to_the_end``."""
     import shlex
 
     parser = args.parser
+    skip = {"help", "resume", "list_hparams"} | ({"stop_after"} if to_the_end else set())
     words = []
     for action in parser._actions:
-        if not action.option_strings or action.dest in ("help", "resume", "list_hparams"):
+        if not action.option_strings or action.dest in skip:
             continue
         value = getattr(args, action.dest, None)
         if action.dest != "out" and value == action.default:
@@ -191,6 +196,7 @@ def run(args) -> int:
             stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
             verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
             select_tol_margin=args.select_tol_margin, init_from=args.init_from,
+            model=args.model,
         )
         report = train(cfg)  # checks every option before loading data or creating --out
     except KeyboardInterrupt as exc:
@@ -206,7 +212,7 @@ def run(args) -> int:
         return 2
     if report.get("status") == "stopped":
         print(f"stopped after epoch {report['epoch']} (outputs in {report['out']}); continue "
-              f"with: {resume_command(args)}")
+              f"with: {resume_command(args, to_the_end=True)}")
         return 0
     import os
 

@@ -1,4 +1,4 @@
-"""Sparse linear models with any effective penalty (issue 4).
+"""Sparse linear models with any effective penalty.
 
 Split as in skglm: a *datafit* (:mod:`.datafits`), a *penalty* (objects of the top-level
 :mod:`penalties` package) and a *solver* (:mod:`.solvers`, one module per algorithm). The

@@ -20,10 +20,23 @@ __all__ = [
 ]
 
 
-def resolve_penalty(penalty, penalty_params=None):
+FOLLOW_ALPHA = "alpha"
+
+
+def follows_alpha(penalty_params) -> bool:
+    """Whether ``penalty_params`` asks for the concavity scale to follow alpha
+    (``{"lam": "alpha"}``)."""
+    return isinstance(penalty_params, dict) and penalty_params.get("lam") == FOLLOW_ALPHA
+
+
+def resolve_penalty(penalty, penalty_params=None, alpha=None):
     """Return a penalty object from a name (with ``penalty_params``) or an object.
 
-    Raises ``ValueError`` for an unknown name, ``TypeError`` for a wrong type.
+    ``penalty_params={"lam": "alpha"}`` (MCP, SCAD) sets ``lam = alpha``: with the catalog's
+    ``Omega = MCP(w; lam, a) / lam`` the fitted penalty ``alpha Omega`` is then the classical
+    ``MCP(w; alpha, a)`` of ncvreg, glmnet-style paths and skglm (threshold and concavity region
+    both scale with alpha); MCP then requires ``a > 1`` (see the estimators' docstring).
+    Raises ``ValueError`` for an unknown name or bad parameters, ``TypeError`` for a wrong type.
     """
     params = {} if penalty_params is None else penalty_params
     if not isinstance(params, dict):
@@ -31,6 +44,15 @@ def resolve_penalty(penalty, penalty_params=None):
             f"penalty_params must be a dict of the penalty's parameters or None, got "
             f"{type(penalty_params).__name__}"
         )
+    if follows_alpha(params):
+        if alpha is None:
+            raise ValueError('penalty_params={"lam": "alpha"} needs the value of alpha')
+        params = {**params, "lam": float(alpha) if alpha > 0 else 1.0}
+        if penalty == "mcp" and float(params.get("a", 3.0)) <= 1.0:
+            raise ValueError(
+                f"penalty='mcp' with lam following alpha needs a > 1 (got a={params['a']!r}): "
+                "on unit-norm columns the coordinate problem is then strictly convex, as in "
+                "ncvreg and skglm; use a > 1 or a fixed lam")
     if isinstance(penalty, str):
         try:
             return penalties.get(penalty, **params)

@@ -1,9 +1,10 @@
 """The optimization problem every solver receives, and the result every solver returns.
 
 Problem: ``min_{w, b} F(w, b) = L(y, X w + b) + sum_j lam_j Omega(w_j)``, with ``lam_j = alpha *
-weights_j`` (``weights`` defaults to ones; reweighted l1 uses it) and ``b`` present only when
+weights_j`` (``weights`` defaults to ones; reweighted l1 and ``penalty_weights`` use it), ``w >= 0``
+when ``positive``, and ``b`` present only when
 ``fit_intercept``. Stopping criterion shared by all solvers: the largest coordinate-wise gradient
-mapping (see ``solvers._kernels.scores``), together with ``|dL/db|`` for the intercept.
+mapping (see ``_jit.scores``), together with ``|dL/db|`` for the intercept.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from . import _penalty
 from ._design import Design
+from ._jit import penalty_sum, scores
 from .datafits import Datafit
 
 __all__ = ["Problem", "SolverResult"]
@@ -23,19 +25,22 @@ __all__ = ["Problem", "SolverResult"]
 class Problem:
     """Data, datafit, penalty and regularization strength of one fit."""
 
-    def __init__(self, X, y, datafit: Datafit, penalty, alpha: float, fit_intercept=True, weights=None):
+    def __init__(self, X, y, datafit: Datafit, penalty, alpha: float, fit_intercept=True,
+                 weights=None, positive=False):
         self.design = X if isinstance(X, Design) else Design(X)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.datafit = datafit
         self.penalty = penalty
         self.alpha = float(alpha)
         self.fit_intercept = bool(fit_intercept)
+        self.positive = bool(positive)
         p = self.design.p
         self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
         self.lam_w = self.alpha * self.weights
         self.spec = _penalty.kernel_spec(penalty)
         self.lips = datafit.lipschitz(self.design.col_norms2, self.design.n)
         self._lglobal = None
+        self.all_feats = np.arange(p, dtype=np.int64)
 
     @property
     def n(self):
@@ -59,9 +64,8 @@ class Problem:
 
     def penalty_value(self, w):
         if self.spec is not None:
-            from .solvers._kernels import penalty_sum
-
-            return float(penalty_sum(np.ascontiguousarray(w, dtype=np.float64), self.lam_w, *self.spec))
+            return float(penalty_sum(np.ascontiguousarray(w, dtype=np.float64), self.all_feats,
+                                     self.lam_w, *self.spec))
         return float(np.sum(self.lam_w * self.penalty.omega(w)))
 
     def objective(self, w, b, z=None):
@@ -82,17 +86,17 @@ class Problem:
         G = self.datafit.raw_grad(self.y, z)
         gb = abs(float(G.sum())) if self.fit_intercept else 0.0
         if self.spec is not None:
-            from .solvers._kernels import scores
-
             out = np.zeros(self.p)
-            feats = np.arange(self.p, dtype=np.int64)
-            m = scores(*self.design.arrays, feats, G, 1.0, np.ascontiguousarray(w, dtype=np.float64),
-                       self.lips, self.lam_w, self.spec[0], self.spec[1], out)
+            m = scores(*self.design.arrays, self.all_feats, G, 1.0,
+                       np.ascontiguousarray(w, dtype=np.float64), self.lips, self.lam_w,
+                       self.spec[0], self.spec[1], self.positive, out)
             return max(float(m), gb)
         g = self.design.rmatvec(G)
         L = np.where(self.lips > 0, self.lips, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             new = self.penalty.prox(w - g / L, self.lam_w / L)
+            if self.positive:
+                new = np.maximum(new, 0.0)
         viol = np.where(self.lips > 0, L * np.abs(w - new), 0.0)
         return max(float(np.max(viol, initial=0.0)), gb)
 

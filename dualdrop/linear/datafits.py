@@ -9,7 +9,7 @@ thing at every sample size:
 
 A datafit only sees the linear predictor ``z``; the design enters through :mod:`._design` (dense
 numpy or ``scipy.sparse`` CSC). Every solver uses these objects, and the compiled solvers use the
-integer ``code`` to select the same formulas in numba (see ``solvers/_kernels.py``).
+integer ``code`` to select the same formulas in numba (see ``_jit.py``).
 """
 
 from __future__ import annotations

@@ -29,13 +29,14 @@ parameters. With a penalty object (``penalty=penalties.LogSum(eps=2.0)``) the ke
 from __future__ import annotations
 
 import copy
-import numbers
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -60,9 +61,27 @@ _NESTED_OBJ = "penalty__"
 class _SparseLinearBase(BaseEstimator):
     _datafit = None
 
+    # checked by scikit-learn's validation on every fit (``_fit_context``): a wrong type or value
+    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it accepts
+    _parameter_constraints: dict = {
+        "penalty": [str, HasMethods(["omega", "prox"])],
+        "penalty_params": [dict, None],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "solver": [StrOptions({"auto", *SOLVERS})],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "fit_intercept": ["boolean"],
+        "warm_start": ["boolean"],
+        "scaling": [StrOptions({"dropout", "none"})],
+        "solver_params": [dict, None],
+        "verbose": ["verbose"],
+        "positive": ["boolean"],
+        "penalty_weights": ["array-like", None],
+    }
+
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, solver="auto", tol=1e-4,
                  max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
-                 solver_params=None, verbose=False):
+                 solver_params=None, verbose=False, positive=False, penalty_weights=None):
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.alpha = alpha
@@ -74,6 +93,8 @@ class _SparseLinearBase(BaseEstimator):
         self.scaling = scaling
         self.solver_params = solver_params
         self.verbose = verbose
+        self.positive = positive
+        self.penalty_weights = penalty_weights
 
     # ---- nested penalty parameters ----------------------------------------------------------
     def get_params(self, deep=True):
@@ -130,22 +151,8 @@ class _SparseLinearBase(BaseEstimator):
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_params(self):
-        a = self.alpha
-        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not np.isfinite(a) or a < 0:
-            raise ValueError(f"alpha must be a finite number >= 0 (the penalty strength lambda), got {a!r}")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real) or not self.tol > 0:
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        mi = self.max_iter
-        if mi is not None and (isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1):
-            raise ValueError(f"max_iter must be a positive integer or None (solver default), got {mi!r}")
-        if self.scaling not in ("dropout", "none"):
-            raise ValueError(f"scaling must be 'dropout' or 'none', got {self.scaling!r}")
-        if self.solver != "auto" and self.solver not in SOLVERS:
-            raise ValueError(f"solver={self.solver!r} is unknown; use 'auto' or one of {sorted(SOLVERS)}")
-        sp_ = self.solver_params
-        if sp_ is not None and not isinstance(sp_, dict):
-            raise TypeError(f"solver_params must be a dict or None, got {type(sp_).__name__}")
-        return _penalty.resolve_penalty(self.penalty, self.penalty_params)
+        """The penalty object (its parameters are checked by the catalog)."""
+        return _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
 
     def _scales(self, X):
         n = X.shape[0]
@@ -167,9 +174,23 @@ class _SparseLinearBase(BaseEstimator):
             return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
         return Design(np.asfortranarray(X) * (1.0 / s))
 
+    def _penalty_weights(self, p):
+        """``penalty_weights`` as a checked array (``None``: all ones)."""
+        if self.penalty_weights is None:
+            return None
+        pw = np.asarray(self.penalty_weights, dtype=np.float64)
+        if pw.shape != (p,):
+            raise ValueError(f"penalty_weights must have one entry per feature ({p}), got shape "
+                             f"{pw.shape}")
+        if np.any(np.isnan(pw)) or np.any(pw < 0):
+            raise ValueError("penalty_weights must be >= 0 (0: unpenalized, inf: excluded), got "
+                             "negative or NaN entries")
+        return pw
+
     def _solve_one(self, design, y, P, w0, b0):
         datafit = self._datafit()
-        problem = Problem(design, y, datafit, P, float(self.alpha), self.fit_intercept)
+        problem = Problem(design, y, datafit, P, float(self.alpha), self.fit_intercept,
+                          weights=self._penalty_weights(design.p), positive=self.positive)
         name = self.solver
         if name == "auto":
             name = "cd" if get_solver("cd").supports(problem) is None else "adaprox"
@@ -183,6 +204,7 @@ class _SparseLinearBase(BaseEstimator):
                 f"{reason}. Solvers that can: {capable_solvers(problem)}"
             )
         kwargs = dict(self.solver_params or {})
+        mod.check_options(kwargs)
         if self.max_iter is not None:
             kwargs["max_iter"] = int(self.max_iter)
         res = mod.solve(problem, w0, b0, tol=float(self.tol), verbose=bool(self.verbose), **kwargs)
@@ -206,7 +228,16 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         A name of ``penalties.available()`` (``"l1"``, ``"logsum"``, ``"mcp"``, ``"scad"``, ``"lp"``,
         ``"log2sum"``, ``"vardrop"``, ``"hardconcrete"``, ... ) or a penalty object.
     penalty_params : dict or None
-        Parameters of a named penalty, e.g. ``{"eps": 2.0}`` for LogSum.
+        Parameters of a named penalty, e.g. ``{"eps": 2.0}`` for LogSum. MCP and SCAD take
+        ``lam``, the scale of their concave part: a number keeps it fixed while ``alpha`` varies
+        (the default, ``lam=1``: ``alpha`` then only multiplies the penalty); ``"lam": "alpha"``
+        makes it follow ``alpha``, so that ``alpha Omega`` is the classical
+        ``MCP(w; lambda=alpha, gamma=a)`` of ncvreg/skglm (threshold ``alpha``, flat beyond
+        ``a alpha``), the convention to use for a grid over ``alpha``. MCP with
+        ``"lam": "alpha"`` requires ``a > 1``, as those packages do: on unit-norm columns
+        (``scaling="dropout"``) each coordinate problem is then strictly convex. With a fixed
+        ``lam`` any ``a > 0`` is accepted: the coordinate prox is the exact minimizer of the 1-D
+        problem, which is hard thresholding when ``alpha / L_j >= a lam``.
     alpha : float, default=1.0
         The penalty strength lambda (>= 0).
     solver : str, default="auto"
@@ -217,33 +248,45 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         Tolerance on the optimality criterion (largest coordinate-wise gradient mapping).
     max_iter : int or None
         Solver iterations (``None``: the solver's default).
-    fit_intercept, warm_start : bool
+    fit_intercept, warm_start : bool (``True``/``False`` only)
     scaling : {"dropout", "none"}, default="dropout"
         How unstandardized columns are penalized (see the module docstring).
+    positive : bool, default=False
+        Constrain the coefficients to ``w >= 0`` (solvers ``"cd"`` and ``"cvxpy"``).
+    penalty_weights : array of shape (n_features,) or None
+        Per-feature multipliers of the penalty, ``lam_j = alpha * penalty_weights[j]`` (glmnet's
+        ``penalty.factor``, skglm's ``weights``): 0 leaves a feature unpenalized, ``inf`` keeps
+        it at 0. ``alpha_max`` and the path functions assume unit weights.
     solver_params : dict or None
-        Extra keyword arguments of the solver (e.g. ``{"inner": "cvxpy"}`` for reweighted l1).
+        Options of the solver (e.g. ``{"inner": "cvxpy"}`` for reweighted l1); an unknown key
+        raises ``ValueError`` listing the solver's options (``get_solver(name).options``).
     verbose : bool
         Progress bar.
 
     Attributes
     ----------
     coef_, intercept_, n_iter_, objective_ (objective history), criterion_ (final criterion),
-    solver_ (the solver used), n_features_in_.
+    solver_ (the solver used), n_features_in_. ``coef_`` and ``intercept_`` have the dtype of
+    ``X`` (float32 stays float32; the solvers compute in float64).
     """
 
     _datafit = Quadratic
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         P = self._check_params()
-        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=np.float64, y_numeric=True)
+        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
+                              y_numeric=True)
+        dtype = X.dtype
+        X, y = X.astype(np.float64, copy=False), np.asarray(y, dtype=np.float64)
         s = self._scales(X)
         design = self._scaled_design(X, s)
         w0 = b0 = None
         if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == (X.shape[1],):
             w0, b0 = self.coef_ * s, (self.intercept_ if self.fit_intercept else None)
         res, name = self._solve_one(design, y, P, w0, b0)
-        self.coef_ = res.coef / s
-        self.intercept_ = float(res.intercept)
+        self.coef_ = (res.coef / s).astype(dtype, copy=False)
+        self.intercept_ = dtype.type(res.intercept)
         self.n_iter_ = int(res.n_iter)
         self.objective_ = res.objective
         self.criterion_ = float(res.criterion)
@@ -252,7 +295,8 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
 
     def predict(self, X):
         check_is_fitted(self)
-        X = _validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        X = _validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                           reset=False)
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
 
@@ -272,14 +316,18 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, solver="auto", tol=1e-4,
                  max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
-                 solver_params=None, verbose=False):
+                 solver_params=None, verbose=False, positive=False, penalty_weights=None):
         super().__init__(penalty, penalty_params, alpha, solver=solver, tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
-                         solver_params=solver_params, verbose=verbose)
+                         solver_params=solver_params, verbose=verbose, positive=positive,
+                         penalty_weights=penalty_weights)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         P = self._check_params()
-        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=np.float64)
+        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
+        dtype = X.dtype
+        X = X.astype(np.float64, copy=False)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         K = self.classes_.size
@@ -304,8 +352,8 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
             iters.append(res.n_iter)
             objs.append(res.objective)
             crits.append(res.criterion)
-        self.coef_ = np.vstack(coefs)
-        self.intercept_ = np.asarray(icpts, dtype=np.float64)
+        self.coef_ = np.vstack(coefs).astype(dtype, copy=False)
+        self.intercept_ = np.asarray(icpts, dtype=dtype)
         self.n_iter_ = np.asarray(iters)
         self.objective_ = objs
         self.criterion_ = np.asarray(crits)
@@ -314,7 +362,8 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
 
     def decision_function(self, X):
         check_is_fitted(self)
-        X = _validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        X = _validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+                           reset=False)
         d = np.asarray(X @ self.coef_.T) + self.intercept_
         return d.ravel() if d.shape[1] == 1 else d
 

@@ -3,9 +3,13 @@
 ``alpha_max`` is the smallest ``alpha`` at which ``w = 0`` is a fixed point of the coordinate
 prox-gradient step every solver's criterion uses: ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for
 all ``j`` (``g = grad_w L(0, b0)`` on the scaled design, ``b0`` the best intercept). For convex
-penalties this is ``||g||_inf / Omega'(0+)``; for nonconvex ones (MCP with a small ``a lam``) the
-prox can jump away from 0 even where 0 is first-order stationary, so it is found by bisection.
-For penalties smooth at 0 (no exact zeros) the L1 value ``||g||_inf`` is returned. Warm starts are sequential by nature; with ``n_jobs > 1`` the grid is cut into
+penalties this is ``||g||_inf / Omega'(0+)``; for nonconvex ones it is found by bracketing and
+bisection on that condition (the prox of MCP with a small ``a lam`` can jump away from 0 where 0
+is first-order stationary, and Lp with p < 1 has ``Omega'(0+) = inf`` but a finite prox
+threshold). For multiclass logistic it is the largest over the one-vs-rest problems. For
+penalties smooth at 0 (no exact zeros) the L1 value ``||g||_inf`` is returned.
+
+Warm starts are sequential by nature; with ``n_jobs > 1`` the grid is cut into
 ``n_jobs`` contiguous chunks solved in parallel by joblib, each chunk warm-started along itself
 (this pays on long grids and large problems).
 """
@@ -19,59 +23,100 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 
 from . import _penalty
+from .datafits import Logistic, Quadratic
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
 __all__ = ["alpha_max", "regularization_path"]
 
 
-def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
-              scaling="dropout"):
-    """Smallest ``alpha`` for which ``w = 0`` is a stationary point (see the module docstring)."""
-    est = _estimator(datafit, penalty, penalty_params, 1.0, fit_intercept, scaling)
-    P = _penalty.resolve_penalty(penalty, penalty_params)
+def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params):
+    """``(|g|, L)`` over the features with ``L > 0``, stacked over the binary problems a
+    multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class)."""
     from sklearn.utils import check_array
 
+    est = _estimator(datafit, penalty, penalty_params, 1.0, fit_intercept, scaling)
     X = check_array(X, accept_sparse="csc", dtype=np.float64)
-    s = est._scales(X)
-    design = est._scaled_design(X, s)
-    y = np.asarray(y, dtype=np.float64)
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D, got an array of shape {y.shape}")
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}; pass one target per "
+                         "row of X")
+    design = est._scaled_design(X, est._scales(X))
     if datafit == "logistic":
-        y = np.where(y == np.unique(y)[-1], 1.0, -1.0)
-        from .datafits import Logistic as D
+        classes = np.unique(y)
+        if classes.size < 2:
+            raise ValueError(f"y has a single class ({classes[0]!r}); logistic needs two or more")
+        targets = classes[1:] if classes.size == 2 else classes
+        ys = [np.where(y == c, 1.0, -1.0) for c in targets]
+        df = Logistic()
     else:
-        from .datafits import Quadratic as D
-    df = D()
-    b0 = df.intercept_init(y) if fit_intercept else 0.0
-    g = np.abs(design.rmatvec(df.raw_grad(y, np.full(y.shape[0], b0))))
+        ys = [np.asarray(y, dtype=np.float64)]
+        df = Quadratic()
     L = df.lipschitz(design.col_norms2, design.n)
     keep = L > 0
-    g, L = g[keep], L[keep]
+    gs = []
+    for yk in ys:
+        b0 = df.intercept_init(yk) if fit_intercept else 0.0
+        gs.append(np.abs(design.rmatvec(df.raw_grad(yk, np.full(yk.shape[0], b0))))[keep])
+    return np.concatenate(gs), np.tile(L[keep], len(ys))
+
+
+def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
+              scaling="dropout"):
+    """Smallest ``alpha`` for which ``w = 0`` is a stationary point (see the module docstring).
+
+    For multiclass logistic the largest over the one-vs-rest problems; ``y`` may hold any class
+    labels the estimator accepts (strings included)."""
+    follow = _penalty.follows_alpha(penalty_params)
+
+    def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
+        return _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
+
+    P = pen(1.0)
+    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params)
     if g.size == 0 or not np.any(g):
         return 0.0
+    gmax = float(np.max(g))
 
     def all_zero(a):
-        return not np.any(np.asarray(P.prox(g / L, a / L)))
+        return not np.any(np.asarray((pen(a) if follow else P).prox(g / L, a / L)))
 
     d0 = _penalty.right_derivative_at_zero(P)
-    guess = float(np.max(g)) / (d0 if np.isfinite(d0) and d0 > 0 else 1.0)
-    lo, hi = 0.0, guess
-    for _ in range(60):
-        if all_zero(hi):
-            break
-        lo, hi = hi, 2.0 * hi
+    if d0 == 0.0:
+        return gmax  # smooth at 0: no alpha gives exact zeros
+    # bracket [lo, hi] with all_zero(hi) and not all_zero(lo), by factors of 10 from the convex
+    # guess ||g||_inf / Omega'(0+) (which is exact for convex penalties; Omega'(0+) is huge for
+    # Lp with p < 1, whose threshold is set by the jump of the prox instead), then bisect on a
+    # log scale
+    guess = gmax / d0 if np.isfinite(d0) and gmax / d0 > 0 else gmax
+    lo = hi = guess
+    if all_zero(hi):
+        for _ in range(700):
+            lo = hi / 10.0
+            if lo == 0.0 or not all_zero(lo):
+                break
+            hi = lo
+        else:
+            return 0.0
     else:
-        return float(np.max(g))  # smooth at 0: no alpha gives exact zeros
-    if lo == 0.0 and all_zero(0.5 * hi):
-        lo = 0.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
+        for _ in range(700):
+            lo, hi = hi, 10.0 * hi
+            if not np.isfinite(hi):
+                return gmax  # no alpha gives exact zeros
+            if all_zero(hi):
+                break
+        else:
+            return gmax
+    for _ in range(200):
+        mid = np.sqrt(lo * hi) if lo > 0 else 0.5 * hi
         if all_zero(mid):
             hi = mid
         else:
             lo = mid
-        if hi - lo <= 1e-12 * hi:
+        if hi - lo <= 1e-13 * hi:
             break
-    return hi
+    return float(hi)
 
 
 def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, **kw):

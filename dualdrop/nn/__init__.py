@@ -4,27 +4,35 @@ Entry points::
 
     from dualdrop.nn import sparsify, export_sparse, sparsity_report, default_hparams, METHODS
 
-    sp = sparsify(model, "vardrop-lr")            # in place, on every nn.Linear / nn.Conv2d
+    sp = sparsify(model, "vardrop-lr")            # in place, every weight-bearing layer
     opt = torch.optim.Adam(model.parameters(), lr=sp.hparams["lr"])   # build it AFTER sparsify
     loss = data_loss + sp.regularizer(n_train)    # per step
     sp.after_step(opt, step, total_steps)         # after every opt.step()
-    sp.density()                                  # {layer: fraction nonzero, "total": ...}
+    sp.density()                                  # {weight: fraction nonzero, "total": ...}
     plain = export_sparse(model, layout="dense")  # loads strictly into the plain architecture
+    sp.finalize()                                 # or fold the pruning into the model in place
 
-Methods (``METHODS``, plus ``"penalty:<name>"`` for any separable ``penalties`` catalog name):
-variational dropout without / with local / with local + additive reparameterization
-(``vardrop``, ``vardrop-lr``, ``vardrop-lr-ar``), hard-concrete L0 gates per weight or per neuron
-(``hardconcrete``, ``hardconcrete-neuron``), gradual magnitude pruning (``magnitude``), and the
-eta-trick family (``eta-trick``, ``adaprox``, ``adatikhonov``, ``logsum``). One module per family:
-``vardrop``, ``hardconcrete``, ``magnitude``, ``penalty``; ``export`` for export and reports.
+Methods (``METHODS``, plus ``"penalty:<name>"`` for any separable ``penalties`` catalog name),
+one ``Method`` record each (``dualdrop.nn.methods``): variational dropout without / with local /
+with local + additive reparameterization (``vardrop``, ``vardrop-lr``, ``vardrop-lr-ar``),
+hard-concrete L0 gates per weight or per neuron (``hardconcrete``, ``hardconcrete-neuron``),
+gradual magnitude pruning (``magnitude``), and the eta-trick family (``eta-trick``, ``adaprox``,
+``adatikhonov``, ``logsum``). One module per family: ``vardrop``, ``hardconcrete``,
+``magnitude``, ``penalty``; ``targets`` (which tensors), ``export`` (export and reports).
 
-Densities count weights only (biases are neither pruned nor counted) with each method's
-deterministic test-time rule; ``model.eval()`` runs exactly that pruned network.
+Every method is a ``torch.nn.utils.parametrize`` parametrization of each selected weight tensor
+(any module); the ones that change the forward (local reparameterization, neuron gates) also
+hook their Linear / convolution layers. Densities count weights only (biases are neither pruned
+nor counted), a tied weight once, with each method's deterministic test-time rule;
+``model.eval()`` runs exactly that pruned network.
 """
 
 from dualdrop.nn._alloc import tune_allocator
-from dualdrop.nn.export import CSRLinear, export_sparse, format_report, sparsity_report
+from dualdrop.nn._base import Method, state_of
+from dualdrop.nn.export import CSRLinear, export_sparse, fold, format_report, sparsity_report
+from dualdrop.nn.methods import REGISTRY, describe, method_class
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
-           "METHODS", "Sparsifier", "CSRLinear", "tune_allocator"]
+           "METHODS", "REGISTRY", "Method", "method_class", "describe", "Sparsifier",
+           "CSRLinear", "fold", "state_of", "tune_allocator"]

@@ -1,119 +1,34 @@
-"""Common machinery of the sparsified layers: the layer mixin, the class swap, argument checks.
+"""The two shapes every method is made of: a ``Method`` record and a per-weight ``WeightState``.
 
-How a layer is sparsified (the ``torch.nn.utils.parametrize`` idea, with importable classes):
-``sparsify`` changes the class of every selected ``nn.Linear`` / ``nn.Conv2d`` *in place* to a
-subclass defined in this package (for example ``VarDropLinear(VarDropMixin, nn.Linear)``) and
-registers the method's extra tensors on it. The module object, its ``weight`` and ``bias``
-parameters and every reference the user holds stay the same; new learnable tensors are
-parameters of the layer (so ``model.parameters()`` sees them), all other state are buffers, and
-hyperparameters are plain attributes. Because the classes are defined at module level,
-``copy.deepcopy``, ``pickle`` and ``state_dict`` round trips work as for any module.
+How a weight is sparsified (``torch.nn.utils.parametrize``): for every selected weight tensor
+``sparsify`` registers the method's ``WeightState`` as the tensor's parametrization. The module
+then reads ``module.weight`` as ``state(original)``: in ``train()`` mode the method's training
+weight (a noisy sample, gated, masked, or the weight itself), in ``eval()`` mode the deterministic
+test-time weight (masks and gates folded in). This works for *any* module that reads its weight
+as an attribute (Linear, convolutions, Embedding, the recurrent layers, MultiheadAttention's
+projections, user modules), and the original tensor stays one Parameter: a weight tied to
+several modules or names is one original and gets one state. Methods that change the forward
+itself (local reparameterization samples pre-activations; neuron gates act on inputs or feature
+maps) add forward hooks on the owning modules, which must then be linear maps whose forward
+is called (see :func:`linear_map_reason`).
 
-Every sparsified layer answers the same questions (the mixin's interface):
-
-- ``forward``: stochastic / regularized behaviour in ``train()`` mode, the pruned deterministic
-  network in ``eval()`` mode (``eval_weight_bias``);
-- ``eval_weight_bias()``: the deterministic test-time weight (masks and gates folded in) and bias;
-- ``regularizer_term(n_train, value=True)``: the layer's contribution to
-  ``Sparsifier.regularizer`` (``value=False``: only its gradient has to be right);
-- ``weight_nonzero()`` / ``weight.numel()``: counts for the density (weights only; biases are
-  never pruned or counted).
+``Method`` follows ``torch.nn.utils.prune.BasePruningMethod``: one class per method carrying its
+defaults (``lr`` included), a one-line description of each hyperparameter, its validation, what
+it can act on, the per-weight state it builds and its post-step hook.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils import parametrize
 
-# Layer types the package knows how to sparsify, by exact type (subclasses of nn.Linear may carry
-# their own forward, which a class swap would silently discard).
-SUPPORTED_TYPES = (nn.Linear, nn.Conv2d)
-
-_EXTRA_STATE_VERSION = 1
-
-
-class SparseLayerMixin:
-    """Interface shared by every sparsified layer (mixed in before ``nn.Linear``/``nn.Conv2d``)."""
-
-    #: method name as accepted by ``sparsify`` (set on the instance by ``_setup``)
-    sparse_method: str = ""
-    #: the plain class this layer was before ``sparsify`` (``nn.Linear`` or ``nn.Conv2d``)
-    plain_class: type = nn.Module
-
-    # ---- the operation: F.linear or the conv of the underlying module -------------------------
-    def _op(self, x, weight, bias):
-        if isinstance(self, nn.Conv2d):
-            return self._conv_forward(x, weight, bias)
-        return F.linear(x, weight, bias)
-
-    # ---- to be provided by each family -------------------------------------------------------
-    def _setup(self, **hp):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def train_forward(self, x):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def eval_weight_bias(self):  # pragma: no cover - abstract
-        """Deterministic test-time ``(weight, bias)`` with masks/gates folded in."""
-        raise NotImplementedError
-
-    def regularizer_term(self, n_train: int, value: bool = True):
-        """This layer's term of ``Sparsifier.regularizer``; with ``value=False`` a layer may
-        skip work that only the value needs (its gradient must stay exact)."""
-        return self.weight.new_zeros(())
-
-    # ---- shared behaviour ---------------------------------------------------------------------
-    def forward(self, x):
-        if self.training:
-            return self.train_forward(x)
-        weight, bias = self.eval_weight_bias()
-        return self._op(x, weight, bias)
-
-    @torch.no_grad()
-    def weight_nonzero(self) -> int:
-        """Number of nonzero weights of the deterministic test-time layer (bias excluded)."""
-        weight, _ = self.eval_weight_bias()
-        return int(torch.count_nonzero(weight))
-
-    def plain_module(self) -> nn.Module:
-        """A fresh plain ``nn.Linear``/``nn.Conv2d`` holding the folded test-time weights."""
-        with torch.no_grad():
-            weight, bias = self.eval_weight_bias()
-            if isinstance(self, nn.Conv2d):
-                plain = nn.Conv2d(
-                    self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
-                    padding=self.padding, dilation=self.dilation, groups=self.groups,
-                    bias=self.bias is not None, padding_mode=self.padding_mode,
-                    device=weight.device, dtype=weight.dtype)
-            else:
-                plain = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                                  device=weight.device, dtype=weight.dtype)
-            plain.weight.copy_(weight)
-            if bias is not None:
-                plain.bias.copy_(bias)
-        plain.train(self.training)
-        return plain
-
-    # state_dict carries the method name so that a checkpoint of one method cannot be loaded
-    # silently into a model sparsified with another one (several share parameter names).
-    def get_extra_state(self):
-        return {"version": _EXTRA_STATE_VERSION, "method": self.sparse_method}
-
-    def set_extra_state(self, state):
-        method = state.get("method") if isinstance(state, dict) else None
-        if method != self.sparse_method:
-            raise ValueError(
-                f"state_dict was saved from a layer sparsified with method {method!r} but this "
-                f"layer uses {self.sparse_method!r}; call sparsify(model, {method!r}, ...) on the "
-                "fresh model before load_state_dict")
-
-    def extra_repr(self):
-        base = super().extra_repr()
-        return f"{base}, method={self.sparse_method}"
+_EXTRA_STATE_VERSION = 2
 
 
 # ---- argument checks: clear errors naming the argument and the fix ----------------------------
@@ -149,63 +64,281 @@ def check_choice(name, value, choices):
     return value
 
 
-def iter_sparse_layers(model: nn.Module):
-    """Yield ``(qualified_name, layer)`` for every sparsified layer of ``model``."""
-    for name, module in model.named_modules():
-        if isinstance(module, SparseLayerMixin):
-            yield name, module
+def check_tol(tol):
+    return check_float("tol", tol, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def select_layers(model: nn.Module, layers=None):
-    """Pick the ``nn.Linear``/``nn.Conv2d`` modules to sparsify.
+# ---- the per-weight state ------------------------------------------------------------------------
 
-    ``layers=None`` takes every module whose type is exactly ``nn.Linear`` or ``nn.Conv2d``;
-    otherwise ``layers`` is an iterable of qualified module names (as in ``named_modules``).
+class WeightState(nn.Module):
+    """One method's state for one weight tensor, registered as that tensor's parametrization.
+
+    ``forward(w)`` maps the original tensor to the one the module uses: ``train_weight(w)`` in
+    ``train()`` mode, ``eval_weight(w)`` in ``eval()`` mode. New learnable tensors are parameters
+    of the state (so ``model.parameters()`` holds them once, even for tied weights), other state
+    are buffers, hyperparameters are attributes. ``regularizer_term(w, n_train, value)`` is the
+    state's term of ``Sparsifier.regularizer``.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if any(True for _ in iter_sparse_layers(model)):
-        raise ValueError("model is already sparsified; call sparsify once per model (or export_"
-                         "sparse(model) first to get a plain model)")
-    named = dict(model.named_modules())
-    if layers is None:
-        chosen = [(n, m) for n, m in named.items() if type(m) in SUPPORTED_TYPES]
-        if not chosen:
-            raise ValueError("model has no nn.Linear or nn.Conv2d layer to sparsify")
-        return chosen
-    if isinstance(layers, str):
-        raise TypeError("layers must be an iterable of module names, e.g. ['fc1', 'fc2'], "
-                        "not a single string")
-    chosen = []
-    for n in layers:
-        if n not in named:
-            raise ValueError(f"layers: no module named {n!r} in the model; names are "
-                             f"{[k for k in named if k]!r}")
-        if type(named[n]) not in SUPPORTED_TYPES:
-            raise TypeError(f"layers: module {n!r} is a {type(named[n]).__name__}; only exact "
-                            "nn.Linear and nn.Conv2d modules can be sparsified")
-        chosen.append((n, named[n]))
-    if not chosen:
-        raise ValueError("layers is empty; pass None to sparsify every Linear/Conv2d layer")
-    return chosen
+
+    method: str = ""
+
+    def __init__(self, method: str):
+        super().__init__()
+        self.method = method
+
+    def forward(self, w):
+        return self.train_weight(w) if self.training else self.eval_weight(w)
+
+    def train_weight(self, w):
+        return w
+
+    def keep_mask(self, w):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def eval_weight(self, w):
+        """Deterministic test-time tensor (masks and gates folded in)."""
+        return w * self.keep_mask(w)
+
+    def regularizer_term(self, w, n_train: int, value: bool = True):
+        return w.new_zeros(())
+
+    # state_dict carries the method name so that a checkpoint of one method cannot be loaded
+    # silently into a model sparsified with another one (several share tensor names).
+    def get_extra_state(self):
+        return {"version": _EXTRA_STATE_VERSION, "method": self.method}
+
+    def set_extra_state(self, state):
+        method = state.get("method") if isinstance(state, dict) else None
+        if method != self.method:
+            raise ValueError(
+                f"state_dict was saved from a weight sparsified with method {method!r} but this "
+                f"one uses {self.method!r}; call sparsify(model, {method!r}, ...) on the fresh "
+                "model before load_state_dict")
+
+    def extra_repr(self):
+        return f"method={self.method}"
+
+    #: renamed state tensors of earlier dualdrop versions: old name -> (new name, convert)
+    legacy_names: dict = {}
+
+    def legacy_state_dict_hook(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                               unexpected_keys, error_msgs):
+        """Load a state dict written before weights were parametrized (dualdrop's earlier
+        layer classes: ``fc1.weight``, ``fc1.log_alpha``, ... at the layer's level) by moving its
+        keys to where the parametrization keeps them. Model state only: an optimizer state
+        dict of that time lists the parameters in another order and cannot be reused."""
+        names = [n for n in getattr(self, "tensor_names", ()) if prefix + n in state_dict
+                 and prefix + f"parametrizations.{n}.original" not in state_dict]
+        if not names:
+            return
+        own = list(self._parameters) + list(self._buffers)
+        moved = {}
+        for n in names:
+            state_dict[prefix + f"parametrizations.{n}.original"] = state_dict.pop(prefix + n)
+            new = prefix + f"parametrizations.{n}.0."
+            for key in own + ["_extra_state"] + list(self.legacy_names):
+                old = prefix + key
+                if old in state_dict or old in moved:
+                    value = moved.setdefault(old, state_dict.pop(old, None))
+                    target, convert = self.legacy_names.get(key, (key, None))
+                    if key == "_extra_state" and isinstance(value, dict):
+                        value = {**value, "version": _EXTRA_STATE_VERSION}
+                    state_dict[new + target] = convert(self, value) if convert else value
 
 
-def swap_class(layer: nn.Module, linear_cls: type, conv_cls: type | None, method: str, hp: dict):
-    """Turn ``layer`` into its sparsified class in place and set it up with ``hp``."""
-    plain = type(layer)
-    if plain is nn.Conv2d:
-        if conv_cls is None:
-            raise TypeError(f"method {method!r} does not support nn.Conv2d layers; restrict "
-                            "sparsify(..., layers=[...]) to Linear layers")
-        new_cls = conv_cls
-    else:
-        new_cls = linear_cls
-    layer.__class__ = new_cls
-    layer.sparse_method = method
-    layer.plain_class = plain
-    try:
-        layer._setup(**hp)
-    except Exception:
-        layer.__class__ = plain
-        raise
-    return layer
+def original_of(module: nn.Module, tensor_name: str) -> torch.Tensor:
+    """The original (unparametrized) tensor ``tensor_name`` of ``module``."""
+    if parametrize.is_parametrized(module, tensor_name):
+        return module.parametrizations[tensor_name].original
+    return getattr(module, tensor_name)
+
+
+def state_of(module: nn.Module, tensor_name: str = "weight"):
+    """The dualdrop ``WeightState`` of ``module.<tensor_name>``, or None."""
+    if not parametrize.is_parametrized(module, tensor_name):
+        return None
+    for p in module.parametrizations[tensor_name]:
+        if isinstance(p, WeightState):
+            return p
+    return None
+
+
+# ---- parametrized modules stay picklable ---------------------------------------------------------
+# torch's parametrize gives the module a generated class whose __getstate__ refuses pickling.
+# Pickle them as "the plain class, then the generated class again, then the __dict__".
+
+def _rebuild_parametrized(plain_cls, names):
+    obj = plain_cls.__new__(plain_cls)
+    parametrize._inject_new_class(obj)
+    for name in names:
+        parametrize._inject_property(obj, name)
+    type(obj).__reduce_ex__ = _reduce_parametrized
+    return obj
+
+
+def _reduce_parametrized(self, protocol):
+    plain = type(self).__bases__[0]
+    state = plain.__getstate__(self)  # the plain class's own (e.g. RNNBase drops weakrefs)
+    return _rebuild_parametrized, (plain, list(self.parametrizations.keys())), state
+
+
+def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> None:
+    """Register ``state`` as the parametrization of ``module.<tensor_name>`` (picklable)."""
+    if parametrize.is_parametrized(module, tensor_name):
+        raise ValueError(f"{type(module).__name__}.{tensor_name} is already parametrized; "
+                         "sparsify works on plain tensors (remove the other parametrization or "
+                         "exclude this tensor)")
+    parametrize.register_parametrization(module, tensor_name, state, unsafe=True)
+    type(module).__reduce_ex__ = _reduce_parametrized
+    state.tensor_names = sorted(set(getattr(state, "tensor_names", ())) | {tensor_name})
+    hooks = module._load_state_dict_pre_hooks.values()
+    if not any(getattr(h, "__self__", None) is state for h in hooks):
+        module._register_load_state_dict_pre_hook(state.legacy_state_dict_hook)
+
+
+# ---- forward hooks of the methods that change the forward ------------------------------------
+
+_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_CONV_T = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+def linear_map_reason(module: nn.Module, parent: nn.Module | None, *, transposed_ok=True):
+    """None if the forward of ``module`` is the plain linear map of its weight (so hooks on it see
+    every use of the weight); else why not."""
+    if isinstance(parent, nn.MultiheadAttention):
+        return ("its parent MultiheadAttention reads this weight directly and never calls the "
+                "module's forward")
+    kinds = (nn.Linear,) + _CONV + (_CONV_T if transposed_ok else ())
+    for k in kinds:
+        if isinstance(module, k):
+            if type(module).forward is not k.forward:
+                return (f"{type(module).__name__} overrides {k.__name__}.forward, so the plain "
+                        "linear map cannot be assumed")
+            return None
+    what = "Linear, Conv1d/2d/3d" + (" or ConvTranspose1d/2d/3d" if transposed_ok else "")
+    return f"{type(module).__name__} is not a {what} layer (a linear map of its input is needed)"
+
+
+def linear_op(module: nn.Module, x, weight, args=(), kwargs=None):
+    """The module's linear map of ``x`` with ``weight`` and no bias (``args``/``kwargs``: the
+    forward's own arguments, for ConvTranspose's ``output_size``)."""
+    if isinstance(module, nn.Linear):
+        return F.linear(x, weight)
+    if isinstance(module, _CONV_T):
+        kwargs = kwargs or {}
+        output_size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
+        nd = len(module.kernel_size)
+        out_pad = module._output_padding(x, output_size, module.stride, module.padding,
+                                         module.kernel_size, nd, module.dilation)
+        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[nd - 1]
+        return fn(x, weight, None, module.stride, module.padding, out_pad, module.groups,
+                  module.dilation)
+    return module._conv_forward(x, weight, None)
+
+
+# ---- the method record --------------------------------------------------------------------------
+
+class Method:
+    """One sparsification method (like ``torch.nn.utils.prune.BasePruningMethod``).
+
+    Class attributes are the record: ``name``, ``family``, ``acts_on`` (what it can act on, in
+    words), ``needs_linear_map`` (True: forward hooks on Linear/Conv layers, else any weight via
+    its parametrization), ``defaults`` (``lr`` included: the optimizer's learning rate),
+    ``help`` (one line per hyperparameter), ``has_tol`` (test-time keep-ratio tolerance),
+    ``torch_forms`` (closed-form penalties computed in torch), ``paper`` (the LeNet-300-100
+    result reported in the paper: ``(label, test error, fraction nonzero)``, or None) and
+    ``lam_per_dataset`` (for the methods whose default ``lam=None`` means
+    ``lam_per_dataset / n_train``, the Bayesian choice; else None).
+    An instance holds validated hyperparameters (``hparams``).
+    """
+
+    name: str = ""
+    family: str = ""
+    acts_on: str = "any weight tensor"
+    needs_linear_map: bool = False
+    defaults: dict = {}
+    help: dict = {}
+    has_tol: bool = False
+    torch_forms: tuple = ()
+    paper: tuple | None = None
+    lam_per_dataset: float | None = None
+
+    def __init__(self, **hparams):
+        hp = self.default_hparams()
+        unknown = sorted(set(hparams) - set(hp))
+        if unknown:
+            raise TypeError(f"unknown hyperparameter(s) {unknown} for method {self.name!r}; "
+                            f"valid ones are {sorted(hp)} (see default_hparams({self.name!r}))")
+        hp.update(hparams)
+        lr = hp.pop("lr")
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
+            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        hp = self.validate(hp)
+        hp["lr"] = float(lr)
+        self.hparams = hp
+
+    @classmethod
+    def default_hparams(cls) -> dict:
+        """A fresh copy of the defaults (``lr`` included)."""
+        return copy.deepcopy(dict(cls.defaults))
+
+    @classmethod
+    def describe(cls) -> dict:
+        """``{name: (default, one-line description)}`` of every hyperparameter."""
+        return {k: (v, cls.help.get(k, "")) for k, v in cls.default_hparams().items()}
+
+    def validate(self, hp: dict) -> dict:
+        return dict(hp)
+
+    def state_hparams(self) -> dict:
+        """Hyperparameters handed to each weight's state."""
+        return {k: v for k, v in self.hparams.items() if k != "lr"}
+
+    def skip_reason(self, target) -> str | None:
+        """Why this method cannot act on ``target`` (a ``targets.Target``), or None."""
+        if not self.needs_linear_map:
+            return None
+        for site in target.sites:
+            reason = linear_map_reason(site.module, site.parent)
+            if reason is None and site.tensor_name != "weight":
+                reason = f"{site.tensor_name} is not the layer's weight"
+            if reason is not None:
+                return f"{self.name} changes the layer's forward and {reason}"
+        return None
+
+    def make_state(self, target) -> WeightState:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def attach(self, target, state: WeightState) -> None:
+        """Register forward hooks (methods that change the forward)."""
+
+    def extra_tensors(self, target) -> list:
+        """Other ``(module, tensor name)`` the same state also parametrizes (a bias gated with
+        its channel); they are neither counted nor regularized."""
+        return []
+
+    def after_step(self, sp, optimizer, step: int, total_steps: int) -> None:
+        """Called by ``Sparsifier.after_step`` after every optimizer step."""
+
+    def __repr__(self):
+        hp = {k: v for k, v in self.hparams.items() if k != "penalty"}
+        return f"{type(self).__name__}({hp})"
+
+
+def remove_state_hooks(module: nn.Module) -> int:
+    """Remove every forward (pre-)hook and state-dict hook of ``module`` that belongs to a
+    ``WeightState``."""
+    n = 0
+    hooks = module._load_state_dict_pre_hooks
+    for key in [k for k, fn in hooks.items()
+                if isinstance(getattr(fn, "__self__", None), WeightState)]:
+        del hooks[key]
+    for hooks, extra in ((module._forward_hooks, module._forward_hooks_with_kwargs),
+                         (module._forward_pre_hooks, module._forward_pre_hooks_with_kwargs)):
+        for key in [k for k, fn in hooks.items()
+                    if isinstance(getattr(fn, "__self__", None), WeightState)]:
+            del hooks[key]
+            extra.pop(key, None)
+            module._forward_hooks_always_called.pop(key, None)
+            n += 1
+    return n

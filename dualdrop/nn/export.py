@@ -1,13 +1,15 @@
 """Export a sparsified model to a plain module, and per-layer sparsity reports.
 
-``export_sparse(model, layout)`` deep-copies ``model`` and replaces every sparsified layer with a
-plain layer holding its deterministic test-time weights (masks and gates folded in):
+``export_sparse(model, layout)`` deep-copies ``model`` and replaces every sparsified weight by a
+plain Parameter holding its deterministic test-time value (masks and gates folded in), removing
+the method's state and hooks (:func:`fold`; ``Sparsifier.remove`` does the same in place). A
+weight tied to several modules or names stays one Parameter, so the tie survives:
 
-- ``"dense"``: ``nn.Linear`` / ``nn.Conv2d``; the result's ``state_dict`` has exactly the keys of
-  the plain architecture, so it loads with ``strict=True`` into it.
+- ``"dense"``: the plain layers; the result's ``state_dict`` has exactly the keys of the plain
+  architecture, so it loads with ``strict=True`` into it.
 - ``"csr"``: every Linear layer becomes ``CSRLinear`` (weight stored as a torch sparse CSR
   tensor, out_features x in_features, multiplied as ``W_csr @ H`` with ``H`` the activations in
-  feature-major layout, in_features x batch). Conv2d layers stay dense.
+  feature-major layout, in_features x batch). Other layers stay dense.
 - ``"auto"``: ``"csr"`` when the Linear layers' total density is at most ``csr_max_density``
   (default 0.1; on the 2-core reference machine the CSR export beat dense up to about 10%
   density and lost at 30%, see benchmarks/RESULTS.md), else ``"dense"``. One layout for all
@@ -31,14 +33,17 @@ import warnings
 
 import torch
 import torch.nn as nn
+from torch.nn.utils import parametrize
 
-from dualdrop.nn._base import SUPPORTED_TYPES, SparseLayerMixin, check_choice, check_float
+from dualdrop.nn._base import check_choice, check_float, remove_state_hooks, state_of
+from dualdrop.nn.targets import all_targets, default_weight_names
 
 CSR_MAX_DENSITY = 0.1
 
-
 class CSRLinear(nn.Module):
     """Inference-only linear layer with a sparse CSR weight, computed as ``W_csr @ x^T``."""
+
+    sparsify_weights = ("weight",)   # counted as a weight by sparsity_report
 
     def __init__(self, weight_csr: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
@@ -82,33 +87,73 @@ def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
+@torch.no_grad()
+def fold(model: nn.Module, leave_sparse: bool = True) -> nn.Module:
+    """Remove every dualdrop parametrization and hook of ``model`` in place.
+
+    Each original tensor gets its test-time value (``leave_sparse``) or keeps its trained value;
+    it stays the same Parameter object, so tied weights stay tied and optimizers still hold
+    them. Other parametrizations of the user are left alone."""
+    sites, values = [], {}
+    for mod in {id(m): m for m in model.modules()}.values():
+        if not parametrize.is_parametrized(mod):
+            continue
+        for name in list(mod.parametrizations.keys()):
+            st = state_of(mod, name)
+            if st is None:
+                continue
+            if len(mod.parametrizations[name]) > 1:
+                raise ValueError(f"{type(mod).__name__}.{name} has other parametrizations "
+                                 "besides dualdrop's; remove them first")
+            orig = mod.parametrizations[name].original
+            if leave_sparse and id(orig) not in values:
+                values[id(orig)] = (orig, st.eval_weight(orig).detach().clone())
+            sites.append((mod, name))
+    for mod in {id(m): m for m, _ in sites}.values():
+        _own_class(mod)
+    for mod, name in sites:
+        parametrize.remove_parametrizations(mod, name, leave_parametrized=False)
+    for orig, value in values.values():
+        orig.copy_(value)
+    for mod in model.modules():
+        remove_state_hooks(mod)
+    return model
+
+
+def _own_class(mod):
+    """Give a parametrized module a class of its own before removing a parametrization: a deep
+    copy shares the generated class with its source, and removal deletes the property from it."""
+    cls = type(mod)
+    body = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    mod.__class__ = type(cls.__name__, cls.__bases__, body)
+
+
 def export_sparse(model: nn.Module, layout: str = "auto", *,
                   csr_max_density: float = CSR_MAX_DENSITY) -> nn.Module:
     """A plain copy of ``model`` with masks folded in (see module docstring for ``layout``).
 
-    The result is in ``eval()`` mode, has no hooks or extra parameters from ``sparsify`` and
-    computes what the sparsified model computes in ``eval()`` mode. ``model`` is unchanged.
+    The result is in ``eval()`` mode, has no parametrizations, hooks or extra parameters from
+    ``sparsify`` and computes what the sparsified model computes in ``eval()`` mode. ``model``
+    is unchanged.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_choice("layout", layout, {"auto", "dense", "csr"})
     csr_max_density = check_float("csr_max_density", csr_max_density, low=0.0, high=1.0)
-    sparse_layers = [n for n, m in model.named_modules() if isinstance(m, SparseLayerMixin)]
-    if "" in sparse_layers:  # the model itself is a single sparsified layer
-        out = model.plain_module()
+    out = fold(copy.deepcopy(model), leave_sparse=True)
+    if type(out) is nn.Linear:  # the model itself is a single layer
         return _maybe_csr(out, layout, csr_max_density).eval()
-    out = copy.deepcopy(model)
-    for name in sparse_layers:
-        layer = out.get_submodule(name)
-        _set_submodule(out, name, layer.plain_module())
     if layout == "auto":
         layout = "csr" if _linear_density(out) <= csr_max_density else "dense"
     if layout == "csr":
         for name, module in list(out.named_modules()):
-            if type(module) is nn.Linear and name:
+            if type(module) is nn.Linear and name and not _is_tied(out, module.weight):
                 _set_submodule(out, name, CSRLinear.from_dense(module.weight, module.bias))
     return out.eval()
 
+
+def _is_tied(model, param):
+    return sum(p is param for _, p in model.named_parameters(remove_duplicate=False)) > 1
 
 def _linear_density(model):
     nnz = tot = 0
@@ -127,52 +172,82 @@ def _maybe_csr(module, layout, csr_max_density):
     return module
 
 
+def _count(t: torch.Tensor) -> tuple[int, int]:
+    if t.layout == torch.sparse_csr:
+        return int(torch.count_nonzero(t.values())), t.shape[0] * t.shape[1]
+    return int(torch.count_nonzero(t)), t.numel()
+
+
 @torch.no_grad()
-def _weight_counts(module):
-    if isinstance(module, SparseLayerMixin):
-        return module.weight_nonzero(), module.weight.numel()
-    w = module.weight
-    if w.layout == torch.sparse_csr:
-        vals = w.values()
-        return int(torch.count_nonzero(vals)), w.shape[0] * w.shape[1]
-    return int(torch.count_nonzero(w)), w.numel()
-
-
 def sparsity_report(model: nn.Module) -> list[dict]:
-    """Per-layer rows ``{layer, type, method, shape, nonzero, total, fraction}`` plus a "total" row.
+    """One row per model Parameter (a tied one once, with all its names), then two totals.
 
-    Covers sparsified layers (counting the deterministic test-time weights), plain ``nn.Linear`` /
-    ``nn.Conv2d`` layers and ``CSRLinear``; weights only, biases are not counted.
+    Row fields: ``layer`` (the parameter's name; a layer's ``weight`` by the layer's name),
+    ``aliases``, ``type`` (owning module types), ``method`` (the sparsifying method, or
+    ``"dense"``), ``role`` (``"sparsified"``, ``"weight"``: a weight of a weight-bearing layer
+    left dense, ``"other"``: biases, normalization and other parameters), ``shape``, ``nonzero``
+    (of the deterministic test-time tensor), ``total``, ``fraction``. Then the row
+    ``"all parameters"`` (every parameter of the model, method state excluded) and the last row
+    ``"total"``: the sparsified weights, or, in a model with none, the weights of its
+    weight-bearing layers (what ``sparsify`` would act on by default). Tied parameters count once.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     rows = []
-    for name, module in model.named_modules():
-        known = isinstance(module, (SparseLayerMixin, CSRLinear))
-        if not (known or type(module) in SUPPORTED_TYPES):
-            continue
-        nnz, total = _weight_counts(module)
+    for t in all_targets(model):
+        site = t.sites[0]
+        st = state_of(site.module, site.tensor_name)
+        value = st.eval_weight(t.param) if st is not None else t.param
+        nnz, total = _count(value)
+        if st is not None and _gated_extra(site.module, site.tensor_name, st):
+            role = "other"
+        elif st is not None:
+            role = "sparsified"
+        elif any(s.default for s in t.sites):
+            role = "weight"
+        else:
+            role = "other"
         rows.append({
-            "layer": name or "(model)",
-            "type": type(module).__name__,
-            "method": getattr(module, "sparse_method", None) or "dense",
-            "shape": tuple(module.weight.shape),
-            "nonzero": nnz,
-            "total": total,
+            "layer": t.key, "aliases": list(t.aliases), "type": t.kinds,
+            "method": st.method if st is not None else "dense", "role": role,
+            "shape": tuple(t.param.shape), "nonzero": nnz, "total": total,
             "fraction": nnz / total if total else 0.0,
         })
-    nnz = sum(r["nonzero"] for r in rows)
-    total = sum(r["total"] for r in rows)
-    rows.append({"layer": "total", "type": "", "method": "", "shape": (), "nonzero": nnz,
-                 "total": total, "fraction": nnz / total if total else 0.0})
-    return rows
+
+    def total_row(name, rs, counts):
+        nnz = sum(r["nonzero"] for r in rs)
+        total = sum(r["total"] for r in rs)
+        return {"layer": name, "aliases": [], "type": "", "method": "", "role": counts,
+                "shape": (), "nonzero": nnz, "total": total,
+                "fraction": nnz / total if total else 0.0}
+
+    all_row = total_row("all parameters", rows, "every parameter (biases, norms included)")
+    sparse = [r for r in rows if r["role"] == "sparsified"]
+    if sparse:
+        tot = total_row("total", sparse, "sparsified weights")
+    else:
+        tot = total_row("total", [r for r in rows if r["role"] == "weight"],
+                        "weights of weight-bearing layers")
+    return rows + [all_row, tot]
+
+
+def _gated_extra(module, name, st) -> bool:
+    """Whether ``module.<name>`` only follows the state of the module's weight (a convolution's
+    bias gated with its output channel): the same state parametrizes a default weight of it."""
+    return name not in default_weight_names(module) and any(
+        other != name and state_of(module, other) is st
+        for other in module.parametrizations.keys())
 
 
 def format_report(rows: list[dict]) -> str:
     """Plain-text table of ``sparsity_report`` rows."""
-    lines = [f"{'layer':<20} {'type':<26} {'shape':<18} {'nonzero':>10} {'total':>10} "
-             f"{'fraction':>9}"]
+    lines = [f"{'parameter':<28} {'type':<22} {'role':<11} {'shape':<18} {'nonzero':>10} "
+             f"{'total':>10} {'fraction':>9}"]
     for r in rows:
-        lines.append(f"{r['layer']:<20} {r['type']:<26} {str(r['shape']):<18} "
-                     f"{r['nonzero']:>10d} {r['total']:>10d} {r['fraction']:>9.4f}")
+        role = r["role"] if r["layer"] not in ("total", "all parameters") else ""
+        tied = f"  (tied: {', '.join(r['aliases'])})" if len(r["aliases"]) > 1 else ""
+        lines.append(f"{r['layer']:<28} {r['type'][:22]:<22} {role:<11} {str(r['shape']):<18} "
+                     f"{r['nonzero']:>10d} {r['total']:>10d} {r['fraction']:>9.4f}{tied}")
+    for r in rows[-2:]:
+        lines.append(f"  {r['layer']}: {r['role']}")
     return "\n".join(lines)

@@ -7,16 +7,18 @@ Gate with location ``log a`` (the learnable ``gate_logits``), temperature ``beta
     z = min(1, max(0, s (zeta - gamma) + gamma))          (training: stochastic)
     z_hat = min(1, max(0, sigmoid(log a) (zeta - gamma) + gamma))   (test time: deterministic)
 
-The weight used is ``w * z``. Regularizer: ``lam * E[L0] / n_train`` with
+The weight used is ``w * z``. Regularizer: ``lam * E[L0]`` (default ``lam = 0.1/n_train``,
+Louizos et al.'s LeNet-300-100 value per example) with
 ``P(z != 0) = sigmoid(log a - beta log(-gamma / zeta))``.
 
 ``hardconcrete`` (per weight)
-    one gate per weight, one gate sample per minibatch.
+    one gate per weight, one gate sample per forward call; acts on any weight tensor.
 ``hardconcrete-neuron`` (group sparsity, Louizos et al.'s architecture pruning)
-    ``nn.Linear``: one gate per *input* unit (a column of ``W``), sampled per example, applied to
-    the input; ``nn.Conv2d``: one gate per *output* channel (a filter and its bias), sampled per
-    example, applied to the feature map. The expected L0 counts the *weights* a gate controls
-    (gate probability times group size), not the gates.
+    ``Linear``: one gate per *input* unit (a column of ``W``), sampled per example, applied to
+    the input; ``Conv1d/2d/3d``: one gate per *output* channel (a filter and its bias), sampled
+    per example, applied to the feature map. Other weights are skipped with a warning. The
+    expected L0 counts the *weights* a gate controls (gate probability times group size), not
+    the gates.
 
 Test time: the effective weight is ``w * z_hat`` (``z_hat`` in [0, 1], exactly 0 for closed
 gates); a weight counts as nonzero when ``w * z_hat != 0``.
@@ -29,15 +31,8 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import SparseLayerMixin, check_float
+from dualdrop.nn._base import Method, WeightState, check_float, linear_map_reason
 
-HPARAMS = {
-    "lam": 0.1,            # multiplier of E[L0] / n_train (Louizos et al.: 0.1 for LeNet-300-100)
-    "beta": 2.0 / 3.0,     # temperature
-    "gamma": -0.1,         # stretch interval (gamma, zeta), gamma < 0 < 1 < zeta
-    "zeta": 1.1,
-    "droprate_init": 0.2,  # initial gate logits: log((1 - p)/p) + N(0, 0.01^2)
-}
 _U_EPS = 1e-6
 
 
@@ -67,40 +62,26 @@ class _HardConcreteSample(torch.autograd.Function):
         return gl, None, None, None, None
 
 
-def validate(hp: dict) -> dict:
-    out = dict(hp)
-    out["lam"] = check_float("lam", hp["lam"], low=0.0)
-    out["beta"] = check_float("beta", hp["beta"], low=0.0, low_open=True)
-    out["gamma"] = check_float("gamma", hp["gamma"], high=0.0, high_open=True)
-    out["zeta"] = check_float("zeta", hp["zeta"], low=1.0, low_open=True)
-    out["droprate_init"] = check_float("droprate_init", hp["droprate_init"], low=0.0, high=1.0,
-                                       low_open=True, high_open=True)
-    return out
+class HardConcreteState(WeightState):
+    """Gate logits ``log a`` of one weight tensor: per weight, or per group (``axis``: 1 = the
+    input units of a Linear weight, 0 = the output channels of a convolution kernel)."""
 
-
-class HardConcreteMixin(SparseLayerMixin):
-    """L0 gates; ``self.per_neuron`` selects weight gates or neuron (group) gates."""
-
-    per_neuron = False
-
-    def _setup(self, *, lam, beta, gamma, zeta, droprate_init):
+    def __init__(self, method, weight, *, lam, beta, gamma, zeta, droprate_init,
+                 lam_per_dataset, axis=None):
+        super().__init__(method)
         self.lam, self.beta, self.gamma, self.zeta = lam, beta, gamma, zeta
-        w = self.weight.detach()
-        if not self.per_neuron:
-            shape = w.shape
-        elif isinstance(self, nn.Conv2d):
-            shape = (self.out_channels,)
-        else:
-            shape = (self.in_features,)
+        self.lam_per_dataset = lam_per_dataset
+        self.axis = axis
+        w = weight.detach()
+        shape = w.shape if axis is None else (w.shape[axis],)
         mean = math.log(1.0 - droprate_init) - math.log(droprate_init)
         logits = torch.empty(shape, dtype=w.dtype, device=w.device).normal_(mean, 1e-2)
         self.gate_logits = nn.Parameter(logits)
+        self.numel = w.numel()
 
-    # number of weights each gate controls
     def group_size(self) -> int:
-        if not self.per_neuron:
-            return 1
-        return self.weight.numel() // self.gate_logits.numel()
+        """Number of weights each gate controls."""
+        return self.numel // self.gate_logits.numel()
 
     def sample_gates(self, shape) -> torch.Tensor:
         u = torch.rand(shape, dtype=self.gate_logits.dtype, device=self.gate_logits.device)
@@ -115,45 +96,112 @@ class HardConcreteMixin(SparseLayerMixin):
         """``P(z != 0)`` per gate."""
         return torch.sigmoid(self.gate_logits - self.beta * math.log(-self.gamma / self.zeta))
 
-    def train_forward(self, x):
-        if not self.per_neuron:
-            return self._op(x, self.weight * self.sample_gates(self.weight.shape), self.bias)
-        if isinstance(self, nn.Conv2d):
-            z = self.sample_gates((x.shape[0], self.out_channels))
-            return self._op(x, self.weight, self.bias) * z[:, :, None, None]
-        z = self.sample_gates(x.shape[:-1] + (self.in_features,))
-        return self._op(x * z, self.weight, self.bias)
+    def _broadcast(self, z, t):
+        if self.axis is None:
+            return z
+        if t.dim() == 1:  # a convolution's bias, gated with its output channel
+            return z
+        shape = [1] * t.dim()
+        shape[self.axis] = -1
+        return z.view(shape)
 
-    def eval_weight_bias(self):
-        z = self.test_gates()
-        if not self.per_neuron:
-            return self.weight * z, self.bias
-        if isinstance(self, nn.Conv2d):
-            bias = None if self.bias is None else self.bias * z
-            return self.weight * z[:, None, None, None], bias
-        return self.weight * z[None, :], self.bias
+    def train_weight(self, w):
+        if self.axis is not None:
+            return w  # neuron gates are sampled per example in the hooks
+        return w * self.sample_gates(w.shape)
 
-    def regularizer_term(self, n_train, value=True):
-        return self.lam * self.group_size() * self.prob_nonzero().sum() / n_train
+    def eval_weight(self, w):
+        return w * self._broadcast(self.test_gates(), w)
+
+    def keep_mask(self, w):
+        return self.eval_weight(w) != 0
+
+    def input_gate_hook(self, module, args):
+        """Linear: gate the input units, one sample per example."""
+        if not self.training:
+            return None
+        x = args[0]
+        return (x * self.sample_gates(x.shape[:-1] + (self.gate_logits.numel(),)),) + args[1:]
+
+    def output_gate_hook(self, module, args, out):
+        """Convolution: gate the output channels (bias included), one sample per example."""
+        if not self.training:
+            return None
+        z = self.sample_gates((out.shape[0], self.gate_logits.numel()))
+        return out * z.view(z.shape + (1,) * (out.dim() - 2))
+
+    def regularizer_term(self, w, n_train, value=True):
+        if self.lam is None:
+            return self.lam_per_dataset * self.group_size() * self.prob_nonzero().sum() / n_train
+        return self.lam * self.group_size() * self.prob_nonzero().sum()
 
 
-class HardConcreteLinear(HardConcreteMixin, nn.Linear):
-    per_neuron = False
+class HardConcrete(Method):
+    """L0 hard-concrete gates, one per weight (any weight tensor)."""
+
+    name = "hardconcrete"
+    family = "hardconcrete"
+    defaults = {"lr": 1e-3, "lam": None, "beta": 2.0 / 3.0, "gamma": -0.1, "zeta": 1.1,
+                "droprate_init": 0.2}
+    help = {
+        "lr": "Adam learning rate (Louizos et al. 2018)",
+        "lam": "per-example multiplier of E[L0]; None: 0.1/n_train (Louizos et al.)",
+        "beta": "gate temperature",
+        "gamma": "stretch interval lower end (gamma < 0)",
+        "zeta": "stretch interval upper end (zeta > 1)",
+        "droprate_init": "initial gate logits log((1 - p)/p) + N(0, 0.01^2)",
+    }
+    lam_per_dataset = 0.1  # Louizos et al. 2018: lam = 0.1 / n_train for LeNet-300-100
+
+    def validate(self, hp):
+        out = dict(hp)
+        if hp["lam"] is not None:
+            out["lam"] = check_float("lam", hp["lam"], low=0.0)
+        out["beta"] = check_float("beta", hp["beta"], low=0.0, low_open=True)
+        out["gamma"] = check_float("gamma", hp["gamma"], high=0.0, high_open=True)
+        out["zeta"] = check_float("zeta", hp["zeta"], low=1.0, low_open=True)
+        out["droprate_init"] = check_float("droprate_init", hp["droprate_init"], low=0.0,
+                                           high=1.0, low_open=True, high_open=True)
+        return out
+
+    def make_state(self, target):
+        return HardConcreteState(self.name, target.param, lam_per_dataset=self.lam_per_dataset,
+                                 **self.state_hparams())
 
 
-class HardConcreteConv2d(HardConcreteMixin, nn.Conv2d):
-    per_neuron = False
+class HardConcreteNeuron(HardConcrete):
+    """Group gates: Linear input units, convolution output channels."""
 
+    name = "hardconcrete-neuron"
+    acts_on = "Linear weights (input units) and Conv1d/2d/3d kernels (output channels)"
+    needs_linear_map = True
 
-class HardConcreteNeuronLinear(HardConcreteMixin, nn.Linear):
-    per_neuron = True
+    def skip_reason(self, target):
+        reason = super().skip_reason(target)
+        if reason is None and len(target.sites) > 1:
+            reason = "a tied weight: neuron gates act in each layer's forward"
+        for site in target.sites:
+            if reason is None:
+                r = linear_map_reason(site.module, site.parent, transposed_ok=False)
+                if r is not None:
+                    reason = f"{self.name} gates neurons in the forward and {r}"
+        return reason
 
+    def make_state(self, target):
+        axis = 1 if isinstance(target.sites[0].module, nn.Linear) else 0
+        return HardConcreteState(self.name, target.param, axis=axis,
+                                 lam_per_dataset=self.lam_per_dataset, **self.state_hparams())
 
-class HardConcreteNeuronConv2d(HardConcreteMixin, nn.Conv2d):
-    per_neuron = True
+    def attach(self, target, state):
+        site = target.sites[0]
+        if isinstance(site.module, nn.Linear):
+            site.module.register_forward_pre_hook(state.input_gate_hook)
+        else:
+            site.module.register_forward_hook(state.output_gate_hook)
 
-
-LAYER_CLASSES = {
-    "hardconcrete": (HardConcreteLinear, HardConcreteConv2d),
-    "hardconcrete-neuron": (HardConcreteNeuronLinear, HardConcreteNeuronConv2d),
-}
+    def extra_tensors(self, target):
+        """Convolution biases are gated with their output channel."""
+        site = target.sites[0]
+        if not isinstance(site.module, nn.Linear) and site.module.bias is not None:
+            return [(site.module, "bias")]
+        return []

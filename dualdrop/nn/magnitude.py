@@ -1,11 +1,11 @@
-"""Gradual magnitude pruning (Zhu & Gupta 2017) with per-layer floors.
+"""Gradual magnitude pruning (Zhu & Gupta 2017) with per-tensor floors.
 
-Each layer holds a 0/1 buffer ``weight_mask`` (in the weight's dtype, like
-``torch.nn.utils.prune``). The test-time (eval) forward uses ``weight * weight_mask``; the
-training forward uses ``weight`` itself, which ``after_step`` keeps at exactly zero at pruned
-entries (so the masks must be enforced by calling ``after_step`` after every optimizer step, as
-the contract says). ``Sparsifier.after_step`` drives the schedule: at step ``t`` (the number of
-optimizer steps taken so far) the target sparsity is the cubic ramp
+Each weight tensor holds a 0/1 buffer ``weight_mask`` (in the weight's dtype, like
+``torch.nn.utils.prune``) and the forward, in training and at test time, uses
+``weight * weight_mask``: a pruned weight stays pruned whatever the optimizer does. Any weight
+tensor can be pruned (the mask is its parametrization). ``Sparsifier.after_step`` drives the
+schedule: at step ``t`` (the number of optimizer steps taken so far) the target sparsity is the
+cubic ramp
 
     s_t = sparsity * (1 - (1 - (t - t0) / (t1 - t0))^3),   t0 = begin * T,  t1 = end * T,
 
@@ -14,12 +14,13 @@ optimizer steps taken so far) the target sparsity is the cubic ramp
 Pruning keeps the weights of largest magnitude among those still alive (masks only shrink, so
 pruned weights never regrow), either over all layers at once (``scope="global"``) or layer by
 layer (``scope="layer"``). Global pruning of a freshly initialized net can delete a whole layer
-(init scales differ per layer), so every layer keeps at least
+(init scales differ per layer), so every weight tensor keeps at least
 ``max(1, ceil(min_layer_density * n_layer))`` weights: its own largest ones.
 
-After *every* step the masks are re-applied to the weights (``w *= mask``) and the optimizer's
-first-moment buffers (``exp_avg``, ``momentum_buffer``) are zeroed at pruned entries, so Adam's
-momentum cannot regrow a pruned weight. Biases are never pruned.
+After *every* step the masks are also applied to the stored weights (``w *= mask``) and the
+optimizer's first-moment buffers (``exp_avg``, ``momentum_buffer``) are zeroed at pruned entries,
+so the stored weights are sparse too and Adam's momentum carries nothing for pruned entries.
+Biases are never pruned.
 """
 
 from __future__ import annotations
@@ -27,59 +28,73 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 
-from dualdrop.nn._base import SparseLayerMixin, check_choice, check_float, check_int
-
-HPARAMS = {
-    "sparsity": 0.98,          # final fraction of zero weights (over the sparsified layers)
-    "begin": 0.0,              # schedule start, fraction of total_steps
-    "end": 0.75,               # schedule end, fraction of total_steps
-    "prune_every": 100,        # steps between mask updates
-    "scope": "global",         # "global" (one threshold, with floors) or "layer"
-    "min_layer_density": 0.01,  # per-layer floor on the fraction of kept weights
-}
+from dualdrop.nn._base import Method, WeightState, check_choice, check_float, check_int
 
 
-def validate(hp: dict) -> dict:
-    out = dict(hp)
-    out["sparsity"] = check_float("sparsity", hp["sparsity"], low=0.0, high=1.0, high_open=True)
-    out["begin"] = check_float("begin", hp["begin"], low=0.0, high=1.0)
-    out["end"] = check_float("end", hp["end"], low=0.0, high=1.0)
-    if out["end"] <= out["begin"]:
-        raise ValueError(f"end ({out['end']}) must be greater than begin ({out['begin']}): "
-                         "they are fractions of total_steps")
-    out["prune_every"] = check_int("prune_every", hp["prune_every"], low=1)
-    out["scope"] = check_choice("scope", hp["scope"], {"global", "layer"})
-    out["min_layer_density"] = check_float("min_layer_density", hp["min_layer_density"],
-                                           low=0.0, high=1.0)
-    return out
+class MagnitudeState(WeightState):
+    """The 0/1 mask of one weight tensor, applied in every forward."""
+
+    def __init__(self, method, weight):
+        super().__init__(method)
+        # 0/1 in the weight's dtype (as torch.nn.utils.prune): w * mask is ~4x faster than with
+        # a bool mask
+        self.register_buffer("weight_mask", torch.ones_like(weight.detach()))
+
+    def train_weight(self, w):
+        return w * self.weight_mask
+
+    def eval_weight(self, w):
+        return w * self.weight_mask
+
+    def keep_mask(self, w):
+        return self.weight_mask > 0
 
 
-class MagnitudeMixin(SparseLayerMixin):
-    def _setup(self, **hp):
-        # 0/1 in the weight's dtype (as torch.nn.utils.prune): w.mul_(mask) is ~4x faster than
-        # with a bool mask
-        self.register_buffer("weight_mask", torch.ones_like(self.weight.detach()))
+class Magnitude(Method):
+    """Gradual magnitude pruning with a cubic sparsity schedule (any weight tensor)."""
 
-    def train_forward(self, x):
-        # after_step keeps pruned weights at exactly 0 after every optimizer step, so training
-        # uses the weight as is (the dense cost); masking here as well would only add work.
-        return self._op(x, self.weight, self.bias)
+    name = "magnitude"
+    family = "magnitude"
+    defaults = {"lr": 1e-3, "sparsity": 0.98, "begin": 0.0, "end": 0.75, "prune_every": 100,
+                "scope": "global", "min_layer_density": 0.01}
+    help = {
+        "lr": "Adam learning rate (the dense network's)",
+        "sparsity": "final fraction of zero weights (over the sparsified tensors)",
+        "begin": "schedule start, fraction of total_steps",
+        "end": "schedule end, fraction of total_steps",
+        "prune_every": "steps between mask updates (at most total_steps // 50)",
+        "scope": "'global' (one threshold, with floors) or 'layer' (per tensor)",
+        "min_layer_density": "per-tensor floor on the fraction of kept weights",
+    }
 
-    def eval_weight_bias(self):
-        return self.weight * self.weight_mask, self.bias
+    def validate(self, hp):
+        out = dict(hp)
+        out["sparsity"] = check_float("sparsity", hp["sparsity"], low=0.0, high=1.0,
+                                      high_open=True)
+        out["begin"] = check_float("begin", hp["begin"], low=0.0, high=1.0)
+        out["end"] = check_float("end", hp["end"], low=0.0, high=1.0)
+        if out["end"] <= out["begin"]:
+            raise ValueError(f"end ({out['end']}) must be greater than begin ({out['begin']}): "
+                             "they are fractions of total_steps")
+        out["prune_every"] = check_int("prune_every", hp["prune_every"], low=1)
+        out["scope"] = check_choice("scope", hp["scope"], {"global", "layer"})
+        out["min_layer_density"] = check_float("min_layer_density", hp["min_layer_density"],
+                                               low=0.0, high=1.0)
+        return out
 
+    def make_state(self, target):
+        return MagnitudeState(self.name, target.param)
 
-class MagnitudeLinear(MagnitudeMixin, nn.Linear):
-    pass
-
-
-class MagnitudeConv2d(MagnitudeMixin, nn.Conv2d):
-    pass
-
-
-LAYER_CLASSES = {"magnitude": (MagnitudeLinear, MagnitudeConv2d)}
+    def after_step(self, sp, optimizer, step, total_steps):
+        pairs = [(t.param, st) for t, st in sp.states()]
+        hp = self.hparams
+        t1 = max(1, round(hp["end"] * total_steps))
+        # short runs (e.g. the embedded digits: 9 steps per epoch) still get >= ~50 pruning events
+        every = min(hp["prune_every"], max(1, total_steps // 50))
+        if step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
+            update_masks(pairs, hp, target_sparsity(hp, step, total_steps))
+        apply_masks(pairs, optimizer)
 
 
 def target_sparsity(hp: dict, step: int, total_steps: int) -> float:
@@ -96,11 +111,12 @@ def _floor(n: int, min_density: float) -> int:
 
 
 @torch.no_grad()
-def update_masks(layers, hp: dict, sparsity: float) -> None:
-    """Prune ``layers`` (list of MagnitudeMixin) to ``sparsity`` by magnitude, masks only shrink."""
+def update_masks(pairs, hp: dict, sparsity: float) -> None:
+    """Prune ``(weight, MagnitudeState)`` pairs to ``sparsity`` by magnitude; masks only shrink."""
     # score: |w| where alive, -1 where already pruned (never chosen while alive ones remain)
-    scores = [torch.where(l.weight_mask > 0, l.weight.abs(), torch.full_like(l.weight, -1.0))
-              .flatten() for l in layers]
+    scores = [torch.where(st.weight_mask > 0, w.abs(), torch.full_like(w, -1.0)).flatten()
+              for w, st in pairs]
+    layers = [st for _, st in pairs]
     sizes = [s.numel() for s in scores]
     floors = [_floor(n, hp["min_layer_density"]) for n in sizes]
     if hp["scope"] == "layer":
@@ -128,25 +144,14 @@ def update_masks(layers, hp: dict, sparsity: float) -> None:
 
 
 @torch.no_grad()
-def apply_masks(layers, optimizer) -> None:
+def apply_masks(pairs, optimizer) -> None:
     """Zero pruned weights and the optimizer's first moments at pruned entries."""
-    for layer in layers:
-        layer.weight.mul_(layer.weight_mask)
+    for w, st in pairs:
+        w.mul_(st.weight_mask)
         if optimizer is None:
             continue
-        state = optimizer.state.get(layer.weight, {})
+        state = optimizer.state.get(w, {})
         for key in ("exp_avg", "momentum_buffer"):
             buf = state.get(key)
-            if isinstance(buf, torch.Tensor) and buf.shape == layer.weight.shape:
-                buf.mul_(layer.weight_mask)
-
-
-def after_step(sp, optimizer, step: int, total_steps: int) -> None:
-    layers = [layer for _, layer in sp.layers]
-    hp = sp.hparams
-    t1 = max(1, round(hp["end"] * total_steps))
-    # short runs (e.g. the embedded digits: 9 steps per epoch) still get >= ~50 pruning events
-    every = min(hp["prune_every"], max(1, total_steps // 50))
-    if step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
-        update_masks(layers, hp, target_sparsity(hp, step, total_steps))
-    apply_masks(layers, optimizer)
+            if isinstance(buf, torch.Tensor) and buf.shape == w.shape:
+                buf.mul_(st.weight_mask)

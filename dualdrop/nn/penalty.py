@@ -1,9 +1,10 @@
-"""Penalty methods of the eta-trick duality (DUALITY.md sections 2-4) on network weights.
+"""Penalty methods of the eta-trick duality (LeJeune, Javadi, Baraniuk 2021) on network weights.
 
 All of them hold a separable ``penalties`` object ``P`` (LogSum(eps) for the four named
 methods) and a strength ``lam``; the penalty is ``lam * sum_j Omega(w_j)`` over the weights of the
-sparsified layers (biases excluded), added to the mean-over-batch data loss as is (not divided by
-``n_train``: the seed's convention, ``lam = 1e-3``).
+sparsified weight tensors (biases excluded), added to the mean-over-batch data loss as is (not
+divided by ``n_train``: the paper's convention, ``lam = 1e-3``). Every method only transforms
+the weight (its test-time mask), so it acts on any weight tensor.
 
 ``logsum`` / ``penalty:<name>`` (``algorithm="gradient"``)
     gradient descent on ``L + lam sum Omega(w)``. ``Omega`` and ``Omega'`` come from ``P`` through
@@ -21,28 +22,33 @@ sparsified layers (biases excluded), added to the mean-over-batch data loss as i
     term, ``w <- w eta / (eta + rho lam)`` with ``eta = eta_hat(w)`` and the optimizer's actual
     per-coordinate step ``rho = lr / (sqrt(v_hat) + eps)`` for Adam/AdamW (``rho = lr`` for
     optimizers without second moments, e.g. SGD).
-``eta-trick``
-    learnable ``log_eta`` per weight, joint gradient descent on
-    ``J = L + lam sum 1/2 [w^2/eta + f(eta)] + eta_decay/2 sum (log eta)^2`` with the LogSum dual
-    ``f(eta) = 2 log((s + eps)/(2 eps)) - 4 eta/(s + eps)^2``, ``s = sqrt(eps^2 + 4 eta)`` (equal to
-    DUALITY.md's form, shifted so that f(0+) = 0; ``min_eta J`` gives ``lam log(1 + |w|/eps)``).
-    The decay term is the coupled L2 weight decay of log eta (``eta_decay = 1e-3``).
+``eta-trick`` (as in the paper's released code)
+    learnable ``p = log(eta/lam)`` per weight, ``eta = lam exp(p)``, joint gradient descent on
 
-    What that decay does (derived, and seen on MNIST, benchmarks/RESULTS.md): for a weight at 0,
-    ``dJ/dlog eta = lam/2 eta f'(eta) + eta_decay log eta`` with ``eta f'(eta) = 4 eta/s^2``,
-    so with ``lam = eta_decay = 1e-3, eps = 2`` eta settles at the root ``eta = 0.922`` (Brent's
-    method on that expression) instead of following ``eta_hat(w) -> 0``. Near 0 the effective
-    penalty is then a ridge ``lam w^2 / (2 * 0.922)``: no sparsity-inducing pull, pruning only
-    comes from Adam's shrinking step as the learning rate decays (25% of the weights survive
-    200 epochs). ``eta_decay = 0`` keeps the eta-trick's own fixed point ``eta = eta_hat(w)``
-    (the LogSum penalty): 7% survive, and at the same validation error a larger ``tol``
-    prunes further (see ``Sparsifier.set_tol``).
+        J = L + lam/2 [sum w^2/eta + sum f(eta) + eta_weight_decay sum p]
+
+    with the LogSum dual ``f(eta) = 2 log((s + eps)/(2 eps)) - 4 eta/(s + eps)^2``,
+    ``s = sqrt(eps^2 + 4 eta)`` (shifted so that f(0+) = 0; ``min_eta`` of the first two sums is
+    ``2 sum log(1 + |w|/eps)``), ``p`` initialised at 5, ``eta_weight_decay = 1e-3``. The last
+    term is linear in ``p``: its gradient is the constant ``lam eta_weight_decay / 2``, a steady
+    push of every eta down. The keep ratio is ``alpha = eta/(eta + lam) = sigmoid(p)`` and a weight
+    is pruned when ``alpha < tol`` (``prune_rule="eta"``).
+
+    ``decay="quadratic"`` is the earlier dualdrop form ``lam/2 [sum w^2/eta + sum f(eta)] +
+    eta_weight_decay/2 sum (log eta)^2`` (with ``eta_init="eta_hat"``: start at
+    ``eta = eta_hat(w)``). What that decay does (derived, and seen on MNIST,
+    benchmarks/RESULTS.md): for a weight at 0, ``dJ/dlog eta = lam/2 eta f'(eta) + decay log eta``
+    with ``eta f'(eta) = 4 eta/s^2``, so with ``lam = decay = 1e-3, eps = 2`` eta settles at the
+    root ``eta = 0.922`` instead of following ``eta_hat(w) -> 0``: near 0 the effective penalty is a
+    ridge, no sparsity-inducing pull (25% of the weights survive 200 epochs).
 
 Test time (all of them): the keep ratio ``alpha = eta_hat(w)/(eta_hat(w) + lam)``; a weight is
 pruned when ``alpha < tol``, i.e. ``eta_hat(|w|) < lam tol/(1 - tol)``. For penalties whose
 ``eta_hat`` is nondecreasing in ``|w|`` (all catalog ones) this is ``|w| < t*`` with ``t*`` found
 once by bisection on ``P.eta_hat``; otherwise ``P.keep_ratio`` is evaluated on every call.
-``eta-trick`` can instead prune on its learned ``eta`` (``prune_rule="eta"``).
+``eta-trick`` prunes on its learned ``eta`` by default (``prune_rule="eta"``,
+``alpha = sigmoid(p)``); ``prune_rule="eta_hat"`` uses the weight's ``eta_hat`` as the other
+methods do.
 """
 
 from __future__ import annotations
@@ -54,20 +60,23 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import _kernels
-from dualdrop.nn._base import SparseLayerMixin, check_choice, check_float
+from dualdrop.nn._base import Method, WeightState, check_choice, check_float, check_tol
 
 _ALGORITHMS = ("gradient", "adatikhonov", "adaprox")
-
-HPARAMS = {
-    "logsum": {"lam": 1e-3, "eps": 2.0, "tol": 0.05},
-    "adatikhonov": {"lam": 1e-3, "eps": 2.0, "tol": 0.05},
-    "adaprox": {"lam": 1e-3, "eps": 2.0, "tol": 0.05},
-    "eta-trick": {"lam": 1e-3, "eps": 2.0, "tol": 0.05, "eta_decay": 1e-3,
-                  "prune_rule": "eta_hat"},
-    "penalty": {"lam": 1e-3, "tol": 0.05, "penalty_params": {}, "algorithm": "gradient"},
+_HELP = {
+    "lr": "Adam learning rate",
+    "lam": "penalty strength lam on the mean data loss (the paper: 1e-3)",
+    "eps": "LogSum's eps in log(1 + |w|/eps)",
+    "tol": "test time: prune a weight whose keep ratio alpha = eta/(eta + lam) is below tol",
+    "eta_weight_decay": "strength of the decay term on p = log(eta/lam) (see decay)",
+    "decay": "'linear': lam/2 eta_weight_decay sum p (released code); 'quadratic': "
+             "eta_weight_decay/2 sum (log eta)^2",
+    "init_log_ratio": "initial p = log(eta/lam) (eta_init='constant')",
+    "eta_init": "'constant': p = init_log_ratio everywhere (released); 'eta_hat': eta = eta_hat(w)",
+    "prune_rule": "'eta': alpha = sigmoid(p) (learned eta); 'eta_hat': alpha from eta_hat(w)",
+    "penalty_params": "constructor arguments of the catalog penalty (a dict)",
+    "algorithm": "'gradient' (penalty in the loss), 'adatikhonov' or 'adaprox'",
 }
-_ALGO_OF = {"logsum": "gradient", "adatikhonov": "adatikhonov", "adaprox": "adaprox",
-            "eta-trick": "eta"}
 
 
 def _import_penalties():
@@ -95,25 +104,6 @@ def make_penalty(name: str, params: dict):
                          "use method 'magnitude' (gradual magnitude pruning) instead")
     return P
 
-
-def validate(method: str, hp: dict) -> dict:
-    out = dict(hp)
-    out["lam"] = check_float("lam", hp["lam"], low=0.0, low_open=True)
-    out["tol"] = check_float("tol", hp["tol"], low=0.0, high=1.0, low_open=True, high_open=True)
-    if "eps" in hp:
-        out["eps"] = check_float("eps", hp["eps"], low=0.0, low_open=True)
-    if "eta_decay" in hp:
-        out["eta_decay"] = check_float("eta_decay", hp["eta_decay"], low=0.0)
-    if "prune_rule" in hp:
-        out["prune_rule"] = check_choice("prune_rule", hp["prune_rule"], {"eta_hat", "eta"})
-    if method.startswith("penalty:"):
-        out["algorithm"] = check_choice("algorithm", hp["algorithm"], set(_ALGORITHMS))
-        out["penalty"] = make_penalty(method.split(":", 1)[1], hp["penalty_params"])
-        out["penalty_params"] = dict(hp["penalty_params"])
-    else:
-        out["algorithm"] = _ALGO_OF[method]
-        out["penalty"] = make_penalty("logsum", {"eps": out["eps"]})
-    return out
 
 
 # ---- pruning threshold -------------------------------------------------------------------------
@@ -153,7 +143,7 @@ def logsum_dual(eta: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 # ---- torch forms of the closed-form catalog penalties ------------------------------------------
-# Speed path. The formulas are the catalog's (DUALITY.md section 3) and each one is checked
+# Speed path. The formulas are the catalog's (the penalties package) and each one is checked
 # against the penalties object (P.omega, P.derivative, P.eta_hat) in tests/nn/test_nn_layers.py.
 # Measured reason (benchmarks/RESULTS.md): the generic numba loop over penalties.kernels costs
 # ~40 ns per weight (a 266k-weight LeNet step grows from ~3 ms to ~14 ms), the vectorized torch
@@ -304,47 +294,63 @@ def penalty_value(layer, w: torch.Tensor, tikhonov: bool = False,
     return _PenaltyFunction.apply(w, layer, tikhonov, need_value)
 
 
+
 class _EtaTrickObjective(torch.autograd.Function):
-    """``lam sum 1/2 (w^2/eta + f(eta)) + decay/2 sum (log eta)^2`` with the LogSum dual f,
-    forward and hand-derived gradients in one pass: with ``s = sqrt(eps^2 + 4 eta) + eps``,
-    ``f'(eta) = 4/s^2``, so ``dJ/dw = lam w/eta`` and
-    ``dJ/dlog eta = lam/2 (4 eta/s^2 - w^2/eta) + decay log eta``."""
+    """The eta-trick regularizer and its hand-derived gradients in one pass. With
+    ``eta = lam e^p``, ``s = sqrt(eps^2 + 4 eta) + eps``, ``f'(eta) = 4/s^2``:
+    ``dJ/dw = lam w/eta`` and ``dJ/dp = lam/2 (4 eta/s^2 - w^2/eta) + D'(p)`` with the decay term
+    ``D = lam c/2 sum p`` (linear, ``D' = lam c/2``) or ``c/2 sum (p + log lam)^2`` (quadratic)."""
 
     @staticmethod
-    def forward(ctx, w, log_eta, lam, eps, decay, need_value=True):
-        inv = torch.exp(-log_eta)
-        eta = torch.exp(log_eta)
+    def forward(ctx, w, p, lam, eps, c, quadratic, need_value=True):
+        eta = torch.exp(p).mul_(lam)
+        inv = torch.exp(-p).mul_(1.0 / lam)
         s = torch.sqrt(eta.mul(4.0).add_(eps * eps)).add_(eps)
         r = eta.mul_(4.0).div_(s * s)                      # 4 eta / s^2
         wi = w * inv                                       # w / eta
         w2i = wi * w                                       # w^2 / eta
+        log_eta = p + math.log(lam) if quadratic else None
         if need_value:
             f = torch.log(s.mul_(0.5 / eps)).mul_(2.0).sub_(r)  # f(eta), f(0+) = 0
-            value = 0.5 * lam * (w2i.sum() + f.sum()) + 0.5 * decay * (log_eta * log_eta).sum()
+            value = 0.5 * lam * (w2i.sum() + f.sum())
+            if quadratic:
+                value = value + 0.5 * c * (log_eta * log_eta).sum()
+            else:
+                value = value + 0.5 * lam * c * p.sum()
         else:
             value = w.new_zeros(())
         grad_w = wi.mul_(lam)
-        grad_le = r.sub_(w2i).mul_(0.5 * lam)
-        if decay:
-            grad_le.add_(log_eta, alpha=decay)
-        ctx.save_for_backward(grad_w, grad_le)
+        grad_p = r.sub_(w2i).mul_(0.5 * lam)
+        if c:
+            if quadratic:
+                grad_p.add_(log_eta, alpha=c)
+            else:
+                grad_p.add_(0.5 * lam * c)
+        ctx.save_for_backward(grad_w, grad_p)
         return value
 
     @staticmethod
     def backward(ctx, g):
-        grad_w, grad_le = ctx.saved_tensors
-        return g * grad_w, g * grad_le, None, None, None, None
+        grad_w, grad_p = ctx.saved_tensors
+        return g * grad_w, g * grad_p, None, None, None, None, None
 
 
-# ---- the layers --------------------------------------------------------------------------------
+# ---- the per-weight state ------------------------------------------------------------------------
 
-class PenaltyMixin(SparseLayerMixin):
-    def _setup(self, *, lam, tol, penalty, algorithm, eps=None, eta_decay=0.0,
-               prune_rule="eta_hat", penalty_params=None, use_torch_form=True):
-        self.lam, self.tol, self.algorithm = lam, tol, algorithm
-        self.penalty = penalty
-        self.eta_decay, self.prune_rule = eta_decay, prune_rule
-        self.eps = eps
+class PenaltyState(WeightState):
+    """A separable penalty ``P`` on one weight tensor (and the eta-trick's ``log_ratio`` p)."""
+
+    # the eta-trick once learned log(eta) itself: p = log(eta) - log(lam)
+    legacy_names = {"log_eta": ("log_ratio", lambda st, v: v - math.log(st.lam))}
+
+    def __init__(self, method, weight, *, lam, tol, penalty, algorithm, eps=None,
+                 eta_weight_decay=0.0, decay="linear", init_log_ratio=5.0, eta_init="constant",
+                 prune_rule="eta_hat",
+                 penalty_params=None, use_torch_form=True):
+        super().__init__(method)
+        self.lam, self.algorithm, self.penalty = lam, algorithm, penalty
+        self.eps, self.eta_weight_decay, self.decay = eps, eta_weight_decay, decay
+        self.prune_rule = prune_rule
         self._kernel = None
         spec = penalty.kernel_spec() if hasattr(penalty, "kernel_spec") else None
         if _kernels.AVAILABLE and spec is not None:
@@ -353,73 +359,63 @@ class PenaltyMixin(SparseLayerMixin):
         self._torch_form = torch_form(penalty) if use_torch_form else None
         self.set_tol(tol)
         if algorithm == "eta":
-            with torch.no_grad():
-                w64 = np.ascontiguousarray(self.weight.detach().cpu().to(torch.float64).numpy())
-                if self._kernel is not None:  # serial: see dualdrop.nn._kernels
-                    eta = np.empty(w64.size)
-                    _kernels.eta_hat_map(self._kernel[0], self._kernel[1], w64.ravel(), eta)
-                    eta = eta.reshape(w64.shape)
-                else:
-                    eta = np.asarray(penalty.eta_hat(w64), dtype=np.float64)
-                with np.errstate(divide="ignore"):
-                    le = np.clip(np.log(eta), -20.0, 20.0)
-            self.log_eta = nn.Parameter(torch.from_numpy(le).to(self.weight))
+            w = weight.detach()
+            if eta_init == "eta_hat":
+                le = np.log(self._eta_hat(w) / lam)
+                p = torch.from_numpy(np.clip(le, -20.0, 20.0)).to(w)
+            else:
+                p = torch.full_like(w, init_log_ratio)
+            self.log_ratio = nn.Parameter(p)
+
+    @torch.no_grad()
+    def _eta_hat(self, w):
+        w64 = np.ascontiguousarray(w.cpu().to(torch.float64).numpy())
+        if self._kernel is not None:  # serial: see dualdrop.nn._kernels
+            eta = np.empty(w64.size)
+            _kernels.eta_hat_map(self._kernel[0], self._kernel[1], w64.ravel(), eta)
+            return eta.reshape(w64.shape)
+        return np.asarray(self.penalty.eta_hat(w64), dtype=np.float64)
 
     def set_tol(self, tol: float) -> None:
         """Test-time pruning tolerance on the keep ratio (``alpha < tol`` is pruned)."""
-        self.tol = check_float("tol", tol, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.tol = check_tol(tol)
         # eta_hat(|w|) < c  <=>  alpha < tol
         self._eta_cut = self.lam * self.tol / (1.0 - self.tol)
         self._abs_cut = abs_threshold(self.penalty, self._eta_cut)
 
-    def keep_mask(self) -> torch.Tensor:
+    def keep_mask(self, w) -> torch.Tensor:
         if self.algorithm == "eta" and self.prune_rule == "eta":
-            return self.log_eta >= math.log(self._eta_cut)
+            # alpha = sigmoid(p) >= tol
+            return self.log_ratio >= math.log(self.tol / (1.0 - self.tol))
         if self._abs_cut is not None:
-            return self.weight.abs() >= self._abs_cut
-        w64 = self.weight.detach().cpu().to(torch.float64).numpy()
+            return w.abs() >= self._abs_cut
+        w64 = w.detach().cpu().to(torch.float64).numpy()
         alpha = np.asarray(self.penalty.keep_ratio(w64, self.lam))
-        return torch.from_numpy(alpha >= self.tol).to(self.weight.device)
+        return torch.from_numpy(alpha >= self.tol).to(w.device)
 
-    def train_forward(self, x):
-        return self._op(x, self.weight, self.bias)
-
-    def eval_weight_bias(self):
-        return self.weight * self.keep_mask(), self.bias
-
-    def regularizer_term(self, n_train, value=True):
+    def regularizer_term(self, w, n_train, value=True):
         if self.algorithm == "gradient":
-            return penalty_value(self, self.weight, False, value)
+            return penalty_value(self, w, False, value)
         if self.algorithm == "adatikhonov":
-            return penalty_value(self, self.weight, True, value)
+            return penalty_value(self, w, True, value)
         if self.algorithm == "eta":
-            return _EtaTrickObjective.apply(self.weight, self.log_eta, self.lam, self.eps,
-                                            self.eta_decay, value)
-        return self.weight.new_zeros(())  # adaprox: the penalty acts through the prox
-
-
-class PenaltyLinear(PenaltyMixin, nn.Linear):
-    pass
-
-
-class PenaltyConv2d(PenaltyMixin, nn.Conv2d):
-    pass
-
-
-# ---- AdaProx step ------------------------------------------------------------------------------
+            return _EtaTrickObjective.apply(w, self.log_ratio, self.lam, self.eps,
+                                            self.eta_weight_decay, self.decay == "quadratic",
+                                            value)
+        return w.new_zeros(())  # adaprox: the penalty acts through the prox
 
 def _param_groups(optimizer):
     return {id(p): g for g in optimizer.param_groups for p in g["params"]}
 
 
 @torch.no_grad()
-def adaprox_step(layers, optimizer) -> None:
-    """Adaptive Tikhonov prox with the optimizer's per-coordinate step size."""
+def adaprox_step(pairs, optimizer) -> None:
+    """Adaptive Tikhonov prox with the optimizer's per-coordinate step size on every
+    ``(weight, PenaltyState)`` pair."""
     if optimizer is None:
         raise ValueError("adaprox needs the optimizer in after_step(optimizer, step, total_steps)")
     groups = _param_groups(optimizer)
-    for layer in layers:
-        w = layer.weight
+    for w, layer in pairs:
         group = groups.get(id(w))
         if group is None:
             raise ValueError("adaprox: a sparsified weight is not in the optimizer; build the "
@@ -464,9 +460,107 @@ def adaprox_step(layers, optimizer) -> None:
             w.mul_(torch.from_numpy(factor).to(w))
 
 
-def after_step(sp, optimizer, step: int, total_steps: int) -> None:
-    if sp.hparams["algorithm"] == "adaprox":
-        adaprox_step([layer for _, layer in sp.layers], optimizer)
+# ---- the method records --------------------------------------------------------------------------
+
+class _PenaltyMethod(Method):
+    family = "penalty"
+    algorithm = "gradient"
+    penalty_name = "logsum"
+    has_tol = True
+    torch_forms = tuple(TORCH_FORMS)
+    defaults = {"lr": 1e-4, "lam": 1e-3, "eps": 2.0, "tol": 0.05}
+    help = _HELP
+
+    def validate(self, hp):
+        out = dict(hp)
+        out["lam"] = check_float("lam", hp["lam"], low=0.0, low_open=True)
+        out["tol"] = check_tol(hp["tol"])
+        if "eps" in hp:
+            out["eps"] = check_float("eps", hp["eps"], low=0.0, low_open=True)
+        out["algorithm"] = self.algorithm
+        out["penalty"] = make_penalty(self.penalty_name, {"eps": out["eps"]})
+        return out
+
+    def make_state(self, target):
+        return PenaltyState(self.name, target.param, **self.state_hparams())
 
 
-LAYER_CLASSES = (PenaltyLinear, PenaltyConv2d)
+class LogSum(_PenaltyMethod):
+    """Gradient descent on ``L + lam sum log(1 + |w|/eps)``."""
+    name = "logsum"
+    paper = ("LogSum", 0.0293, 0.0190)
+
+
+class AdaTikhonov(_PenaltyMethod):
+    """Gradient descent on ``L + lam/2 sum w^2/eta_hat(w)`` (eta held fixed)."""
+    name = "adatikhonov"
+    algorithm = "adatikhonov"
+    paper = ("AdaTikhonov", 0.0288, 0.0183)
+
+
+class AdaProx(_PenaltyMethod):
+    """Adaptive Tikhonov prox after every optimizer step."""
+    name = "adaprox"
+    algorithm = "adaprox"
+    paper = ("AdaProx", 0.0294, 0.0276)
+
+    def after_step(self, sp, optimizer, step, total_steps):
+        adaprox_step([(t.param, st) for t, st in sp.states()], optimizer)
+
+
+class EtaTrick(_PenaltyMethod):
+    """Learnable eta per weight, the paper's released form by default: the regularizer is
+    ``lam/2 [sum w^2/eta + sum f(eta) + eta_weight_decay sum p]`` with ``eta = lam exp(p)``,
+    ``p = 5`` at the start, LogSum's dual ``f`` (eps = 2), keep ratio ``alpha = sigmoid(p)``
+    (module docstring; ``decay="quadratic"`` for the earlier form)."""
+    name = "eta-trick"
+    algorithm = "eta"
+    defaults = {"lr": 1e-3, "lam": 1e-3, "eps": 2.0, "tol": 0.05, "eta_weight_decay": 1e-3,
+                "decay": "linear", "init_log_ratio": 5.0, "eta_init": "constant",
+                "prune_rule": "eta"}
+    paper = ("eta-Trick", 0.0216, 0.0513)
+
+    def validate(self, hp):
+        out = super().validate(hp)
+        out["eta_weight_decay"] = check_float("eta_weight_decay", hp["eta_weight_decay"],
+                                              low=0.0)
+        out["decay"] = check_choice("decay", hp["decay"], {"linear", "quadratic"})
+        out["init_log_ratio"] = check_float("init_log_ratio", hp["init_log_ratio"])
+        out["eta_init"] = check_choice("eta_init", hp["eta_init"], {"constant", "eta_hat"})
+        out["prune_rule"] = check_choice("prune_rule", hp["prune_rule"], {"eta_hat", "eta"})
+        return out
+
+
+class CatalogPenalty(_PenaltyMethod):
+    """``penalty:<name>``: any separable penalty of the ``penalties`` catalog."""
+    name = "penalty"
+    defaults = {"lr": 1e-4, "lam": 1e-3, "tol": 0.05, "penalty_params": {},
+                "algorithm": "gradient"}
+
+    def validate(self, hp):
+        out = dict(hp)
+        out["lam"] = check_float("lam", hp["lam"], low=0.0, low_open=True)
+        out["tol"] = check_tol(hp["tol"])
+        out["algorithm"] = check_choice("algorithm", hp["algorithm"], set(_ALGORITHMS))
+        out["penalty"] = make_penalty(self.penalty_name, hp["penalty_params"])
+        out["penalty_params"] = dict(hp["penalty_params"])
+        return out
+
+    def state_hparams(self):
+        hp = super().state_hparams()
+        hp.pop("penalty_params")
+        return hp
+
+    def after_step(self, sp, optimizer, step, total_steps):
+        if self.hparams["algorithm"] == "adaprox":
+            adaprox_step([(t.param, st) for t, st in sp.states()], optimizer)
+
+    @classmethod
+    def for_catalog(cls, catalog_name: str) -> type:
+        """The record of ``penalty:<catalog_name>`` (checked against the catalog)."""
+        available = _import_penalties().available()
+        if catalog_name.strip().lower().replace("-", "_") not in available:
+            raise ValueError(f"unknown penalty in method 'penalty:{catalog_name}'; catalog "
+                             f"names are {available}")
+        return type(f"CatalogPenalty_{catalog_name}", (cls,),
+                    {"name": f"penalty:{catalog_name}", "penalty_name": catalog_name})

@@ -1,146 +1,95 @@
-"""The registry of methods, ``sparsify`` and the ``Sparsifier`` handle it returns."""
+"""``sparsify`` and the ``Sparsifier`` handle it returns.
+
+Regularizer scale (one convention for every method): ``Sparsifier.regularizer(n_train)`` is
+added to the *mean* data loss and equals ``lam * sum_j r(theta_j)`` over the sparsified weights,
+where ``r`` is the method's per-weight penalty (variational dropout: the KL divergence per weight;
+hard-concrete: the probability that a weight's gate is nonzero, i.e. the expected L0 norm;
+LogSum / ``penalty:<name>``: ``Omega(w)``; AdaTikhonov: ``w^2/(2 eta_hat(w))``; eta-trick: its
+joint objective). So an explicit ``lam`` means the same per-weight strength for every method and
+does not depend on the dataset size. The Bayesian methods' default ``lam=None`` is the evidence
+lower bound per example, ``lam = c / n_train`` (variational dropout ``c = 1``; hard-concrete
+``c = 0.1``, Louizos et al. 2018), which does scale with ``n_train``: on a small dataset it is a
+strong prior. ``Sparsifier.check_balance`` warns when the regularizer dominates the data loss.
+"""
 
 from __future__ import annotations
 
-import numbers
+import warnings
 
 import torch
 import torch.nn as nn
 
-from dualdrop.nn import hardconcrete, magnitude, penalty, vardrop
+from dualdrop.nn import methods as _methods
 from dualdrop.nn._alloc import tune_allocator
-from dualdrop.nn._base import check_int, iter_sparse_layers, select_layers, swap_class
-from dualdrop.nn.export import export_sparse, sparsity_report
+from dualdrop.nn._base import check_choice, check_int, register_state, state_of
+from dualdrop.nn.export import export_sparse, fold, sparsity_report
+from dualdrop.nn.targets import all_targets, select
 
-#: method names accepted by ``sparsify`` (plus ``"penalty:<name>"`` for any catalog penalty)
-METHODS = ("vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete", "hardconcrete-neuron",
-           "magnitude", "eta-trick", "adaprox", "adatikhonov", "logsum")
-
-# learning rates of the seed (DUALITY.md section 5); for methods the seed did not run, the
-# usual values of their papers (Louizos et al. 2018: 1e-3; Zhu & Gupta: the dense net's 1e-3)
-_LR = {"vardrop": 1e-3, "vardrop-lr": 1e-3, "vardrop-lr-ar": 1e-4, "hardconcrete": 1e-3,
-       "hardconcrete-neuron": 1e-3, "magnitude": 1e-3, "eta-trick": 1e-3, "adaprox": 1e-4,
-       "adatikhonov": 1e-4, "logsum": 1e-4, "penalty": 1e-4}
-
-
-def _family(method: str):
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a string, got {type(method).__name__}")
-    if method in vardrop.LAYER_CLASSES:
-        return "vardrop"
-    if method in hardconcrete.LAYER_CLASSES:
-        return "hardconcrete"
-    if method == "magnitude":
-        return "magnitude"
-    if method in ("eta-trick", "adaprox", "adatikhonov", "logsum"):
-        return "penalty"
-    if method.startswith("penalty:") and len(method) > len("penalty:"):
-        name = method.split(":", 1)[1]
-        available = penalty._import_penalties().available()
-        if name.strip().lower().replace("-", "_") not in available:
-            raise ValueError(f"unknown penalty in method {method!r}; catalog names are "
-                             f"{available}")
-        return "penalty"
-    raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)} or "
-                     "'penalty:<name>' with a penalties catalog name (e.g. 'penalty:mcp')")
-
-
-def _base_hparams(method: str) -> dict:
-    fam = _family(method)
-    key = "penalty" if method.startswith("penalty:") else method
-    if fam == "vardrop":
-        hp = vardrop.HPARAMS[method]
-    elif fam == "hardconcrete":
-        hp = hardconcrete.HPARAMS
-    elif fam == "magnitude":
-        hp = magnitude.HPARAMS
-    else:
-        hp = penalty.HPARAMS[key]
-    out = {"lr": _LR[key]}
-    out.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in hp.items()})
-    return out
+METHODS = _methods.METHODS
 
 
 def default_hparams(method: str) -> dict:
     """The default hyperparameters of ``method`` (a fresh dict; ``lr`` is for the optimizer).
 
-    Defaults are the seed's (DUALITY.md section 5): ``tol = 0.05``; LogSum ``eps = 2``,
-    ``lam = 1e-3`` for logsum/adatikhonov/adaprox/eta-trick (and ``eta_decay = 1e-3`` for
-    eta-trick); learning rates 1e-4 (vardrop-lr-ar, logsum, adatikhonov, adaprox) and 1e-3
-    (vardrop-lr, vardrop, eta-trick). Other methods use their papers' values.
+    Defaults are the paper's: ``tol = 0.05``; LogSum ``eps = 2``, ``lam = 1e-3`` for
+    logsum/adatikhonov/adaprox/eta-trick (and the released eta-trick's ``eta_weight_decay = 1e-3``,
+    ``init_log_ratio = 5``); learning rates 1e-4 (vardrop-lr-ar, logsum, adatikhonov, adaprox) and
+    1e-3 (vardrop-lr, vardrop, eta-trick). Other methods use their papers' values.
     """
-    return _base_hparams(method)
-
-
-def _validate(method: str, hparams: dict) -> dict:
-    hp = _base_hparams(method)
-    unknown = sorted(set(hparams) - set(hp))
-    if unknown:
-        raise TypeError(f"unknown hyperparameter(s) {unknown} for method {method!r}; valid ones "
-                        f"are {sorted(hp)} (see default_hparams({method!r}))")
-    hp.update(hparams)
-    lr = hp.pop("lr")
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    fam = _family(method)
-    if fam == "vardrop":
-        hp = vardrop.validate(hp)
-    elif fam == "hardconcrete":
-        hp = hardconcrete.validate(hp)
-    elif fam == "magnitude":
-        hp = magnitude.validate(hp)
-    else:
-        hp = penalty.validate(method, hp)
-    hp["lr"] = float(lr)
-    return hp
-
-
-def _layer_classes(method: str):
-    fam = _family(method)
-    if fam == "vardrop":
-        return vardrop.LAYER_CLASSES[method]
-    if fam == "hardconcrete":
-        return hardconcrete.LAYER_CLASSES[method]
-    if fam == "magnitude":
-        return magnitude.LAYER_CLASSES[method]
-    return penalty.LAYER_CLASSES
+    return _methods.default_hparams(method)
 
 
 class Sparsifier:
     """Handle on a sparsified model: regularizer, post-step hook, densities, export.
 
-    It holds the method, the validated hyperparameters and a reference to the model; all numeric
-    state lives in the model (parameters and buffers), so ``model.state_dict()`` plus the
-    optimizer's state dict describe a run completely. ``Sparsifier.attach(model, method, ...)``
-    re-creates a handle for a model that is already sparsified (e.g. a deep copy).
+    It holds the method record (``record``, with the validated ``hparams``), the acted-on
+    targets and a reference to the model; all numeric state lives in the model (parameters and
+    buffers of the weights' parametrizations), so ``model.state_dict()`` plus the optimizer's
+    state dict describe a run completely. ``Sparsifier.attach(model, method, ...)`` re-creates a
+    handle for a model that is already sparsified (e.g. a deep copy).
     """
 
-    def __init__(self, model: nn.Module, method: str, hparams: dict):
+    def __init__(self, model: nn.Module, record, pairs, skipped=()):
         self.model = model
-        self.method = method
-        self.hparams = hparams
-        self._family = _family(method)
+        self.record = record
+        self.method = record.name
+        self.hparams = record.hparams
+        self._pairs = list(pairs)
+        self.skipped = list(skipped)   # [(target name, reason)]
+        self._checked_opt = None
+        self._removed = False
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":
-        found = {layer.sparse_method for _, layer in iter_sparse_layers(model)}
+        pairs = _find_states(model)
+        found = {st.method for _, st in pairs}
         if found != {method}:
-            raise ValueError(f"model's sparsified layers use methods {sorted(found)}, not "
+            raise ValueError(f"model's sparsified weights use methods {sorted(found)}, not "
                              f"{method!r}")
-        return cls(model, method, _validate(method, hparams))
+        return cls(model, _methods.get(method, **hparams), pairs)
+
+    def states(self) -> list:
+        """``(Target, WeightState)`` of every sparsified weight (a tied weight once)."""
+        self._check_live()
+        return self._pairs
 
     @property
-    def layers(self) -> list[tuple[str, nn.Module]]:
-        """``(name, layer)`` of every sparsified layer of the model."""
-        return list(iter_sparse_layers(self.model))
+    def targets(self) -> list[str]:
+        """Names of the sparsified weights (a layer's ``weight`` by the layer's name)."""
+        return [t.key for t, _ in self._pairs]
+
+    @property
+    def layers(self) -> list:
+        """``(name, state)`` of every sparsified weight."""
+        return [(t.key, st) for t, st in self.states()]
+
+    def _check_live(self):
+        if self._removed:
+            raise ValueError("this Sparsifier's parametrizations were removed (finalize/remove); "
+                             "sparsify the model again to continue")
 
     def regularizer(self, n_train: int, *, value: bool = True) -> torch.Tensor:
-        """Scalar to add to the mean-over-batch data loss.
-
-        vardrop: ``lam sum KL / n_train``; hard-concrete: ``lam E[L0] / n_train`` (expected
-        number of nonzero weights); logsum / penalty:<name>: ``lam sum Omega(w)``; adatikhonov:
-        ``lam/2 sum w^2/eta_hat(w)`` (eta held fixed); eta-trick: ``lam sum 1/2 (w^2/eta +
-        f(eta)) + eta_decay/2 sum log(eta)^2``; adaprox and magnitude: 0.
+        """Scalar to add to the mean-over-batch data loss (see the module docstring).
 
         ``value=False`` is for training loops that do not log the regularizer: the returned
         scalar is exactly 0 but its gradient is the regularizer's, and the per-weight work that
@@ -150,12 +99,54 @@ class Sparsifier:
         n_train = check_int("n_train", n_train, low=1)
         if not isinstance(value, bool):
             raise TypeError(f"value must be True or False, got {type(value).__name__}")
-        terms = [layer.regularizer_term(n_train, value) for _, layer in self.layers]
+        terms = [st.regularizer_term(t.param, n_train, value) for t, st in self.states()]
         total = torch.stack(terms).sum()
         return total if value else total - total.detach()
 
+    def check_balance(self, data_loss, n_train: int, ratio: float = 10.0) -> float:
+        """``regularizer / data loss`` now; warns when it exceeds ``ratio`` (call it at the
+        start of training: a regularizer that dominates the data loss collapses the network).
+
+        The default 10 stays quiet for the paper's settings on MNIST (LogSum ``lam = 1e-3``:
+        ~1.7x the initial loss of LeNet-5, variational dropout's ELBO from scratch: ~6x on
+        LeNet-300-100) and warns for the ELBO on small data (~150x at 2048 samples) and when
+        warm-starting from a trained network, whose data loss is near 0."""
+        with torch.no_grad():
+            reg = float(self.regularizer(n_train))
+        loss = float(data_loss)
+        r = reg / loss if loss > 0 else float("inf")
+        if r > ratio:
+            warnings.warn(
+                f"{self.method}: the regularizer ({reg:.4g}) is {r:.3g}x the data loss "
+                f"({loss:.4g}) at n_train={n_train}; it will dominate training and may prune the "
+                "network to nothing. Lower lam (an explicit lam is per weight and per example, "
+                "the default None of variational dropout / hard-concrete is c/n_train).",
+                RuntimeWarning, stacklevel=2)
+        return r
+
+    def method_parameters(self) -> dict:
+        """``{qualified name: Parameter}`` the training needs: the weights and method state."""
+        named = dict(self.model.named_parameters())
+        want = {id(t.param) for t, _ in self.states()}
+        for _, st in self._pairs:
+            want.update(id(p) for p in st.parameters())
+        return {n: p for n, p in named.items() if id(p) in want and p.requires_grad}
+
+    def check_optimizer(self, optimizer) -> None:
+        """Raise ``ValueError`` naming every method parameter ``optimizer`` does not hold."""
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        missing = [n for n, p in self.method_parameters().items() if id(p) not in held]
+        if missing:
+            raise ValueError(
+                f"the optimizer does not hold {len(missing)} parameter(s) of the sparsified "
+                f"model: {missing[:8]}{' ...' if len(missing) > 8 else ''}; build the optimizer "
+                "after sparsify(model, ...) from model.parameters()")
+
     def after_step(self, optimizer, step: int, total_steps: int) -> None:
-        """Call after every ``optimizer.step()``; ``step`` counts the steps taken (1-based)."""
+        """Call after every ``optimizer.step()``; ``step`` counts the steps taken (1-based).
+
+        On the first call with an optimizer it checks that the optimizer holds every weight and
+        every new parameter of the method (``check_optimizer``)."""
         total_steps = check_int("total_steps", total_steps, low=1)
         step = check_int("step", step, low=0)
         if step > total_steps:
@@ -163,39 +154,37 @@ class Sparsifier:
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
-        if self._family == "magnitude":
-            magnitude.after_step(self, optimizer, step, total_steps)
-        elif self._family == "penalty":
-            penalty.after_step(self, optimizer, step, total_steps)
+        if optimizer is not None and self._checked_opt is not optimizer:
+            self.check_optimizer(optimizer)
+            self._checked_opt = optimizer
+        self.record.after_step(self, optimizer, step, total_steps)
 
     @property
     def has_tol(self) -> bool:
         """Whether the method's test-time rule is a keep-ratio tolerance (see ``set_tol``)."""
-        return self._family in ("vardrop", "penalty")
+        return self.record.has_tol
 
     def set_tol(self, tol: float) -> None:
-        """Change the test-time pruning tolerance ``tol`` of every layer (keep ratio < tol is
+        """Change the test-time pruning tolerance ``tol`` of every weight (keep ratio < tol is
         pruned) without retraining: the density/accuracy trade-off of a trained network.
         ``hparams["tol"]`` follows. Choose it on validation data, never on the test set."""
         if not self.has_tol:
             raise ValueError(f"method {self.method!r} has no keep-ratio tolerance: hard-concrete "
                              "uses its deterministic test gate and magnitude its masks")
-        for _, layer in self.layers:
-            layer.set_tol(tol)
-        self.hparams["tol"] = self.layers[0][1].tol
+        for _, st in self.states():
+            st.set_tol(tol)
+        self.hparams["tol"] = self._pairs[0][1].tol
 
     @torch.no_grad()
     def density(self) -> dict:
-        """``{layer_name: fraction of nonzero test-time weights, ..., "total": fraction}``."""
+        """``{weight name: fraction of nonzero test-time weights, ..., "total": fraction}``
+        over the sparsified weights (a tied weight once; biases are not counted)."""
         out, nnz, tot = {}, 0, 0
-        for name, layer in self.layers:
-            k, n = layer.weight_nonzero(), layer.weight.numel()
-            out[name] = k / n
+        for t, st in self.states():
+            k, n = int(torch.count_nonzero(st.eval_weight(t.param))), t.param.numel()
+            out[t.key] = k / n
             nnz += k
             tot += n
-        if tot == 0:
-            raise ValueError("the model has no sparsified layer (was it exported, or "
-                             "sparsified under another name?)")
         out["total"] = nnz / tot
         return out
 
@@ -205,23 +194,55 @@ class Sparsifier:
     def export(self, layout: str = "auto", **kwargs) -> nn.Module:
         return export_sparse(self.model, layout, **kwargs)
 
+    def remove(self, leave_sparse: bool = True) -> nn.Module:
+        """Undo ``sparsify`` in place (like ``parametrize.remove_parametrizations``): every
+        weight becomes a plain Parameter again (the same Parameter objects, so an optimizer
+        still holds them) holding its test-time value (``leave_sparse=True``: masks and gates
+        folded in) or its trained original (``False``); method state and hooks are removed.
+        Returns the model; this handle cannot be used afterwards."""
+        self._check_live()
+        fold(self.model, leave_sparse=leave_sparse)
+        self._removed = True
+        return self.model
+
+    def finalize(self) -> nn.Module:
+        """``remove(leave_sparse=True)``: make the pruning permanent in place."""
+        return self.remove(leave_sparse=True)
+
     def __repr__(self):
         hp = {k: v for k, v in self.hparams.items() if k != "penalty"}
-        return f"Sparsifier(method={self.method!r}, layers={len(self.layers)}, hparams={hp})"
+        return f"Sparsifier(method={self.method!r}, weights={len(self._pairs)}, hparams={hp})"
 
 
-def sparsify(model: nn.Module, method: str, *, layers=None, **hparams) -> Sparsifier:
+def _find_states(model):
+    pairs = []
+    for t in all_targets(model):
+        st = state_of(t.sites[0].module, t.sites[0].tensor_name)
+        if st is not None:
+            pairs.append((t, st))
+    return pairs
+
+
+def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
+             on_unsupported: str = "warn", **hparams) -> Sparsifier:
     """Sparsify ``model`` in place with ``method``; returns the ``Sparsifier`` handle.
 
-    Every ``nn.Linear`` and ``nn.Conv2d`` (exact types; or the modules named in ``layers``) is
-    turned into the method's layer class in place; new learnable tensors become parameters of
-    the model, so build the optimizer *after* this call. Hyperparameters not given take
-    ``default_hparams(method)``; unknown names raise ``TypeError``. ``lr`` is validated and kept in
-    ``Sparsifier.hparams`` for the caller's optimizer; the layers do not use it. The global torch
-    RNG initializes stochastic parameters (hard-concrete gate logits): seed it first for
-    reproducibility. On glibc it also fixes malloc's mmap/trim thresholds once per process
-    (``dualdrop.nn._alloc``; ``DUALDROP_MALLOC_TUNING=0`` opts out): without that, torch's
-    elementwise ops ran ~8x slower after the penalties' numba kernels were loaded.
+    Every selected weight tensor gets the method's state as its ``torch.nn.utils.parametrize``
+    parametrization (methods that change the forward also hook the layer). By default the
+    weights of every weight-bearing layer are selected (``dualdrop.nn.targets``: Linear and
+    subclasses, Conv*/ConvTranspose*, Embedding, RNN/LSTM/GRU, MultiheadAttention); biases and
+    normalization parameters are not. ``include`` / ``exclude``: name patterns (``fnmatch`` on
+    parameter names; a module name means its weights) and/or module types. A weight the method
+    cannot act on (e.g. local reparameterization on an LSTM weight) is skipped with a warning
+    naming it and why (``on_unsupported="error"``: raise instead). A weight tied to several
+    modules gets one state.
+
+    New learnable tensors become parameters of the model, so build the optimizer *after* this
+    call (``after_step`` checks it). Hyperparameters not given take ``default_hparams(method)``;
+    unknown names raise ``TypeError``. The global torch RNG initializes stochastic parameters
+    (hard-concrete gate logits): seed it first for reproducibility. On glibc it also fixes
+    malloc's mmap/trim thresholds once per process (``dualdrop.nn._alloc``;
+    ``DUALDROP_MALLOC_TUNING=0`` opts out).
 
     Training loop::
 
@@ -234,16 +255,43 @@ def sparsify(model: nn.Module, method: str, *, layers=None, **hparams) -> Sparsi
         sp.density()          # deterministic test-time densities
         plain = export_sparse(model, layout="dense")
     """
-    method_family = _family(method)  # noqa: F841 - validates the name first
+    if "layers" in hparams:
+        raise TypeError("sparsify(..., layers=...) was replaced by include=[...] (module names, "
+                        "parameter name patterns or module types) and exclude=[...]")
+    record = _methods.get(method, **hparams)
+    check_choice("on_unsupported", on_unsupported, {"warn", "error"})
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if _find_states(model):
+        raise ValueError("model is already sparsified; call sparsify once per model (or "
+                         "export_sparse(model) / Sparsifier.remove() first to get a plain model)")
     tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
-    hp = _validate(method, hparams)
-    chosen = select_layers(model, layers)
-    linear_cls, conv_cls = _layer_classes(method)
-    layer_hp = {k: v for k, v in hp.items() if k != "lr"}
-    if method_family == "magnitude":
-        layer_hp = {}
-    elif method_family == "penalty":
-        layer_hp.pop("penalty_params", None)
-    for _, module in chosen:
-        swap_class(module, linear_cls, conv_cls, method, layer_hp)
-    return Sparsifier(model, method, hp)
+    chosen, _ = select(model, include, exclude)
+    acted, skipped = [], []
+    for t in chosen:
+        reason = record.skip_reason(t)
+        (skipped.append((t, reason)) if reason else acted.append(t))
+    if skipped:
+        lines = "\n".join(f"  {t.name} ({t.kinds}): {r}" for t, r in skipped)
+        if on_unsupported == "error" or not acted:
+            raise ValueError(f"method {record.name!r} cannot act on {len(skipped)} selected "
+                             f"weight(s):\n{lines}\nexclude them (exclude=[...]) or choose a "
+                             "method that only transforms the weight")
+        warnings.warn(f"sparsify: method {record.name!r} skips {len(skipped)} weight(s), "
+                      f"left dense:\n{lines}", UserWarning, stacklevel=2)
+    pairs, done = [], []
+    try:
+        for t in acted:
+            state = record.make_state(t)
+            for site in t.sites:
+                register_state(site.module, site.tensor_name, state)
+                done.append((site.module, site.tensor_name))
+            for mod, name in record.extra_tensors(t):
+                register_state(mod, name, state)
+                done.append((mod, name))
+            record.attach(t, state)
+            pairs.append((t, state))
+    except Exception:
+        fold(model, leave_sparse=False)
+        raise
+    return Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])

@@ -1,13 +1,15 @@
-"""Sparse variational dropout (Molchanov, Ashukha, Vetrov 2017) for Linear and Conv2d layers.
+"""Sparse variational dropout (Molchanov, Ashukha, Vetrov 2017).
 
 Gaussian multiplicative noise ``w * (1 + sqrt(a) e)``, ``e ~ N(0, 1)``, per weight, with the
 log-uniform prior's KL divergence as the regularizer. Three variants:
 
 ``vardrop``
-    no reparameterization: learn ``(theta, log a)``; one weight sample per minibatch (high
-    gradient variance, the seed's plain "VarDrop").
+    no reparameterization: learn ``(theta, log a)``; one weight sample per forward call of the
+    layer (high gradient variance, the paper's plain "VarDrop"). It only transforms the weight,
+    so it acts on every weight tensor (Embedding, recurrent and attention weights included).
 ``vardrop-lr``
-    local reparameterization: learn ``(theta, log a)``; sample pre-activations with mean
+    local reparameterization (needs a linear map: Linear, Conv*, ConvTranspose*; other weights
+    are skipped with a warning): learn ``(theta, log a)``; sample pre-activations with mean
     ``x theta^T + b`` and variance ``x^2 (a theta^2)^T`` (independent noise per example).
 ``vardrop-lr-ar``
     local + additive reparameterization: learn ``(theta, log sigma^2)``, ``a = sigma^2/theta^2``;
@@ -17,7 +19,8 @@ The noise variance never includes the bias. ``log a`` is clipped to ``[-clip, cl
 is used (for ``vardrop-lr-ar`` the variance uses ``sigma^2`` itself, as in the paper; the clip acts
 on the KL term and on the pruning rule). KL approximation (Molchanov et al. 2017, eq. 14):
 ``-KL ~= k1 sigmoid(k2 + k3 log a) - 1/2 log(1 + 1/a) - k1``; the regularizer is
-``lam * sum KL / n_train`` (``lam = 1``: the evidence lower bound divided by ``n_train``).
+``lam * sum KL``, by default ``lam = 1/n_train`` (the evidence lower bound per example; see
+``dualdrop.nn.sparsifier`` for the convention shared by all methods).
 
 Initialization: ``log a = init_log_alpha`` (-4) for the two ``(theta, log a)`` variants;
 ``log sigma^2 = init_log_sigma2`` (-10, Molchanov et al.'s value) for ``vardrop-lr-ar``, so that
@@ -40,22 +43,19 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import SparseLayerMixin, check_float
+from dualdrop.nn._base import Method, WeightState, check_float, check_tol, linear_op, original_of
 
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 _LOG_EPS = 1e-8  # inside log(theta^2 + eps) and sqrt(var + eps)
 
-_COMMON = {
-    "lam": 1.0,            # multiplier of KL / n_train (1 = ELBO)
-    "tol": 0.05,           # prune when keep ratio 1/(1+a) < tol
-    "clip": 8.0,           # log a clipped to [-clip, clip]
-}
-# (theta, log a) variants start from a constant log a; the additive variant from a constant
-# log sigma^2 (Molchanov et al.'s initialization), so small weights start with a large a.
-HPARAMS = {
-    "vardrop": {**_COMMON, "init_log_alpha": -4.0},
-    "vardrop-lr": {**_COMMON, "init_log_alpha": -4.0},
-    "vardrop-lr-ar": {**_COMMON, "init_log_sigma2": -10.0},
+_COMMON = {"lam": None, "tol": 0.05, "clip": 8.0}
+_HELP = {
+    "lr": "Adam learning rate",
+    "lam": "per-example multiplier of sum KL; None: 1/n_train (the evidence lower bound)",
+    "tol": "test time: prune a weight whose keep ratio 1/(1+a) is below tol",
+    "clip": "log a is clipped to [-clip, clip]",
+    "init_log_alpha": "initial log a of every weight",
+    "init_log_sigma2": "initial log sigma^2 of every weight (small weights start with large a)",
 }
 
 
@@ -117,102 +117,119 @@ class _LRVariance(torch.autograd.Function):
         return gw, gla, None
 
 
-def validate(hp: dict) -> dict:
-    out = dict(hp)
-    out["lam"] = check_float("lam", hp["lam"], low=0.0)
-    out["tol"] = check_float("tol", hp["tol"], low=0.0, high=1.0, low_open=True, high_open=True)
-    out["clip"] = check_float("clip", hp["clip"], low=0.0, low_open=True)
-    for key in ("init_log_alpha", "init_log_sigma2"):
-        if key in hp:
-            out[key] = check_float(key, hp[key])
-    thr = math.log((1.0 - out["tol"]) / out["tol"])
-    if thr >= out["clip"]:
-        raise ValueError(f"tol={out['tol']} needs log a > {thr:.3g} to prune but log a is clipped "
-                         f"at clip={out['clip']}: raise clip or raise tol")
-    return out
 
+class VarDropState(WeightState):
+    """``log_alpha`` (or ``log_sigma2`` for the additive variant) of one weight tensor."""
 
-class VarDropMixin(SparseLayerMixin):
-    """Variational dropout layer; ``self.variant`` is ``"none"``, ``"lr"`` or ``"lr-ar"``."""
-
-    variant = "none"
-
-    def _setup(self, *, lam, tol, clip, init_log_alpha=None, init_log_sigma2=None):
-        self.lam, self.tol, self.clip = lam, tol, clip
-        w = self.weight.detach()
-        if self.variant == "lr-ar":
+    def __init__(self, method, weight, *, variant, lam, tol, clip, lam_per_dataset,
+                 init_log_alpha=None, init_log_sigma2=None):
+        super().__init__(method)
+        self.variant, self.lam, self.tol, self.clip = variant, lam, tol, clip
+        self.lam_per_dataset = lam_per_dataset
+        w = weight.detach()
+        if variant == "lr-ar":
             self.log_sigma2 = nn.Parameter(torch.full_like(w, init_log_sigma2))
         else:
             self.log_alpha = nn.Parameter(torch.full_like(w, init_log_alpha))
 
-    def raw_log_alpha(self) -> torch.Tensor:
+    def raw_log_alpha(self, w) -> torch.Tensor:
         if self.variant == "lr-ar":
-            return self.log_sigma2 - torch.log(self.weight * self.weight + _LOG_EPS)
+            return self.log_sigma2 - torch.log(w * w + _LOG_EPS)
         return self.log_alpha
 
-    # log a, clipped
-    def clipped_log_alpha(self) -> torch.Tensor:
-        return self.raw_log_alpha().clamp(-self.clip, self.clip)
+    def clipped_log_alpha(self, w) -> torch.Tensor:
+        return self.raw_log_alpha(w).clamp(-self.clip, self.clip)
 
     def set_tol(self, tol: float) -> None:
         """Test-time pruning tolerance on the keep ratio ``1/(1+a)`` (``< tol`` is pruned)."""
-        self.tol = validate({"lam": self.lam, "tol": tol, "clip": self.clip})["tol"]
+        self.tol = _check(self.lam, tol, self.clip)[1]
 
     def log_alpha_threshold(self) -> float:
         """Prune when clipped ``log a`` exceeds this value (``log((1 - tol)/tol)``)."""
         return math.log((1.0 - self.tol) / self.tol)
 
-    def keep_mask(self) -> torch.Tensor:
-        return self.clipped_log_alpha() <= self.log_alpha_threshold()
+    def keep_mask(self, w) -> torch.Tensor:
+        return self.clipped_log_alpha(w) <= self.log_alpha_threshold()
 
-    def train_forward(self, x):
-        w, b = self.weight, self.bias
-        if self.variant == "none":
-            # one weight sample for the whole minibatch
-            std = torch.exp(0.5 * self.clipped_log_alpha()) * w
-            w_noisy = w + std * torch.randn_like(w)
-            return self._op(x, w_noisy, b)
+    def train_weight(self, w):
+        if self.variant != "none":
+            return w  # the noise is sampled on the pre-activations (lr_hook)
+        std = torch.exp(0.5 * self.clipped_log_alpha(w)) * w
+        return w + std * torch.randn_like(w)
+
+    def lr_hook(self, module, args, kwargs, out):
+        """Local reparameterization: add ``sqrt(x^2 var_w) e`` to the layer's mean output."""
+        if not self.training:
+            return None
+        w = original_of(module, "weight")
         if self.variant == "lr":
             var_w = _LRVariance.apply(w, self.log_alpha, self.clip)
-        else:  # lr-ar
+        else:
             var_w = torch.exp(self.log_sigma2)
-        mean = self._op(x, w, b)
-        var = self._op(x * x, var_w, None)  # no bias in the variance
-        return mean + torch.sqrt(var + _LOG_EPS) * torch.randn_like(mean)
+        x = args[0]
+        var = linear_op(module, x * x, var_w, args, kwargs)  # no bias in the variance
+        return out + torch.sqrt(var + _LOG_EPS) * torch.randn_like(out)
 
-    def eval_weight_bias(self):
-        return self.weight * self.keep_mask(), self.bias
-
-    def regularizer_term(self, n_train, value=True):
-        return (self.lam / n_train) * _KLSum.apply(self.raw_log_alpha(), self.clip, value)
+    def regularizer_term(self, w, n_train, value=True):
+        scale = self.lam_per_dataset / n_train if self.lam is None else self.lam
+        return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)
 
 
-class VarDropLinear(VarDropMixin, nn.Linear):
+def _check(lam, tol, clip):
+    lam = None if lam is None else check_float("lam", lam, low=0.0)
+    tol = check_tol(tol)
+    clip = check_float("clip", clip, low=0.0, low_open=True)
+    thr = math.log((1.0 - tol) / tol)
+    if thr >= clip:
+        raise ValueError(f"tol={tol} needs log a > {thr:.3g} to prune but log a is clipped "
+                         f"at clip={clip}: raise clip or raise tol")
+    return lam, tol, clip
+
+
+class VarDrop(Method):
+    """Variational dropout without reparameterization (any weight tensor)."""
+
+    name = "vardrop"
+    family = "vardrop"
     variant = "none"
+    defaults = {"lr": 1e-3, **_COMMON, "init_log_alpha": -4.0}
+    help = _HELP
+    has_tol = True
+    paper = ("VarDrop", 0.0154, 0.595)
+    lam_per_dataset = 1.0  # the evidence lower bound divided by n_train
+
+    def validate(self, hp):
+        out = dict(hp)
+        out["lam"], out["tol"], out["clip"] = _check(hp["lam"], hp["tol"], hp["clip"])
+        for key in ("init_log_alpha", "init_log_sigma2"):
+            if key in hp:
+                out[key] = check_float(key, hp[key])
+        return out
+
+    def make_state(self, target):
+        return VarDropState(self.name, target.param, variant=self.variant,
+                            lam_per_dataset=self.lam_per_dataset, **self.state_hparams())
+
+    def attach(self, target, state):
+        if self.needs_linear_map:
+            for site in target.sites:
+                site.module.register_forward_hook(state.lr_hook, with_kwargs=True)
 
 
-class VarDropConv2d(VarDropMixin, nn.Conv2d):
-    variant = "none"
+class VarDropLR(VarDrop):
+    """Variational dropout with local reparameterization (Linear and convolution layers)."""
 
-
-class VarDropLRLinear(VarDropMixin, nn.Linear):
+    name = "vardrop-lr"
     variant = "lr"
+    acts_on = "Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d weights (a linear map)"
+    needs_linear_map = True
+    paper = ("VarDrop+LR", 0.0141, 0.0885)
 
 
-class VarDropLRConv2d(VarDropMixin, nn.Conv2d):
-    variant = "lr"
+class VarDropLRAR(VarDropLR):
+    """Local + additive reparameterization: learn ``(theta, log sigma^2)``."""
 
-
-class VarDropLRARLinear(VarDropMixin, nn.Linear):
+    name = "vardrop-lr-ar"
     variant = "lr-ar"
-
-
-class VarDropLRARConv2d(VarDropMixin, nn.Conv2d):
-    variant = "lr-ar"
-
-
-LAYER_CLASSES = {
-    "vardrop": (VarDropLinear, VarDropConv2d),
-    "vardrop-lr": (VarDropLRLinear, VarDropLRConv2d),
-    "vardrop-lr-ar": (VarDropLRARLinear, VarDropLRARConv2d),
-}
+    defaults = {"lr": 1e-4, **_COMMON, "init_log_sigma2": -10.0}
+    paper = ("VarDrop+LR+AR", 0.0321, 0.0238)

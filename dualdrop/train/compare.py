@@ -21,21 +21,16 @@ import sys
 from pathlib import Path
 
 from dualdrop.data import is_full_mnist
+
+from dualdrop.nn.methods import paper_table
 from dualdrop.train.checkpoint import RunLockedError
 from dualdrop.train.config import DENSE, TrainConfig, check_method
 from dualdrop.train.loop import train
 
-# The paper's table, 200 epochs on MNIST: method -> (label, test error, fraction nonzero)
-PAPER_TABLE: dict[str, tuple[str, float, float]] = {
-    "vardrop-lr-ar": ("VarDrop+LR+AR", 0.0321, 0.0238),
-    "vardrop-lr": ("VarDrop+LR", 0.0141, 0.0885),
-    "vardrop": ("VarDrop", 0.0154, 0.595),
-    "eta-trick": ("eta-Trick", 0.0216, 0.0513),
-    "adaprox": ("AdaProx", 0.0294, 0.0276),
-    "adatikhonov": ("AdaTikhonov", 0.0288, 0.0183),
-    "logsum": ("LogSum", 0.0293, 0.0190),
-}
-# The default comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
+# The paper's reported results after 200 epochs on MNIST, from each method's record in
+# dualdrop.nn.methods: method -> (label, test error, fraction nonzero)
+PAPER_TABLE: dict[str, tuple[str, float, float]] = paper_table()
+# The comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
 DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
                    "adatikhonov", "logsum", "hardconcrete", "magnitude")
 
@@ -117,7 +112,8 @@ def load_runs(out: str | os.PathLike, methods) -> dict:
     return runs
 
 
-def _label(m: str) -> str:
+def method_label(m: str) -> str:
+    """A method's display name (the paper's label where it has one)."""
     if m in PAPER_TABLE:
         return PAPER_TABLE[m][0]
     return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
@@ -149,7 +145,7 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     for i, (m, run) in enumerate(runs.items()):
         h = run["history"]
         ep = [r["epoch"] for r in h]
-        kw = dict(label=_label(m), linestyle=styles[i % len(styles)],  # coinciding curves
+        kw = dict(label=method_label(m), linestyle=styles[i % len(styles)],  # coinciding curves
                   marker=markers[i % len(markers)], markevery=max(1, len(h) // 12),  # stay
                   markersize=5 if n_max <= 30 else 4, zorder=3 + 0.01 * i)  # visible
         ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], **kw)
@@ -212,7 +208,7 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
         ref = PAPER_TABLE.get(m) if paper else None
         rows.append({
             "method": m,
-            "label": _label(m),
+            "label": method_label(m),
             "data": run.get("data"),
             "epochs": f["epochs"] if f else h[-1]["epoch"],
             "finished": bool(f),

@@ -25,8 +25,7 @@ import torch
 #: 1,150 training samples, 42x fewer than MNIST's 48,000: at batch 128 an epoch is 9 steps, and
 #: 5 epochs at the paper's learning rates end near chance with every weight still nonzero. Its
 #: defaults were chosen on the validation split alone (benchmarks/RESULTS.md, "Digits
-#: defaults"): more, smaller steps at a larger rate, and strengths for the methods whose
-#: penalty is not divided by n_train. A key is applied only where the method has it.
+#: defaults"): more, smaller steps at a larger rate, and strengths per method. A key is applied only where the method has it.
 DATASET_DEFAULTS: dict[str, dict] = {
     "mnist": {"epochs": 200, "batch_size": 128},
     "digits": {
@@ -34,8 +33,10 @@ DATASET_DEFAULTS: dict[str, dict] = {
         # per method: hyperparameters (and "lr") replacing the paper's
         "hparams": {
             "logsum": {"lam": 3e-3}, "adatikhonov": {"lam": 3e-3}, "adaprox": {"lam": 3e-3},
-            "magnitude": {"sparsity": 0.95}, "vardrop-lr-ar": {"lam": 0.1},
-            "hardconcrete": {"lam": 1.0, "lr": 3e-2},
+            # variational dropout / hard-concrete: lam is per weight (their paper default is
+            # c / n_train); these are 0.1 / 1150 and 1.0 / 1150, the strengths chosen on validation
+            "magnitude": {"sparsity": 0.95}, "vardrop-lr-ar": {"lam": 0.1 / 1150},
+            "hardconcrete": {"lam": 1.0 / 1150, "lr": 3e-2},
         },
     },
 }
@@ -86,13 +87,11 @@ def check_method(method: Any) -> str:
         raise TypeError(f"method={method!r} must be a str such as 'vardrop-lr' or 'none'")
     if method in DENSE_ALIASES:
         return DENSE
-    dnn = _nn()
-    if method in dnn.METHODS or (method.startswith("penalty:") and len(method) > len("penalty:")):
-        return method
-    raise ValueError(
-        f"method={method!r} is unknown; choose one of {', '.join(available_methods())} or "
-        "'penalty:<name>' with a penalties catalog name"
-    )
+    try:
+        return _nn().method_class(method).name  # the Method record parses penalty:<name>
+    except ValueError as exc:
+        raise ValueError(f"method={method!r} is unknown: {exc} (or {DENSE!r}: the dense "
+                         "baseline)") from None
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -222,6 +221,8 @@ class TrainConfig:
     # folded in, as export_sparse gives it) initializes the weights before sparsify; e.g. a dense
     # run, as sparse variational dropout starts from a pretrained network. None: random init.
     init_from: str | None = None
+    # the network: "lenet300" (LeNet-300-100) or "lenet5" (LeNet-5-Caffe); see train.models
+    model: str = "lenet300"
 
     def with_defaults(self, dataset: str | None) -> "TrainConfig":
         """A copy with ``epochs`` / ``batch_size`` left at None set to ``dataset``'s defaults."""
@@ -263,6 +264,10 @@ class TrainConfig:
         if not isinstance(self.hparams, dict):
             raise TypeError(f"hparams={self.hparams!r}; expected a dict of overrides")
         device_of(self.device)
+        from dualdrop.train.models import MODELS
+
+        if self.model not in MODELS:
+            raise ValueError(f"model={self.model!r}; expected one of {sorted(MODELS)}")
 
 
 def device_of(spec: str) -> torch.device:
@@ -284,9 +289,10 @@ def default_threads() -> int:
     least 1 and at most 4.
 
     torch's own default is one thread per core. On a 2-core machine that also ran other work, a
-    LeNet-300-100 step took 46x longer with 2 threads than with 1 (benchmarks/RESULTS.md,
-    "Threads"): a descheduled thread stalls every parallel op. Half the cores leaves room for the
-    rest of the machine; beyond 4 threads these small matrices gain little.
+    LeNet-300-100 step took 10-19x longer with 2 threads than with 1 (medians; single runs up to
+    46x; benchmarks/RESULTS.md, "Threads"): a descheduled thread stalls every parallel op. Half
+    the cores leaves room for the rest of the machine; beyond 4 threads these small matrices
+    gain little.
     """
     try:
         cores = len(os.sched_getaffinity(0))
@@ -304,4 +310,5 @@ def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:
         "data": data.name, "data_fingerprint": data.fingerprint(),
         "n_features": data.n_features, "world_size": world,
         **({"init_from": str(Path(cfg.init_from).resolve())} if cfg.init_from else {}),
+        **({"model": cfg.model} if cfg.model != "lenet300" else {}),
     }

@@ -16,10 +16,11 @@ from torch import nn
 
 
 def dense_density(model: nn.Module) -> dict:
-    """Fraction of nonzero weights of every ``nn.Linear`` (biases excluded) and in total."""
+    """Fraction of nonzero weights of every ``nn.Linear`` / ``nn.Conv2d`` (biases excluded) and
+    in total: the weights ``dualdrop.nn.sparsify`` acts on in these networks."""
     out, nz, tot = {}, 0, 0
     for name, mod in model.named_modules():
-        if isinstance(mod, nn.Linear):
+        if isinstance(mod, (nn.Linear, nn.Conv2d)):
             w = mod.weight.detach()
             k = int(torch.count_nonzero(w))
             out[name] = k / w.numel()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -21,44 +22,50 @@ from torch import nn
 
 from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint
 from dualdrop.train.config import DENSE, _nn
-from dualdrop.train.models import lenet_300_100
+from dualdrop.train.models import DEFAULT_MODEL, build_model
 
 MODEL = "model.pt"
 MODEL_CSR = "model_csr.pt"
-ARCH = "lenet-300-100"
+_LEGACY_NAMES = {"lenet-300-100": DEFAULT_MODEL}  # records written before --model existed
 
 
-def architecture(n_features: int, n_classes: int) -> dict:
+def architecture(n_features: int, n_classes: int, model: str = DEFAULT_MODEL) -> dict:
     """The record from which :func:`build` rebuilds the network (stored in final.json)."""
-    return {"name": ARCH, "n_features": int(n_features), "n_classes": int(n_classes)}
+    return {"name": model, "n_features": int(n_features), "n_classes": int(n_classes)}
 
 
 def build(arch: dict) -> nn.Module:
-    """A fresh network of the architecture record ``arch``."""
-    if arch.get("name", ARCH) != ARCH:
-        raise ValueError(f"architecture {arch.get('name')!r} is unknown to this dualdrop "
-                         f"(it builds {ARCH!r})")
-    return lenet_300_100(int(arch["n_features"]), int(arch.get("n_classes", 10)))
+    """A fresh network of the architecture record ``arch`` (a ``dualdrop.train.models`` name)."""
+    name = arch.get("name", DEFAULT_MODEL)
+    return build_model(_LEGACY_NAMES.get(name, name), int(arch["n_features"]),
+                       int(arch.get("n_classes", 10)))
+
+
+def training_network(ck: dict):
+    """``(net, sparsifier)``: the network of a training checkpoint (read with
+    :func:`~dualdrop.train.checkpoint.read_checkpoint`) as it was trained, i.e. sparsified with
+    the run's own method and hyperparameters (``sparsifier`` is None for a dense run), with the
+    checkpoint's weights loaded."""
+    conf = ck["config"]
+    net = build(ck.get("arch") or {"name": conf.get("model", DEFAULT_MODEL),
+                                   "n_features": conf["n_features"]})
+    sp = None if conf["method"] == DENSE else _nn().sparsify(net, conf["method"], **conf["hparams"])
+    net.load_state_dict(ck["model"])
+    return net, sp
 
 
 def test_time_network(ck: dict) -> nn.Module:
-    """The plain test-time network of a training checkpoint (read with
-    :func:`~dualdrop.train.checkpoint.read_checkpoint`): a sparsified run is rebuilt with its own
-    method and hyperparameters and folded with ``export_sparse(layout="dense")``."""
-    conf = ck["config"]
-    net = build(ck.get("arch") or {"n_features": conf["n_features"]})
-    if conf["method"] != DENSE:
-        dnn = _nn()
-        dnn.sparsify(net, conf["method"], **conf["hparams"])
-        net.load_state_dict(ck["model"])
-        net = dnn.export_sparse(net, layout="dense")
-    else:
-        net.load_state_dict(ck["model"])
+    """The plain test-time network of a training checkpoint: :func:`training_network` folded
+    with ``export_sparse(layout="dense")``."""
+    net, sp = training_network(ck)
+    if sp is not None:
+        net = _nn().export_sparse(net, layout="dense")
     return net.eval()
 
 
-def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
-    """Plain LeNet-300-100 weights from a run folder or checkpoint, and a record of them.
+def init_weights(source: str | os.PathLike, n_features: int, n_classes: int,
+                 model: str = DEFAULT_MODEL):
+    """Plain network weights (``model``) from a run folder or checkpoint, and a record of them.
 
     A sparsified run's checkpoint is rebuilt with its own method and hyperparameters and folded
     with ``export_sparse(layout="dense")`` (its test-time network); a dense run's is used as is.
@@ -72,6 +79,9 @@ def init_weights(source: str | os.PathLike, n_features: int, n_classes: int):
     if conf.get("n_features") != n_features:
         raise ValueError(f"init_from={str(source)!r}: that run had {conf.get('n_features')} input "
                          f"features, this data has {n_features}")
+    if conf.get("model", DEFAULT_MODEL) != model:
+        raise ValueError(f"init_from={str(source)!r}: that run trained "
+                         f"{conf.get('model', DEFAULT_MODEL)!r}, this one {model!r}")
     src = test_time_network(ck)
     sd = {k: v.detach().clone() for k, v in src.state_dict().items()}
     nnz = sum(int(torch.count_nonzero(v)) for k, v in sd.items() if k.endswith("weight"))
@@ -148,7 +158,9 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
 
 def _read_state(path: Path, fix: str) -> dict:
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch flags its (stable enough) CSR support as beta
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ValueError(f"{path} cannot be read ({str(exc).strip().splitlines()[0][:120]}); "
                          f"{fix}") from None

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dualdrop.train.compare import DEFAULT_METHODS  # the comparison's nine methods
+from dualdrop.train.compare import DEFAULT_METHODS, PAPER_TABLE, method_label
 
 #: Published LeNet-300-100 MNIST points (label -> (test error, fraction of nonzero weights)):
 #: sparse variational dropout (Molchanov, Ashukha & Vetrov, "Variational Dropout Sparsifies Deep
@@ -131,13 +131,19 @@ class Knob:
         return float(f"{1 - q:.6g}") if self.complement else q
 
 
-def default_knob(method: str, hparams: dict) -> Knob:
+def default_knob(method: str, hparams: dict, n_train: int | None = None) -> Knob:
     """The sparsity knob of ``method`` given its default ``hparams``: a decade either side of the
     default ``lam`` (KL weight of variational dropout, L0 weight of hard-concrete, penalty weight
-    of the penalty methods), or magnitude's target sparsity in [0.8, 0.995]."""
+    of the penalty methods; a default ``lam=None`` is the method record's
+    ``lam_per_dataset / n_train``), or magnitude's target sparsity in [0.8, 0.995]."""
     if method == "magnitude":
         return Knob("sparsity", 0.8, 0.995, log=True, complement=True)
     lam = hparams.get("lam")
+    if lam is None and n_train and "lam" in hparams:
+        from dualdrop.nn import method_class
+
+        per_dataset = method_class(method).lam_per_dataset
+        lam = per_dataset / n_train if per_dataset else None
     if isinstance(lam, (int, float)) and not isinstance(lam, bool) and lam > 0:
         return Knob("lam", lam / 10, lam * 10)
     raise ValueError(f"method {method!r} has no default sparsity knob (its hyperparameters: "
@@ -170,33 +176,6 @@ def pareto_front(points: list[dict], error: str = "val_error",
             front.append(points[i])
             best = points[i][error]
     return front
-
-
-# ----------------------------------------------------------------------------- the paper's numbers
-
-
-def paper_table() -> dict[str, tuple[str, float, float]]:
-    """The paper's 200-epoch MNIST table, ``{method: (label, test error, fraction nonzero)}``,
-    from :mod:`dualdrop.train.compare` (empty, with a warning, if it cannot be imported)."""
-    try:
-        from dualdrop.train.compare import PAPER_TABLE as table  # type: ignore[attr-defined]
-    except ImportError:
-        try:
-            from dualdrop.train.compare import SEED_TABLE as table
-        except ImportError:
-            warnings.warn("dualdrop.train.compare has no PAPER_TABLE (or SEED_TABLE): the "
-                          "paper's points are left out of the frontier figure and table",
-                          stacklevel=2)
-            return {}
-    return dict(table)
-
-
-def _label(method: str) -> str:
-    table = paper_table()
-    if method in table:
-        return table[method][0]
-    return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
-            "hardconcrete-neuron": "HardConcrete (neuron)"}.get(method, method)
 
 
 # ----------------------------------------------------------------------------- storage
@@ -605,7 +584,7 @@ def run_frontier(
         f = dict(fixed.get(m, {}))
         lr = f.pop("lr", None)
         lr, hp = resolve_hparams(m, lr, f)  # refuses unknown names
-        knob = knobs.get(m) or default_knob(m, hp)
+        knob = knobs.get(m) or default_knob(m, hp, len(data.y_train))
         if not isinstance(knob, Knob):
             raise TypeError(f"knobs[{m!r}]={knob!r}; expected a dualdrop.train.frontier.Knob")
         if knob.name not in hp:
@@ -645,39 +624,22 @@ def run_frontier(
 # ----------------------------------------------------------------------------- report
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """A training checkpoint, loaded with ``weights_only=True`` (numpy's RNG state allowed)."""
-    import numpy as np
-    import torch
-
-    allowed = [np.ndarray, np.dtype, np.dtypes.UInt32DType]
-    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            allowed.append(getattr(__import__(mod, fromlist=["_reconstruct"]), "_reconstruct"))
-            break
-        except (ImportError, AttributeError):
-            continue
-    with torch.serialization.safe_globals(allowed):
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def _test_error(run_dir: Path, tol: float | None, data) -> dict:
     """Test error and density of a finished run's network at tolerance ``tol``: the one place
     where the frontier reads the test set."""
     import torch
 
-    from dualdrop.nn import sparsify
-    from dualdrop.train import error_rate, lenet_300_100
+    from dualdrop.train import error_rate
+    from dualdrop.train.checkpoint import read_checkpoint
+    from dualdrop.train.export import training_network
 
-    ck = load_checkpoint(run_dir / "checkpoint.pt")
+    ck = read_checkpoint(run_dir / "checkpoint.pt", fix="rerun the trial (delete its folder)")
     conf = ck["config"]
     if ck["epoch"] < conf["epochs"]:
         raise ValueError(f"{run_dir}: unfinished run (epoch {ck['epoch']} of {conf['epochs']})")
     if conf.get("data_fingerprint") != data.fingerprint():
         raise ValueError(f"{run_dir} was trained on other data than the data loaded now")
-    model = lenet_300_100(data.n_features, data.n_classes)
-    sp = sparsify(model, conf["method"], **conf["hparams"])  # trials are never dense
-    model.load_state_dict(ck["model"])
+    model, sp = training_network(ck)  # trials are never dense
     if tol is not None:
         sp.set_tol(tol)
     nonzero = float(sp.density()["total"])
@@ -820,7 +782,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
 
     fig, ax = plt.subplots(figsize=(10.5, 5.2))
     cmap = plt.get_cmap("tab10")
-    table = paper_table() if mnist else {}
+    table = dict(PAPER_TABLE) if mnist else {}
     methods = list(result["methods"])
     colors = {m: cmap(i % 10) for i, m in enumerate(methods + [m for m in table
                                                                 if m not in methods])}
@@ -835,7 +797,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
         xs += x
         ys += y
         ax.plot(x, y, marker=markers[i % len(markers)], color=colors[m], linewidth=1.3,
-                markersize=5, label=f"{_label(m)} ({len(rows)} pts)")
+                markersize=5, label=f"{method_label(m)} ({len(rows)} pts)")
     if mnist:
         for m, (label, err, dens) in table.items():
             ax.plot([dens], [100 * err], linestyle="none", marker="*", markersize=12,
@@ -898,7 +860,7 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
     rows = []
     for m, r in result["methods"].items():
         for p in sorted(r["frontier"], key=lambda p: p["nonzero_total"]):
-            rows.append({"method": m, "label": _label(m), "knob": _knob_text(p, r["plan"]),
+            rows.append({"method": m, "label": method_label(m), "knob": _knob_text(p, r["plan"]),
                          "warm_start": p["warm"], "tol": p["tol"], "val_error": p["val_error"],
                          "nonzero_total": p["test_nonzero_total"], "test_error": p["test_error"],
                          "trial": p["trial"], "run_dir": p["run_dir"]})
@@ -921,7 +883,7 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
                         + f" ({f['error'][:100]})" for f in r["failed"])
         if r["n_running"] or r["n_waiting"]:
             notes += f"; {r['n_running']} running, {r['n_waiting']} queued"
-        lines.append(f"- {_label(m)}: {r['n_complete']} finished trials{cand}, "
+        lines.append(f"- {method_label(m)}: {r['n_complete']} finished trials{cand}, "
                      f"{plan.get('epochs')} epochs, {knob.get('name')} in "
                      f"[{knob.get('low'):g}, {knob.get('high'):g}]{notes}")
     lines += ["", "| method | knob |" + (" start |" if warm_col else "") +
@@ -934,7 +896,7 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
                      f"{100 * r['val_error']:.2f}% | {r['nonzero_total']:.4f} | "
                      f"{100 * r['test_error']:.2f}% |")
     if mnist:
-        table = paper_table()
+        table = dict(PAPER_TABLE)
         lines += ["", "Reference points (MNIST, LeNet-300-100):", "",
                   "| source | test error | fraction nonzero |", "| --- | --- | --- |"]
         lines += [f"| paper: {label} (200 epochs) | {100 * e:.2f}% | {d:.4f} |"
@@ -949,5 +911,5 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
 
 
 __all__ = ["DEFAULT_METHODS", "GOALS", "Knob", "PUBLISHED_POINTS", "collect", "default_knob",
-           "frontier_report", "frontier_table", "load_checkpoint", "pareto_front",
+           "frontier_report", "frontier_table", "pareto_front",
            "plot_frontier", "requeue_stale", "run_frontier", "validation_points"]

@@ -70,7 +70,6 @@ from dualdrop.train.config import (
     run_config,
 )
 from dualdrop.train.distributed import Dist
-from dualdrop.train.export import architecture, init_weights, save_model
 from dualdrop.train.evaluate import (
     SWEEP_TOLS,
     dense_density,
@@ -79,7 +78,8 @@ from dualdrop.train.evaluate import (
     tol_sweep,
     unpruned_error,
 )
-from dualdrop.train.models import lenet_300_100
+from dualdrop.train.export import architecture, init_weights, save_model
+from dualdrop.train.models import build_model
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -174,10 +174,11 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     random.seed(cfg.seed)
-    model = lenet_300_100(data.n_features, data.n_classes)
+    model = build_model(cfg.model, data.n_features, data.n_classes)
     init_info = None
     if cfg.init_from and ckpt is None:  # a resumed run has its own weights
-        init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes)
+        init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes,
+                                          cfg.model)
         model.load_state_dict(init_sd)
     sp = _nn().sparsify(model, cfg.method, **hp) if cfg.method != DENSE else None
     model.to(dist_.device)
@@ -223,6 +224,8 @@ def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, ba
         logits = model(Xtr[idx])
         ce_sum = F.cross_entropy(logits, ytr[idx], reduction="sum")
         loss = ce_sum / n_b
+        if sp is not None and step == 0 and dist_.main:  # a fresh run's first step
+            sp.check_balance(float(loss.detach()), run.n_train)  # warns if the reg. dominates
         if sp is not None:
             # gradient only: the value is logged once per epoch
             loss = loss + sp.regularizer(run.n_train, value=False) / dist_.world
@@ -297,7 +300,7 @@ def _save(run: _Run, epoch: int) -> None:
             "data_order": {"seed": run.cfg.seed, "next_epoch": epoch + 1},
             "history": run.history,
             "init": run.init_info,
-            "arch": architecture(run.data.n_features, run.data.n_classes),
+            "arch": architecture(run.data.n_features, run.data.n_classes, run.cfg.model),
         }
         atomic_save(state, run.out / CHECKPOINT)
         run.saved_epoch = epoch + 1
@@ -359,9 +362,9 @@ def _final_report(run: _Run) -> dict:
         "val_error": history[-1]["val_error"],
         "nonzero_total": float(dens["total"]),
         "nonzero": {k: float(v) for k, v in dens.items() if k != "total"},
-        "nonzero_counts": "weights of the nn.Linear layers only; biases are not counted",
+        "nonzero_counts": "weights of the Linear and Conv2d layers; biases are not counted",
         "init_from": run.init_info,
-        "architecture": architecture(run.data.n_features, run.data.n_classes),
+        "architecture": architecture(run.data.n_features, run.data.n_classes, run.cfg.model),
         "seconds_per_epoch": float(np.mean([r["seconds"] for r in history])),
         "total_seconds": float(sum(r["seconds"] + r["eval_seconds"] for r in history)),
     }

@@ -31,3 +31,30 @@ def test_fit_npz_classification_and_errors(tmp_path, capsys):
     assert main(["fit", "--data", str(tmp_path / "missing.npz")]) == 2
     assert main(["fit", "--synthetic", "60,40", "--penalty", "logsum", "--solver", "cvxpy"]) == 2
     assert "Solvers that can" in capsys.readouterr().err
+
+
+def test_fit_help_documents_every_option(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for opt in ("--tol", "--max-iter", "--scaling", "--no-intercept", "--task", "--solver"):
+        after = text.split(opt, 2)[-1].split("}")[-1][:60] if opt in ("--solver", "--task", "--scaling") else text.split(opt, 2)[-1][:60]
+        assert len(after.split()) > 3, opt  # a help sentence follows the option
+    assert "{auto," in text  # auto is one of the listed choices
+
+
+def test_path_figure_draws_only_entering_coefficients(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dualdrop.cli.fit_cmd import _plot_path
+
+    alphas = np.logspace(0, -2, 5)
+    coefs = np.zeros((5, 5000))
+    coefs[2:, :40] = np.linspace(0.1, 4, 40)
+    _plot_path(plt, alphas, coefs, "l1", tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000

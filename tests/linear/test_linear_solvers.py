@@ -231,3 +231,33 @@ def test_cd_with_every_catalog_penalty_is_coordinatewise_optimal(name):
             + 0.1 * np.asarray(pen.omega(grid))
         F_j = ((r - X[:, j] * w[j]) ** 2).sum() / (2 * len(y)) + 0.1 * float(pen.omega(w[j]))
         assert F_j <= vals.min() + 1e-6 * (1 + abs(F0)), (name, j, w[j], grid[np.argmin(vals)])
+
+
+@pytest.mark.parametrize("logistic", [False, True])
+def test_cvxpy_polished_support_is_cd_support(logistic):
+    X, y = _data(n=80, p=30, seed=3, classif=logistic)
+    pr = _problem(X, y, penalties.get("l1"), 0.05 if not logistic else 0.03, logistic=logistic)
+    ref = get_solver("cd").solve(pr, tol=1e-10)
+    res = get_solver("cvxpy").solve(pr, tol=1e-9)
+    raw = res.info["cvxpy_coef"]
+    assert np.count_nonzero(raw) > np.count_nonzero(ref.coef)  # interior point: no exact zeros
+    np.testing.assert_array_equal(res.coef != 0, ref.coef != 0)
+    np.testing.assert_allclose(res.coef, ref.coef, atol=1e-7)
+    assert abs(res.final_objective - ref.final_objective) <= 1e-10 * ref.final_objective
+
+
+def test_hardconcrete_at_tiny_alpha_converges_on_raw_data():
+    """1e-7 alpha_max: the generic numeric prox used to lose the root at |v| for penalties flat
+    beyond a point (hard concrete), and CD wandered."""
+    from sklearn.datasets import load_diabetes
+
+    from dualdrop.linear import SparseLinearRegression, alpha_max
+
+    X, y = load_diabetes(return_X_y=True)
+    for scaling in ("dropout", "none"):
+        am = alpha_max(X, y, "hardconcrete", scaling=scaling)
+        est = SparseLinearRegression("hardconcrete", alpha=1e-7 * am, scaling=scaling,
+                                     tol=1e-6).fit(X, y)
+        assert est.criterion_ <= 1e-6
+        hist = est.objective_
+        assert np.all(np.diff(hist) <= 1e-12 * hist[0])

@@ -25,3 +25,34 @@ class TinyCNN(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+class Zoo(nn.Module):
+    """Every kind of weight-bearing layer, a tied weight and a module under two names.
+
+    ``head.weight`` is ``emb.weight`` (an Embedding tied to the output Linear); ``mid2`` is
+    ``mid`` (one Linear registered twice, used twice)."""
+
+    def __init__(self, vocab=11, d=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, d, batch_first=True)
+        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.norm = nn.LayerNorm(d)
+        self.conv = nn.Conv1d(d, d, 3, padding=1)
+        self.up = nn.ConvTranspose2d(1, 2, 3, stride=2)
+        self.mid = nn.Linear(d, d)
+        self.mid2 = self.mid
+        self.head = nn.Linear(d, vocab)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tok):
+        x = self.emb(tok)                                   # (B, L, d)
+        x, _ = self.lstm(x)
+        a, _ = self.attn(x, x, x, need_weights=False)
+        x = self.norm(x + a)
+        x = self.conv(x.transpose(1, 2)).transpose(1, 2)
+        u = self.up(x.unsqueeze(1))                         # (B, 2, 2L + 1, 2d + 1)
+        x = x + u.mean(1)[:, :x.shape[1], :x.shape[2]]
+        x = self.mid2(torch.relu(self.mid(x)))
+        return self.head(x)

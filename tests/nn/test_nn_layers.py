@@ -10,10 +10,21 @@ from torch.func import functional_call
 
 import penalties
 from dualdrop.nn import sparsify
-from dualdrop.nn.hardconcrete import HardConcreteMixin
+from dualdrop.nn._base import original_of, state_of
+from dualdrop.nn.hardconcrete import HardConcreteState
 from dualdrop.nn.magnitude import target_sparsity
 from dualdrop.nn.penalty import abs_threshold, logsum_dual, penalty_value
 from dualdrop.nn.vardrop import kl_approx
+
+
+def W(layer):
+    """The layer's original (trained) weight tensor."""
+    return original_of(layer, "weight")
+
+
+def S(layer):
+    """The method state of the layer's weight."""
+    return state_of(layer, "weight")
 
 
 def tiny_layer(method, conv=False, seed=0, **hp):
@@ -53,20 +64,18 @@ def test_gradcheck_train_forward(method, conv):
                                     "hardconcrete-neuron", "eta-trick", "logsum"])
 def test_gradcheck_regularizer(method):
     layer, sp = tiny_layer(method)
-    names = [n for n, _ in layer.named_parameters()]
-    params = [p.detach().clone().requires_grad_(True) for _, p in layer.named_parameters()]
+    st = S(layer)
+    names = list(st._parameters)
+    params = [W(layer).detach().clone().requires_grad_(True)] + \
+        [st._parameters[n].detach().clone().requires_grad_(True) for n in names]
 
-    def reg(*tensors):
-        saved = {n: getattr(layer, n) for n in names}
+    def reg(w, *tensors):
+        saved = dict(st._parameters)
         try:
-            for n, t in zip(names, tensors):
-                delattr(layer, n)
-                setattr(layer, n, t)
-            return sp.regularizer(50)
+            st._parameters.update(zip(names, tensors))
+            return st.regularizer_term(w, 50)
         finally:
-            for n in names:
-                delattr(layer, n)
-                layer.register_parameter(n, saved[n])
+            st._parameters.update(saved)
 
     assert torch.autograd.gradcheck(reg, tuple(params), eps=1e-6, atol=1e-6, rtol=1e-4)
 
@@ -83,7 +92,7 @@ def test_gradcheck_eval_forward():
 # ---- variational dropout --------------------------------------------------------------------
 
 def test_kl_approx_matches_penalties_dual():
-    """f(eta) = 2 KL(a = 1/eta) (DUALITY.md section 3) for the lead's VarDrop penalty."""
+    """f(eta) = 2 KL(a = 1/eta) (docs/theory.md section 3) for the lead's VarDrop penalty."""
     la = np.linspace(-6, 6, 25)
     ours = kl_approx(torch.from_numpy(la)).numpy()
     np.testing.assert_allclose(ours, penalties.get("vardrop").kl(la), rtol=1e-12)
@@ -101,19 +110,19 @@ def test_local_reparameterization_moments_exclude_bias(method):
     holder = nn.Sequential(layer)
     sparsify(holder, method)
     with torch.no_grad():
-        layer.weight.copy_(torch.tensor([[0.5, -1.0, 0.2], [1.5, 0.3, -0.7]]))
+        W(layer).copy_(torch.tensor([[0.5, -1.0, 0.2], [1.5, 0.3, -0.7]]))
         layer.bias.fill_(100.0)  # a large bias must not show up in the variance
         if method == "vardrop-lr":
-            layer.log_alpha.fill_(math.log(0.3))
-            var_w = 0.3 * layer.weight ** 2
+            S(layer).log_alpha.fill_(math.log(0.3))
+            var_w = 0.3 * W(layer) ** 2
         else:
-            layer.log_sigma2.fill_(math.log(0.05))
-            var_w = torch.full_like(layer.weight, 0.05)
+            S(layer).log_sigma2.fill_(math.log(0.05))
+            var_w = torch.full_like(W(layer), 0.05)
     x = torch.tensor([[1.0, 2.0, -1.0]])
     layer.train()
     with torch.no_grad():
         out = layer(x.expand(200000, 3))
-    mean = x @ layer.weight.T + layer.bias
+    mean = x @ W(layer).T + layer.bias
     var = (x * x) @ var_w.T
     torch.testing.assert_close(out.mean(0), mean[0].detach(), atol=0.02, rtol=0)
     torch.testing.assert_close(out.var(0), var[0].detach(), rtol=0.02, atol=0)
@@ -122,7 +131,7 @@ def test_local_reparameterization_moments_exclude_bias(method):
 def test_vardrop_weight_noise_is_one_sample_per_minibatch():
     layer, _ = tiny_layer("vardrop")
     with torch.no_grad():
-        layer.log_alpha.fill_(0.0)
+        S(layer).log_alpha.fill_(0.0)
     x = torch.randn(1, 5, dtype=torch.float64).expand(4, 5)
     with torch.no_grad():
         out = layer(x)
@@ -133,39 +142,41 @@ def test_vardrop_weight_noise_is_one_sample_per_minibatch():
 def test_vardrop_threshold_and_clipping():
     layer, sp = tiny_layer("vardrop-lr", tol=0.05)
     la = torch.linspace(-10, 10, 20, dtype=torch.float64)
+    st = S(layer)
     with torch.no_grad():
-        layer.log_alpha.copy_(la.view(4, 5))
-    clipped = layer.clipped_log_alpha()
+        st.log_alpha.copy_(la.view(4, 5))
+    clipped = st.clipped_log_alpha(W(layer))
     assert clipped.max() == 8.0 and clipped.min() == -8.0
     keep = 1.0 / (1.0 + torch.exp(clipped))
-    assert torch.equal(layer.keep_mask(), keep >= 0.05)
-    assert layer.log_alpha_threshold() == pytest.approx(math.log(19))
+    assert torch.equal(st.keep_mask(W(layer)), keep >= 0.05)
+    assert st.log_alpha_threshold() == pytest.approx(math.log(19))
     assert sp.density()["total"] == pytest.approx(float((la <= math.log(19)).double().mean()))
     # the official code's log a >= 3 rule is tol = 1/(1 + e^3)
-    layer.tol = 1.0 / (1.0 + math.exp(3.0))
-    assert layer.log_alpha_threshold() == pytest.approx(3.0)
+    st.tol = 1.0 / (1.0 + math.exp(3.0))
+    assert st.log_alpha_threshold() == pytest.approx(3.0)
 
 
 def test_vardrop_lr_ar_alpha_from_sigma():
     layer, _ = tiny_layer("vardrop-lr-ar")
     with torch.no_grad():
-        layer.log_sigma2.fill_(math.log(0.01))
-    expected = (math.log(0.01) - torch.log(layer.weight ** 2 + 1e-8)).clamp(-8, 8)
-    torch.testing.assert_close(layer.clipped_log_alpha(), expected)
+        S(layer).log_sigma2.fill_(math.log(0.01))
+    expected = (math.log(0.01) - torch.log(W(layer) ** 2 + 1e-8)).clamp(-8, 8)
+    torch.testing.assert_close(S(layer).clipped_log_alpha(W(layer)), expected)
 
 
 # ---- hard concrete ---------------------------------------------------------------------------
 
 def test_hardconcrete_gates_formulas():
-    layer, sp = tiny_layer("hardconcrete")
+    layer_, sp = tiny_layer("hardconcrete")
+    layer = S(layer_)
     la = torch.linspace(-4, 4, 20, dtype=torch.float64).view(4, 5)
     with torch.no_grad():
         layer.gate_logits.copy_(la)
     beta, gamma, zeta = 2 / 3, -0.1, 1.1
     z_hat = (torch.sigmoid(la) * (zeta - gamma) + gamma).clamp(0, 1)
     torch.testing.assert_close(layer.test_gates(), z_hat)
-    w, _ = layer.eval_weight_bias()
-    torch.testing.assert_close(w, layer.weight * z_hat)
+    w = layer.eval_weight(W(layer_))
+    torch.testing.assert_close(w, W(layer_) * z_hat)
     # P(z != 0) against Monte Carlo frequencies of sampled gates
     torch.manual_seed(0)
     with torch.no_grad():
@@ -176,10 +187,14 @@ def test_hardconcrete_gates_formulas():
     torch.testing.assert_close(freq, p.detach(), atol=0.015, rtol=0)
     assert ((z == 0) | (z == 1)).double().mean() > 0.05  # point masses exist
     assert sp.regularizer(10).item() == pytest.approx(0.1 * p.sum().item() / 10)
+    assert sparsify(nn.Linear(5, 4), "hardconcrete", lam=0.3).regularizer(10).item() == \
+        pytest.approx(0.3 * torch.sigmoid(torch.tensor(math.log(4)) + 2 / 3 * math.log(11)).item()
+                      * 20, rel=0.05)
 
 
 def test_hardconcrete_neuron_counts_weights_not_gates():
-    layer, sp = tiny_layer("hardconcrete-neuron")  # Linear(5, 4): 5 input gates, 4 weights each
+    lin, sp = tiny_layer("hardconcrete-neuron")  # Linear(5, 4): 5 input gates, 4 weights each
+    layer = S(lin)
     assert layer.gate_logits.shape == (5,)
     assert layer.group_size() == 4
     p = layer.prob_nonzero()
@@ -187,13 +202,15 @@ def test_hardconcrete_neuron_counts_weights_not_gates():
     with torch.no_grad():
         layer.gate_logits.copy_(torch.tensor([-9.0, 9, 9, -9, 9], dtype=torch.float64))
     assert sp.density()["total"] == pytest.approx(12 / 20)
-    conv, spc = tiny_layer("hardconcrete-neuron", conv=True)  # gates on 3 output channels
+    conv_, spc = tiny_layer("hardconcrete-neuron", conv=True)  # gates on 3 output channels
+    conv = S(conv_)
     assert conv.gate_logits.shape == (3,) and conv.group_size() == 2 * 9
     with torch.no_grad():
         conv.gate_logits.copy_(torch.tensor([-9.0, 9, 9], dtype=torch.float64))
-    w, b = conv.eval_weight_bias()
+    conv_.eval()
+    w, b = conv_.weight, conv_.bias   # the eval forward's tensors: bias gated with its channel
     assert torch.all(w[0] == 0) and b[0] == 0 and torch.all(w[1:] != 0)
-    assert isinstance(conv, HardConcreteMixin)
+    assert isinstance(conv, HardConcreteState) and state_of(conv_, "bias") is conv
 
 
 # ---- magnitude pruning -----------------------------------------------------------------------
@@ -216,9 +233,9 @@ def test_magnitude_pruned_weights_stay_zero_after_every_adam_step(h, tiny_data):
     history = []
 
     def check(step):
-        masks = [l.weight_mask.clone() > 0 for _, l in sp.layers]
-        for (_, l), m in zip(sp.layers, masks):
-            assert torch.all(l.weight[~m] == 0), f"pruned weight nonzero after step {step}"
+        masks = [st.weight_mask.clone() > 0 for _, st in sp.states()]
+        for (t, _), m in zip(sp.states(), masks):
+            assert torch.all(t.param[~m] == 0), f"pruned weight nonzero after step {step}"
         if history:  # masks only shrink: pruned weights never regrow
             for old, new in zip(history[-1], masks):
                 assert not torch.any(new & ~old)
@@ -249,7 +266,7 @@ def test_global_magnitude_floor_keeps_every_layer(h):
     sp2 = sparsify(model2, "magnitude", sparsity=0.9, prune_every=1, end=0.5,
                    min_layer_density=0.0)
     for s in range(1, 11):
-        sp2.after_step(opt, s, 10)
+        sp2.after_step(None, s, 10)
     assert sp2.density()["fc3"] == pytest.approx(1 / 64)  # at least one weight, by design
     # per-layer scope prunes every layer to the same sparsity
     model3 = h.make_mlp()
@@ -265,9 +282,9 @@ def test_magnitude_zeroes_adam_momentum_at_pruned_entries(h, tiny_data):
     model = h.make_mlp()
     sp = sparsify(model, "magnitude", sparsity=0.5, prune_every=1, end=0.1)
     opt, _ = h.train(model, sp, X, y, epochs=1, lr=1e-2)
-    for _, layer in sp.layers:
-        m = opt.state[layer.weight]["exp_avg"]
-        assert torch.all(m[layer.weight_mask == 0] == 0)
+    for t, st in sp.states():
+        m = opt.state[t.param]["exp_avg"]
+        assert torch.all(m[st.weight_mask == 0] == 0)
 
 
 # ---- penalty family ----------------------------------------------------------------------------
@@ -277,7 +294,8 @@ def test_magnitude_zeroes_adam_momentum_at_pruned_entries(h, tiny_data):
                                           ("vardrop", {})])
 def test_penalty_function_value_and_gradient(name, params):
     P = penalties.get(name, **params)
-    layer, _ = tiny_layer(f"penalty:{name}", lam=0.3, penalty_params=params)
+    layer_, _ = tiny_layer(f"penalty:{name}", lam=0.3, penalty_params=params)
+    layer = S(layer_)
     w = (torch.randn(4, 5, dtype=torch.float64) * 0.5).requires_grad_(True)
     val = penalty_value(layer, w)
     assert val.item() == pytest.approx(0.3 * P.omega(w.detach().numpy()).sum(), rel=1e-12)
@@ -299,7 +317,7 @@ def test_adatikhonov_value_and_gradient_equal_logsum_gradient():
     layer, _ = tiny_layer("adatikhonov", lam=0.2, eps=2.0)
     P = penalties.get("logsum", eps=2.0)
     w = torch.randn(4, 5, dtype=torch.float64).requires_grad_(True)
-    v = penalty_value(layer, w, tikhonov=True)
+    v = penalty_value(S(layer), w, tikhonov=True)
     wn = w.detach().numpy()
     assert v.item() == pytest.approx(0.2 * 0.5 * np.sum(wn ** 2 / P.eta_hat(wn)), rel=1e-12)
     v.backward()
@@ -323,7 +341,7 @@ def test_penalty_density_uses_keep_ratio_tol():
     layer, sp = tiny_layer("logsum", lam=1e-3, tol=0.05)
     thr = (-2.0 + math.sqrt(4.0 + 4 * 1e-3 * 0.05 / 0.95)) / 2  # |w|(|w| + 2) = lam tol/(1-tol)
     with torch.no_grad():
-        layer.weight.copy_(torch.tensor([0.5 * thr, 2 * thr, -0.9 * thr, -1.1 * thr, 0.3] * 4)
+        W(layer).copy_(torch.tensor([0.5 * thr, 2 * thr, -0.9 * thr, -1.1 * thr, 0.3] * 4)
                            .view(4, 5))
     assert sp.density()["total"] == pytest.approx(3 / 5)
 
@@ -333,11 +351,12 @@ def test_logsum_dual_and_eta_trick_minimum():
     eta = np.logspace(-8, 4, 50)
     np.testing.assert_allclose(logsum_dual(torch.from_numpy(eta), 2.0).numpy(), P.f(eta),
                                rtol=1e-10, atol=1e-14)
-    # min over log eta of the eta-trick objective is lam * Omega(w): descend in log eta only
-    layer, sp = tiny_layer("eta-trick", lam=0.5, eta_decay=0.0)
+    # min over eta of the eta-trick objective (no decay) is lam * Omega(w): descend in p only
+    layer, sp = tiny_layer("eta-trick", lam=0.5, eta_weight_decay=0.0)
+    st = S(layer)
     with torch.no_grad():
-        layer.log_eta.zero_()
-    opt = torch.optim.LBFGS([layer.log_eta], max_iter=500, tolerance_grad=1e-12,
+        st.log_ratio.zero_()
+    opt = torch.optim.LBFGS([st.log_ratio], max_iter=500, tolerance_grad=1e-12,
                             tolerance_change=1e-15, line_search_fn="strong_wolfe")
 
     def closure():
@@ -347,25 +366,75 @@ def test_logsum_dual_and_eta_trick_minimum():
         return loss
 
     opt.step(closure)
-    w = layer.weight.detach().numpy()
+    w = W(layer).detach().numpy()
     assert sp.regularizer(1).item() == pytest.approx(0.5 * P.omega(w).sum(), rel=1e-6)
-    np.testing.assert_allclose(torch.exp(layer.log_eta).detach().numpy(), P.eta_hat(w),
+    np.testing.assert_allclose(0.5 * torch.exp(st.log_ratio).detach().numpy(), P.eta_hat(w),
                                rtol=1e-3)
 
 
-def test_eta_trick_init_and_decay():
-    layer, sp = tiny_layer("eta-trick", lam=1e-3, eta_decay=0.1)
-    P = penalties.get("logsum", eps=2.0)
-    w = layer.weight.detach().numpy()
-    np.testing.assert_allclose(layer.log_eta.detach().numpy(), np.log(P.eta_hat(w)), rtol=1e-12)
-    reg = sp.regularizer(1)
-    expected = 1e-3 * P.omega(w).sum() + 0.05 * np.sum(np.log(P.eta_hat(w)) ** 2)
-    assert reg.item() == pytest.approx(expected, rel=1e-9)
-    layer.prune_rule = "eta"
+def test_eta_trick_released_objective_and_init():
+    """The released objective lam/2 (sum w^2/eta + sum f(eta) + c sum p), eta = lam e^p, p = 5 at
+    the start; the gradient of the decay term in p is the constant lam c / 2."""
+    lam, eps, c = 1e-3, 2.0, 1e-3
+    layer, sp = tiny_layer("eta-trick")
+    st = S(layer)
+    assert (st.lam, st.eps, st.eta_weight_decay, st.decay) == (lam, eps, c, "linear")
+    assert torch.all(st.log_ratio == 5.0)
     with torch.no_grad():
-        layer.log_eta.copy_(torch.linspace(-15, 0, 20, dtype=torch.float64).view(4, 5))
-    cut = 1e-3 * 0.05 / 0.95
-    assert torch.equal(layer.keep_mask(), torch.exp(layer.log_eta) >= cut)
+        st.log_ratio.copy_(torch.randn(4, 5, dtype=torch.float64) * 2)
+    w = W(layer).detach().numpy()
+    p = st.log_ratio.detach().numpy()
+    eta = lam * np.exp(p)
+    P = penalties.get("logsum", eps=eps)
+    expected = lam / 2 * (np.sum(w ** 2 / eta) + np.sum(P.f(eta)) + c * np.sum(p))
+    assert sp.regularizer(1).item() == pytest.approx(expected, rel=1e-10)
+    # gradient of the decay term alone: the objective with c minus the one without
+    with_c = sp.regularizer(1)
+    (g1,) = torch.autograd.grad(with_c, st.log_ratio)
+    st.eta_weight_decay = 0.0
+    (g0,) = torch.autograd.grad(sp.regularizer(1), st.log_ratio)
+    torch.testing.assert_close(g1 - g0, torch.full_like(g1, lam * c / 2), rtol=1e-9, atol=0)
+    # keep ratio alpha = sigmoid(p); pruned when alpha < tol
+    alpha = torch.sigmoid(st.log_ratio)
+    assert torch.equal(st.keep_mask(W(layer)), alpha >= 0.05)
+    layer.eval()
+    torch.testing.assert_close(layer.weight, W(layer) * (alpha >= 0.05))
+
+
+def test_eta_trick_quadratic_option():
+    """decay="quadratic", eta_init="eta_hat": the earlier form, started at eta = eta_hat(w)."""
+    layer, sp = tiny_layer("eta-trick", lam=1e-3, eta_weight_decay=0.1, decay="quadratic",
+                           eta_init="eta_hat", prune_rule="eta_hat")
+    st = S(layer)
+    P = penalties.get("logsum", eps=2.0)
+    w = W(layer).detach().numpy()
+    log_eta = st.log_ratio.detach().numpy() + math.log(1e-3)
+    np.testing.assert_allclose(log_eta, np.log(P.eta_hat(w)), rtol=1e-12)
+    expected = 1e-3 * P.omega(w).sum() + 0.05 * np.sum(np.log(P.eta_hat(w)) ** 2)
+    assert sp.regularizer(1).item() == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("decay", ["linear", "quadratic"])
+def test_eta_trick_fused_objective_matches_plain_autograd(decay):
+    layer, sp = tiny_layer("eta-trick", lam=0.3, eps=1.5, eta_weight_decay=0.02, decay=decay)
+    st = S(layer)
+    with torch.no_grad():
+        st.log_ratio.copy_(torch.randn(4, 5, dtype=torch.float64) * 3)
+    reg = sp.regularizer(1)
+    reg.backward()
+    gw, ge = W(layer).grad.clone(), st.log_ratio.grad.clone()
+    w = W(layer).detach().clone().requires_grad_(True)
+    p = st.log_ratio.detach().clone().requires_grad_(True)
+    eta = 0.3 * torch.exp(p)
+    ref = 0.3 * 0.5 * (w * w / eta + logsum_dual(eta, 1.5)).sum()
+    if decay == "linear":
+        ref = ref + 0.3 * 0.5 * 0.02 * p.sum()
+    else:
+        ref = ref + 0.01 * (torch.log(eta) ** 2).sum()
+    ref.backward()
+    assert reg.item() == pytest.approx(ref.item(), rel=1e-12)
+    torch.testing.assert_close(gw, w.grad, rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(ge, p.grad, rtol=1e-10, atol=1e-14)
 
 
 def test_adaprox_step_uses_adam_step_size():
@@ -377,39 +446,22 @@ def test_adaprox_step_uses_adam_step_size():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        w = layer.weight.detach().clone()
-        st = opt.state[layer.weight]
+        w = W(layer).detach().clone()
+        st = opt.state[W(layer)]
         v_hat = st["exp_avg_sq"] / (1 - 0.99 ** step)
         rho = 0.01 / (v_hat.sqrt() + 1e-8)
         eta = w.abs() * (w.abs() + 2.0)
         expected = w * eta / (eta + rho * 0.05)
         sp.after_step(opt, step, 3)
-        torch.testing.assert_close(layer.weight.detach(), expected, rtol=1e-12, atol=0)
+        torch.testing.assert_close(W(layer).detach(), expected, rtol=1e-12, atol=0)
     assert sp.regularizer(10).item() == 0.0
     # SGD: rho = lr
     layer2, sp2 = tiny_layer("adaprox", lam=0.05)
     opt2 = torch.optim.SGD(layer2.parameters(), lr=0.1)
-    w = layer2.weight.detach().clone()
+    w = W(layer2).detach().clone()
     sp2.after_step(opt2, 1, 3)
     eta = w.abs() * (w.abs() + 2.0)
-    torch.testing.assert_close(layer2.weight.detach(), w * eta / (eta + 0.1 * 0.05))
-
-
-def test_eta_trick_fused_objective_matches_plain_autograd():
-    layer, sp = tiny_layer("eta-trick", lam=0.3, eps=1.5, eta_decay=0.02)
-    with torch.no_grad():
-        layer.log_eta.copy_(torch.randn(4, 5, dtype=torch.float64) * 3)
-    reg = sp.regularizer(1)
-    reg.backward()
-    gw, ge = layer.weight.grad.clone(), layer.log_eta.grad.clone()
-    w = layer.weight.detach().clone().requires_grad_(True)
-    le = layer.log_eta.detach().clone().requires_grad_(True)
-    eta = torch.exp(le)
-    ref = 0.3 * 0.5 * (w * w / eta + logsum_dual(eta, 1.5)).sum() + 0.01 * (le * le).sum()
-    ref.backward()
-    assert reg.item() == pytest.approx(ref.item(), rel=1e-12)
-    torch.testing.assert_close(gw, w.grad, rtol=1e-10, atol=1e-14)
-    torch.testing.assert_close(ge, le.grad, rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(W(layer2).detach(), w * eta / (eta + 0.1 * 0.05))
 
 
 @pytest.mark.parametrize("name, params", [("logsum", {"eps": 2.0}), ("logsum", {"eps": 0.1}),
@@ -431,7 +483,8 @@ def test_torch_forms_match_penalties(name, params):
     np.testing.assert_allclose(d.numpy(), P.derivative(w), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(eta.numpy(), P.eta_hat(w), rtol=1e-12, atol=1e-15)
     # and the layer's regularizer agrees with the generic kernel path
-    layer, _ = tiny_layer(f"penalty:{name}", lam=0.7, penalty_params=params)
+    layer_, _ = tiny_layer(f"penalty:{name}", lam=0.7, penalty_params=params)
+    layer = S(layer_)
     wt4 = torch.from_numpy(w[:20].reshape(4, 5)).clone().requires_grad_(True)
     fast = penalty_value(layer, wt4)
     (g_fast,) = torch.autograd.grad(fast, wt4)
@@ -449,15 +502,15 @@ def test_torch_forms_match_penalties(name, params):
 def test_adaprox_generic_kernel_path_matches_torch_form(method, kw):
     a, spa = tiny_layer(method, seed=3, **kw)
     b, spb = tiny_layer(method, seed=3, **kw)
-    b._torch_form = None  # force the numba loop over penalties.kernels
+    S(b)._torch_form = None  # force the numba loop over penalties.kernels
     for layer, sp in ((a, spa), (b, spb)):
         with torch.no_grad():
-            layer.weight.mul_(3.0)  # some beyond MCP's flat part (eta_hat = inf)
+            W(layer).mul_(3.0)  # some beyond MCP's flat part (eta_hat = inf)
         opt = torch.optim.Adam(layer.parameters(), lr=0.2)
         layer(torch.ones(2, 5, dtype=torch.float64)).sum().backward()
         opt.step()
         sp.after_step(opt, 1, 2)
-    torch.testing.assert_close(a.weight, b.weight, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(W(a), W(b), rtol=1e-12, atol=1e-15)
 
 
 def test_adaprox_zero_step_is_identity_and_never_nan():
@@ -470,14 +523,14 @@ def test_adaprox_zero_step_is_identity_and_never_nan():
     model = torch.nn.Sequential(torch.nn.Linear(6, 4))
     sp = sparsify(model, "adaprox")
     with torch.no_grad():
-        model[0].weight[:, :3] = 0.0
+        W(model[0])[:, :3] = 0.0
     opt = torch.optim.Adam(model.parameters(), lr=0.0)
     model(torch.randn(5, 6)).sum().backward()
     opt.step()
-    before = model[0].weight.detach().clone()
+    before = W(model[0]).detach().clone()
     sp.after_step(opt, 1, 10)
-    assert torch.isfinite(model[0].weight).all()
-    assert torch.equal(model[0].weight, before)
+    assert torch.isfinite(W(model[0])).all()
+    assert torch.equal(W(model[0]), before)
 
 
 @pytest.mark.parametrize("method", ["vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete",
@@ -520,16 +573,22 @@ def test_eta_trick_coupled_decay_fixed_point():
 
     root = brentq(g, -10.0, 1.0, xtol=1e-14)
     assert math.exp(root) == pytest.approx(0.922, abs=5e-4)
-    layer, sp = tiny_layer("eta-trick", eta_decay=decay)
+    layer, sp = tiny_layer("eta-trick", eta_weight_decay=decay, decay="quadratic")
     with torch.no_grad():
-        layer.weight.zero_()
-        layer.log_eta.fill_(root)
-    layer.log_eta.grad = None
+        W(layer).zero_()
+        S(layer).log_ratio.fill_(root - math.log(lam))
     sp.regularizer(1).backward()
-    assert layer.log_eta.grad.abs().max().item() < 1e-12
-    layer2, sp2 = tiny_layer("eta-trick", eta_decay=0.0)
+    assert S(layer).log_ratio.grad.abs().max().item() < 1e-12
+    layer2, sp2 = tiny_layer("eta-trick", eta_weight_decay=0.0, decay="quadratic")
     with torch.no_grad():
-        layer2.weight.zero_()
-        layer2.log_eta.fill_(root)
+        W(layer2).zero_()
+        S(layer2).log_ratio.fill_(root - math.log(lam))
     sp2.regularizer(1).backward()
-    assert (layer2.log_eta.grad > 1e-5).all()  # pushes eta down towards eta_hat(0) = 0
+    assert (S(layer2).log_ratio.grad > 1e-5).all()  # pushes eta down towards eta_hat(0) = 0
+    # the released linear term has no such fixed point: its p-gradient at w = 0 stays positive
+    layer3, sp3 = tiny_layer("eta-trick")
+    with torch.no_grad():
+        W(layer3).zero_()
+        S(layer3).log_ratio.fill_(root - math.log(lam))
+    sp3.regularizer(1).backward()
+    assert (S(layer3).log_ratio.grad > lam * 1e-3 / 2).all()

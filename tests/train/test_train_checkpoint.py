@@ -127,3 +127,13 @@ def test_ctrl_c_prints_resume_command(tmp_path, tiny_mnist, capsys, monkeypatch)
     done = json.loads((out / "final.json").read_text())
     whole = json.loads((tmp_path / "whole" / "final.json").read_text())
     assert done["test_error"] == whole["test_error"] and done["lr"] == 3e-3
+
+
+def test_stop_after_prints_a_command_that_finishes(tmp_path, tiny_mnist, capsys):
+    folder, _ = tiny_mnist
+    out = tmp_path / "run"
+    assert cli_main(_cli(folder, out, "--stop-after", "1")) == 0
+    cmd = capsys.readouterr().out.strip().split("continue with: ", 1)[1]
+    assert "--stop-after" not in cmd and cmd.endswith("--resume")
+    assert cli_main(shlex.split(cmd)[1:]) == 0
+    assert json.loads((out / "final.json").read_text())["epochs"] == 2

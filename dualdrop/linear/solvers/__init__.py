@@ -1,13 +1,14 @@
 """Solvers for ``min_{w,b} L(y, Xw + b) + sum_j lam_j Omega(w_j)``, one module each.
 
-Shared calling convention::
+Every solver is a :class:`._base.BaseSolver`; :func:`get_solver` returns the instance::
 
-    result = module.solve(problem, w0=None, b0=None, *, tol=..., max_iter=..., verbose=False, **opts)
+    result = get_solver("cd").solve(problem, w0=None, b0=None, *, tol=None, max_iter=None,
+                                    verbose=False, **options)
 
 with ``problem`` a :class:`dualdrop.linear._problem.Problem` and ``result`` a
 :class:`~dualdrop.linear._problem.SolverResult` (coef, intercept, n_iter, objective history,
-final criterion, converged). ``module.supports(problem)`` returns ``None`` or the reason the solver
-cannot handle the problem.
+final criterion, converged). ``solver.supports(problem)`` returns ``None`` or the reason the
+solver cannot handle the problem; ``solver.options`` lists its option names.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ SOLVERS = {
 
 
 def get_solver(name):
-    """The solver module registered under ``name``."""
+    """The solver registered under ``name`` (a :class:`._base.BaseSolver` instance)."""
     if not isinstance(name, str) or name not in SOLVERS:
         raise ValueError(f"solver={name!r} is unknown; use one of {sorted(SOLVERS)}")
-    return importlib.import_module(f"{__name__}.{SOLVERS[name]}")
+    return importlib.import_module(f"{__name__}.{SOLVERS[name]}").SOLVER
 
 
 def capable_solvers(problem):

@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._problem import Problem, Timer
+from .._problem import Problem
 
 
 def check_tol_iter(tol, max_iter):
@@ -79,12 +79,12 @@ def mm_loop(problem: Problem, w, b, update, *, tol, max_iter, verbose, name, sta
 
     ``update(w, b) -> (w, b)`` is one MM step. Stops when the criterion reaches ``tol``, when the
     objective stops moving (relative change <= ``stall_rtol``) or at ``max_iter``. Returns
-    ``(w, b, n_iter, history, criterion, converged, seconds)``.
+    ``(w, b, n_iter, history, criterion, converged)``.
     """
     z = problem.z(w, b)
     history = [problem.objective(w, b, z)]
     converged, crit, it = False, np.inf, 0
-    with Timer() as timer, progress(max_iter, verbose, name) as bar:
+    with progress(max_iter, verbose, name) as bar:
         for it in range(1, max_iter + 1):
             crit = problem.criterion(w, b, z)
             if crit <= tol:
@@ -102,7 +102,7 @@ def mm_loop(problem: Problem, w, b, update, *, tol, max_iter, verbose, name, sta
         else:
             crit = problem.criterion(w, b, z)
             converged = crit <= tol
-    return w, b, it, np.asarray(history), float(crit), converged, timer.elapsed
+    return w, b, it, np.asarray(history), float(crit), converged
 
 
 def armijo_step(trial, value, gn2, rho, *, c=1e-4, max_halvings=60):

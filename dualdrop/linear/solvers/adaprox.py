@@ -1,9 +1,9 @@
 """AdaProx: a gradient step on the datafit, then the prox of the adaptive Tikhonov term,
-``w <- (w - rho grad L(w)) * eta / (eta + rho lam)`` (DUALITY.md section 4).
+``w <- (w - rho grad L(w)) * eta / (eta + rho lam)`` (docs/theory.md section 4).
 
 Where ``eta`` is evaluated (``eta_at``):
 
-- ``"gradient_step"`` (default, the method of the seed): ``eta = eta_hat(v)`` at the gradient-step
+- ``"gradient_step"`` (default, the method of the paper): ``eta = eta_hat(v)`` at the gradient-step
   point ``v = w - rho grad L(w)``. Coefficients can leave and re-enter zero. Its fixed points
   satisfy ``grad L(w) + lam w / eta_hat(v) = 0``: stationary points of ``F`` up to an ``O(rho)``
   bias (``v`` and ``w`` differ by ``rho grad L``), so it stops on the fixed-point residual
@@ -24,14 +24,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._penalty import is_separable
-from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
+from ._base import BaseSolver
+from ._common import progress
 
 NAME = "adaprox"
-
-
-def supports(problem: Problem):
-    return None
 
 
 def _shrink(eta, rho_lam):
@@ -41,9 +37,20 @@ def _shrink(eta, rho_lam):
     return m
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbose=False,
-          step="backtracking", eta_at="gradient_step") -> SolverResult:
-    tol, max_iter = check_tol_iter(tol, max_iter)
+class AdaProx(BaseSolver):
+    """Any penalty with ``eta_hat`` (separable or the top-k indicator). Options: ``step``
+    (``"backtracking"`` or ``"lipschitz"``), ``eta_at`` (``"gradient_step"`` or ``"iterate"``)."""
+
+    name = NAME
+    requires = ()
+    default_max_iter = 5000
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, step="backtracking",
+               eta_at="gradient_step"):
+        return _adaprox(problem, w, b, tol, max_iter, verbose, step, eta_at)
+
+
+def _adaprox(problem, w, b, tol, max_iter, verbose, step, eta_at):
     if eta_at not in ("gradient_step", "iterate"):
         raise ValueError(f"eta_at must be 'gradient_step' or 'iterate', got {eta_at!r}")
     if step not in ("lipschitz", "backtracking"):
@@ -51,7 +58,6 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
     P = problem.penalty
     separable = is_separable(P)
     at_iterate = separable and eta_at == "iterate"
-    w, b = start_point(problem, w0, b0)
     y, df = problem.y, problem.datafit
     lam = problem.lam_w
     L = problem.global_lipschitz()
@@ -59,7 +65,7 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
     z = problem.z(w, b)
     history = [_objective(problem, w, b, z, separable)]
     converged, crit, it = False, np.inf, 0
-    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
+    with progress(max_iter, verbose, NAME) as bar:
         for it in range(1, max_iter + 1):
             gw, gb = problem.gradient(w, b, z)
             first_from_zero = it == 1 and not np.any(w)
@@ -102,8 +108,7 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
     info = {"step": rho, "eta_at": eta_at}
     if separable:
         info["optimality"] = problem.criterion(w, b, z)
-    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
-                        timer.elapsed, info=info)
+    return w, b, it, history, crit, converged, info
 
 
 def _objective(problem, w, b, z, separable):
@@ -111,3 +116,7 @@ def _objective(problem, w, b, z, separable):
         return problem.objective(w, b, z)
     pen = float(np.sum(problem.penalty.omega(w)))
     return problem.datafit.value(problem.y, z) + problem.alpha * pen
+
+
+SOLVER = AdaProx()
+solve, supports = SOLVER.solve, SOLVER.supports

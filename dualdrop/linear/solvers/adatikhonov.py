@@ -1,10 +1,10 @@
 """AdaTikhonov: gradient steps on ``L(w) + lam/2 sum_j w_j^2 / eta_j`` with ``eta = eta_hat(w)``
-recomputed and frozen at every step (DUALITY.md section 4). Its gradient equals the penalty's,
+recomputed and frozen at every step (docs/theory.md section 4). Its gradient equals the penalty's,
 ``grad L + lam w / eta_hat(w) = grad L + lam Omega'(w)``, so this is gradient descent on ``F`` with
 the minimum-norm subgradient (``Omega'(0) = 0``).
 
 The step is chosen by Armijo backtracking on ``F`` itself (monotone objective). It is the
-deep-network method of the seed, shown here on linear models: for penalties non-smooth at 0 it
+deep-network method of the paper, shown here on linear models: for penalties non-smooth at 0 it
 does not produce exact zeros (coefficients hover near 0 and the step shrinks), so it stops when
 the objective stalls and reports the optimality criterion it reached (usually above ``tol``:
 then the estimator warns). Use ``cd`` for exact sparsity.
@@ -14,27 +14,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._penalty import is_separable
-from .._problem import Problem, SolverResult, Timer
-from ._common import armijo_step, check_tol_iter, progress, start_point
+from ._base import BaseSolver
+from ._common import armijo_step, progress
 
 NAME = "adatikhonov"
 
 
-def supports(problem: Problem):
-    if not is_separable(problem.penalty):
-        return "AdaTikhonov needs a separable penalty with eta_hat"
-    return None
+class AdaTikhonov(BaseSolver):
+    """Options: ``stall_rtol`` (stop when the objective's relative decrease falls below it)."""
+
+    name = NAME
+    requires = ("separable",)
+    default_max_iter = 5000
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, stall_rtol=1e-13):
+        return _adatikhonov(problem, w, b, tol, max_iter, verbose, stall_rtol)
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbose=False,
-          stall_rtol=1e-13) -> SolverResult:
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
+def _adatikhonov(problem, w, b, tol, max_iter, verbose, stall_rtol):
     P = problem.penalty
-    w, b = start_point(problem, w0, b0)
     lam = problem.lam_w
     L = problem.global_lipschitz()
     rho = 1.0 / L if L > 0 else 1.0
@@ -42,7 +40,7 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
     F = problem.objective(w, b, z)
     history = [F]
     converged, crit, it = False, np.inf, 0
-    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
+    with progress(max_iter, verbose, NAME) as bar:
         for it in range(1, max_iter + 1):
             crit = problem.criterion(w, b, z)
             if crit <= tol:
@@ -70,5 +68,8 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
                 break
         crit = problem.criterion(w, b, z)
         converged = crit <= tol
-    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
-                        timer.elapsed)
+    return w, b, it, history, crit, converged
+
+
+SOLVER = AdaTikhonov()
+solve, supports = SOLVER.solve, SOLVER.supports

@@ -1,5 +1,5 @@
 """Adaptive dropout itself: SGD on least squares with real random masks whose keep ratios follow
-the penalty's rule, the demonstration of Theorem 1 (DUALITY.md sections 1-2).
+the penalty's rule, the demonstration of Theorem 1 (docs/theory.md sections 1-2).
 
 At each step, for a minibatch ``B``, every sample draws its own mask ``s_i`` (unbiased:
 ``E s = 1``, ``E s^2 = 1/alpha``) with keep ratios
@@ -23,19 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._penalty import is_separable
-from .._problem import Problem, SolverResult, Timer
-from ._common import check_tol_iter, progress, start_point
+from .._problem import Problem
+from ._base import BaseSolver
+from ._common import progress
 
 NAME = "dropout_sgd"
-
-
-def supports(problem: Problem):
-    if problem.datafit.code != 0:
-        return "dropout SGD (Theorem 1) is implemented for least squares only"
-    if not is_separable(problem.penalty):
-        return "dropout SGD needs a separable penalty with eta_hat (a keep-ratio rule)"
-    return None
 
 
 def keep_ratios(problem: Problem, w, alpha_min):
@@ -49,12 +41,22 @@ def keep_ratios(problem: Problem, w, alpha_min):
     return np.clip(a, alpha_min, 1.0)
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=200, verbose=False,
-          lr=None, batch_size=32, mask="bernoulli", alpha_min=1e-3, random_state=0) -> SolverResult:
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
+class DropoutSGD(BaseSolver):
+    """Least squares only (Theorem 1). Options: ``lr``, ``batch_size``, ``mask``
+    (``"bernoulli"`` or ``"gaussian"``), ``alpha_min`` (smallest keep ratio), ``random_state``."""
+
+    name = NAME
+    requires = ("quadratic", "separable")
+    default_max_iter = 200
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, lr=None, batch_size=32,
+               mask="bernoulli", alpha_min=1e-3, random_state=0):
+        return _dropout_sgd(problem, w, b, tol, max_iter, verbose, lr, batch_size, mask,
+                            alpha_min, random_state)
+
+
+def _dropout_sgd(problem, w, b, tol, max_iter, verbose, lr, batch_size, mask, alpha_min,
+                 random_state):
     if mask not in ("bernoulli", "gaussian"):
         raise ValueError(f"mask must be 'bernoulli' or 'gaussian', got {mask!r}")
     if not (0.0 < alpha_min <= 1.0):
@@ -68,13 +70,12 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=200, verbose
         row2 = float(np.mean(np.asarray(X.multiply(X).sum(axis=1)).ravel() if des.is_sparse
                              else np.einsum("ij,ij->i", X, X)))
         lr = 0.5 / max(row2 + 1.0, 1e-12)
-    w, b = start_point(problem, w0, b0)
     w_avg, b_avg, n_avg = np.zeros(p), 0.0, 0
     steps_per_epoch = int(np.ceil(n / m))
     total = max_iter * steps_per_epoch
     history = [problem.objective(w, b)]
     t = 0
-    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
+    with progress(max_iter, verbose, NAME) as bar:
         for epoch in range(max_iter):
             step = lr / np.sqrt(1.0 + epoch)
             perm = rng.permutation(n)
@@ -100,6 +101,9 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=200, verbose
             history.append(problem.objective(cur_w, cur_b))
             bar.update(1)
     crit = problem.criterion(w_avg, b_avg)
-    return SolverResult(w_avg.copy(), float(b_avg), max_iter, np.asarray(history), float(crit),
-                        crit <= tol, NAME, timer.elapsed,
-                        info={"last_iterate": w.copy(), "lr": lr, "n_averaged": n_avg})
+    return (w_avg.copy(), b_avg, max_iter, history, crit, crit <= tol,
+            {"last_iterate": w.copy(), "lr": lr, "n_averaged": n_avg})
+
+
+SOLVER = DropoutSGD()
+solve, supports = SOLVER.solve, SOLVER.supports

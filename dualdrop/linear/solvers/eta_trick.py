@@ -1,5 +1,5 @@
 """eta-trick: joint gradient descent on ``J(w, s) = L(w) + lam/2 sum_j [w_j^2 / eta_j + f(eta_j)]``
-in ``(w, s = log eta)`` (DUALITY.md sections 1 and 4).
+in ``(w, s = log eta)`` (docs/theory.md sections 1 and 4).
 
 ``dJ/dw = grad L + lam w / eta``, ``dJ/ds = lam/2 [-w^2/eta + eta f'(eta)]`` (``eta f'(eta)``, the
 derivative of ``f`` in ``log eta``, by a central difference of the penalty's ``f``). Armijo
@@ -12,23 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._penalty import is_separable
-from .._problem import Problem, SolverResult, Timer
-from ._common import armijo_step, check_tol_iter, progress, start_point
+from ._base import BaseSolver
+from ._common import armijo_step, progress
 
 NAME = "eta_trick"
 _H = 1e-5
-
-
-def supports(problem: Problem):
-    P = problem.penalty
-    if not is_separable(P):
-        return "the eta-trick needs a separable penalty with a dual function f"
-    try:
-        P.f(np.array([1.0]))
-    except (NotImplementedError, AttributeError):
-        return f"the penalty {P!r} has no dual function f"
-    return None
 
 
 def _dfds(P, eta):
@@ -42,14 +30,21 @@ def _J(problem, w, s, b, z):
         np.sum(lam * (w * w / eta + np.asarray(problem.penalty.f(eta)))))
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbose=False,
-          eta0=None, stall_rtol=1e-13, log_eta_min=-60.0) -> SolverResult:
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
+class EtaTrick(BaseSolver):
+    """Options: ``eta0`` (start of eta; default eta_hat of the start point, 1 where that is 0 or
+    inf), ``stall_rtol``, ``log_eta_min`` (floor of log eta)."""
+
+    name = NAME
+    requires = ("separable", "dual_f")
+    default_max_iter = 5000
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, eta0=None, stall_rtol=1e-13,
+               log_eta_min=-60.0):
+        return _eta_trick(problem, w, b, tol, max_iter, verbose, eta0, stall_rtol, log_eta_min)
+
+
+def _eta_trick(problem, w, b, tol, max_iter, verbose, eta0, stall_rtol, log_eta_min):
     P = problem.penalty
-    w, b = start_point(problem, w0, b0)
     lam = problem.lam_w
     if eta0 is None:
         eta = np.asarray(P.eta_hat(w), dtype=np.float64)
@@ -64,7 +59,7 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
     history = [problem.objective(w, b, z)]
     Jhist = [Jv]
     converged, crit, it = False, np.inf, 0
-    with Timer() as timer, progress(max_iter, verbose, NAME) as bar:
+    with progress(max_iter, verbose, NAME) as bar:
         for it in range(1, max_iter + 1):
             crit = problem.criterion(w, b, z)
             if crit <= tol:
@@ -96,5 +91,8 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=5000, verbos
                 break
         crit = problem.criterion(w, b, z)
         converged = crit <= tol
-    return SolverResult(w, float(b), it, np.asarray(history), float(crit), converged, NAME,
-                        timer.elapsed, info={"J": np.asarray(Jhist), "eta": np.exp(s)})
+    return w, b, it, history, crit, converged, {"J": np.asarray(Jhist), "eta": np.exp(s)}
+
+
+SOLVER = EtaTrick()
+solve, supports = SOLVER.solve, SOLVER.supports

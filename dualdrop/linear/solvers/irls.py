@@ -1,5 +1,5 @@
 """IRLS, the eta-trick majorization-minimization: alternate ``eta = eta_hat(w)`` and the weighted
-ridge solve ``w = argmin L(w) + lam/2 sum_j w_j^2 / eta_j`` (DUALITY.md section 4).
+ridge solve ``w = argmin L(w) + lam/2 sum_j w_j^2 / eta_j`` (docs/theory.md section 4).
 
 Monotone: ``F(w_{k+1}) <= J(w_{k+1}, eta_k) <= J(w_k, eta_k) = F(w_k)``, because
 ``J(w, eta) = L(w) + lam/2 sum [w^2/eta + f(eta)] >= F(w)`` with equality at ``eta_hat(w)``.
@@ -20,18 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._penalty import is_separable
-from .._problem import Problem, SolverResult
-from ._common import check_tol_iter, mm_loop, start_point
+from ._base import BaseSolver
+from ._common import mm_loop
 from ._ridge import weighted_ridge
 
 NAME = "irls"
-
-
-def supports(problem: Problem):
-    if not is_separable(problem.penalty):
-        return "IRLS needs a separable penalty with eta_hat"
-    return None
 
 
 def _D(problem, eta):
@@ -48,14 +41,19 @@ def _surrogate(problem, w, z, D):
     return problem.datafit.value(problem.y, z) + 0.5 * float(np.sum(quad))
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=200, verbose=False,
-          max_newton=30) -> SolverResult:
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
+class IRLS(BaseSolver):
+    """Options: ``max_newton`` (damped Newton steps per logistic subproblem)."""
+
+    name = NAME
+    requires = ("separable",)
+    default_max_iter = 200
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, max_newton=30):
+        return _irls(problem, w, b, tol, max_iter, verbose, max_newton)
+
+
+def _irls(problem, w, b, tol, max_iter, verbose, max_newton):
     P = problem.penalty
-    w, b = start_point(problem, w0, b0)
     quad = problem.datafit.code == 0
     eta = np.asarray(P.eta_hat(w), dtype=np.float64)
     if not np.any(eta > 0):
@@ -66,9 +64,8 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=200, verbose
         eta = np.asarray(P.eta_hat(w), dtype=np.float64)
         return _ridge_step(problem, w, b, _D(problem, eta), quad, max_newton)
 
-    w, b, it, history, crit, converged, seconds = mm_loop(
-        problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME, stall_rtol=1e-16)
-    return SolverResult(w, float(b), it, history, crit, converged, NAME, seconds)
+    return mm_loop(problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME,
+                   stall_rtol=1e-16)
 
 
 def _ridge_step(problem, w, b, D, quad, max_newton):
@@ -101,3 +98,7 @@ def _ridge_step(problem, w, b, D, quad, max_newton):
         if done:
             break
     return w, b
+
+
+SOLVER = IRLS()
+solve, supports = SOLVER.solve, SOLVER.supports

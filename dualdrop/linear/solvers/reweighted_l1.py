@@ -16,28 +16,29 @@ import numpy as np
 
 import penalties
 
-from .._penalty import abs_derivative, is_concave_in_abs, is_separable
-from .._problem import Problem, SolverResult
-from ._common import check_tol_iter, mm_loop, start_point
+from .._penalty import abs_derivative
+from .._problem import Problem
+from ._base import BaseSolver
+from ._common import mm_loop
 
 NAME = "reweighted_l1"
 
 
-def supports(problem: Problem):
-    P = problem.penalty
-    if not is_separable(P):
-        return "reweighted l1 needs a separable penalty"
-    if not is_concave_in_abs(P):
-        return f"reweighted l1 needs a penalty concave in |w| (Omega' nonincreasing); {P!r} is not"
-    return None
+class ReweightedL1(BaseSolver):
+    """Options: ``inner`` (``"cd"`` or ``"cvxpy"``), ``inner_tol`` (default ``tol / 10``),
+    ``inner_max_iter``."""
+
+    name = NAME
+    requires = ("separable", "concave_in_abs")
+    default_max_iter = 100
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, inner="cd", inner_tol=None,
+               inner_max_iter=1000):
+        return _reweighted(problem, w, b, tol, max_iter, verbose, inner, inner_tol,
+                           inner_max_iter)
 
 
-def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose=False,
-          inner="cd", inner_tol=None, inner_max_iter=1000) -> SolverResult:
-    reason = supports(problem)
-    if reason:
-        raise ValueError(reason)
-    tol, max_iter = check_tol_iter(tol, max_iter)
+def _reweighted(problem, w, b, tol, max_iter, verbose, inner, inner_tol, inner_max_iter):
     if inner == "cd":
         from . import cd as inner_mod
     elif inner == "cvxpy":
@@ -47,7 +48,6 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
     inner_tol = 0.1 * tol if inner_tol is None else float(inner_tol)
     P = problem.penalty
     l1 = penalties.get("l1")
-    w, b = start_point(problem, w0, b0)
     n_inner = 0
 
     def step(w, b):
@@ -61,6 +61,10 @@ def solve(problem: Problem, w0=None, b0=None, *, tol=1e-4, max_iter=100, verbose
         n_inner += res.n_iter
         return res.coef, res.intercept
 
-    w, b, it, history, crit, converged, seconds = mm_loop(
-        problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME, stall_rtol=1e-15)
-    return SolverResult(w, float(b), it, history, crit, converged, NAME, seconds, info={"inner_iterations": n_inner, "inner": inner})
+    out = mm_loop(problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME,
+                  stall_rtol=1e-15)
+    return out + ({"inner_iterations": n_inner, "inner": inner},)
+
+
+SOLVER = ReweightedL1()
+solve, supports = SOLVER.solve, SOLVER.supports

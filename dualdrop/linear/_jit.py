@@ -1,4 +1,6 @@
-"""Compiled building blocks shared by the solvers (numba, ``cache=True``).
+"""Compiled building blocks shared by the problem definition and the solvers (numba,
+``cache=True``). They sit below both: :mod:`._problem` (objective, criterion) and every module of
+:mod:`.solvers` import from here, and nothing here imports from either.
 
 Each function takes the design as ``(X, data, indices, indptr, is_sparse)`` (see
 ``dualdrop.linear._design.Design.arrays``) and the penalty as ``(code, params)`` (see
@@ -53,19 +55,24 @@ def col_wnorm2(X, data, indices, indptr, is_sparse, j, h):
 
 
 @njit(cache=True)
-def penalty_sum(w, lam_w, code, params):
-    """``sum_j lam_w[j] * Omega(w_j)`` (terms with ``w_j = 0`` vanish)."""
+def penalty_sum(w, feats, lam_w, code, params):
+    """``sum_{j in feats} lam_w[j] * Omega(w_j)`` (terms with ``w_j = 0`` vanish)."""
     s = 0.0
-    for j in range(w.shape[0]):
+    for jj in range(feats.shape[0]):
+        j = feats[jj]
         if w[j] != 0.0 and lam_w[j] != 0.0:
             s += lam_w[j] * omega_scalar(code, params, w[j])
     return s
 
 
 @njit(cache=True)
-def prox_step(code, params, v, t):
+def prox_step(code, params, v, t, positive):
     """The penalty's prox with the conventions the solvers need at the edges: ``t = 0`` is the
-    identity, ``t = inf`` gives 0."""
+    identity, ``t = inf`` gives 0. With ``positive`` the prox of ``t Omega + indicator(x >= 0)``,
+    which is ``max(prox(v), 0)`` for any penalty even and nondecreasing in ``|x|`` (for ``v < 0``
+    both terms grow on ``x > 0``)."""
+    if positive and v <= 0.0:
+        return 0.0
     if t == 0.0:
         return v
     if not np.isfinite(t):
@@ -74,7 +81,8 @@ def prox_step(code, params, v, t):
 
 
 @njit(cache=True)
-def scores(X, data, indices, indptr, is_sparse, feats, v, coef, w, lips, lam_w, code, params, out):
+def scores(X, data, indices, indptr, is_sparse, feats, v, coef, w, lips, lam_w, code, params,
+           positive, out):
     """Optimality violation of each feature in ``feats``, written to ``out[feats]``.
 
     With ``g_j = coef * x_j . v`` the gradient of the datafit, the score is the gradient mapping
@@ -89,7 +97,7 @@ def scores(X, data, indices, indptr, is_sparse, feats, v, coef, w, lips, lam_w, 
             out[j] = 0.0
             continue
         g = coef * col_dot(X, data, indices, indptr, is_sparse, j, v)
-        new = prox_step(code, params, w[j] - g / L, lam_w[j] / L)
+        new = prox_step(code, params, w[j] - g / L, lam_w[j] / L, positive)
         s = L * abs(w[j] - new)
         out[j] = s
         if s > m:
@@ -129,7 +137,20 @@ def zero_threshold(code, params, t):
 
 
 @njit(cache=True)
-def scores_from_grad(grad, w, lips, lam_w, code, params, t_ref, T_ref, out):
+def zero_thresholds(code, params, t, out):
+    """:func:`zero_threshold` of every entry of ``t`` into ``out`` (one bisection per run of
+    equal values: on standardized columns without intercept they are all equal)."""
+    last_t = np.nan
+    last_T = 0.0
+    for j in range(t.shape[0]):
+        if t[j] != last_t:
+            last_t = t[j]
+            last_T = zero_threshold(code, params, t[j])
+        out[j] = last_T
+
+
+@njit(cache=True)
+def scores_from_grad(grad, w, lips, lam_w, code, params, positive, t_ref, T_ref, out):
     """Same as :func:`scores` for all features, with the datafit gradient ``grad`` given (computed
     by one BLAS/sparse matrix-vector product). Zero coefficients whose prox step ``t`` equals
     ``t_ref`` and whose step lands in ``[-T_ref, T_ref]`` (see :func:`zero_threshold`) score 0
@@ -144,7 +165,7 @@ def scores_from_grad(grad, w, lips, lam_w, code, params, t_ref, T_ref, out):
         if w[j] == 0.0 and t == t_ref and abs(grad[j]) <= T_ref * L:
             out[j] = 0.0
             continue
-        new = prox_step(code, params, w[j] - grad[j] / L, t)
+        new = prox_step(code, params, w[j] - grad[j] / L, t, positive)
         s = L * abs(w[j] - new)
         out[j] = s
         if s > m:

@@ -1,0 +1,112 @@
+"""One base for every solver: what it needs from the problem, checked in one place.
+
+A solver declares ``requires`` (names from :data:`REQUIREMENTS`: what it needs from the penalty
+and the datafit), its default ``tol`` and ``max_iter``, and implements ``_solve(problem, w, b,
+*, tol, max_iter, verbose, **options)`` from a checked start point. :meth:`BaseSolver.solve` does
+the rest once for all: the capability check (``ValueError`` with the reason), the option names
+(``ValueError`` listing the valid ones), ``tol``/``max_iter``, the start point, the timing and the
+:class:`~dualdrop.linear._problem.SolverResult` (the model of skglm's ``BaseSolver.solve`` with
+``check_attrs``).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .. import _penalty
+from .._problem import Problem, SolverResult, Timer
+from ._common import check_tol_iter, start_point
+
+
+def _has_dual_f(P):
+    try:
+        P.f(np.array([1.0]))
+    except (NotImplementedError, AttributeError):
+        return False
+    return True
+
+
+def _convex_l1_lp(P):
+    name = getattr(P, "name", "")
+    return name == "l1" or (name == "lp" and float(P.params.get("p", 0)) >= 1.0)
+
+
+# name -> (predicate(problem), what is missing when it fails)
+REQUIREMENTS = {
+    "kernel": (lambda pr: pr.spec is not None,
+               "a separable penalty with a compiled prox (kernel_spec)"),
+    "separable": (lambda pr: _penalty.is_separable(pr.penalty),
+                  "a separable penalty (with eta_hat)"),
+    "dual_f": (lambda pr: _has_dual_f(pr.penalty), "a penalty with a dual function f"),
+    "concave_in_abs": (lambda pr: _penalty.is_concave_in_abs(pr.penalty),
+                       "a penalty concave in |w| (Omega' nonincreasing)"),
+    "convex_l1_lp": (lambda pr: _convex_l1_lp(pr.penalty),
+                     "a convex penalty: l1 or lp with p >= 1"),
+    "quadratic": (lambda pr: pr.datafit.code == 0, "the least-squares datafit"),
+}
+
+
+class BaseSolver:
+    """Subclasses set ``name``, ``requires``, ``default_tol``, ``default_max_iter`` and define
+    ``_solve``; the keyword-only parameters of ``_solve`` beyond ``tol``, ``max_iter`` and
+    ``verbose`` are the solver's options."""
+
+    name = "solver"
+    requires: tuple = ()
+    default_tol = 1e-4
+    default_max_iter = 100
+    supports_positive = False  # the constraint w >= 0 (Problem.positive)
+    _COMMON = ("tol", "max_iter", "verbose")
+
+    def supports(self, problem: Problem):
+        """``None`` if the solver can handle ``problem``, else the reason it cannot."""
+        if problem.positive and not self.supports_positive:
+            return f"{self.name} does not handle positive=True (use 'cd' or 'cvxpy')"
+        for req in self.requires:
+            ok, what = REQUIREMENTS[req]
+            if not ok(problem):
+                return f"{self.name} needs {what}; {problem.penalty!r} with the " \
+                       f"{problem.datafit.name} datafit does not qualify"
+        return None
+
+    @property
+    def options(self):
+        """Names of the solver-specific keyword arguments (``solver_params`` keys)."""
+        sig = inspect.signature(self._solve)
+        return tuple(k for k, p in sig.parameters.items()
+                     if p.kind is p.KEYWORD_ONLY and k not in self._COMMON)
+
+    def check_options(self, opts):
+        unknown = sorted(set(opts) - set(self.options))
+        if unknown:
+            common = [k for k in unknown if k in self._COMMON]
+            hint = (f" ({', '.join(common)} are estimator parameters, not solver_params)"
+                    if common else "")
+            raise ValueError(f"solver {self.name!r} has no option(s) {unknown}{hint}; valid "
+                             f"solver_params keys: {list(self.options)}")
+
+    def solve(self, problem: Problem, w0=None, b0=None, *, tol=None, max_iter=None,
+              verbose=False, **opts) -> SolverResult:
+        reason = self.supports(problem)
+        if reason:
+            raise ValueError(reason)
+        self.check_options(opts)
+        tol, max_iter = check_tol_iter(self.default_tol if tol is None else tol,
+                                       self.default_max_iter if max_iter is None else max_iter)
+        w, b = start_point(problem, w0, b0)
+        with Timer() as timer:
+            out = self._solve(problem, w, b, tol=tol, max_iter=max_iter, verbose=verbose, **opts)
+        w, b, n_iter, history, crit, converged = out[:6]
+        info = out[6] if len(out) > 6 else {}
+        return SolverResult(coef=w, intercept=float(b), n_iter=int(n_iter),
+                            objective=np.asarray(history, dtype=np.float64),
+                            criterion=float(crit), converged=bool(converged), solver=self.name,
+                            time=timer.elapsed, info=info)
+
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<solver {self.name!r}>"
