@@ -98,6 +98,8 @@ its Function in an attribute for ``Sparsifier.regularizer`` to add, and clears i
 from __future__ import annotations
 
 import math
+import os
+import weakref
 
 import numpy as np
 import torch
@@ -117,6 +119,15 @@ _AR_EPS = 1e-8   # inside log(w^2 + eps) of the additive reparameterization
 
 
 _NP_TYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+#: whether the methods use these Functions (``DUALDROP_FUSED=0`` in the environment, or False
+#: here, restores the earlier torch expressions and torch's generator: the benchmark's "before")
+ENABLED = os.environ.get("DUALDROP_FUSED", "1") != "0"
+
+
+def active(*tensors) -> bool:
+    """Whether the methods take the fused path for ``tensors`` (enabled, float32/float64)."""
+    return ENABLED and all(t.dtype in _NP_TYPES for t in tensors)
 
 
 def _np_type(t: torch.Tensor):
@@ -610,6 +621,35 @@ class _LocalReparamLinear(torch.autograd.Function):
         return gx, gw, gb, gvar, None
 
 
+class _AddLRNoise(torch.autograd.Function):
+    """``out + sqrt(var + 1e-8) e`` for given normals ``e``; backward ``g`` to ``out`` and
+    ``g e / (2 std)`` to ``var`` (the std and the noise kept, no other temporary)."""
+
+    @staticmethod
+    def forward(ctx, out, var, e):
+        std = var.detach().add(_VAR_EPS).sqrt_()
+        ctx.save_for_backward(std, e)
+        return torch.addcmul(out, std, e)
+
+    @staticmethod
+    def backward(ctx, g):
+        std, e = ctx.saved_tensors
+        gvar = torch.mul(g, e).div_(std).mul_(0.5) if ctx.needs_input_grad[1] else None
+        return g, gvar, None
+
+
+def add_lr_noise(out: torch.Tensor, var: torch.Tensor, key: int) -> torch.Tensor:
+    """``out + sqrt(var + 1e-8) e``, ``e`` the counter-based normals of ``key`` in ``out``'s
+    shape: the local reparameterization's sample of pre-activations with mean ``out`` and
+    variance ``var`` (any layer: ``var`` is the layer's linear map of ``x^2`` with the weight
+    variances, computed by the caller)."""
+    k = int(_check_key(key))
+    if out.shape != var.shape:
+        raise ValueError(f"out {tuple(out.shape)} and var {tuple(var.shape)} must have one shape")
+    e = normal(out.shape, k, dtype=out.dtype, device=out.device)
+    return _AddLRNoise.apply(out, var, e)
+
+
 def local_reparam_linear(x, w, b, var_w, key: int) -> torch.Tensor:
     """Pre-activations ``x w^T + b + sqrt(x^2 var_w^T + 1e-8) e``, ``e`` the counter-based normals
     of ``key`` in the output's shape (leading dimensions of ``x`` flattened, row-major)."""
@@ -757,7 +797,17 @@ class _Arm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        ctx.hook.pending.append(g)  # a tensor: no host sync on other devices
+        hook = ctx.hook
+        try:  # will this backward accumulate into w.grad?
+            accumulates = torch._C._will_engine_execute_node(ctx.next_functions[0][0])
+        except RuntimeError:  # torch.autograd.grad: gradients are returned, not accumulated
+            accumulates = False
+        if not accumulates or hook._removed:
+            return (None if hook._removed else hook.fresh_grad(g)), None
+        hook.pending.append(g)  # a tensor: no host sync on other devices
+        # at the end of this backward: add what the post-accumulate hook did not (w got no
+        # data gradient, so its hook never ran)
+        torch.autograd.Variable._execution_engine.queue_callback(hook.flush)
         return None, None
 
 
@@ -782,11 +832,36 @@ class PenaltyGradHook:
         self.kind, self.params, self.lam = kind, dict(params), float(lam)
         _penalty_args(kind, params)
         self.pending: list = []
-        self.w = w
+        self._w = weakref.ref(w)  # the tensor holds the hook, not the other way round
+        self._removed = False
         self._handle = w.register_post_accumulate_grad_hook(self._apply)
+
+    @property
+    def w(self) -> torch.Tensor:
+        return self._w()
 
     def term(self) -> torch.Tensor:
         return _Arm.apply(self.w, self)
+
+    def fresh_grad(self, g) -> torch.Tensor:
+        """``g lam Omega'(w)`` as a new tensor (a backward that does not accumulate)."""
+        w = self.w.detach()
+        code, p0, p1 = _penalty_args(self.kind, self.params)
+        if not _is_cpu(w):
+            return _penalty_dense(w, code, self.lam, p0, p1).mul_(g)
+        T = _np_type(w)
+        out = torch.empty_like(w)
+        _penalty_slope(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
+                       out.view(-1).numpy())
+        return out
+
+    def flush(self) -> None:
+        """Add what is still pending (end of a backward in which ``w`` got no data gradient)."""
+        w = self.w
+        if self.pending and w is not None and not self._removed:
+            if w.grad is None:
+                w.grad = torch.zeros_like(w)
+            self._apply(w)
 
     def _apply(self, w):
         pending, self.pending = self.pending, []
@@ -802,6 +877,23 @@ class PenaltyGradHook:
 
     def remove(self) -> None:
         self._handle.remove()
+        self._removed = True
+        self.pending = []
+
+
+_HOOKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def penalty_grad_term(w: torch.Tensor, kind: str, lam: float, params: dict) -> torch.Tensor:
+    """``PenaltyGradHook(w, kind, lam, params).term()`` with one hook per tensor, made at the
+    first call and replaced when ``kind``, ``lam`` or ``params`` change; the hook lives as long
+    as ``w`` (copies and pickles of ``w`` carry no hook and get their own)."""
+    hook = _HOOKS.get(w)
+    if hook is None or (hook.kind, hook.lam, hook.params) != (kind, float(lam), dict(params)):
+        if hook is not None:
+            hook.remove()
+        hook = _HOOKS[w] = PenaltyGradHook(w, kind, lam, params)
+    return hook.term()
 
 
 @torch.no_grad()
@@ -900,51 +992,66 @@ def _eta_dense(w, code, p0, p1):
 # ---- eta-trick -----------------------------------------------------------------------------------
 
 @njit(**_NUMBA)
-def _eta_trick_backward(w, le, eta, lam, eps, decay, g, gw, gle):
-    """``gw = g lam w / eta``; ``gle = g (lam/2 (4 eta / s^2 - w^2 / eta) + decay log eta)``,
-    ``s = sqrt(eps^2 + 4 eta) + eps`` (the LogSum dual's ``eta f'(eta) = 4 eta / s^2``)."""
+def _eta_trick_backward(w, p, inv, lam, eps, c, quadratic, log_lam, g, gw, gp):
+    """``gw = g w e^-p`` (``lam w / eta``); ``gp = g (2 lam eta / s^2 - 1/2 w^2 e^-p + D'(p))``
+    with ``eta = lam e^p``, ``s = sqrt(eps^2 + 4 eta) + eps`` (the LogSum dual's ``eta f'(eta) =
+    4 eta / s^2``) and the decay's slope ``D' = lam c / 2`` (linear) or ``c (p + log lam)``."""
     T = type(lam)
     for i in range(w.size):
-        e = eta[i]
-        wi = w[i] / e
+        wi = w[i] * inv[i]
+        e = lam / inv[i]
         s = np.sqrt(eps * eps + T(4.0) * e) + eps
-        gw[i] = g * lam * wi
-        gle[i] = g * (T(0.5) * lam * (T(4.0) * e / (s * s) - wi * w[i]) + decay * le[i])
+        d = c * (p[i] + log_lam) if quadratic else T(0.5) * lam * c
+        gw[i] = g * wi
+        gp[i] = g * (T(2.0) * lam * e / (s * s) - T(0.5) * w[i] * wi + d)
+
+
+def _eta_trick_value(w, p, lam, eps, c, quadratic):
+    """The objective's value as torch expressions (``dualdrop.nn.penalty.logsum_dual``)."""
+    eta = torch.exp(p) * lam
+    value = 0.5 * lam * ((w * w / eta).sum() + logsum_dual(eta, eps).sum())
+    if quadratic:
+        le = p + math.log(lam)
+        return value + 0.5 * c * (le * le).sum()
+    return value + 0.5 * lam * c * p.sum()
 
 
 class _EtaTrick(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, w, le, lam, eps, decay, need_value):
-        eta = torch.exp(le.detach())
-        ctx.save_for_backward(w, le, eta)
-        ctx.prm = (lam, eps, decay)
+    def forward(ctx, w, p, lam, eps, c, quadratic, need_value):
+        inv = torch.neg(p.detach()).exp_()              # e^-p: the only transcendental pass
+        ctx.save_for_backward(w, p, inv)
+        ctx.prm = (lam, eps, c, quadratic)
         if not need_value:
             return w.new_zeros(())
         with torch.no_grad():
-            return (0.5 * lam * ((w * w / eta).sum() + logsum_dual(eta, eps).sum())
-                    + 0.5 * decay * (le * le).sum())
+            return _eta_trick_value(w, p, lam, eps, c, quadratic)
 
     @staticmethod
     def backward(ctx, g):
-        w, le, eta = ctx.saved_tensors
+        w, p, inv = ctx.saved_tensors
+        lam, eps, c, quadratic = ctx.prm
         T = _np_type(w)
-        gw, gle = torch.empty_like(w), torch.empty_like(le)
-        _eta_trick_backward(_flat(w), _flat(le), _flat(eta), *(T(p) for p in ctx.prm),
-                            T(float(g)), gw.view(-1).numpy(), gle.view(-1).numpy())
-        return gw, gle, None, None, None, None
+        gw, gp = torch.empty_like(w), torch.empty_like(p)
+        _eta_trick_backward(_flat(w), _flat(p), _flat(inv), T(lam), T(eps), T(c), quadratic,
+                            T(math.log(lam)), T(float(g)), gw.view(-1).numpy(),
+                            gp.view(-1).numpy())
+        return gw, gp, None, None, None, None, None
 
 
-def eta_trick_objective(w, log_eta, lam: float, eps: float, decay: float,
-                        need_value: bool = True) -> torch.Tensor:
-    """``lam sum 1/2 (w^2/eta + f(eta)) + decay/2 sum (log eta)^2`` with the LogSum dual ``f``
-    (``dualdrop.nn.penalty.logsum_dual``), gradients in one torch exp pass and one loop; the
-    value (a log pass) only when ``need_value``, else 0 with the same gradient."""
-    _check_inputs(w=w, log_eta=log_eta)
-    _check_same_shape(w, log_eta, "log_eta")
-    if not _is_cpu(w, log_eta):
-        eta = torch.exp(log_eta)
-        v = (0.5 * lam * ((w * w / eta).sum() + logsum_dual(eta, eps).sum())
-             + 0.5 * decay * (log_eta * log_eta).sum())
+def eta_trick_objective(w, log_ratio, lam: float, eps: float, c: float,
+                        quadratic: bool = False, need_value: bool = True) -> torch.Tensor:
+    """The eta-trick's regularizer as ``dualdrop.nn.penalty`` defines it, with ``eta = lam
+    e^p`` (``p = log_ratio``): ``lam/2 [sum w^2/eta + sum f(eta)] + D(p)``, ``f`` the LogSum dual
+    and the decay ``D = lam c/2 sum p`` (linear) or ``c/2 sum (p + log lam)^2`` (quadratic). The
+    gradients cost one torch exp pass forward and one loop backward; the value (log passes) is
+    computed only when ``need_value``, else 0 with the same gradient."""
+    _check_inputs(w=w, log_ratio=log_ratio)
+    _check_same_shape(w, log_ratio, "log_ratio")
+    if not lam > 0.0:
+        raise ValueError(f"lam must be > 0, got {lam}")
+    if not _is_cpu(w, log_ratio):
+        v = _eta_trick_value(w, log_ratio, lam, eps, c, quadratic)
         return v if need_value else v - v.detach()
-    return _EtaTrick.apply(w.contiguous(), log_eta.contiguous(), float(lam), float(eps),
-                           float(decay), bool(need_value))
+    return _EtaTrick.apply(w.contiguous(), log_ratio.contiguous(), float(lam), float(eps),
+                           float(c), bool(quadratic), bool(need_value))

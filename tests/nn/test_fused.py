@@ -367,19 +367,20 @@ def test_adaptive_prox_matches_the_catalog_eta_hat(kind, params):
         FU.adaptive_prox_(w, v, kind, params, 0.0, bc2, eps)
 
 
-def test_eta_trick_objective_gradcheck_and_matches_the_layers_function():
+@pytest.mark.parametrize("quadratic", [False, True])
+def test_eta_trick_objective_gradcheck_and_matches_the_torch_function(quadratic):
     from dualdrop.nn.penalty import _EtaTrickObjective
 
     torch.manual_seed(10)
     w = torch.randn(5, 6, dtype=F64, requires_grad=True)
-    le = torch.randn(5, 6, dtype=F64, requires_grad=True)
+    p = torch.randn(5, 6, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda w, le: FU.eta_trick_objective(w, le, 0.3, 2.0, 0.1), (w, le))
+        lambda w, p: FU.eta_trick_objective(w, p, 0.3, 2.0, 0.1, quadratic), (w, p))
     for need in (True, False):
-        got = FU.eta_trick_objective(w, le, 0.3, 2.0, 0.1, need)
-        ref = _EtaTrickObjective.apply(w, le, 0.3, 2.0, 0.1, need)
+        got = FU.eta_trick_objective(w, p, 0.3, 2.0, 0.1, quadratic, need)
+        ref = _EtaTrickObjective.apply(w, p, 0.3, 2.0, 0.1, quadratic, need)
         torch.testing.assert_close(got, ref)
-        for a, b in zip(torch.autograd.grad(got, (w, le)), torch.autograd.grad(ref, (w, le))):
+        for a, b in zip(torch.autograd.grad(got, (w, p)), torch.autograd.grad(ref, (w, p))):
             torch.testing.assert_close(a, b)
 
 
@@ -440,44 +441,49 @@ def test_functions_reject_other_dtypes_and_mixed_dtypes():
 
 
 @pytest.mark.parametrize("method", ["logsum", "penalty:mcp", "penalty:scad", "penalty:l1"])
-def test_penalty_grad_matches_the_current_penalty_layer(method):
+def test_penalty_grad_matches_the_torch_form_of_the_penalty_state(method):
     from dualdrop.nn import sparsify
+    from dualdrop.nn._base import original_of, state_of
     from dualdrop.nn.penalty import penalty_value
 
     torch.manual_seed(12)
     model = torch.nn.Sequential(torch.nn.Linear(30, 20))
     extra = {"penalty_params": {"lam": 0.05}} if method in ("penalty:mcp", "penalty:scad") else {}
     sparsify(model, method, lam=0.01, **extra)
-    layer = model[0]
-    ref = torch.autograd.grad(penalty_value(layer, layer.weight, False), layer.weight)[0]
-    got = torch.autograd.grad(FU.penalty_grad(layer.weight, layer.penalty.name, layer.lam,
-                                              layer.penalty.params), layer.weight)[0]
+    st, w = state_of(model[0]), original_of(model[0], "weight")
+    ref = torch.autograd.grad(penalty_value(st, w, False), w)[0]
+    got = torch.autograd.grad(FU.penalty_grad(w, st.penalty.name, st.lam, st.penalty.params),
+                              w)[0]
     torch.testing.assert_close(got, ref, atol=1e-7, rtol=1e-6)
 
 
-def test_adaptive_prox_matches_the_current_adaprox_step():
+def test_adaprox_step_takes_the_loop_and_matches_its_torch_form(monkeypatch):
     from dualdrop.nn import sparsify
+    from dualdrop.nn._base import original_of, state_of
     from dualdrop.nn.penalty import adaprox_step
 
     torch.manual_seed(13)
     model = torch.nn.Sequential(torch.nn.Linear(30, 20))
     sparsify(model, "adaprox", lam=0.05)
-    layer = model[0]
+    st, w = state_of(model[0]), original_of(model[0], "weight")
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(3):
         opt.zero_grad()
         model(torch.randn(8, 30)).square().sum().backward()
         opt.step()
-    w0 = layer.weight.detach().clone()
-    adaprox_step([layer], opt)
-    ref = layer.weight.detach().clone()
-    st, group = opt.state[layer.weight], opt.param_groups[0]
-    w = w0.clone()
-    FU.adaptive_prox_(w, st["exp_avg_sq"], "logsum", layer.penalty.params,
-                      group["lr"] * layer.lam, 1.0 - group["betas"][1] ** float(st["step"]),
-                      group["eps"])
-    assert not torch.equal(ref, w0)                                   # the prox did something
-    torch.testing.assert_close(w, ref, atol=1e-7, rtol=1e-6)
+    w0 = w.detach().clone()
+    calls = []
+    monkeypatch.setattr(FU, "adaptive_prox_",
+                        lambda *a, _f=FU.adaptive_prox_: calls.append(1) or _f(*a))
+    adaprox_step([(w, st)], opt)
+    got = w.detach().clone()
+    assert calls and not torch.equal(got, w0)                         # the loop, and it acted
+    with torch.no_grad():
+        w.copy_(w0)
+    monkeypatch.setattr(FU, "ENABLED", False)                          # the torch form
+    adaprox_step([(w, st)], opt)
+    assert len(calls) == 1
+    torch.testing.assert_close(got, w.detach(), atol=1e-7, rtol=1e-6)
 
 
 def _outputs_and_grads(fn, *tensors):
@@ -503,7 +509,7 @@ def test_the_other_device_fallbacks_compute_the_same_as_the_loops(monkeypatch):
         "lrkl": lambda w, la: FU.lr_variance_kl(w, la, 4.0),
         "arkl": lambda w, la: FU.ar_variance_kl(w, la, 4.0),
         "lin": lambda w, la: FU.local_reparam_linear(x, w, None, torch.exp(la), KEY),
-        "eta": lambda w, la: FU.eta_trick_objective(w, la, 0.3, 2.0, 0.1),
+        "eta": lambda w, la: FU.eta_trick_objective(w, la, 0.3, 2.0, 0.1, True),
         "pen": lambda w, la: FU.penalty_grad(w, "scad", 0.3, {"a": 3.7, "lam": 0.2})
         + 0 * la.sum(),
     }
