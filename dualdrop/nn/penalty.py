@@ -446,17 +446,17 @@ def adaprox_step(pairs, optimizer) -> None:
         if v is None:
             v = state.get("exp_avg_sq")
         if v is not None and "step" in state:
+            from dualdrop.nn import _fused
+
             step = state["step"]
             beta2 = float(group["betas"][1])
-            if isinstance(step, torch.Tensor) and step.device.type != "cpu":
+            if not _fused._is_cpu(w) and isinstance(step, torch.Tensor):
                 sqrt_bc2 = (1.0 - beta2 ** step).sqrt()  # on the device: no host read
             else:
                 bc2 = 1.0 - beta2 ** float(step)
                 sqrt_bc2 = math.sqrt(bc2)
                 kind = layer._fused_kind(w) if w.is_contiguous() else None
                 if kind is not None:  # one loop over w and v
-                    from dualdrop.nn import _fused
-
                     _fused.adaptive_prox_(w, v, kind, layer.penalty.params, lr * layer.lam,
                                           bc2, float(group["eps"]))
                     continue
