@@ -881,18 +881,27 @@ class PenaltyGradHook:
         self.pending = []
 
 
-_HOOKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# id(w) -> its hook (a WeakKeyDictionary would compare tensors with == on a hash match)
+_HOOKS: dict = {}
+
+
+def _forget(key: int, hook) -> None:
+    if _HOOKS.get(key) is hook:
+        del _HOOKS[key]
 
 
 def penalty_grad_term(w: torch.Tensor, kind: str, lam: float, params: dict) -> torch.Tensor:
     """``PenaltyGradHook(w, kind, lam, params).term()`` with one hook per tensor, made at the
     first call and replaced when ``kind``, ``lam`` or ``params`` change; the hook lives as long
     as ``w`` (copies and pickles of ``w`` carry no hook and get their own)."""
-    hook = _HOOKS.get(w)
+    hook = _HOOKS.get(id(w))
+    if hook is not None and hook.w is not w:
+        hook = None
     if hook is None or (hook.kind, hook.lam, hook.params) != (kind, float(lam), dict(params)):
         if hook is not None:
             hook.remove()
-        hook = _HOOKS[w] = PenaltyGradHook(w, kind, lam, params)
+        hook = _HOOKS[id(w)] = PenaltyGradHook(w, kind, lam, params)
+        weakref.finalize(w, _forget, id(w), hook)
     return hook.term()
 
 
