@@ -103,8 +103,11 @@ class Magnitude(Method):
         # these optimizers move a weight whose gradient and first moment are 0 and whose value
         # is 0 by exactly 0: applying the masks again would change no bit (one pass over the
         # weights and one over Adam's first moments saved per step).
+        from dualdrop.nn import _fused  # its ENABLED switches the speed paths off together
+
         last = getattr(self, "_applied_for", (None, None))
-        keeps = type(optimizer) in _KEEP_ZEROS and last[0] is sp and last[1] is optimizer
+        keeps = (_fused.ENABLED and type(optimizer) in _KEEP_ZEROS and last[0] is sp
+                 and last[1] is optimizer)
         if changed or not keeps:
             apply_masks(pairs, optimizer)
             self._applied_for = (sp, optimizer)
