@@ -47,6 +47,9 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     ``x w^T + b + sqrt(x^2 var_w^T + 1e-8) e`` with ``e`` per pre-activation (Kingma, Salimans,
     Welling, "Variational dropout and the local reparameterization trick", 2015), the noise from
     the counter-based generator; backward as autograd would do it, one temporary fewer.
+``add_lr_noise(out, var, key)``
+    ``out + sqrt(var + 1e-8) e`` with counter-based ``e``: the local reparameterization's noise
+    on a layer's output whose variance the caller computed (any linear map).
 ``PenaltyGradHook(w, kind, lam, params).term()`` / ``penalty_grad`` / ``add_penalty_grad_``
     the penalty methods' ``lam Omega'(w)`` for the closed forms ``l1``, ``logsum``, ``mcp``,
     ``scad`` (docs/theory.md section 3): best, a scalar 0 in the loss that makes a
@@ -56,43 +59,47 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     Profiled cause of logsum's 1.44x (torch.profiler, current step): ``sign``, ``abs``, ``add``,
     ``div_``, ``mul_`` and the autograd accumulation, 0.9 ms per step of a 2-3 ms step; the loop
     below does the same in ~0.1 ms.
+``adaptive_prox_(w, exp_avg_sq, kind, params, lr_lam, bc2, eps)``
+    AdaProx's prox ``w <- w eta_hat(w) / (eta_hat(w) + rho lam)`` with Adam's own step ``rho``,
+    one loop.
+``eta_trick_objective(w, p, lam, eps, c, quadratic)``
+    the eta-trick's regularizer of ``dualdrop.nn.penalty`` (``eta = lam e^p``): one exp pass
+    forward, one loop backward.
 
 All loops run on CPU tensors; on another device every Function falls back to the torch
 expression of the same formula (untested on GPUs: none is available to the project's tests).
 
-Wiring plan (for the layer/parametrization code; the keys come from ``_noise.make_key(seed,
-stream, counter)``, see "Keys and exact resume" below):
+How the methods use them (``ENABLED``, default on, or ``DUALDROP_FUSED=0``; off, every method
+runs its earlier torch expressions with torch's generator):
 
 =====================  =====================================================================
-method                 replaces                               with
+method                 fused path
 =====================  =====================================================================
-hardconcrete           ``_HardConcreteSample`` + torch.rand   ``hard_concrete_gate``; regularizer
-                       + ``w * z``; ``prob_nonzero().sum()``  = lam * l0_output / n_train
-                       in the regularizer                     (E[L0] = the second output)
-hardconcrete-neuron    the same on ``x`` (Linear)             ``hard_concrete_gate`` on
-                                                              ``x.view(-1, in)`` (Conv2d: as is)
-vardrop                ``exp(0.5 la) w randn`` + ``_KLSum``   ``vardrop_noise`` (KL = 2nd output)
-vardrop-lr             ``_LRVariance`` + ``_KLSum`` + the     ``lr_variance_kl`` (one exp pass) +
-                       mean/var matmuls and ``randn_like``    ``local_reparam_linear`` (Linear)
-vardrop-lr-ar          ``exp(ls2)`` + raw log a + ``_KLSum``  ``ar_variance_kl`` +
-                       + the LR matmuls                       ``local_reparam_linear`` (Linear)
-logsum, adatikhonov,   ``_PenaltyFunction`` (torch form)      ``PenaltyGradHook.term()`` when the
-penalty:l1/mcp/scad                                           value is not asked (``value=False``)
-adaprox                ``adaprox_step``'s torch form          ``adaptive_prox_`` (one loop)
-eta-trick              ``_EtaTrickObjective``                 ``eta_trick_objective``
+hardconcrete           the parametrization's training weight is ``hard_concrete_gate(w, log
+                       a)``; its expected-L0 output is the regularizer of that forward
+hardconcrete-neuron    the same on the layer's input (Linear) or on the gates of a
+                       convolution's output channels
+vardrop                ``vardrop_noise``; its KL output carries the KL's gradient (the value,
+                       when asked, is added without a gradient)
+vardrop-lr(-ar)        the forward hook's weight variance from ``lr_variance_kl`` /
+                       ``ar_variance_kl`` (KL output as above), the noise per pre-activation
+                       from ``add_lr_noise`` (any Linear/Conv layer)
+logsum, adatikhonov,   ``penalty_grad_term`` (the post-accumulate-grad hook) when the
+penalty:l1/mcp/scad    regularizer's value is not asked (``value=False``, the training loop)
+adaprox                ``adaptive_prox_`` after Adam's step (one loop)
+eta-trick              ``eta_trick_objective``
+magnitude              (not a Function) masks are applied to the stored weights only when they
+                       change; between updates the masked forward keeps pruned weights at 0
 =====================  =====================================================================
 
-Keys and exact resume: every draw is a pure function of ``make_key(seed, stream, counter)``,
-so no generator state needs saving. Proposed: each sparsified layer (or parametrization) holds
-an int64 buffer ``noise_counter`` incremented at every training-mode forward, and the method a
-``seed`` (a hyperparameter, or drawn once from torch's generator at ``sparsify`` and kept in a
-buffer); both are then in ``state_dict``, so loading a checkpoint resumes the exact noise
-sequence. A per-forward counter rather than the optimizer step keeps micro-batches of one step
-(gradient accumulation) on fresh noise. ``stream`` must be deterministic: the layer's index in
-``Sparsifier.layers`` times the number of draws per forward, plus, under data parallelism, the
-rank times a large constant (ranks see different data and need different noise). A
-parametrization (which must return one tensor) keeps the second output (expected L0 or KL) of
-its Function in an attribute for ``Sparsifier.regularizer`` to add, and clears it there.
+Keys and exact resume: every draw is a pure function of ``make_key(seed, rank, counter)``
+(``dualdrop.nn._base.NoiseState``): each stochastic state draws its seed from torch's generator
+when built and counts its training forwards; both are host integers in the state dict, so a
+checkpoint resumes the exact noise sequence, and making a key reads nothing from a device. A
+per-forward counter rather than the optimizer step keeps micro-batches of one step (gradient
+accumulation) on fresh noise; the rank of ``torch.distributed`` separates the processes of a
+data-parallel run. A parametrization must return one tensor, so the second output (expected L0
+or KL) is kept on the state for ``regularizer_term`` to take (once, only under autograd).
 """
 
 from __future__ import annotations
@@ -820,10 +827,12 @@ class PenaltyGradHook:
     ~0.15 ms. ``term()`` returns a scalar 0 to add to the loss; when backward reaches it, the
     upstream gradient ``g`` is recorded, and the post-accumulate-grad hook on ``w`` then adds
     ``g lam Omega'(w)`` to ``w.grad`` (once per recorded ``g``; nothing when the term was not in
-    the loss), so the result equals autograd's. The hook fires only if ``w`` receives a data
-    gradient in the same backward (always the case for a layer's weight). ``remove()`` detaches
-    it; the hook is not carried by ``copy.deepcopy`` or ``state_dict``, so a layer should create
-    its hook lazily (e.g. at the first ``regularizer`` call) and keep it in a plain attribute.
+    the loss), so the result equals autograd's. If ``w`` receives no data gradient in that
+    backward (its hook never runs), a callback at the end of the backward adds it instead; a
+    backward that does not accumulate (``torch.autograd.grad``, ``backward(inputs=...)``
+    without ``w``) gets the fresh gradient returned as a plain Function would. ``remove()``
+    detaches it; the hook is not carried by ``copy.deepcopy``, pickling or ``state_dict``
+    (:func:`penalty_grad_term` makes one per tensor when first asked).
     """
 
     def __init__(self, w: torch.Tensor, kind: str, lam: float, params: dict):

@@ -20,6 +20,10 @@ Louizos et al.'s LeNet-300-100 value per example) with
     expected L0 counts the *weights* a gate controls (gate probability times group size), not
     the gates.
 
+Training draws: the gates' uniforms come from the counter-based generator (a function of the
+state's seed and forward count, ``dualdrop.nn._base.NoiseState``) and the gate, its gradient and
+the expected L0 of the sampled gates run in one loop each way (``dualdrop.nn._fused``).
+
 Test time: the effective weight is ``w * z_hat`` (``z_hat`` in [0, 1], exactly 0 for closed
 gates); a weight counts as nonzero when ``w * z_hat != 0``.
 """

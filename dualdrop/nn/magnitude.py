@@ -17,9 +17,13 @@ layer (``scope="layer"``). Global pruning of a freshly initialized net can delet
 (init scales differ per layer), so every weight tensor keeps at least
 ``max(1, ceil(min_layer_density * n_layer))`` weights: its own largest ones.
 
-After *every* step the masks are also applied to the stored weights (``w *= mask``) and the
+Whenever the masks change they are also applied to the stored weights (``w *= mask``) and the
 optimizer's first-moment buffers (``exp_avg``, ``momentum_buffer``) are zeroed at pruned entries,
 so the stored weights are sparse too and Adam's momentum carries nothing for pruned entries.
+Between updates the masked forward gives a pruned weight a zero gradient, and Adam, AdamW and
+SGD then move a zero weight with a zero first moment by exactly 0, so applying the masks again
+would change no bit; with other optimizers (or with ``dualdrop.nn._fused.ENABLED`` off) they are
+applied after every step.
 Biases are never pruned.
 """
 

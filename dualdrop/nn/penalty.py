@@ -11,7 +11,10 @@ the weight (its test-time mask), so it acts on any weight tensor.
     a custom autograd function: forward returns ``lam sum Omega(w)``, backward
     ``lam Omega'(w) = lam w / eta_hat(w)``. Evaluation runs on the CPU (numba loop over
     ``penalties.kernels`` when ``P.kernel_spec()`` exists, else ``P.omega``/``P.derivative`` in
-    numpy); CUDA weights are copied to the host and back each step.
+    numpy); CUDA weights are copied to the host and back each step. For the closed forms
+    ``l1``, ``logsum``, ``mcp`` and ``scad``, when only the gradient is asked (``value=False``,
+    as the training loop does), ``lam Omega'(w)`` is added into ``w.grad`` in place by one loop
+    (``dualdrop.nn._fused.penalty_grad_term``); ``adaprox``'s prox is one loop as well.
 ``adatikhonov`` (``algorithm="adatikhonov"``)
     gradient descent on ``L + lam/2 sum w^2 / eta`` with ``eta = eta_hat(w)`` recomputed from
     the current weights at every forward and held fixed (no state is needed: the weights only

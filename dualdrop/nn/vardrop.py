@@ -27,9 +27,11 @@ Initialization: ``log a = init_log_alpha`` (-4) for the two ``(theta, log a)`` v
 small weights start with a large ``a``. Hyperparameters: ``lam``, ``tol``, ``clip`` (8) and the
 initialization; ``default_hparams`` lists them.
 
-Cost notes: the KL term, the LR weight variance and their gradients are fused autograd functions
-(one pass each over the weights instead of a chain of small ops), since they run over every
-weight at every step.
+Cost notes: the noise, the KL term, the LR weight variance and their gradients run through the
+fused autograd Functions of ``dualdrop.nn._fused`` (one loop each way over the weights instead of a
+chain of small ops, counter-based normals keyed by the state's seed and forward count, see
+``dualdrop.nn._base.NoiseState``), since they run over every weight at every step; the KL's
+gradient comes out of the forward's Function and its value, when asked, is computed apart.
 
 Test time: a weight is pruned when its keep ratio ``1/(1+a)`` is below ``tol`` (default 0.05,
 i.e. ``log a > log 19 ~ 2.944``; the official code's ``log a >= 3`` is ``tol ~ 0.0474``); the
