@@ -134,7 +134,12 @@ ENABLED = os.environ.get("DUALDROP_FUSED", "1") != "0"
 
 def active(*tensors) -> bool:
     """Whether the methods take the fused path for ``tensors`` (enabled, float32/float64)."""
-    return ENABLED and all(t.dtype in _NP_TYPES for t in tensors)
+    if not ENABLED:
+        return False
+    for t in tensors:
+        if t.dtype not in _NP_TYPES:
+            return False
+    return True
 
 
 def _np_type(t: torch.Tensor):
@@ -839,7 +844,7 @@ class PenaltyGradHook:
         if not (isinstance(w, torch.Tensor) and w.is_leaf and w.requires_grad):
             raise TypeError("w must be a leaf tensor that requires grad (a Parameter)")
         self.kind, self.params, self.lam = kind, dict(params), float(lam)
-        _penalty_args(kind, params)
+        self._args = _penalty_args(kind, params)
         self.pending: list = []
         self._w = weakref.ref(w)  # the tensor holds the hook, not the other way round
         self._removed = False
@@ -876,8 +881,16 @@ class PenaltyGradHook:
         pending, self.pending = self.pending, []
         if not pending or w.grad is None:
             return
-        if _is_cpu(w):
-            add_penalty_grad_(w.grad, w.detach(), self.kind,
+        grad = w.grad
+        if _is_cpu(w) and grad.is_contiguous() and grad.dtype == w.dtype in _NP_TYPES:
+            # the loop itself: this runs for every weight tensor at every step
+            T = _NP_TYPES[w.dtype]
+            code, p0, p1 = self._args
+            g = pending[0] if len(pending) == 1 else sum(pending)
+            _penalty_slope_add(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
+                               grad.view(-1).numpy())
+        elif _is_cpu(w):
+            add_penalty_grad_(grad, w.detach(), self.kind,
                               self.lam * sum(float(g) for g in pending), self.params)
         else:
             code, p0, p1 = _penalty_args(self.kind, self.params)
