@@ -78,9 +78,13 @@ FLOOR_COUNTS: dict[str, dict[str, object]] = {
     # a gate per input unit (Linear) or output channel (conv) and example: r gates per weight,
     # each a random number, two transcendental passes (sample, derivative), three passes
     "hardconcrete-neuron": {"rand_cb": "r", "trans": "2r", "pass": "3r"},
-    "vardrop": {"normal_cb": 1, "trans": 1, "pass": 3, "adam": 1},  # w(1 + sqrt(a) e), KL grad
-    "vardrop-lr": {"matmul": 1, "normal_act_cb": 1, "trans": 1, "pass": 2, "adam": 1},
-    "vardrop-lr-ar": {"matmul": 1, "normal_act_cb": 1, "trans": 1, "pass": 2, "adam": 1},
+    # w (1 + sqrt(a) e) forward (sqrt(a) = exp(la/2): one transcendental pass); backward the
+    # noise's and the KL's slopes (sigmoid(k2 + k3 la) needs a^-k3: a second transcendental pass)
+    "vardrop": {"normal_cb": 1, "trans": 2, "pass": 3, "adam": 1},
+    # the variance a w^2 (one exp pass) and its slopes with the KL's (a second one), the
+    # variance path's matmuls and one normal per pre-activation
+    "vardrop-lr": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
+    "vardrop-lr-ar": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
 }
 TARGETS = {"magnitude": 1.05, "logsum": 1.15, "adatikhonov": 1.15, "adaprox": 1.15,
            "penalty:mcp": 1.15, "penalty:l1": 1.15, "eta-trick": 1.15, "hardconcrete": 1.5,
