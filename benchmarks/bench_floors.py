@@ -157,11 +157,13 @@ def make_method(method, args, data, steps_total, fused: bool):
 #: the minimal hand-written step each method is compared with (module docstring): ``mask``
 #: multiplies every weight by a fixed 0/1 mask in the forward; ``loop`` adds lam Omega'(w) of
 #: LogSum to every weight's gradient with one numba loop after the backward; ``adam`` adds one
-#: weight-sized parameter per weight tensor to the optimizer (its gradient filled by the loop)
+#: weight-sized parameter per weight tensor to the optimizer (its gradient filled by the loop);
+#: ``var`` adds to every layer's output its linear map of ``x^2`` with that extra parameter times
+#: fixed noise (local reparameterization's second matmul set, without any per-weight work)
 HAND = {"magnitude": "mask", "logsum": "loop", "adatikhonov": "loop", "adaprox": "loop",
         "penalty:mcp": "loop", "penalty:l1": "loop", "eta-trick": "loop+adam",
         "hardconcrete": "mask+adam", "vardrop": "mask+adam", "hardconcrete-neuron": "mask",
-        "vardrop-lr": "adam", "vardrop-lr-ar": "adam"}
+        "vardrop-lr": "adam+var", "vardrop-lr-ar": "adam+var"}
 
 
 def make_hand(kind, args, data):
@@ -178,6 +180,14 @@ def make_hand(kind, args, data):
              if "adam" in kind else [])
     opt = make_adam(list(model.parameters()) + extra, 1e-3)
     lam, eps = 1e-3, 2.0
+    if "var" in kind:
+        layers = [m for m in linear_layers(model) if m.weight.dim() > 1]
+        noise = {}
+        for m, v in zip(layers, extra):
+            def hook(m, args, out, v=v):
+                e = noise.setdefault(m, torch.randn(out.shape, generator=g))
+                return out + linear_op(m, args[0] * args[0], v) * e
+            m.register_forward_hook(hook)
 
     def step():
         x, y = data.next()
@@ -196,7 +206,7 @@ def make_hand(kind, args, data):
                 if "loop" in kind:
                     _fused._penalty_slope_add(wf, 1, np.float32(lam), np.float32(eps),
                                               np.float32(0.0), w.grad.view(-1).numpy())
-                if extra:
+                if extra and "var" not in kind:
                     extra[i].grad = torch.empty_like(w)
                     _fused._penalty_slope(wf, 1, np.float32(lam), np.float32(eps),
                                           np.float32(0.0), extra[i].grad.view(-1).numpy())
