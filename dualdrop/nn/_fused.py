@@ -114,7 +114,7 @@ import torch.nn.functional as F
 from numba import njit
 
 from dualdrop.nn._noise import _check_key, normal, u01_f32, uniform
-from dualdrop.nn.penalty import logsum_dual
+from dualdrop.nn.penalty import TORCH_FORMS, logsum_dual
 from dualdrop.nn.vardrop import K1, K2, K3
 
 _NUMBA = dict(cache=True, error_model="numpy")
@@ -773,28 +773,19 @@ def penalty_grad(w, kind: str, lam: float, params: dict) -> torch.Tensor:
     code, p0, p1 = _penalty_args(kind, params)
     _check_inputs(w=w)
     if not _is_cpu(w):
-        return _penalty_torch(w, code, lam, p0, p1)
+        return _penalty_torch(w, kind, lam, params)
     return _PenaltyGrad.apply(w.contiguous(), code, float(lam), p0, p1)
 
 
-def _penalty_dense(w, code, lam, p0, p1) -> torch.Tensor:
-    """``lam Omega'(w)`` as torch expressions (other devices)."""
+def _penalty_dense(w, kind, lam, params) -> torch.Tensor:
+    """``lam Omega'(w)`` as torch expressions (other devices): the closed forms of
+    ``dualdrop.nn.penalty.TORCH_FORMS``."""
     wd = w.detach()
-    a, sgn = wd.abs(), torch.sign(wd)
-    if code == 0:
-        d = sgn
-    elif code == 1:
-        d = sgn / (a + p0)
-    elif code == 2:
-        d = sgn * (1.0 - a / (p0 * p1)).clamp_min(0.0)
-    else:
-        d = sgn * torch.where(a <= p1, torch.ones_like(a),
-                              ((p0 * p1 - a) / ((p0 - 1.0) * p1)).clamp_min(0.0))
-    return d.mul_(lam)
+    return TORCH_FORMS[kind].deriv(wd, wd.abs(), params) * lam
 
 
-def _penalty_torch(w, code, lam, p0, p1):
-    d = _penalty_dense(w, code, lam, p0, p1)
+def _penalty_torch(w, kind, lam, params):
+    d = _penalty_dense(w, kind, lam, params)
     return (w * d).sum() - (w.detach() * d).sum()
 
 
@@ -860,9 +851,9 @@ class PenaltyGradHook:
     def fresh_grad(self, g) -> torch.Tensor:
         """``g lam Omega'(w)`` as a new tensor (a backward that does not accumulate)."""
         w = self.w.detach()
-        code, p0, p1 = _penalty_args(self.kind, self.params)
+        code, p0, p1 = self._args
         if not _is_cpu(w):
-            return _penalty_dense(w, code, self.lam, p0, p1).mul_(g)
+            return _penalty_dense(w, self.kind, self.lam, self.params).mul_(g)
         T = _np_type(w)
         out = torch.empty_like(w)
         _penalty_slope(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
@@ -893,9 +884,8 @@ class PenaltyGradHook:
             add_penalty_grad_(grad, w.detach(), self.kind,
                               self.lam * sum(float(g) for g in pending), self.params)
         else:
-            code, p0, p1 = _penalty_args(self.kind, self.params)
             with torch.no_grad():
-                w.grad.add_(_penalty_dense(w, code, self.lam, p0, p1) * sum(pending))
+                w.grad.add_(_penalty_dense(w, self.kind, self.lam, self.params) * sum(pending))
 
     def remove(self) -> None:
         self._handle.remove()
@@ -936,7 +926,7 @@ def add_penalty_grad_(grad: torch.Tensor, w: torch.Tensor, kind: str, lam: float
     if grad.shape != w.shape:
         raise ValueError(f"grad {tuple(grad.shape)} and w {tuple(w.shape)} must have one shape")
     if not (_is_cpu(grad, w) and grad.is_contiguous()):
-        return grad.add_(_penalty_dense(w, code, lam, p0, p1))
+        return grad.add_(_penalty_dense(w, kind, lam, params))
     T = _np_type(w)
     _penalty_slope_add(_flat(w), code, T(lam), T(p0), T(p1), grad.view(-1).numpy())
     return grad
@@ -998,26 +988,12 @@ def adaptive_prox_(w: torch.Tensor, exp_avg_sq: torch.Tensor, kind: str, params:
     inv = 1.0 / math.sqrt(bias_correction2)
     if not (_is_cpu(w, exp_avg_sq) and w.is_contiguous()):
         rho_lam = lr_lam / (exp_avg_sq.sqrt() * inv + adam_eps)
-        eta = _eta_dense(w, code, p0, p1)
+        eta = TORCH_FORMS[kind].eta(w, w.abs(), params)
         return w.mul_(torch.where(torch.isinf(eta), torch.ones_like(eta), eta / (eta + rho_lam)))
     T = _np_type(w)
     _adaptive_prox(w.view(-1).numpy(), _flat(exp_avg_sq), code, T(p0), T(p1), T(lr_lam), T(inv),
                    T(adam_eps))
     return w
-
-
-def _eta_dense(w, code, p0, p1):
-    a = w.abs()
-    inf = torch.full_like(a, math.inf)
-    if code == 0:
-        return a
-    if code == 1:
-        return a * (a + p0)
-    if code == 2:
-        A = p0 * p1
-        return torch.where(a < A, A * a / (A - a).clamp_min(1e-30), inf)
-    mid = torch.where(a < p0 * p1, (p0 - 1.0) * p1 * a / (p0 * p1 - a).clamp_min(1e-30), inf)
-    return torch.where(a <= p1, a, mid)
 
 
 # ---- eta-trick -----------------------------------------------------------------------------------
