@@ -226,40 +226,44 @@ def uniform(shape, key: int, dtype=torch.float32, device="cpu") -> torch.Tensor:
     return uniform_(torch.empty(shape, dtype=dtype, device=device), key)
 
 
-@torch.no_grad()
 def normal_(t: torch.Tensor, key: int) -> torch.Tensor:
     """Fill ``t`` in place with standard normals (Box-Muller over counter-based uniforms, see the
     module docstring), a function of ``key`` and the row-major index only; returns ``t``."""
     _check_tensor(t)
     k = _check_key(key)
     if t.device.type != "cpu":
-        return t.normal_(generator=_device_generator(t, k))
+        with torch.no_grad():
+            return t.normal_(generator=_device_generator(t, k))
     n = t.numel()
     if n == 0:
         return t
+    if not t.is_contiguous():  # fill a contiguous buffer (row-major indices), then copy
+        buf = normal_(torch.empty(n, dtype=t.dtype), int(k))
+        with torch.no_grad():
+            return t.copy_(buf.view(t.shape))
     half = (n + 1) // 2
-    a = torch.empty(half, dtype=t.dtype)
-    out = t.view(-1) if t.is_contiguous() else torch.empty(n, dtype=t.dtype)
+    o = t.detach().view(-1)
     if t.dtype == torch.float32:
-        # three passes: numba (bits, angle, cos/sin), torch's vectorized log, numba (radius)
-        o = out.detach()
-        sin_buf = o[half:] if n == 2 * half else torch.empty(half, dtype=t.dtype)
-        _box_muller_f32(k, a.numpy(), o[:half].numpy(), sin_buf.numpy())
-        _apply_radius_f32(a.log_().numpy(), o[:half].numpy(), sin_buf.numpy())
+        # three passes: numba (bits, angle, cos/sin), torch's vectorized log, numba (radius);
+        # numpy views only (a few microseconds of overhead instead of tens: this runs for every
+        # layer at every step of local reparameterization)
+        o = o.numpy()
+        a = np.empty(half, dtype=np.float32)
+        sin_buf = o[half:] if n == 2 * half else np.empty(half, dtype=np.float32)
+        _box_muller_f32(k, a, o[:half], sin_buf)
+        _apply_radius_f32(torch.from_numpy(a).log_().numpy(), o[:half], sin_buf)
         if n != 2 * half:  # odd n: the last pair's sine is dropped
             o[half:] = sin_buf[: n - half]
-    else:
-        b = torch.empty(half, dtype=t.dtype)
-        _fill_box_muller_f64(k, a.numpy(), b.numpy())
-        r = a.log_().mul_(-2.0).sqrt_()
-        b.mul_(2.0 * math.pi)
-        torch.cos(b, out=out[:half])
-        out[:half].mul_(r)
-        if n > half:
-            torch.sin(b[: n - half], out=out[half:])
-            out[half:].mul_(r[: n - half])
-    if not t.is_contiguous():
-        t.copy_(out.view(t.shape))
+        return t
+    a, b = torch.empty(half, dtype=t.dtype), torch.empty(half, dtype=t.dtype)
+    _fill_box_muller_f64(k, a.numpy(), b.numpy())
+    r = a.log_().mul_(-2.0).sqrt_()
+    b.mul_(2.0 * math.pi)
+    torch.cos(b, out=o[:half])
+    o[:half].mul_(r)
+    if n > half:
+        torch.sin(b[: n - half], out=o[half:])
+        o[half:].mul_(r[: n - half])
     return t
 
 
