@@ -138,7 +138,9 @@ def _floor(n: int, min_density: float) -> int:
 def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
     """Prune ``(weight, MagnitudeState)`` pairs to ``sparsity`` by magnitude; masks only shrink.
     ``alive``: the number of kept weights per tensor (counted here if None); returns the new
-    counts (host integers, so that a step on a GPU reads nothing back from the device)."""
+    counts (host integers, so that a step on a GPU reads nothing back from the device). Counts
+    that are too high (masks loaded behind the caller's back) can only keep more weights than
+    asked, never revive pruned ones."""
     if alive is None:
         alive = [int(torch.count_nonzero(st.weight_mask)) for _, st in pairs]
     # score: |w| where alive, -1 where already pruned (never chosen while alive ones remain)
@@ -153,6 +155,7 @@ def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
             k = min(a, max(fl, n - round(sparsity * n)))
             mask = torch.zeros(n, dtype=torch.bool, device=sc.device)
             mask[torch.topk(sc, k, sorted=False).indices] = True
+            mask &= layer.weight_mask.flatten() > 0  # stale counts never revive a weight
             layer.weight_mask.copy_(mask.view_as(layer.weight_mask))
             new.append(k)
         return new
@@ -168,7 +171,8 @@ def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
     keep = torch.zeros(total, dtype=torch.bool, device=allsc.device)
     keep[torch.topk(allsc, k, sorted=False).indices] = True
     for layer, part in zip(layers, torch.split(keep, sizes)):
-        layer.weight_mask.copy_(part.view_as(layer.weight_mask))
+        part = part.view_as(layer.weight_mask) & (layer.weight_mask > 0)  # never revive
+        layer.weight_mask.copy_(part)
     # the global count is what the next update needs: spread it as one total
     return [k] + [0] * (len(layers) - 1)
 
