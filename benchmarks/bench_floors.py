@@ -391,8 +391,8 @@ def main(argv=None):
         a, b = med[f"{m} after"], med[f"{m} before"]
         lo, hi = spread[f"{m} after"]
         hand = f"{HAND[m]} {med['hand:' + HAND[m]] / dense:.2f}"
-        print(f"| {m} | {work} | {floor / dense:.2f} | {hand} | {b / dense:.2f} | {a / dense:.2f} | "
-              f"{a / floor:.2f} | {TARGETS.get(m, float('nan')):.2f} | "
+        print(f"| {m} | {work} | {floor / dense:.2f} | {hand} | {b / dense:.2f} | "
+              f"{a / dense:.2f} | {a / floor:.2f} | {TARGETS.get(m, float('nan')):.2f} | "
               f"{a * 1e3:.2f} ({lo * 1e3:.2f}-{hi * 1e3:.2f}) |")
     return 0
 

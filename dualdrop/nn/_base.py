@@ -151,7 +151,7 @@ class NoiseState(WeightState):
     ``dualdrop.nn._noise``: draw number ``noise_count`` of the state's seed is a pure function of
     ``make_key(noise_seed, rank, noise_count)``. Seed and counter are host integers kept in the
     state dict (extra state), so a checkpoint resumes the exact noise sequence and no device value
-    is read to make a key. The seed comes from torch's global generator when the state is built
+    is read to make a key. Its seed comes from torch's global generator when the state is built
     (seed it before ``sparsify``); the rank of ``torch.distributed`` (0 without it) separates the
     processes of a data-parallel run, which see different data and need different noise.
 

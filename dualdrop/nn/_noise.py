@@ -15,7 +15,7 @@ Keys. ``make_key(seed, stream, step)`` hashes three integers into one 64-bit key
 run's seed, ``stream`` tells apart the tensors drawn in one step (one id per layer and use), and
 ``step`` counts the draws (e.g. a layer's training forwards; ``dualdrop.nn._fused`` says how the
 layers should keep it). A draw is a pure function of (key, index), so resuming a run exactly
-needs nothing beyond that counter and the seed (no generator state in the checkpoint), and
+needs nothing beyond that counter and the run's seed (no generator state in the checkpoint), and
 two streams never share numbers unless their hashed keys land within ``n`` of each other in
 ``2^64`` (probability ~``n / 2^63``).
 
@@ -27,12 +27,12 @@ tensor's shape and strides because indices follow the row-major order):
   ``1 - u`` lies on the same grid (``logit(u)`` is exactly antisymmetric, never infinite).
 - ``normal_(t, key)``: Box-Muller, ``r = sqrt(-2 log a)``, ``(r cos 2 pi b, r sin 2 pi b)``, with
   ``a`` in (0, 1] and ``b`` in [0, 1): in float32 the low 32 bits and the high 24 bits of one
-  64-bit word (one hash per *pair* of normals), in float64 53 bits of two independent words. The first half of the
-  flat output takes the cosines, the second half the sines. numba's scalar ``log``/``cos``/
-  ``sin`` do not vectorize on this machine (measured ~12x slower than torch's), so in float32 the
-  cosine and sine are polynomials after a quarter-turn reduction (``cos_sin_2pi_f32``, error
-  below 1e-7) inside the hashing loop and only the log is torch's (three passes in all); float64
-  uses torch's log, sqrt, cos and sin. Normals are therefore bit-exact on the same torch build
+  64-bit word (one hash per *pair* of normals), in float64 53 bits of two independent words.
+  The first half of the flat output takes the cosines, the second half the sines. numba's
+  scalar ``log``/``cos``/``sin`` do not vectorize on this machine (measured ~12x slower than
+  torch's), so in float32 the cosine and sine are polynomials after a quarter-turn reduction
+  (``cos_sin_2pi_f32``, error below 1e-7) inside the hashing loop and only the log is torch's
+  (three passes in all); float64 uses torch's log, sqrt, cos and sin. Normals are therefore bit-exact on the same torch build
   and CPU, not necessarily across builds. Float32 normals are bounded by ``|z| <= sqrt(66 log 2)
   ~= 6.76`` (``P(|Z| > 6.76) ~= 1.4e-11``).
 
