@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ._jit import col_sums
+
 __all__ = ["Design"]
 
 _DUMMY_2D = np.zeros((2, 2), order="F")
@@ -18,7 +20,7 @@ _DUMMY_I = np.zeros(1, dtype=np.int32)
 
 
 class Design:
-    """Dense (Fortran) or CSC design with its kernel arrays and column norms."""
+    """Dense (Fortran) or CSC design with its kernel arrays, column sums and squared norms."""
 
     def __init__(self, X):
         if sp.issparse(X):
@@ -30,7 +32,6 @@ class Design:
             self.data = X.data
             self.indices = X.indices.astype(np.int32, copy=False)
             self.indptr = X.indptr.astype(np.int32, copy=False)
-            self.col_norms2 = np.asarray(X.multiply(X).sum(axis=0)).ravel()
         else:
             X = np.asfortranarray(X, dtype=np.float64)
             self.is_sparse = False
@@ -39,8 +40,10 @@ class Design:
             self.data = _DUMMY_F
             self.indices = _DUMMY_I
             self.indptr = _DUMMY_I
-            self.col_norms2 = np.einsum("ij,ij->j", X, X)
         self.n, self.p = X.shape
+        self.col_sums = np.empty(self.p)
+        self.col_norms2 = np.empty(self.p)
+        col_sums(*self.arrays, self.p, self.col_sums, self.col_norms2)
 
     @property
     def arrays(self):

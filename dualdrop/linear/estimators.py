@@ -155,13 +155,13 @@ class _SparseLinearBase(BaseEstimator):
         return _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
 
     def _scales(self, X):
+        if self.scaling == "none":
+            return np.ones(X.shape[1])
         n = X.shape[0]
         if sp.issparse(X):
             c = np.asarray(X.multiply(X).sum(axis=0)).ravel() / n
         else:
             c = np.einsum("ij,ij->j", X, X) / n
-        if self.scaling == "none":
-            return np.ones(X.shape[1])
         s = np.sqrt(c)
         s[s == 0] = 1.0
         return s
