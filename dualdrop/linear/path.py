@@ -140,7 +140,7 @@ def _run_chunk(est, X, y, alphas):
 
 
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
-                        alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-4,
+                        alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-5,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
                         solver_params=None):
     """Fit along a decreasing ``alpha`` grid with warm starts.

@@ -55,7 +55,7 @@ class BaseSolver:
 
     name = "solver"
     requires: tuple = ()
-    default_tol = 1e-4
+    default_tol = 1e-5
     default_max_iter = 100
     supports_positive = False  # the constraint w >= 0 (Problem.positive)
     _COMMON = ("tol", "max_iter", "verbose")

@@ -382,7 +382,8 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
             m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg,
                                  score)
             gb = abs(G.sum()) if problem.fit_intercept else 0.0
-            crit = max(float(m), float(gb))
+            scale = problem.criterion_scale(history[-1])
+            crit = max(float(m), float(gb)) / scale
             if crit <= tol:
                 converged = True
                 break
@@ -392,7 +393,7 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
                 ws = _select_ws(score, w, size)
             else:
                 ws = all_feats
-            tol_in = max(0.3 * crit, 0.1 * tol)
+            tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
             if quad:
                 zero_thresholds(code, params, t_in, ws, T)
                 r = np.ascontiguousarray(y - z)
