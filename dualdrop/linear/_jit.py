@@ -219,3 +219,68 @@ def col_sums(X, data, indices, indptr, is_sparse, p, sums, sq):
                 q += v * v
         sums[j] = s
         sq[j] = q
+
+
+# ----------------------------------------------------------------------------------------------
+# row (group) penalties of multi-output models: Omega applied to the row norm ||W_j||_2
+
+
+@njit(cache=True)
+def block_prox(code, params, v, t, out):
+    """Prox of ``t Omega(||.||_2)`` at the vector ``v``, into ``out``; returns the new norm.
+
+    For ``Omega`` even and nondecreasing in ``|x|`` the minimizer of
+    ``1/2 ||x - v||^2 + t Omega(||x||)`` lies on the ray of ``v`` (for a fixed norm, the
+    distance to ``v`` is smallest along it), so it is ``v / ||v|| * prox(||v||, t)``: the scalar
+    prox of :func:`prox_step` applied to the norm. For the l1 penalty this is group soft
+    thresholding (the L2,1 norm of multi-task Lasso)."""
+    nv = 0.0
+    for k in range(v.shape[0]):
+        nv += v[k] * v[k]
+    nv = np.sqrt(nv)
+    if nv == 0.0:
+        out[:] = 0.0
+        return 0.0
+    r = prox_step(code, params, nv, t, False)
+    f = r / nv
+    for k in range(v.shape[0]):
+        out[k] = f * v[k]
+    return r
+
+
+@njit(cache=True)
+def row_norms(W, out):
+    """``out[j] = ||W_j||_2`` for the rows of ``W``."""
+    for j in range(W.shape[0]):
+        s = 0.0
+        for k in range(W.shape[1]):
+            s += W[j, k] * W[j, k]
+        out[j] = np.sqrt(s)
+
+
+@njit(cache=True)
+def block_scores(grad, W, lips, lam_w, code, params, out):
+    """Block gradient mapping ``L_j ||W_j - prox_{lam_j Omega(||.||) / L_j}(W_j - grad_j / L_j)||``
+    of every row (the multi-output analogue of :func:`scores_from_grad`) into ``out``; returns
+    the max."""
+    T = W.shape[1]
+    v = np.empty(T)
+    new = np.empty(T)
+    m = 0.0
+    for j in range(W.shape[0]):
+        L = lips[j]
+        if L == 0.0:
+            out[j] = 0.0
+            continue
+        for k in range(T):
+            v[k] = W[j, k] - grad[j, k] / L
+        block_prox(code, params, v, lam_w[j] / L, new)
+        s = 0.0
+        for k in range(T):
+            d = W[j, k] - new[k]
+            s += d * d
+        s = L * np.sqrt(s)
+        out[j] = s
+        if s > m:
+            m = s
+    return m

@@ -96,8 +96,7 @@ class Problem:
         """``sqrt(2 max(F, 1e-10 F_null) Lbar)``: what the raw violation is divided by (see the
         module docstring); ``F`` the objective at the current point."""
         if self._f_null is None:
-            b0 = self.initial_intercept()
-            self._f_null = self.datafit.value(self.y, np.full(self.n, b0))
+            self._f_null = self.objective(self.zeros(), self.initial_intercept())
         f = max(float(F), 1e-10 * self._f_null)
         return float(np.sqrt(2.0 * f * self._lbar)) if f > 0 else 1.0
 
@@ -127,6 +126,10 @@ class Problem:
         viol = np.where(self.lips > 0, L * np.abs(w - new), 0.0)
         return max(float(np.max(viol, initial=0.0)), gb)
 
+    def zeros(self):
+        """The null coefficients."""
+        return np.zeros(self.p)
+
     def initial_intercept(self):
         return self.datafit.intercept_init(self.y) if self.fit_intercept else 0.0
 
@@ -136,7 +139,7 @@ class SolverResult:
     """What a solver returns: the fit, the objective history and how it stopped."""
 
     coef: np.ndarray
-    intercept: float
+    intercept: float  # one per output (an array) for multi-output problems
     n_iter: int
     objective: np.ndarray  # objective after each iteration (index 0: at the start)
     criterion: float  # final optimality criterion (see Problem.criterion)

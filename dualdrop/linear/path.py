@@ -68,13 +68,21 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
 
     For multiclass logistic the largest over the one-vs-rest problems; ``y`` may hold any class
     labels the estimator accepts (strings included)."""
+    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params)
+
+
+def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None):
+    """Smallest ``alpha`` with ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for every ``j``, given
+    the gradient magnitudes ``g`` (``|g_j|``, or the row norms ``||g_j||_2`` of a multi-output
+    gradient: the block prox is 0 exactly when the scalar prox of the norm is) and the
+    curvatures ``L`` of the features with ``L > 0``."""
     follow = _penalty.follows_alpha(penalty_params)
 
     def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
         return _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
 
     P = pen(1.0)
-    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params)
     if g.size == 0 or not np.any(g):
         return 0.0
     gmax = float(np.max(g))
