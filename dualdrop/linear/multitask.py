@@ -163,6 +163,12 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
         self.verbose = verbose
         self.penalty_weights = penalty_weights
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.single_output = False  # as scikit-learn's MultiTaskLasso: y is 2-D
+        tags.target_tags.multi_output = True
+        return tags
+
     def _check_data(self, X, Y, reset):
         X, Y = _validate_data(self, X, Y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True, multi_output=True, reset=reset)
