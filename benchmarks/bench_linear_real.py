@@ -5,6 +5,8 @@ Every row solves one problem with every method, objective evaluated by one funct
 
 - Lasso ``(1/2n)||y - Xw - b||^2 + alpha ||w||_1`` (scikit-learn's ``Lasso``, skglm's ``Lasso``,
   ours ``SparseLinearRegression(scaling="none")``), intercept fitted, ``alpha = alpha_max / 20``;
+- multi-output Lasso ``(1/2n)||Y - XW - 1b^T||_F^2 + alpha sum_j ||W_j||_2`` (scikit-learn's and
+  skglm's ``MultiTaskLasso``, ours ``SparseMultiTaskRegression(scaling="none")``), three outputs;
 - l1 logistic ``(1/n) sum log(1 + exp(-y z)) + alpha ||w||_1`` (skglm's
   ``SparseLogisticRegression``, ours; scikit-learn has no solver for this exact problem: liblinear
   penalizes the intercept and saga does not converge on raw columns), ``alpha = alpha_max / 20``.
@@ -37,7 +39,8 @@ import scipy.sparse as sp  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dualdrop.linear import SparseLinearRegression, SparseLogisticRegression  # noqa: E402
+from dualdrop.linear import (SparseLinearRegression, SparseLogisticRegression,  # noqa: E402
+                             SparseMultiTaskRegression)
 
 TOLS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9]  # skglm hangs at 1e-10 on raw columns
 
@@ -56,6 +59,10 @@ def datasets(sparse_n=2000, sparse_p=10000, density=0.01):
     w[rng.choice(sparse_p, 50, replace=False)] = rng.standard_normal(50)
     ys = Xs @ w + 0.1 * rng.standard_normal(sparse_n)
     std = lambda X: StandardScaler().fit_transform(X)  # noqa: E731
+    # three outputs on different scales: the disease score, a noisy linear mix of the raw
+    # columns, and the score in other units plus noise
+    Yd = np.column_stack([yd, Xd[:, :4] @ rng.standard_normal(4) + rng.standard_normal(len(yd)),
+                          1e-2 * yd + rng.standard_normal(len(yd))])
     return [
         ("diabetes poly2 raw", "lasso", Pd, yd),
         ("diabetes poly2 std", "lasso", std(Pd), yd),
@@ -63,10 +70,14 @@ def datasets(sparse_n=2000, sparse_p=10000, density=0.01):
         ("breast_cancer raw", "logistic", Xb, yb),
         ("breast_cancer poly2 raw", "logistic", Pb, yb),
         ("breast_cancer poly2 std", "logistic", std(Pb), yb),
+        ("diabetes poly2 raw, 3 outputs", "multitask", Pd, Yd),
+        ("diabetes poly2 std, 3 outputs", "multitask", std(Pd), Yd),
     ]
 
 
 def alpha_max(kind, X, y):
+    if kind == "multitask":
+        return float(np.max(np.linalg.norm(X.T @ (y - y.mean(axis=0)), axis=1))) / len(y)
     if kind == "lasso":
         return float(np.max(np.abs(X.T @ (y - y.mean())))) / len(y)
     yy = np.where(y == y.max(), 1.0, -1.0)
@@ -75,6 +86,10 @@ def alpha_max(kind, X, y):
 
 
 def objective(kind, X, y, alpha, coef, b):
+    if kind == "multitask":  # coef: outputs x features
+        R = y - np.asarray(X @ coef.T) - b
+        return 0.5 * float((R ** 2).sum()) / len(y) + alpha * float(
+            np.linalg.norm(coef, axis=0).sum())
     coef = np.ravel(coef)
     z = np.asarray(X @ coef).ravel() + float(np.ravel(b)[0] if np.ndim(b) else b)
     if kind == "lasso":
@@ -87,6 +102,15 @@ def methods(kind):
     import skglm
     from sklearn.linear_model import Lasso
 
+    if kind == "multitask":
+        from sklearn.linear_model import MultiTaskLasso
+
+        return {
+            "ours": (lambda a, t: SparseMultiTaskRegression(alpha=a, scaling="none", tol=t,
+                                                            max_iter=1000), 1e-5),
+            "skglm": (lambda a, t: skglm.MultiTaskLasso(alpha=a, tol=t, max_iter=1000), 1e-4),
+            "sklearn": (lambda a, t: MultiTaskLasso(alpha=a, tol=t, max_iter=100000), 1e-4),
+        }
     if kind == "lasso":
         return {
             "ours": (lambda a, t: SparseLinearRegression(alpha=a, scaling="none", tol=t,

@@ -31,13 +31,16 @@ from .anderson import extrapolate
 NAME = "bcd"
 
 
-@njit(cache=True)
+_FM = {"reassoc", "contract"}  # lets LLVM vectorize the loops over samples (finite data)
+
+
+@njit(cache=True, fastmath=_FM)
 def _restricted_objective(R, W, ws, lam_w, code, params, norms):
-    n = R.shape[0]
+    n = R.shape[1]
     s = 0.0
-    for i in range(n):
-        for k in range(R.shape[1]):
-            s += R[i, k] * R[i, k]
+    for t in range(R.shape[0]):
+        for i in range(n):
+            s += R[t, i] * R[t, i]
     for jj in range(ws.shape[0]):
         j = ws[jj]
         q = 0.0
@@ -47,48 +50,47 @@ def _restricted_objective(R, W, ws, lam_w, code, params, norms):
     return 0.5 * s / n + penalty_sum(norms, ws, lam_w, code, params)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FM)
 def _axpy_rows(X, data, indices, indptr, is_sparse, j, delta, R):
-    """``R -= x_j delta^T``."""
-    T = R.shape[1]
-    if is_sparse:
-        for k in range(indptr[j], indptr[j + 1]):
-            i = indices[k]
-            x = data[k]
-            for t in range(T):
-                R[i, t] -= x * delta[t]
-    else:
-        for i in range(R.shape[0]):
-            x = X[i, j]
-            if x != 0.0:
-                for t in range(T):
-                    R[i, t] -= x * delta[t]
+    """``R -= delta x_j^T`` (``R`` is the residual transposed, ``T x n``)."""
+    for t in range(R.shape[0]):
+        d = delta[t]
+        if d == 0.0:
+            continue
+        if is_sparse:
+            for k in range(indptr[j], indptr[j + 1]):
+                R[t, indices[k]] -= d * data[k]
+        else:
+            for i in range(R.shape[1]):
+                R[t, i] -= d * X[i, j]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FM)
 def _centre(R, b):
-    """Move the column means of ``R`` into ``b``; returns the norm of the move."""
-    n, T = R.shape
+    """Move the means of the rows of ``R`` (``T x n``) into ``b``; returns the norm of the
+    move."""
+    T, n = R.shape
     s = 0.0
     for t in range(T):
         m = 0.0
         for i in range(n):
-            m += R[i, t]
+            m += R[t, i]
         m /= n
         if m != 0.0:
             b[t] += m
             for i in range(n):
-                R[i, t] -= m
+                R[t, i] -= m
         s += m * m
     return np.sqrt(s)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FM)
 def _inner_bcd(X, data, indices, indptr, is_sparse, ws, W, R, b, fit_intercept, Lin, means,
                lam_w, code, params, tol_in, max_epochs, K):
     """Block CD passes over the rows ``ws`` until the largest scaled row move is below
-    ``tol_in``; updates ``W``, ``R`` (the residual) and ``b`` in place. Returns the passes."""
-    n, T = R.shape
+    ``tol_in``; updates ``W``, ``R`` (the residual transposed, ``T x n``: each output's residual
+    contiguous) and ``b`` in place. Returns the passes."""
+    T, n = R.shape
     nws = ws.shape[0]
     g = np.empty(T)
     v = np.empty(T)
@@ -109,18 +111,15 @@ def _inner_bcd(X, data, indices, indptr, is_sparse, ws, W, R, b, fit_intercept, 
             L = Lin[j]
             if L == 0.0:
                 continue
-            g[:] = 0.0
-            if is_sparse:
-                for k in range(indptr[j], indptr[j + 1]):
-                    i = indices[k]
-                    x = data[k]
-                    for t in range(T):
-                        g[t] += x * R[i, t]
-            else:
-                for i in range(n):
-                    x = X[i, j]
-                    for t in range(T):
-                        g[t] += x * R[i, t]
+            for t in range(T):
+                acc = 0.0
+                if is_sparse:
+                    for k in range(indptr[j], indptr[j + 1]):
+                        acc += data[k] * R[t, indices[k]]
+                else:
+                    for i in range(n):
+                        acc += X[i, j] * R[t, i]
+                g[t] = acc
             for t in range(T):
                 v[t] = W[j, t] + (g[t] + c[t] * n * means[j]) / (n * L)
             block_prox(code, params, v, lam_w[j] / L, new)
@@ -138,9 +137,10 @@ def _inner_bcd(X, data, indices, indptr, is_sparse, ws, W, R, b, fit_intercept, 
             d = L * np.sqrt(dn)
             if d > maxd:
                 maxd = d
-        for i in range(n):
-            for t in range(T):
-                R[i, t] += c[t]
+        for t in range(T):
+            if c[t] != 0.0:
+                for i in range(n):
+                    R[t, i] += c[t]
         if fit_intercept:
             m = _centre(R, b)
             if m > maxd:
@@ -243,11 +243,11 @@ class BCD(BaseSolver):
                 else:
                     ws = all_rows
                 tol_in = max(0.3 * crit, 0.1 * tol) * scale
-                R = np.ascontiguousarray(Y - Z)
+                R = np.ascontiguousarray((Y - Z).T)
                 total_inner += int(_inner_bcd(*des.arrays, ws, W, R, b, problem.fit_intercept,
                                               Lin, means, lam_w, code, params, tol_in,
                                               max_epochs, int(anderson)))
-                Z = Y - R
+                Z = Y - R.T
                 history.append(problem.objective(W, b, Z))
                 bar.update(1)
                 bar.set_postfix(crit=f"{crit:.2e}", ws=len(ws))
