@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._jit import col_sums
+from ._jit import col_sums, csc_rmatvec
 
 __all__ = ["Design"]
 
@@ -24,8 +24,10 @@ class Design:
 
     def __init__(self, X):
         if sp.issparse(X):
-            X = sp.csc_matrix(X, dtype=np.float64)
-            X.sort_indices()
+            if X.format != "csc" or X.dtype != np.float64:
+                X = sp.csc_matrix(X, dtype=np.float64)
+            if not X.has_sorted_indices:
+                X = X.sorted_indices()  # a copy: the caller's matrix is left as it was
             self.is_sparse = True
             self.X = X
             self.dense = _DUMMY_2D
@@ -54,6 +56,11 @@ class Design:
         return np.asarray(self.X @ w).ravel()
 
     def rmatvec(self, v):
+        if self.is_sparse and v.ndim == 1:
+            out = np.empty(self.p)
+            csc_rmatvec(self.data, self.indices, self.indptr,
+                        np.ascontiguousarray(v, dtype=np.float64), out)
+            return out
         return np.asarray(self.X.T @ v).ravel()
 
     def columns(self, idx):

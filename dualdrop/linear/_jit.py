@@ -284,3 +284,13 @@ def block_scores(grad, W, lips, lam_w, code, params, out):
         if s > m:
             m = s
     return m
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def csc_rmatvec(data, indices, indptr, v, out):
+    """``out = X^T v`` for a CSC design (no transposed copy of the matrix, unlike ``X.T @ v``)."""
+    for j in range(out.shape[0]):
+        s = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            s += data[k] * v[indices[k]]
+        out[j] = s

@@ -73,6 +73,8 @@ class Problem:
         return self._lglobal
 
     def z(self, w, b):
+        if not np.any(w):  # the null model (start points, the criterion's scale): no product
+            return np.full(self.n, float(b))
         return self.design.matvec(w) + b
 
     def penalty_value(self, w):

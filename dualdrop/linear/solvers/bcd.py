@@ -226,7 +226,7 @@ class BCD(BaseSolver):
         score = np.zeros(problem.p)
         all_rows = np.arange(problem.p, dtype=np.int64)
         converged, crit, it, total_inner = False, np.inf, 0, 0
-        with progress(max_iter, verbose, NAME) as bar, single_thread_blas():
+        with progress(max_iter, verbose, NAME) as bar, single_thread_blas(des):
             for it in range(1, max_iter + 1):
                 G = (Z - Y) / problem.n
                 grad = np.ascontiguousarray(des.X.T @ G)

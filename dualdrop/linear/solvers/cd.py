@@ -376,7 +376,7 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     crit = np.inf
     it = 0
     total_inner = 0
-    with progress(max_iter, verbose, "cd") as bar, single_thread_blas():
+    with progress(max_iter, verbose, "cd") as bar, single_thread_blas(des):
         for it in range(1, max_iter + 1):
             G = problem.datafit.raw_grad(y, z)
             m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg,
