@@ -27,6 +27,7 @@ from ._base import BaseSolver
 from ._common import progress, single_thread_blas
 from .._jit import block_prox, block_scores, penalty_sum, row_norms
 from .anderson import extrapolate
+from .cd import _quadratic_curvatures, _select_ws
 
 NAME = "bcd"
 
@@ -182,18 +183,6 @@ def _inner_bcd(X, data, indices, indptr, is_sparse, ws, W, R, b, fit_intercept, 
     return ep + 1
 
 
-def _select_rows(score, W, size):
-    """Nonzero rows first, then the largest positive scores; at most ``size`` rows."""
-    nz = np.any(W != 0.0, axis=1)
-    cand = np.flatnonzero((score > 0.0) | nz)
-    if cand.size <= size:
-        return cand.astype(np.int64)
-    key = score[cand].copy()
-    key[nz[cand]] = np.inf
-    sub = np.argpartition(key, cand.size - size)[cand.size - size:]
-    return np.sort(cand[sub]).astype(np.int64)
-
-
 class BCD(BaseSolver):
     """Working-set block coordinate descent for multi-output least squares with a row penalty
     (``dualdrop.linear.multitask.MultiTaskProblem``). Options as :class:`.cd.CD`:
@@ -214,13 +203,7 @@ class BCD(BaseSolver):
         des = problem.design
         Y = problem.y
         lips, lam_w = problem.lips, problem.lam_w
-        if problem.fit_intercept:
-            means = des.col_sums / des.n
-            Lin = lips - means * means
-            Lin[Lin <= 1e-12 * lips] = 0.0  # constant columns: absorbed by the intercepts
-        else:
-            means = np.zeros(des.p)
-            Lin = lips.copy()
+        Lin, means, _ = _quadratic_curvatures(problem)
         Z = problem.z(W, b)
         history = [problem.objective(W, b, Z)]
         score = np.zeros(problem.p)
@@ -238,8 +221,8 @@ class BCD(BaseSolver):
                     converged = True
                     break
                 if working_set:
-                    nnz = int(np.count_nonzero(np.any(W != 0.0, axis=1)))
-                    ws = _select_rows(score, W, min(problem.p, max(p0, 2 * nnz)))
+                    nz = np.any(W != 0.0, axis=1)
+                    ws = _select_ws(score, nz, min(problem.p, max(p0, 2 * int(nz.sum()))))
                 else:
                     ws = all_rows
                 tol_in = max(0.3 * crit, 0.1 * tol) * scale

@@ -318,22 +318,16 @@ def _score_thresholds(code, params, lam_w, lips):
     return T * lips
 
 
-def _select_ws(score, w, size):
-    """Nonzero features first, then the largest positive scores; at most ``size`` features.
-    Features scoring 0 (optimal at 0) are left out: they only cost passes."""
-    cand = np.flatnonzero((score > 0.0) | (w != 0.0))
-    if 0 < cand.size <= size:
+def _select_ws(score, nz, size):
+    """Nonzero features (``nz``) first, then the largest positive scores; at most ``size``
+    features. Features scoring 0 (optimal at 0) are left out: they only cost passes."""
+    cand = np.flatnonzero((score > 0.0) | nz)
+    if cand.size <= size:
         return cand.astype(np.int64)
-    p = score.shape[0]
-    if size >= p:
-        return np.arange(p, dtype=np.int64)
-    key = score.copy()
-    key[w != 0] = np.inf
-    if cand.size:
-        sub = np.argpartition(key[cand], cand.size - size)[cand.size - size:]
-        return np.sort(cand[sub]).astype(np.int64)
-    idx = np.argpartition(key, p - size)[p - size:]
-    return np.sort(idx).astype(np.int64)
+    key = score[cand].copy()
+    key[nz[cand]] = np.inf
+    sub = np.argpartition(key, cand.size - size)[cand.size - size:]
+    return np.sort(cand[sub]).astype(np.int64)
 
 
 class CD(BaseSolver):
@@ -390,7 +384,7 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
             if working_set:
                 nnz = int(np.count_nonzero(w))
                 size = min(problem.p, max(p0, 2 * nnz))
-                ws = _select_ws(score, w, size)
+                ws = _select_ws(score, w != 0.0, size)
             else:
                 ws = all_feats
             tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
