@@ -59,7 +59,7 @@ class _SparseLinearCVBase(BaseEstimator):
     }
 
     def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
-                 cv=None, n_jobs=None, solver="auto", tol=1e-4, max_iter=None,
+                 cv=None, n_jobs=None, solver="auto", tol=1e-5, max_iter=None,
                  fit_intercept=True, scaling="dropout", solver_params=None, verbose=False,
                  positive=False, penalty_weights=None):
         self.penalty = penalty
@@ -214,7 +214,7 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
                                     "scoring": [str, callable]}
 
     def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
-                 cv=None, n_jobs=None, scoring="neg_log_loss", solver="auto", tol=1e-4,
+                 cv=None, n_jobs=None, scoring="neg_log_loss", solver="auto", tol=1e-5,
                  max_iter=None, fit_intercept=True, scaling="dropout", solver_params=None,
                  verbose=False, positive=False, penalty_weights=None):
         super().__init__(penalty, penalty_params, l1_ratio=l1_ratio, alphas=alphas, eps=eps,

@@ -80,6 +80,16 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
     labels the estimator accepts (strings included). ``l1_ratio`` and ``sample_weight`` as in
     the estimators (``l1_ratio < 1`` divides the convex value by ``l1_ratio``, as scikit-learn's
     ElasticNet grid does)."""
+    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
+                             sample_weight)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
+
+
+def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0):
+    """Smallest ``alpha`` with ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for every ``j``, given
+    the gradient magnitudes ``g`` (``|g_j|``, or the row norms ``||g_j||_2`` of a multi-output
+    gradient: the block prox is 0 exactly when the scalar prox of the norm is) and the
+    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators."""
     follow = _penalty.follows_alpha(penalty_params)
 
     def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
@@ -87,8 +97,6 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
         return _penalty.with_ridge(P, l1_ratio)
 
     P = pen(1.0)
-    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
-                             sample_weight)
     if g.size == 0 or not np.any(g):
         return 0.0
     gmax = float(np.max(g))
@@ -196,7 +204,7 @@ def check_alphas(alphas):
 
 
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
-                        alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-4,
+                        alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-5,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
                         solver_params=None, l1_ratio=1.0, sample_weight=None):
     """Fit along a decreasing ``alpha`` grid with warm starts.

@@ -26,7 +26,7 @@ from numba import njit
 from ._base import BaseSolver
 from ._common import progress, single_thread_blas
 from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, scores_from_grad,
-                    zero_threshold, zero_thresholds)
+                    threshold_closed_form, zero_thresholds)
 from .anderson import extrapolate
 
 NAME = "cd"
@@ -284,32 +284,50 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, sw, ws, w, z, b, fit
 
 
 def _quadratic_curvatures(problem):
-    """``(Lin, means, T)`` of :func:`_inner_quadratic`: curvatures of the (implicitly) centred
-    columns, the column means (zeros without intercept) and the prox zero thresholds."""
+    """``(Lin, means, t)`` of :func:`_inner_quadratic`: curvatures of the (implicitly) centred
+    columns, the column means (zeros without intercept) and the coordinate prox steps
+    ``lam_j / Lin_j`` (their zero thresholds are filled per working set, see
+    ``_jit.zero_thresholds``)."""
     des = problem.design
     if problem.fit_intercept:
-        means = np.asarray(des.X.sum(axis=0)).ravel() / des.n
+        means = des.col_sums / des.n
         Lin = problem.lips - means * means
         Lin[Lin <= 1e-12 * problem.lips] = 0.0  # constant columns: absorbed by the intercept
     else:
         means = np.zeros(des.p)
         Lin = problem.lips.copy()
+    return Lin, means, _steps(problem.lam_w, Lin)
+
+
+def _steps(lam_w, L):
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(Lin > 0, problem.lam_w / np.where(Lin > 0, Lin, 1.0), 0.0)
-    T = np.empty(des.p)
-    zero_thresholds(*problem.spec, t, T)
-    return Lin, means, T
+        return np.where(L > 0, lam_w / np.where(L > 0, L, 1.0), 0.0)
 
 
-def _select_ws(score, w, size):
-    """Nonzero features first, then the largest scores; ``size`` features in all."""
-    p = score.shape[0]
-    if size >= p:
-        return np.arange(p, dtype=np.int64)
-    key = score.copy()
-    key[w != 0] = np.inf
-    idx = np.argpartition(key, p - size)[p - size:]
-    return np.sort(idx).astype(np.int64)
+def _score_thresholds(code, params, lam_w, lips):
+    """Zero thresholds of the outer scores in gradient units (``L_j T(lam_j / L_j)``), where
+    they cost nothing: a closed form, or one bisection when every step is the same (standardized
+    columns); ``-1`` (unknown: the score calls the prox) otherwise."""
+    t = _steps(lam_w, lips)
+    p = t.shape[0]
+    pos = t[lips > 0]
+    if not (threshold_closed_form(code, params) or pos.size == 0 or np.all(pos == pos[0])):
+        return np.full(p, -1.0)
+    T = np.full(p, np.nan)
+    zero_thresholds(code, params, t, np.arange(p, dtype=np.int64), T)
+    return T * lips
+
+
+def _select_ws(score, nz, size):
+    """Nonzero features (``nz``) first, then the largest positive scores; at most ``size``
+    features. Features scoring 0 (optimal at 0) are left out: they only cost passes."""
+    cand = np.flatnonzero((score > 0.0) | nz)
+    if cand.size <= size:
+        return cand.astype(np.int64)
+    key = score[cand].copy()
+    key[nz[cand]] = np.inf
+    sub = np.argpartition(key, cand.size - size)[cand.size - size:]
+    return np.sort(cand[sub]).astype(np.int64)
 
 
 class CD(BaseSolver):
@@ -346,34 +364,34 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     all_feats = np.arange(problem.p, dtype=np.int64)
     lips, lam_w = problem.lips, problem.lam_w
     if quad:
-        Lin, means, T = _quadratic_curvatures(problem)
-    # the prox step shared by most coordinates (all of them on a standardized design) and the
-    # interval of steps its prox maps to 0: lets CD skip prox calls for zeros that stay zero
-    pos = np.flatnonzero(lips > 0)
-    t_ref = float(lam_w[pos[0]] / lips[pos[0]]) if pos.size else -1.0
-    T_ref = float(zero_threshold(code, params, t_ref)) if pos.size else 0.0
+        Lin, means, t_in = _quadratic_curvatures(problem)
+        T = np.full(problem.p, np.nan)  # zero thresholds of the inner steps, filled per ws
+    # the interval of gradients the prox maps to 0: lets CD skip prox calls for zeros that stay 0
+    Tg = _score_thresholds(code, params, lam_w, lips)
     converged = False
     crit = np.inf
     it = 0
     total_inner = 0
-    with progress(max_iter, verbose, "cd") as bar, single_thread_blas():
+    with progress(max_iter, verbose, "cd") as bar, single_thread_blas(des):
         for it in range(1, max_iter + 1):
             G = problem.datafit.raw_grad(y, z)
-            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, t_ref,
-                                 T_ref, score)
+            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg,
+                                 score)
             gb = abs(G.sum()) if problem.fit_intercept else 0.0
-            crit = max(float(m), float(gb))
+            scale = problem.criterion_scale(history[-1])
+            crit = max(float(m), float(gb)) / scale
             if crit <= tol:
                 converged = True
                 break
             if working_set:
                 nnz = int(np.count_nonzero(w))
                 size = min(problem.p, max(p0, 2 * nnz))
-                ws = _select_ws(score, w, size)
+                ws = _select_ws(score, w != 0.0, size)
             else:
                 ws = all_feats
-            tol_in = max(0.3 * crit, 0.1 * tol)
+            tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
             if quad:
+                zero_thresholds(code, params, t_in, ws, T)
                 r = np.ascontiguousarray(y - z)
                 n_in, b = _inner_quadratic(*arrs, ws, w, r, float(b), problem.fit_intercept, Lin,
                                            means, T, lam_w, code, params, positive, tol_in,
