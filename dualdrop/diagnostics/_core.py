@@ -177,10 +177,30 @@ class HessianOperator:
         Z = self._probes(probes, seed)
         return float((Z * self.matvec(Z)).sum() / probes)
 
-    def frob2(self, probes: int = 30, seed: int = 0) -> float:
-        """Hutchinson estimate of ``||H||_F^2 = Tr(H^2) = E ||H z||^2``."""
+    def frob2(self, probes: int = 30, seed: int = 0, basis=None) -> float:
+        """Estimate of ``||H||_F^2 = Tr(H^2)``.
+
+        Without ``basis``: Hutchinson, ``E ||H z||^2`` over Rademacher ``z``.  With
+        ``basis=(Q, HQ)`` (``Q`` of shape ``(D, m)`` with orthonormal columns, ``HQ = H @ Q``) the
+        split ``||H||_F^2 = ||H Q||_F^2 + ||H (I - Q Q^T)||_F^2``: the first part exact, the second
+        by Hutchinson on probes projected off ``span(Q)``.  The estimate is then never below
+        ``||H Q||_F^2 >= ||Q^T H Q||_F^2``, so for any ``Sigma`` whose range lies in ``span(Q)``
+        the Cauchy--Schwarz bound ``|<H, Sigma>_F| <= ||H||_F ||Sigma||_F`` holds with the
+        estimate in place of ``||H||_F`` (plain Hutchinson can fall below ``||Q^T H Q||_F`` and
+        give cosines above 1); it is unbiased and has a smaller variance when ``span(Q)`` holds
+        much of ``H``'s mass.
+        """
+        if basis is None:
+            Z = self._probes(probes, seed)
+            return float((self.matvec(Z) ** 2).sum() / probes)
+        Q, HQ = basis
+        Q = Q.to(self.fp.theta.dtype)
+        exact = float((HQ.double() ** 2).sum())
+        if probes == 0 or Q.shape[1] >= self.fp.dim:
+            return exact
         Z = self._probes(probes, seed)
-        return float((self.matvec(Z) ** 2).sum() / probes)
+        Z = Z - Q @ (Q.T @ Z)
+        return exact + float((self.matvec(Z).double() ** 2).sum() / probes)
 
 
 def hessian_eigs(model, loss_fn, X, y, k: int = 5, *, params=None, which: str = "LA",
