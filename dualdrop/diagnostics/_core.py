@@ -282,31 +282,42 @@ def _cov_out(U: torch.Tensor, dense):
     return LowRankCov(U)
 
 
-def sgd_noise_cov(model, loss_fn, X, y, batch_size: int, *, params=None, dense=None):
+def sgd_noise_cov(model, loss_fn, X, y, batch_size: int, *, params=None, dense=None,
+                  population: int | None = None):
     """Covariance of the minibatch gradient ``g_B = (1/b) sum_{i in B} g_i`` around the full one.
 
-    Convention: the minibatch ``B`` is ``b = batch_size`` of the ``n`` given points drawn uniformly
-    **without replacement**.  With ``C = (1/n) sum_i (g_i - g)(g_i - g)^T`` the per-sample gradient
-    covariance (``g`` the full-batch gradient),
+    Convention: the minibatch ``B`` is ``b = batch_size`` points drawn uniformly **without
+    replacement** from a population of ``N`` points.  With ``C = (1/N) sum_i (g_i - g)(g_i - g)^T``
+    the population's per-sample gradient covariance (``g`` its mean gradient),
 
-        Cov(g_B) = (n - b) / (b (n - 1)) * C,
+        Cov(g_B) = (N - b) / (b (N - 1)) * C,
 
-    which is ``C / b`` for ``b << n`` and ``0`` at ``b = n``.  Per-sample gradients come from
-    ``vmap(grad)`` with the model in eval mode (no dropout noise: this is the data-sampling noise
-    alone).  Returns a dense ``(D, D)`` tensor while ``D <= DENSE_LIMIT`` (unless ``dense=False``),
-    else a :class:`LowRankCov` with ``U = sqrt(coef / n) (G - g)^T`` of rank ``<= n``.
+    which is ``C / b`` for ``b << N`` and ``0`` at ``b = N``.  ``population=None`` takes the
+    ``n`` given points as the population (``N = n``).  Otherwise ``(X, y)`` is a uniform sample
+    of a training set of ``N = population`` points, e.g. the subset a training run is measured
+    on while its minibatches come from all of its training data: ``C`` is then estimated by
+    ``(N - 1)/N`` times the unbiased sample covariance ``S^2 = 1/(n - 1) sum (g_i - gbar)(...)^T``
+    (finite-population sampling: ``E S^2 = N/(N-1) C``), i.e. ``Cov(g_B) = (N - b)/(b N) S^2``;
+    the two forms agree at ``N = n``.  Per-sample gradients come from ``vmap(grad)`` with the
+    model in eval mode (no dropout noise: this is the data-sampling noise alone).  Returns a dense
+    ``(D, D)`` tensor while ``D <= DENSE_LIMIT`` (unless ``dense=False``), else a
+    :class:`LowRankCov` with ``U`` proportional to ``(G - gbar)^T``, of rank ``<= n``.
     """
     _check_model(model, loss_fn, X, y)
     n = X.shape[0]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size={batch_size!r}; expected an int in [1, n={n}]")
+    N = n if population is None else population
+    if isinstance(N, bool) or not isinstance(N, int) or N < n:
+        raise ValueError(f"population={population!r}; expected None or an int >= n={n} (the size "
+                         "of the training set the given points were drawn from)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= N:
+        raise ValueError(f"batch_size={batch_size!r}; expected an int in [1, N={N}]")
     if n < 2:
         raise ValueError("sgd_noise_cov needs at least 2 samples")
     fp = FlatParams(model, params)
     with _mode(model, False):
         G = fp.per_sample_grads(loss_fn, X, y).detach()
-    coef = (n - batch_size) / (batch_size * (n - 1))
-    U = (G - G.mean(0)).T * float(np.sqrt(coef / n))
+    coef = (N - batch_size) / (batch_size * N * (n - 1))  # times sum (g_i - gbar)(...)^T
+    U = (G - G.mean(0)).T * float(np.sqrt(coef))
     return _cov_out(U, dense)
 
 

@@ -173,7 +173,7 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
         energy = float((Vh.T.double() @ Sigma.U.double()).pow(2).sum())
     else:
         energy = float((Vh.T.double() @ Sigma.double() @ Vh.double()).diagonal().sum())
-    energy /= tr_s
+    energy = energy / tr_s if tr_s > 0 else float("nan")  # Sigma = 0: no direction to share
     # the null's exact mean and variance (Haar Q, fixed spectra); Cantelli's one-sided bound
     # P(X - mu >= t) <= var / (var + t^2) turns them into a valid p-value without sampling
     null_mean = tr_h * tr_s / (D * nh * ns) if nh * ns > 0 else float("nan")

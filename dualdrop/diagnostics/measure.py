@@ -50,7 +50,7 @@ def weights_and_biases(name: str) -> bool:
 
 def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: int = 128,
             n_samples: int = 64, probes: int = 20, params=weights_and_biases,
-            seed: int = 0) -> dict:
+            seed: int = 0, population: int | None = None) -> dict:
     """Noise-vs-curvature summary of ``model`` on ``(X, y)``; a dict of plain floats.
 
     ``sparsifier`` (the handle ``dualdrop.nn.sparsify`` returned) only labels the result with its
@@ -61,7 +61,10 @@ def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: in
     deviation, closed forms), ``{p}_p_value`` (Cantelli's bound on the null's p-value, see
     :func:`~dualdrop.diagnostics.alignment`), ``{p}_overlap_topk`` (top-``k`` eigenspace overlap
     of ``H`` and ``Sigma``), ``{p}_energy_topk``; ``dropout_noise`` is 1.0 when the model draws
-    noise.  ``seed`` seeds torch's global generator (the noise draws), the Lanczos start and the
+    noise.  ``population``: the size of the training set ``(X, y)`` was drawn from, whose
+    minibatches of ``batch_size`` the SGD noise describes (:func:`sgd_noise_cov`; ``None``:
+    ``(X, y)`` itself, so ``batch_size`` must be below ``n`` for any SGD noise).
+    ``seed`` seeds torch's global generator (the noise draws), the Lanczos start and the
     Hutchinson probes; the caller's RNG state is *not* restored (the training hook,
     ``dualdrop.train.diagnose_hook``, saves and restores it around the call).
     """
@@ -84,8 +87,8 @@ def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: in
     out.update({f"lambda_{i + 1}": float(v) for i, v in enumerate(vals)})
     if sparsifier is not None:
         out["method"] = getattr(sparsifier, "method", str(sparsifier))
-    covs = {"sgd": sgd_noise_cov(model, loss_fn, X, y, min(batch_size, X.shape[0]),
-                                 params=params, dense=False)}
+    covs = {"sgd": sgd_noise_cov(model, loss_fn, X, y, batch_size, params=params, dense=False,
+                                 population=population)}
     try:
         covs["drop"] = dropout_noise_cov(model, loss_fn, X, y, n_samples=n_samples, params=params,
                                          dense=False, seed=seed)

@@ -65,8 +65,11 @@ def subset(n_val: int, samples: int, seed: int) -> np.ndarray:
 
 
 def diagnose_row(model, sparsifier, X_val: torch.Tensor, y_val: torch.Tensor, *, samples: int,
-                 seed: int, batch_size: int, device: torch.device) -> dict:
-    """``diag_*`` columns for the current weights; every random state is left as it was."""
+                 seed: int, batch_size: int, n_train: int, device: torch.device) -> dict:
+    """``diag_*`` columns for the current weights; every random state is left as it was.
+
+    The SGD noise is that of the run's minibatches: ``batch_size`` of ``n_train`` points, its
+    per-sample covariance estimated on the subset (``population=n_train``)."""
     from dualdrop.diagnostics import measure
 
     t0 = time.perf_counter()
@@ -75,7 +78,8 @@ def diagnose_row(model, sparsifier, X_val: torch.Tensor, y_val: torch.Tensor, *,
     state = rng_state(device)
     try:
         res = measure(model, F.cross_entropy, X, y, sparsifier, k=TOP_K,
-                      batch_size=min(batch_size, len(idx)), n_samples=NOISE_DRAWS, seed=seed)
+                      batch_size=batch_size, n_samples=NOISE_DRAWS, seed=seed,
+                      population=max(n_train, len(idx)))
     finally:
         set_rng_state(state, device)
     row = {f"{PREFIX}{k}": float(v) for k, v in res.items() if k != "method"}

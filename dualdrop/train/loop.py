@@ -331,7 +331,7 @@ def _train_epochs(run: _Run, last: int) -> None:
             if diagnose_hook.due(epoch + 1, cfg.diagnose_every, cfg.epochs) and run.dist.main:
                 row.update(diagnose_hook.diagnose_row(
                     run.model, run.sp, Xva, yva, samples=cfg.diagnose_samples, seed=cfg.seed,
-                    batch_size=cfg.batch_size, device=run.device))
+                    batch_size=cfg.batch_size, n_train=run.n_train, device=run.device))
             run.history.append(row)
             run.dist.check_in_sync(run.model)
             _save(run, epoch)
