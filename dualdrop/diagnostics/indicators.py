@@ -13,7 +13,10 @@ Algorithm", ICLR 2024).  The cosine ``<H, S>_F / (||H||_F ||S||_F)``, and the to
 overlap ``||V_H^T V_S||_F^2 / k`` (1 for equal top-``k`` eigenspaces, about ``k / D`` for random
 ones).  Its null model keeps both spectra and draws ``S``'s eigenvectors Haar-uniformly:
 ``S_0 = Q diag(s) Q^T``; since ``E[Q A Q^T] = Tr(A)/D * I``, the null mean of ``<H, S_0>`` is
-``Tr(H) Tr(S) / D``, the same quantity as ``Tr(H Sigma_bar)`` above.
+``Tr(H) Tr(S) / D``, the same quantity as ``Tr(H Sigma_bar)`` above, and its variance has a closed
+form too (``alignment``'s docstring), which gives a p-value bound without sampling D x D rotations.
+Above the dense limit ``||H||_F`` is estimated exactly on ``range(Sigma)`` and by Hutchinson off
+it, which keeps the cosine in ``[-1, 1]`` (``docs/diagnostics.md``, section 1).
 
 ``H`` may be a dense tensor or a :class:`~dualdrop.diagnostics.HessianOperator`; ``Sigma`` a dense
 tensor or a :class:`~dualdrop.diagnostics.LowRankCov`.
@@ -117,9 +120,9 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
               trace_h: float | None = None) -> dict:
     """Cosine and top-``k`` eigenspace overlap of ``Sigma`` with ``H``, against a spectral null.
 
-    Returns ``{"cosine", "inner" (= Tr(H Sigma)), "overlap", "energy", "null_mean", "null_std", "null_cosines", "p_value",
-    "null_mean_exact", "null_std_exact", "p_value_bound"}`` where ``energy = Tr(P_k Sigma) /
-    Tr(Sigma)`` is the share of the noise's variance inside ``H``'s top-``k`` eigenspace, and the
+    Returns ``{"cosine", "inner" (= Tr(H Sigma)), "overlap", "energy", "null_mean", "null_std",
+    "null_cosines", "p_value", "null_mean_exact", "null_std_exact", "p_value_bound"}`` where
+    ``energy = Tr(P_k Sigma) / Tr(Sigma)`` is the share of the noise's variance inside ``H``'s top-``k`` eigenspace, and the
     null draws ``null_samples`` matrices ``Q diag(spec(Sigma)) Q^T`` with Haar ``Q``;
     ``p_value = (1 + #{null cosine >= cosine}) / (1 + null_samples)``.
 
@@ -180,7 +183,8 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
     var = (2 * max(nh2 - tr_h ** 2 / D, 0.0) * max(ns2 - tr_s ** 2 / D, 0.0)
            / ((D - 1) * (D + 2))) / (nh2 * ns2) if nh * ns > 0 else float("nan")
     t = cos - null_mean
-    out = {"cosine": cos, "inner": inner, "overlap": overlap, "energy": energy, "null_mean_exact": null_mean,
+    out = {"cosine": cos, "inner": inner, "overlap": overlap, "energy": energy,
+           "null_mean_exact": null_mean,
            "null_std_exact": float(np.sqrt(var)),
            "p_value_bound": float(var / (var + t * t)) if t > 0 else 1.0,
            "null_mean": float("nan"), "null_std": float("nan"), "null_cosines": [],
