@@ -122,8 +122,9 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
 
     Returns ``{"cosine", "inner" (= Tr(H Sigma)), "overlap", "energy", "null_mean", "null_std",
     "null_cosines", "p_value", "null_mean_exact", "null_std_exact", "p_value_bound"}`` where
-    ``energy = Tr(P_k Sigma) / Tr(Sigma)`` is the share of the noise's variance inside ``H``'s top-``k`` eigenspace, and the
-    null draws ``null_samples`` matrices ``Q diag(spec(Sigma)) Q^T`` with Haar ``Q``;
+    ``energy = Tr(P_k Sigma) / Tr(Sigma)`` is the share of the noise's variance inside ``H``'s
+    top-``k`` eigenspace, and the null draws ``null_samples`` matrices ``Q diag(spec(Sigma)) Q^T``
+    with Haar ``Q``;
     ``p_value = (1 + #{null cosine >= cosine}) / (1 + null_samples)``.
 
     Closed forms, at any size: the null mean ``Tr(H) Tr(S) / (D ||H|| ||S||)``, the null standard
