@@ -97,6 +97,31 @@ def plot(runs: dict, path: Path) -> None:
     print("wrote", path)
 
 
+def table(runs: dict) -> str:
+    """Markdown rows: one per run and diagnosed epoch."""
+    head = ("| run | epoch | val. err | nonzero | λ₁ | SGD ratio | SGD cos | SGD top-5 overlap "
+            "| dropout ratio | dropout cos | dropout top-5 overlap | Tr(HΣ_drop)/Tr(HΣ_SGD) | "
+            "max p-value |")
+    lines = [head, "|" + "---|" * 13]
+
+    def f(v, fmt):
+        return "–" if v != v else format(v, fmt)
+
+    for name, rs in runs.items():
+        for r in rs:
+            rel = r["diag_drop_trace"] / r["diag_sgd_trace"]
+            p = max(r["diag_sgd_p_value"], r["diag_drop_p_value"]
+                    if r["diag_drop_p_value"] == r["diag_drop_p_value"] else 0.0)
+            lines.append(
+                f"| {name} | {r['epoch']} | {100 * r['val_error']:.2f}% | "
+                f"{r['nonzero_total']:.3f} | {r['diag_lambda_1']:.1f} | "
+                f"{r['diag_sgd_ratio']:.0f} | {r['diag_sgd_cosine']:.3f} | "
+                f"{r['diag_sgd_overlap_topk']:.2f} | {f(r['diag_drop_ratio'], '.0f')} | "
+                f"{f(r['diag_drop_cosine'], '.3f')} | {f(r['diag_drop_overlap_topk'], '.2f')} | "
+                f"{f(rel, '.3f')} | {p:.1e} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None, help="MNIST folder (default: embedded digits)")
@@ -116,6 +141,7 @@ def main():
     FIG.mkdir(exist_ok=True)
     (FIG / "diag_methods.json").write_text(json.dumps(runs, indent=1) + "\n")
     plot(runs, FIG / "diag_methods.png")
+    print(table(runs))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ the noiseless arm: the noise its twin would draw there).  Outputs: ``--runs/twin
 
     python3 benchmarks/diag_twin.py --data-dir data/mnist --epochs 10 --every 2 \\
         --samples 256 --runs results/diag_mnist          # ~15 min on a loaded 2-core machine
+    python3 benchmarks/diag_twin.py --summary results/diag_mnist results/diag_mnist_seed1
 """
 
 from __future__ import annotations
@@ -142,8 +143,33 @@ def run_arm(name: str, noisy: bool, a, data) -> None:
                                                 "hparams": hp, "epochs": a.epochs}) + "\n")
 
 
+def summary(dirs: list[str]) -> str:
+    """Markdown rows comparing the two arms, per run folder (seed) and diagnosed epoch."""
+    head = ("| runs | epoch | arm | val. err | nonzero | λ₁ | Tr(H) | Tr(HΣ_SGD) | SGD cos | "
+            "Tr(HΣ_drop)/Tr(HΣ_SGD) | dropout cos |")
+    lines = [head, "|" + "---|" * 11]
+    for d in dirs:
+        files = {arm: Path(d) / arm / "history.json" for arm in ARMS}
+        hist = {arm: [r for r in json.loads(f.read_text()) if "diag_n" in r]
+                for arm, f in files.items() if f.is_file()}
+        for i in range(max((len(h) for h in hist.values()), default=0)):
+            for arm, rows in hist.items():
+                if i < len(rows):
+                    r = rows[i]
+                    lines.append(
+                        f"| {d} | {r['epoch']} | {arm} | {100 * r['val_error']:.2f}% | "
+                        f"{r['nonzero_total']:.3f} | {r['diag_lambda_1']:.2f} | "
+                        f"{r['diag_trace_h']:.1f} | {r['diag_sgd_trace']:.3g} | "
+                        f"{r['diag_sgd_cosine']:.3f} | "
+                        f"{r['diag_drop_trace'] / r['diag_sgd_trace']:.3g} | "
+                        f"{r['diag_drop_cosine']:.3f} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--summary", nargs="+", metavar="RUNS",
+                    help="print the comparison table of these --runs folders and exit")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--every", type=int, default=2)
@@ -151,6 +177,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", default="results/diag_mnist")
     a = ap.parse_args()
+    if a.summary:
+        print(summary(a.summary))
+        return
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)  # as the training loop: shrinking weights stay fast
     data = load_dataset(a.data_dir, seed=a.seed)
