@@ -19,6 +19,7 @@ batch, e.g. ``torch.nn.functional.cross_entropy``.
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
@@ -322,7 +323,7 @@ def sgd_noise_cov(model, loss_fn, X, y, batch_size: int, *, params=None, dense=N
 
 
 def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, *, params=None,
-                      dense=None, seed: int | None = 0):
+                      dense=None, seed: int | None = 0, batch_size: int | None = None):
     """Covariance of the full-batch gradient over the model's own noise, at fixed data and weights.
 
     The model is put in train mode and the gradient ``g_s = grad L(theta; noise_s)`` on all of
@@ -333,6 +334,15 @@ def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, 
     ``seed`` seeds torch's global generator for reproducibility (``None`` leaves it alone).
     Returns the unbiased sample covariance ``(1/(S-1)) sum_s (g_s - gbar)(g_s - gbar)^T``: dense
     while ``D <= DENSE_LIMIT`` (unless ``dense=False``), else a :class:`LowRankCov` of rank ``< S``.
+
+    ``batch_size``: the noise of a training step's gradient on a minibatch of that size,
+    ``E_B Cov_noise(g_B)``, instead of the gradient on all of ``X``: ``X`` is cut into
+    ``n // batch_size`` consecutive batches (a remainder is left out, with a warning), the
+    covariance over ``n_samples`` draws is taken on each, and they are averaged (factor rank
+    ``< S`` per batch).  It matters for noise drawn independently per example (local
+    reparameterization, per-example gates, ``nn.Dropout``): it averages out over a batch, so the
+    covariance on ``n`` points is ``batch_size / n`` times a batch's.  Noise drawn once per
+    forward pass and shared by the batch (weight noise, per-weight gates) barely averages out.
     A ``ValueError`` is raised if the gradient does not change between samples (no noise in train
     mode: an eta-trick method, or no dropout layer).
     """
@@ -341,24 +351,39 @@ def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, 
         raise ValueError(f"n_samples={n_samples!r}; expected an int >= 2")
     if sampler is not None and not callable(sampler):
         raise TypeError("sampler must be callable as sampler(model, s) or None")
+    n = X.shape[0]
+    if batch_size is None:
+        bounds = [(0, n)]
+    else:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
+                or not 1 <= batch_size <= n:
+            raise ValueError(f"batch_size={batch_size!r}; expected None or an int in [1, n={n}]")
+        bounds = [(j, j + batch_size) for j in range(0, n - batch_size + 1, batch_size)]
+        if n % batch_size:
+            warnings.warn(f"dropout_noise_cov: the last {n % batch_size} of n={n} points are left "
+                          f"out (batches of {batch_size})", stacklevel=2)
     fp = FlatParams(model, params)
     named = dict(model.named_parameters())
     ps = [named[k] for k in fp.names]
     if seed is not None:
         torch.manual_seed(seed)
-    rows = []
+    factors, moved = [], False
     with _mode(model, True):
-        for s in range(n_samples):
-            if sampler is not None:
-                sampler(model, s)
-            loss = loss_fn(model(X), y)
-            gs = torch.autograd.grad(loss, ps, allow_unused=True)
-            rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
-                                   for p, g in zip(ps, gs)]).detach())
-    G = torch.stack(rows)
-    if float((G - G[0]).abs().max()) == 0.0:
+        for lo, hi in bounds:
+            rows = []
+            for s in range(n_samples):
+                if sampler is not None:
+                    sampler(model, s)
+                loss = loss_fn(model(X[lo:hi]), y[lo:hi])
+                gs = torch.autograd.grad(loss, ps, allow_unused=True)
+                rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                                       for p, g in zip(ps, gs)]).detach())
+            G = torch.stack(rows)
+            moved = moved or float((G - G[0]).abs().max()) > 0.0
+            factors.append((G - G.mean(0)).T / float(np.sqrt(n_samples - 1)))
+    if not moved:
         raise ValueError("dropout_noise_cov: the gradient is identical across samples -- the model "
                          "draws no noise in train mode (no dropout layer, or a noiseless method "
                          "such as the eta-trick); its dropout-noise covariance is zero")
-    U = (G - G.mean(0)).T / float(np.sqrt(n_samples - 1))
+    U = torch.cat(factors, dim=1) / float(np.sqrt(len(factors)))
     return _cov_out(U, dense)

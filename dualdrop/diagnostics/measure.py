@@ -50,7 +50,8 @@ def weights_and_biases(name: str) -> bool:
 
 def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: int = 128,
             n_samples: int = 64, probes: int = 20, params=weights_and_biases,
-            seed: int = 0, population: int | None = None) -> dict:
+            seed: int = 0, population: int | None = None,
+            drop_batch_size: int | None = None) -> dict:
     """Noise-vs-curvature summary of ``model`` on ``(X, y)``; a dict of plain floats.
 
     ``sparsifier`` (the handle ``dualdrop.nn.sparsify`` returned) only labels the result with its
@@ -64,6 +65,8 @@ def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: in
     noise.  ``population``: the size of the training set ``(X, y)`` was drawn from, whose
     minibatches of ``batch_size`` the SGD noise describes (:func:`sgd_noise_cov`; ``None``:
     ``(X, y)`` itself, so ``batch_size`` must be below ``n`` for any SGD noise).
+    ``drop_batch_size``: measure the dropout noise of the gradient on minibatches of that size
+    (:func:`dropout_noise_cov`'s ``batch_size``) instead of on all of ``(X, y)``.
     ``seed`` seeds torch's global generator (the noise draws), the Lanczos start and the
     Hutchinson probes; the caller's RNG state is *not* restored (the training hook,
     ``dualdrop.train.diagnose_hook``, saves and restores it around the call).
@@ -91,7 +94,7 @@ def measure(model, loss_fn, X, y, sparsifier=None, *, k: int = 5, batch_size: in
                                  population=population)}
     try:
         covs["drop"] = dropout_noise_cov(model, loss_fn, X, y, n_samples=n_samples, params=params,
-                                         dense=False, seed=seed)
+                                         dense=False, seed=seed, batch_size=drop_batch_size)
         out["dropout_noise"] = 1.0
     except ValueError:
         out["dropout_noise"] = 0.0

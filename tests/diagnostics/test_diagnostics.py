@@ -123,6 +123,14 @@ def test_bernoulli_dropout_cov_matches_closed_form():
     S = dg.dropout_noise_cov(model, half_mse, X, y, n_samples=6000, seed=0)
     rel = float(torch.linalg.norm(S - ref) / torch.linalg.norm(ref))
     assert rel < 0.08, rel
+    # per minibatch of b: E_B Cov(g_B) = (n/b) * Cov(g) for noise independent per example
+    Sb = dg.dropout_noise_cov(model, half_mse, X, y, n_samples=6000, seed=1, batch_size=2)
+    rel = float(torch.linalg.norm(Sb - 3 * ref) / torch.linalg.norm(3 * ref))
+    assert rel < 0.08, rel
+    with pytest.warns(UserWarning, match="last 2 of n=6"):
+        dg.dropout_noise_cov(model, half_mse, X, y, n_samples=3, batch_size=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        dg.dropout_noise_cov(model, half_mse, X, y, n_samples=3, batch_size=7)
     assert model.training  # mode restored (nn.Sequential default is train)
 
 
