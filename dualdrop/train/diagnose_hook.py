@@ -22,7 +22,7 @@ The data: a fixed subset of the *validation* split (never the test set), the fir
 ``diagnose_samples`` points of a permutation drawn from the run's seed, so the same points are
 measured at every epoch and across methods trained with that seed.  Cost: about ``n``
 Hessian-vector products on ``n`` points for the SGD noise plus ``NOISE_DRAWS`` noisy gradients;
-on LeNet-300-100 with ``n = 256`` roughly 40 s on one CPU thread.
+on LeNet-300-100 with ``n = 256`` 20-50 s on one CPU thread of a loaded machine.
 """
 
 from __future__ import annotations
@@ -75,11 +75,13 @@ def diagnose_row(model, sparsifier, X_val: torch.Tensor, y_val: torch.Tensor, *,
     t0 = time.perf_counter()
     idx = torch.from_numpy(subset(len(y_val), samples, seed)).to(X_val.device)
     X, y = X_val[idx], y_val[idx]
+    population = max(n_train, len(idx))
     state = rng_state(device)
     try:
+        # a batch as large as the training set is full-batch descent: no SGD noise (nan ratios)
         res = measure(model, F.cross_entropy, X, y, sparsifier, k=TOP_K,
-                      batch_size=batch_size, n_samples=NOISE_DRAWS, seed=seed,
-                      population=max(n_train, len(idx)))
+                      batch_size=min(batch_size, population), n_samples=NOISE_DRAWS, seed=seed,
+                      population=population)
     finally:
         set_rng_state(state, device)
     row = {f"{PREFIX}{k}": float(v) for k, v in res.items() if k != "method"}
