@@ -172,7 +172,7 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
             raise ValueError(f"h_eigs vectors must have shape ({D}, {k}), got {tuple(Vh.shape)}")
     else:
         wh, Vh = _top_eig(H, k)
-    overlap = float((Vh.T.double() @ Vs.double()).pow(2).sum()) / k
+    overlap = float((Vh.T.double() @ Vs.double()).pow(2).sum()) / k if tr_s > 0 else float("nan")
     if isinstance(Sigma, LowRankCov):
         energy = float((Vh.T.double() @ Sigma.U.double()).pow(2).sum())
     else:
@@ -187,7 +187,8 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
     out = {"cosine": cos, "inner": inner, "overlap": overlap, "energy": energy,
            "null_mean_exact": null_mean,
            "null_std_exact": float(np.sqrt(var)),
-           "p_value_bound": float(var / (var + t * t)) if t > 0 else 1.0,
+           "p_value_bound": (float("nan") if t != t else float(var / (var + t * t)) if t > 0
+                             else 1.0),
            "null_mean": float("nan"), "null_std": float("nan"), "null_cosines": [],
            "p_value": float("nan")}
     if null_samples == 0:
