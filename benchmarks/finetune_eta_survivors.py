@@ -9,7 +9,8 @@ tolerance (``--tol``, default: the sparsest one whose *validation* error in the 
 ``val_tol_sweep`` is at most ``--margin`` above the trained one), trains the plain network with
 Adam (learning rate decayed linearly to 0, batch 128) on the run's training split with every
 pruned weight held at 0, keeps the epoch of lowest validation error (epoch 0, the network
-before fine-tuning, included) and reads the test set once, for that epoch only.
+before fine-tuning, included) and reads the test set once, for that epoch only. ``--epochs 0``
+only reports the test error at the validation-chosen tolerance (no training).
 
 Usage (from the repository root)::
 
@@ -55,14 +56,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tol", type=float, default=None, help="test-time tolerance to fold")
     ap.add_argument("--margin", type=float, default=0.001,
                     help="validation margin for choosing the tolerance (default 0.001)")
-    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=20, help="fine-tuning epochs (0: none)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True, help="JSON file for the result")
     a = ap.parse_args(argv)
-    if a.epochs < 1 or not a.lr > 0:
-        raise SystemExit("--epochs must be >= 1 and --lr > 0")
+    if a.epochs < 0 or not a.lr > 0:
+        raise SystemExit("--epochs must be >= 0 (0: only the chosen tolerance's test error) and "
+                         "--lr > 0")
     torch.set_num_threads(1)
     run = Path(a.run)
     final = json.loads((run / "final.json").read_text())
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     Xva, yva = torch.from_numpy(data.X_val), torch.from_numpy(data.y_val)
     params = [p for p in net.parameters()]
     opt = torch.optim.Adam(params, lr=a.lr)
-    steps = math.ceil(len(ytr) / a.batch_size) * a.epochs
+    steps = max(1, math.ceil(len(ytr) / a.batch_size) * a.epochs)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
     g = torch.Generator().manual_seed(a.seed)
     best = (error_rate(net, Xva, yva), 0, {k: v.clone() for k, v in net.state_dict().items()})
