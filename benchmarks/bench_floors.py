@@ -1,37 +1,45 @@
 """Per-step cost of each sparsification method against its own floor, as ratios to dense.
 
 A method's *floor* is the dense training step plus the least extra work the method needs per step,
-counted from what it must compute and measured component by component in the same run:
+derived from what it must compute (``FLOOR_COUNTS``) and measured component by component in the
+same run:
 
 ===================  ==========================================================================
-component            what it costs (LeNet-300-100: 266,200 weights, batch 128)
+component            what it costs (each over all sparsified weights of the network)
 ===================  ==========================================================================
 ``pass``             one fused elementwise pass over the weights (read one or two weight-sized
                      tensors, write one): e.g. adding a penalty's gradient, applying a mask
 ``trans``            one pass with a transcendental per weight (exp, log, sigmoid)
 ``adam``             Adam over one extra weight-sized parameter (log-alpha, log-eta, log-sigma2)
-``rand``             one uniform (or normal) random number per weight
-``rand_act``         one normal random number per pre-activation (128 x 410)
-``matmul``           the layers' matmuls once more, forward and backward (local
-                     reparameterization's variance path)
+``rand``             one uniform random number per weight (torch's generator)
+``rand_cb``          one uniform per weight from the counter-based generator
+                     (``dualdrop.nn._noise``: reproducible from (seed, stream, step))
+``normal_cb``        one normal per weight from the counter-based generator
+``normal_act_cb``    one counter-based normal per pre-activation of the sparsified layers
+``matmul``           the sparsified layers' linear maps once more, forward and backward, on
+                     their inputs of a real step (local reparameterization's variance path)
 ===================  ==========================================================================
 
-The counts per method (``FLOOR_COUNTS``) are derived from the method's mathematics, not from our
-implementation: e.g. a penalty method must evaluate ``Omega'(w)`` and add it to the gradient (one
-fused pass); a hard-concrete gate per weight must draw ``u``, evaluate ``sigmoid((logit u +
-log a)/beta)`` forward (one transcendental pass), its derivative backward (one pass), the expected
-L0's gradient (one transcendental pass), mask the weight forward and backward (two passes), and
-update one more parameter per weight. The measured components are the cheapest torch eager forms
-of each (``out=``/in-place, preallocated buffers), so the floor is what a fused implementation on
-this CPU could approach, not a guess.
+The counts per method are derived from the method's mathematics, not from our implementation:
+e.g. a penalty method must evaluate ``Omega'(w)`` and add it to the gradient (one fused pass); a
+hard-concrete gate per weight must draw ``u``, evaluate ``sigmoid((logit u + log a)/beta)``
+forward (one transcendental pass), its derivative backward (one pass), the expected L0's gradient
+(one transcendental pass), mask the weight forward and backward (two passes), and update one more
+parameter per weight. The components are the cheapest torch eager forms of each (``out=``/in-place,
+preallocated buffers), so the floor is what a fused implementation on this CPU could approach.
 
 Each round times, interleaved: the dense step, every component, and every method's real step as
-``dualdrop.train`` runs it (fused Adam, the regularizer's gradient only, ``after_step``); the
-reported figures are medians over rounds, ratios to the dense median of the same run.
+``dualdrop.train`` runs it (fused Adam, the regularizer's gradient only, ``after_step``) twice:
+``before`` with ``dualdrop.nn._fused.ENABLED = False`` (the torch expressions and torch's
+generator) and ``after`` with the fused paths (the default). Figures are medians over rounds,
+ratios to the dense median of the same run; spreads are min-max over rounds; the load average is
+printed at the start and the end because the machine may be shared.
 
 Usage (from the repository root)::
 
-    python3 benchmarks/bench_floors.py --rounds 7 --steps 60 --threads 1
+    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --rounds 7 --steps 30 --clock cpu
+    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --sizes 784,1200,1200,10 --steps 10
+    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --model lenet5 --steps 5
 """
 
 from __future__ import annotations
@@ -43,50 +51,66 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dualdrop.nn import sparsify  # noqa: E402
+from dualdrop.nn import _fused, _noise, sparsify  # noqa: E402
+from dualdrop.nn._base import linear_op  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
+from dualdrop.train.models import build_model  # noqa: E402
 
-#: extra work per step of each method beyond the dense step (see the module docstring)
-FLOOR_COUNTS: dict[str, dict[str, int]] = {
+_PENALTY = {"pass": 1}  # grad += lam Omega'(w) (or the prox): one fused pass, no transcendental
+#: extra work per step of each method beyond the dense step (see the module docstring); ``r``
+#: stands for the number of neuron gates per step over the number of weights
+FLOOR_COUNTS: dict[str, dict[str, object]] = {
     "magnitude": {"pass": 2},  # mask forward, mask the gradient backward
-    "logsum": {"pass": 1},  # grad += lam sign(w)/(|w| + eps): one fused pass, no transcendental
-    "adatikhonov": {"pass": 1},  # grad += lam w/eta_hat(w): same work as logsum
-    "adaprox": {"pass": 1},  # prox w <- w eta/(eta + rho lam) with rho from Adam's v: one pass
-    "penalty:mcp": {"pass": 1},
+    "logsum": _PENALTY,
+    "adatikhonov": _PENALTY,  # grad += lam w/eta_hat(w): the same work as logsum
+    "adaprox": _PENALTY,  # w <- w eta/(eta + rho lam), rho from Adam's v
+    "penalty:mcp": _PENALTY,
+    "penalty:l1": _PENALTY,
     "eta-trick": {"pass": 1, "trans": 1, "adam": 1},  # w/eta and f'(eta) with eta = lam e^p
-    "hardconcrete": {"rand": 1, "trans": 2, "pass": 3, "adam": 1},
-    "hardconcrete-neuron": {"pass": 2},  # gates per input neuron: per-weight work is the mask
-    "vardrop": {"rand": 1, "trans": 1, "pass": 3, "adam": 1},  # w(1 + sqrt(a) e), KL grad
-    "vardrop-lr": {"matmul": 1, "rand_act": 1, "trans": 1, "pass": 2, "adam": 1},
-    "vardrop-lr-ar": {"matmul": 1, "rand_act": 1, "trans": 1, "pass": 2, "adam": 1},
+    "hardconcrete": {"rand_cb": 1, "trans": 2, "pass": 3, "adam": 1},
+    # a gate per input unit (Linear) or output channel (conv) and example: r gates per weight,
+    # each a random number, two transcendental passes (sample, derivative), three passes
+    "hardconcrete-neuron": {"rand_cb": "r", "trans": "2r", "pass": "3r"},
+    # w (1 + sqrt(a) e) forward (sqrt(a) = exp(la/2): one transcendental pass); backward the
+    # noise's and the KL's slopes (sigmoid(k2 + k3 la) needs a^-k3: a second transcendental pass)
+    "vardrop": {"normal_cb": 1, "trans": 2, "pass": 3, "adam": 1},
+    # the variance a w^2 (one exp pass) and its slopes with the KL's (a second one), the
+    # variance path's matmuls and one normal per pre-activation
+    "vardrop-lr": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
+    "vardrop-lr-ar": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
 }
 TARGETS = {"magnitude": 1.05, "logsum": 1.15, "adatikhonov": 1.15, "adaprox": 1.15,
-           "penalty:mcp": 1.15, "eta-trick": 1.15, "hardconcrete": 1.5, "vardrop": 1.5,
-           "hardconcrete-neuron": 1.5, "vardrop-lr": 2.2, "vardrop-lr-ar": 2.2}
-
-SIZES = (784, 300, 100, 10)
+           "penalty:mcp": 1.15, "penalty:l1": 1.15, "eta-trick": 1.15, "hardconcrete": 1.5,
+           "vardrop": 1.5, "hardconcrete-neuron": 1.5, "vardrop-lr": 2.2, "vardrop-lr-ar": 2.2}
 
 
-def lenet(sizes=SIZES) -> nn.Sequential:
+def lenet(sizes) -> nn.Sequential:
     layers = []
     for a, b in zip(sizes[:-1], sizes[1:]):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
 
-class Batches:
-    """A fixed pool of batches (synthetic MNIST-shaped unless real data is given)."""
+def make_model(args) -> nn.Module:
+    if args.model == "lenet5":
+        return build_model("lenet5", 784, 10)
+    return lenet(args.sizes)
 
-    def __init__(self, sizes, batch, n=4096, seed=0):
+
+class Batches:
+    """A fixed pool of synthetic MNIST-shaped batches."""
+
+    def __init__(self, n_in, n_out, batch, n=4096, seed=0):
         g = torch.Generator().manual_seed(seed)
-        self.X = torch.randn(n, sizes[0], generator=g)
-        self.y = torch.randint(0, sizes[-1], (n,), generator=g)
+        self.X = torch.randn(n, n_in, generator=g)
+        self.y = torch.randint(0, n_out, (n,), generator=g)
         self.batch = batch
         self.i = 0
 
@@ -104,38 +128,126 @@ def dense_step(model, opt, data):
     opt.step()
 
 
-def make_method(method, sizes, data, steps_total):
+def make_method(method, args, data, steps_total, fused: bool):
+    """The training step of ``method`` as ``dualdrop.train`` runs it, with the fused paths on or
+    off (``dualdrop.nn._fused.ENABLED``) while it runs."""
     torch.manual_seed(0)
-    model = lenet(sizes)
+    model = make_model(args)
     sp = sparsify(model, method)
     opt = make_adam(list(model.parameters()), sp.hparams["lr"])
     state = {"step": 0}
     n = 48000
 
     def step():
-        x, y = data.next()
-        loss = F.cross_entropy(model(x), y) + sp.regularizer(n, value=False)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        state["step"] += 1
-        sp.after_step(opt, state["step"], steps_total)
+        _fused.ENABLED = fused
+        try:
+            x, y = data.next()
+            loss = F.cross_entropy(model(x), y) + sp.regularizer(n, value=False)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            state["step"] += 1
+            sp.after_step(opt, state["step"], steps_total)
+        finally:
+            _fused.ENABLED = True
 
     return step
 
 
-def make_components(sizes, batch):
-    """One callable per floor component, each doing that work once for every layer."""
-    weights = [torch.randn(b, a) * 0.05 for a, b in zip(sizes[:-1], sizes[1:])]
+#: the minimal hand-written step each method is compared with (module docstring): ``mask``
+#: multiplies every weight by a fixed 0/1 mask in the forward; ``loop`` adds lam Omega'(w) of
+#: LogSum to every weight's gradient with one numba loop after the backward; ``adam`` adds one
+#: weight-sized parameter per weight tensor to the optimizer (its gradient filled by the loop);
+#: ``var`` adds to every layer's output its linear map of ``x^2`` with that extra parameter times
+#: fixed noise (local reparameterization's second matmul set, without any per-weight work)
+HAND = {"magnitude": "mask", "logsum": "loop", "adatikhonov": "loop", "adaprox": "loop",
+        "penalty:mcp": "loop", "penalty:l1": "loop", "eta-trick": "loop+adam",
+        "hardconcrete": "mask+adam", "vardrop": "mask+adam", "hardconcrete-neuron": "mask",
+        "vardrop-lr": "adam+var", "vardrop-lr-ar": "adam+var"}
+
+
+def make_hand(kind, args, data):
+    """The hand-written floor step ``kind`` (``HAND``'s values) on a fresh dense model."""
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    model = make_model(args)
+    weights = {n: p for n, p in model.named_parameters()
+               if n.endswith("weight") and p.dim() > 1}
+    g = torch.Generator().manual_seed(1)
+    masks = {n: (torch.rand(w.shape, generator=g) > 0.1).float() for n, w in weights.items()}
+    extra = ([nn.Parameter(torch.zeros_like(w)) for w in weights.values()]
+             if "adam" in kind else [])
+    opt = make_adam(list(model.parameters()) + extra, 1e-3)
+    lam, eps = 1e-3, 2.0
+    if "var" in kind:
+        layers = [m for m in linear_layers(model) if m.weight.dim() > 1]
+        noise = {}
+        for m, v in zip(layers, extra):
+            def hook(m, args, out, v=v):
+                e = noise.setdefault(m, torch.randn(out.shape, generator=g))
+                return out + linear_op(m, args[0] * args[0], v) * e
+            m.register_forward_hook(hook)
+
+    def step():
+        x, y = data.next()
+        if "mask" in kind:
+            params = dict(model.named_parameters())
+            params.update({n: w * masks[n] for n, w in weights.items()})
+            out = functional_call(model, params, (x,))
+        else:
+            out = model(x)
+        loss = F.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if "loop" in kind or extra:
+            for i, w in enumerate(weights.values()):
+                wf = w.detach().view(-1).numpy()
+                if "loop" in kind:
+                    _fused._penalty_slope_add(wf, 1, np.float32(lam), np.float32(eps),
+                                              np.float32(0.0), w.grad.view(-1).numpy())
+                if extra and "var" not in kind:
+                    extra[i].grad = torch.empty_like(w)
+                    _fused._penalty_slope(wf, 1, np.float32(lam), np.float32(eps),
+                                          np.float32(0.0), extra[i].grad.view(-1).numpy())
+        opt.step()
+
+    return step
+
+
+def linear_layers(model):
+    return [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+
+
+def record_inputs(model, data):
+    """``[(layer, input, output shape)]`` of every Linear/Conv2d layer in one forward."""
+    rec = []
+    hooks = [m.register_forward_hook(lambda m, a, o: rec.append((m, a[0].detach(), o.shape)))
+             for m in linear_layers(model)]
+    with torch.no_grad():
+        model(data.next()[0])
+    for h in hooks:
+        h.remove()
+    return rec
+
+
+def make_components(model, data):
+    """One callable per floor component, each doing that work once for every layer; and the
+    neuron gates per weight ``r``."""
+    rec = record_inputs(model, data)
+    weights = [m.weight.detach().clone() for m, _, _ in rec]
     bufs = [torch.empty_like(w) for w in weights]
     extra = [nn.Parameter(torch.zeros_like(w)) for w in weights]
     for p in extra:
         p.grad = torch.randn_like(p)
     opt = make_adam(extra, 1e-3)
     gen = torch.Generator().manual_seed(0)
-    acts = [torch.empty(batch, b) for b in sizes[1:]]
-    xs = [torch.randn(batch, a, requires_grad=True) for a in sizes[:-1]]
+    acts = [torch.empty(shape) for _, _, shape in rec]
+    xs = [x.clone().requires_grad_(i > 0) for i, (_, x, _) in enumerate(rec)]
     ws = [w.clone().requires_grad_(True) for w in weights]
+    n_w = sum(w.numel() for w in weights)
+    gates = sum(x.shape[0] * (m.in_features if isinstance(m, nn.Linear) else m.out_channels)
+                for m, x, _ in rec)
 
     def pass_():
         for w, g in zip(weights, bufs):
@@ -152,78 +264,136 @@ def make_components(sizes, batch):
         for o in bufs:
             o.uniform_(generator=gen)
 
-    def rand_act():
-        for a in acts:
-            a.normal_(generator=gen)
+    def rand_cb():
+        for i, o in enumerate(bufs):
+            _noise.uniform_(o, _noise.make_key(0, i, 0))
+
+    def normal_cb():
+        for i, o in enumerate(bufs):
+            _noise.normal_(o, _noise.make_key(0, i, 0))
+
+    def normal_act_cb():
+        for i, a in enumerate(acts):
+            _noise.normal_(a, _noise.make_key(0, i, 0))
 
     def matmul():
-        out = sum(F.linear(x, w).sum() for x, w in zip(xs, ws))
+        out = sum(linear_op(m, x, w).sum() for (m, _, _), x, w in zip(rec, xs, ws))
         out.backward()
 
-    return {"pass": pass_, "trans": trans, "adam": adam, "rand": rand, "rand_act": rand_act,
-            "matmul": matmul}
+    comps = {"pass": pass_, "trans": trans, "adam": adam, "rand": rand, "rand_cb": rand_cb,
+             "normal_cb": normal_cb, "normal_act_cb": normal_act_cb, "matmul": matmul}
+    return comps, gates / n_w, n_w
 
 
-def timeit(fn, steps):
-    t0 = time.perf_counter()
+def timeit(fn, steps, clock=time.perf_counter):
+    t0 = clock()
     for _ in range(steps):
         fn()
-    return (time.perf_counter() - t0) / steps
+    return (clock() - t0) / steps
+
+
+#: ``--clock`` choices: the process's CPU time (what the step costs; not inflated when other
+#: processes take the core away on a shared machine) or wall-clock time
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def add_common_args(ap, *, steps: int, clock: str) -> None:
+    """The options every step benchmark here shares."""
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
+    ap.add_argument("--steps", type=int, default=steps, help="steps timed per item and round")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--batch", type=int, default=128, help="batch size")
+    ap.add_argument("--model", choices=["mlp", "lenet5"], default="mlp",
+                    help="mlp: the MLP of --sizes; lenet5: LeNet-5-Caffe (dualdrop.train.models)")
+    ap.add_argument("--sizes", default="784,300,100,10",
+                    help="layer widths of the MLP, e.g. 784,1200,1200,10 for the wide network")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default=clock,
+                    help="wall: time.perf_counter; cpu: time.process_time (robust on a shared "
+                         "machine: the process's own CPU time, not the time others hold the core)")
+
+
+def run_rounds(items: dict, rounds: int, steps: int, clock) -> dict:
+    """Warm every item up, then time them interleaved: ``{name: [seconds per step, ...]}``."""
+    for fn in items.values():  # warm-up: compilation, allocator, optimizer state
+        timeit(fn, 5, clock)
+    times = {k: [] for k in items}
+    for r in range(rounds):
+        for k, fn in items.items():
+            times[k].append(timeit(fn, steps, clock))
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
+    return times
+
+
+def _count(c, r: float) -> float:
+    return float(c) if not isinstance(c, str) else (float(c[:-1] or 1) * r)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
-    ap.add_argument("--steps", type=int, default=60, help="steps timed per item and round")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--batch", type=int, default=128, help="batch size")
-    ap.add_argument("--sizes", default="784,300,100,10",
-                    help="layer widths of the MLP, e.g. 784,1200,1200,10 for the wide network")
+    add_common_args(ap, steps=30, clock="cpu")
     ap.add_argument("--methods", nargs="*", default=list(FLOOR_COUNTS), help="methods to time")
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="do not flush subnormal floats to zero (dualdrop.train flushes them by "
+                         "default, so the benchmark does too)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    sizes = tuple(int(s) for s in args.sizes.split(","))
     unknown = [m for m in args.methods if m not in FLOOR_COUNTS]
     if unknown:
         ap.error(f"--methods: no floor counts for {unknown}; known: {list(FLOOR_COUNTS)}")
-    data = Batches(sizes, args.batch)
+    flushed = not args.keep_denormals and torch.set_flush_denormal(True)
+    torch.set_num_threads(args.threads)
+    args.sizes = tuple(int(s) for s in args.sizes.split(","))
+    data = Batches(784 if args.model == "lenet5" else args.sizes[0],
+                   10 if args.model == "lenet5" else args.sizes[-1], args.batch)
+    clock = CLOCKS[args.clock]
     torch.manual_seed(0)
-    dmodel = lenet(sizes)
+    dmodel = make_model(args)
     dopt = make_adam(list(dmodel.parameters()), 1e-3)
     items = {"dense": lambda: dense_step(dmodel, dopt, data)}
-    items.update({f"component:{k}": f for k, f in make_components(sizes, args.batch).items()})
-    total = args.steps * (args.rounds + 1) * 10
-    items.update({m: make_method(m, sizes, data, total) for m in args.methods})
-    for fn in items.values():  # warm-up: compilation, allocator, optimizer state
-        timeit(fn, 5)
-    times = {k: [] for k in items}
-    for r in range(args.rounds):
-        for k, fn in items.items():
-            times[k].append(timeit(fn, args.steps))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    comps, r, n_w = make_components(dmodel, data)
+    items.update({f"component:{k}": f for k, f in comps.items()})
+    for kind in sorted({HAND[m] for m in args.methods}):
+        items[f"hand:{kind}"] = make_hand(kind, args, data)
+    total = 75000  # a long nominal schedule, as in a real run (magnitude prunes every 100 steps)
+    for m in args.methods:
+        items[f"{m} before"] = make_method(m, args, data, total, fused=False)
+        items[f"{m} after"] = make_method(m, args, data, total, fused=True)
+    load0 = os.getloadavg()
+    times = run_rounds(items, args.rounds, args.steps, clock)
+    load1 = os.getloadavg()
     med = {k: statistics.median(v) for k, v in times.items()}
     spread = {k: (min(v), max(v)) for k, v in times.items()}
     dense = med["dense"]
-    n_w = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
-    print(f"\nPer-step times, MLP {'-'.join(map(str, sizes))} ({n_w} weights), batch {args.batch}, "
+    what = ("LeNet-5-Caffe" if args.model == "lenet5"
+            else f"MLP {'-'.join(map(str, args.sizes))}")
+    print(f"\nPer-step times, {what} ({n_w} weights in Linear/Conv2d layers), batch {args.batch}, "
           f"{args.threads} thread(s), median of {args.rounds} interleaved rounds x {args.steps} "
-          f"steps; load average {os.getloadavg()[0]:.2f} at the end\n")
+          f"steps, {args.clock} clock, subnormals {'flushed' if flushed else 'kept'}; load "
+          f"average (1, 5, 15 min) {tuple(round(x, 2) for x in load0)} at the start, "
+          f"{tuple(round(x, 2) for x in load1)} at the end; neuron gates per weight r = {r:.3f}\n")
     print(f"dense step: {dense * 1e3:.3f} ms (min {spread['dense'][0] * 1e3:.3f}, max "
           f"{spread['dense'][1] * 1e3:.3f})\n")
     print("| component | ms | x dense |\n| --- | --- | --- |")
     for k in items:
         if k.startswith("component:"):
             print(f"| {k.split(':', 1)[1]} | {med[k] * 1e3:.3f} | {med[k] / dense:.3f} |")
-    print("\n| method | extra work per step | floor x dense | measured x dense | measured / floor "
-          "| target x dense | ms/step (min-max) |\n| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| hand-written step | ms | x dense (min-max) |\n| --- | --- | --- |")
+    for k in items:
+        if k.startswith("hand:"):
+            print(f"| {k[5:]} | {med[k] * 1e3:.3f} | {med[k] / dense:.3f} "
+                  f"({spread[k][0] / dense:.2f}-{spread[k][1] / dense:.2f}) |")
+    print("\n| method | extra work per step (derived) | floor x dense (components) | hand-written "
+          "floor x dense | before x dense | after x dense | after / floor | target x dense | "
+          "after ms (min-max) |\n|" + " --- |" * 9)
     for m in args.methods:
-        counts = FLOOR_COUNTS[m]
+        counts = {k: _count(c, r) for k, c in FLOOR_COUNTS[m].items()}
         floor = dense + sum(c * med[f"component:{k}"] for k, c in counts.items())
-        work = ", ".join(f"{c} {k}" for k, c in counts.items())
-        lo, hi = spread[m]
-        print(f"| {m} | {work} | {floor / dense:.2f} | {med[m] / dense:.2f} | "
-              f"{med[m] / floor:.2f} | {TARGETS.get(m, float('nan')):.2f} | {med[m] * 1e3:.2f} "
-              f"({lo * 1e3:.2f}-{hi * 1e3:.2f}) |")
+        work = ", ".join(f"{c:.3g} {k}" for k, c in counts.items())
+        a, b = med[f"{m} after"], med[f"{m} before"]
+        lo, hi = spread[f"{m} after"]
+        hand = f"{HAND[m]} {med['hand:' + HAND[m]] / dense:.2f}"
+        print(f"| {m} | {work} | {floor / dense:.2f} | {hand} | {b / dense:.2f} | "
+              f"{a / dense:.2f} | {a / floor:.2f} | {TARGETS.get(m, float('nan')):.2f} | "
+              f"{a * 1e3:.2f} ({lo * 1e3:.2f}-{hi * 1e3:.2f}) |")
     return 0
 
 

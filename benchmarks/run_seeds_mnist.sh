@@ -1,25 +1,21 @@
 #!/usr/bin/env bash
-# Several seeds of the paper's 200-epoch protocol on real MNIST (LeNet-300-100), one run at a time.
-# Resumable: rerun the same command to continue; finished runs (final.json present) are skipped,
-# interrupted ones continue exactly from their last checkpoint (--resume).
+# The paper's 200-epoch protocol on real MNIST (LeNet-300-100) over several seeds, every method:
+# the table with mean ± sample std (results/seeds_mnist/table.md) and the figure with seed bands.
+# Method by method (each method's error bars complete before the next starts), one run at a time.
+# Resumable: rerun the same command; finished runs are skipped, interrupted ones continue exactly.
 # Usage (from the repository root):
-#   METHODS="eta-trick" SEEDS="0 1 2" nohup nice -n 10 benchmarks/run_seeds_mnist.sh > results/seeds_mnist.log 2>&1 &
-# Results: results/seeds_mnist/<method>/seed<k>/final.json; summarize with
-#   python3 -m dualdrop compare --summarize results/seeds_mnist   (or read final.json)
+#   nohup nice -n 10 benchmarks/run_seeds_mnist.sh > results/seeds_mnist.log 2>&1 &
+#   METHODS="eta-trick" SEEDS="0 1 2" benchmarks/run_seeds_mnist.sh      # a subset
+# Table of whatever has finished so far (while it runs):
+#   python3 -m dualdrop compare --report-only --out results/seeds_mnist --methods $METHODS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 EPOCHS=${EPOCHS:-200}
-METHODS=${METHODS:-"eta-trick magnitude adatikhonov adaprox logsum vardrop-lr vardrop-lr-ar vardrop hardconcrete"}
+METHODS=${METHODS:-"eta-trick magnitude logsum vardrop-lr-ar adatikhonov adaprox hardconcrete vardrop-lr vardrop"}
 SEEDS=${SEEDS:-"0 1 2"}
 OUT=${OUT:-results/seeds_mnist}
-for seed in $SEEDS; do
-  for m in $METHODS; do
-    dir="$OUT/$m/seed$seed"
-    if [ -f "$dir/final.json" ]; then echo "done: $dir"; continue; fi
-    echo "$(date -u +%FT%TZ) start $dir"
-    python3 -m dualdrop sparsify --method "$m" --epochs "$EPOCHS" --seed "$seed" \
-        --data-dir "$DATA" --out "$dir" --threads 1 --no-progress --resume
-  done
-done
+# shellcheck disable=SC2086
+python3 -m dualdrop compare --methods $METHODS --seeds $SEEDS --epochs "$EPOCHS" \
+    --data-dir "$DATA" --out "$OUT" --threads 1 --no-progress

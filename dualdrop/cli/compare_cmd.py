@@ -5,6 +5,7 @@ Example::
     dualdrop compare --methods vardrop-lr logsum magnitude --epochs 200 \
         --data-dir data/mnist --out runs/compare
     dualdrop compare --methods logsum magnitude --out runs/digits     # embedded digits, seconds
+    dualdrop compare --methods logsum magnitude --seeds 0 1 2 --out runs/digits3  # error bars
 
 Resumable: the same command again (``--resume`` says so explicitly) continues; finished runs
 are skipped, unfinished ones continue exactly from their last checkpoint.
@@ -41,6 +42,10 @@ def register(subparsers) -> None:
                    help="train nothing: draw the figure and table from the runs already in --out "
                    "(finished or not), e.g. while a long comparison is still running")
     add_common(p)
+    p.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
+                   help="train every method once per seed into OUT/runs/<method>/seed<k> "
+                   "(method by method) and report mean ± standard deviation over the finished "
+                   "seeds, e.g. --seeds 0 1 2; replaces --seed")
     p.set_defaults(func=run)
 
 
@@ -67,6 +72,7 @@ def run(args) -> int:
                 threads=args.threads, progress=not args.no_progress,
                 stop_after=args.stop_after, flush_denormal=not args.keep_denormals,
                 select_tol_margin=args.select_tol_margin, init_from=args.init_from,
+                seeds=args.seeds,
             )
     except KeyboardInterrupt as exc:
         saved = f" ({exc})" if str(exc) else ""

@@ -146,6 +146,60 @@ class WeightState(nn.Module):
                     state_dict[new + target] = convert(self, value) if convert else value
 
 
+class NoiseState(WeightState):
+    """A state that draws noise in its training forward, from the counter-based generator of
+    ``dualdrop.nn._noise``: draw number ``noise_count`` of the state's seed is a pure function of
+    ``make_key(noise_seed, rank, noise_count)``. Seed and counter are host integers kept in the
+    state dict (extra state), so a checkpoint resumes the exact noise sequence and no device value
+    is read to make a key. Its seed comes from torch's global generator when the state is built
+    (seed it before ``sparsify``); the rank of ``torch.distributed`` (0 without it) separates the
+    processes of a data-parallel run, which see different data and need different noise.
+
+    A forward that computes a method's regularizer as a by-product (the expected L0 of the gates
+    it sampled, the KL of the variances it used) keeps that scalar with :meth:`keep_term`;
+    ``regularizer_term`` takes it with :meth:`take_term` (once; a term made under ``no_grad`` or
+    not taken before the next forward is dropped) and computes it afresh otherwise.
+    """
+
+    def init_noise(self) -> None:
+        self.noise_seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        self.noise_count = 0
+        self._term = None
+
+    def next_key(self) -> int:
+        from dualdrop.nn._noise import make_key
+
+        dist = torch.distributed
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        key = make_key(self.noise_seed, rank, self.noise_count)
+        self.noise_count += 1
+        return key
+
+    def keep_term(self, term, exact_value: bool) -> None:
+        self._term = (term, exact_value) if term.requires_grad else None
+
+    def take_term(self):
+        """``(term, exact_value)`` kept by the last training forward, or None."""
+        if not torch.is_grad_enabled():
+            return None
+        term, self._term = getattr(self, "_term", None), None
+        return term
+
+    def get_extra_state(self):
+        return {**super().get_extra_state(), "noise": [self.noise_seed, self.noise_count]}
+
+    def set_extra_state(self, state):
+        super().set_extra_state(state)
+        noise = state.get("noise")
+        if noise is not None:  # earlier checkpoints drew from torch's generator: keep this seed
+            self.noise_seed, self.noise_count = int(noise[0]), int(noise[1])
+        self._term = None
+
+    def __getstate__(self):  # a kept term holds an autograd graph: never pickled or copied
+        state = super().__getstate__()
+        return {**state, "_term": None}
+
+
 def original_of(module: nn.Module, tensor_name: str) -> torch.Tensor:
     """The original (unparametrized) tensor ``tensor_name`` of ``module``."""
     if parametrize.is_parametrized(module, tensor_name):

@@ -20,6 +20,10 @@ Louizos et al.'s LeNet-300-100 value per example) with
     expected L0 counts the *weights* a gate controls (gate probability times group size), not
     the gates.
 
+Training draws: the gates' uniforms come from the counter-based generator (a function of the
+state's seed and forward count, ``dualdrop.nn._base.NoiseState``) and the gate, its gradient and
+the expected L0 of the sampled gates run in one loop each way (``dualdrop.nn._fused``).
+
 Test time: the effective weight is ``w * z_hat`` (``z_hat`` in [0, 1], exactly 0 for closed
 gates); a weight counts as nonzero when ``w * z_hat != 0``.
 """
@@ -31,7 +35,7 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import Method, WeightState, check_float, linear_map_reason
+from dualdrop.nn._base import Method, NoiseState, check_float, linear_map_reason
 
 _U_EPS = 1e-6
 
@@ -62,7 +66,7 @@ class _HardConcreteSample(torch.autograd.Function):
         return gl, None, None, None, None
 
 
-class HardConcreteState(WeightState):
+class HardConcreteState(NoiseState):
     """Gate logits ``log a`` of one weight tensor: per weight, or per group (``axis``: 1 = the
     input units of a Linear weight, 0 = the output channels of a convolution kernel)."""
 
@@ -78,10 +82,26 @@ class HardConcreteState(WeightState):
         logits = torch.empty(shape, dtype=w.dtype, device=w.device).normal_(mean, 1e-2)
         self.gate_logits = nn.Parameter(logits)
         self.numel = w.numel()
+        self.init_noise()
 
     def group_size(self) -> int:
         """Number of weights each gate controls."""
         return self.numel // self.gate_logits.numel()
+
+    def _fused_gate(self, x):
+        """``x * z`` from ``dualdrop.nn._fused.hard_concrete_gate`` (one loop forward and
+        backward, counter-based uniforms); its expected-L0 output is kept for the regularizer."""
+        from dualdrop.nn import _fused
+
+        out, l0 = _fused.hard_concrete_gate(x, self.gate_logits, self.next_key(), self.beta,
+                                            self.gamma, self.zeta)
+        self.keep_term(l0, exact_value=True)
+        return out
+
+    def _use_fused(self, x) -> bool:
+        from dualdrop.nn import _fused
+
+        return _fused.active(x, self.gate_logits) and x.dtype == self.gate_logits.dtype
 
     def sample_gates(self, shape) -> torch.Tensor:
         u = torch.rand(shape, dtype=self.gate_logits.dtype, device=self.gate_logits.device)
@@ -108,6 +128,8 @@ class HardConcreteState(WeightState):
     def train_weight(self, w):
         if self.axis is not None:
             return w  # neuron gates are sampled per example in the hooks
+        if self._use_fused(w):
+            return self._fused_gate(w)
         return w * self.sample_gates(w.shape)
 
     def eval_weight(self, w):
@@ -121,19 +143,27 @@ class HardConcreteState(WeightState):
         if not self.training:
             return None
         x = args[0]
+        if self._use_fused(x):
+            return (self._fused_gate(x),) + args[1:]
         return (x * self.sample_gates(x.shape[:-1] + (self.gate_logits.numel(),)),) + args[1:]
 
     def output_gate_hook(self, module, args, out):
         """Convolution: gate the output channels (bias included), one sample per example."""
         if not self.training:
             return None
-        z = self.sample_gates((out.shape[0], self.gate_logits.numel()))
+        shape = (out.shape[0], self.gate_logits.numel())
+        if self._use_fused(out):  # the gates themselves: the fused gate of a tensor of ones
+            z = self._fused_gate(out.new_ones(shape))
+        else:
+            z = self.sample_gates(shape)
         return out * z.view(z.shape + (1,) * (out.dim() - 2))
 
     def regularizer_term(self, w, n_train, value=True):
+        kept = self.take_term()  # the expected L0 from the forward's gates, if any
+        l0 = kept[0] if kept is not None else self.prob_nonzero().sum()
         if self.lam is None:
-            return self.lam_per_dataset * self.group_size() * self.prob_nonzero().sum() / n_train
-        return self.lam * self.group_size() * self.prob_nonzero().sum()
+            return self.lam_per_dataset * self.group_size() * l0 / n_train
+        return self.lam * self.group_size() * l0
 
 
 class HardConcrete(Method):

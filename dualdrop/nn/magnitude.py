@@ -17,9 +17,13 @@ layer (``scope="layer"``). Global pruning of a freshly initialized net can delet
 (init scales differ per layer), so every weight tensor keeps at least
 ``max(1, ceil(min_layer_density * n_layer))`` weights: its own largest ones.
 
-After *every* step the masks are also applied to the stored weights (``w *= mask``) and the
+Whenever the masks change they are also applied to the stored weights (``w *= mask``) and the
 optimizer's first-moment buffers (``exp_avg``, ``momentum_buffer``) are zeroed at pruned entries,
 so the stored weights are sparse too and Adam's momentum carries nothing for pruned entries.
+Between updates the masked forward gives a pruned weight a zero gradient, and Adam, AdamW and
+SGD then move a zero weight with a zero first moment by exactly 0, so applying the masks again
+would change no bit; with other optimizers (or with ``dualdrop.nn._fused.ENABLED`` off) they are
+applied after every step.
 Biases are never pruned.
 """
 
@@ -92,9 +96,29 @@ class Magnitude(Method):
         t1 = max(1, round(hp["end"] * total_steps))
         # short runs (e.g. the embedded digits: 9 steps per epoch) still get >= ~50 pruning events
         every = min(hp["prune_every"], max(1, total_steps // 50))
+        changed = False
         if step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
-            update_masks(pairs, hp, target_sparsity(hp, step, total_steps))
-        apply_masks(pairs, optimizer)
+            if getattr(self, "_alive", None) is None:  # host counts: one read per handle
+                self._alive = [int(torch.count_nonzero(st.weight_mask)) for _, st in pairs]
+            self._alive = update_masks(pairs, hp, target_sparsity(hp, step, total_steps),
+                                       self._alive)
+            changed = True
+        # Between mask updates the masked forward gives pruned weights a zero gradient, and
+        # these optimizers move a weight whose gradient and first moment are 0 and whose value
+        # is 0 by exactly 0: applying the masks again would change no bit (one pass over the
+        # weights and one over Adam's first moments saved per step).
+        from dualdrop.nn import _fused  # its ENABLED switches the speed paths off together
+
+        last = getattr(self, "_applied_for", (None, None))
+        keeps = (_fused.ENABLED and type(optimizer) in _KEEP_ZEROS and last[0] is sp
+                 and last[1] is optimizer)
+        if changed or not keeps:
+            apply_masks(pairs, optimizer)
+            self._applied_for = (sp, optimizer)
+
+
+#: optimizers whose update of a zero weight with zero gradient and zero first moment is 0
+_KEEP_ZEROS = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)
 
 
 def target_sparsity(hp: dict, step: int, total_steps: int) -> float:
@@ -111,8 +135,14 @@ def _floor(n: int, min_density: float) -> int:
 
 
 @torch.no_grad()
-def update_masks(pairs, hp: dict, sparsity: float) -> None:
-    """Prune ``(weight, MagnitudeState)`` pairs to ``sparsity`` by magnitude; masks only shrink."""
+def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
+    """Prune ``(weight, MagnitudeState)`` pairs to ``sparsity`` by magnitude; masks only shrink.
+    ``alive``: the number of kept weights per tensor (counted here if None); returns the new
+    counts (host integers, so that a step on a GPU reads nothing back from the device). Counts
+    that are too high (masks loaded behind the caller's back) can only keep more weights than
+    asked, never revive pruned ones."""
+    if alive is None:
+        alive = [int(torch.count_nonzero(st.weight_mask)) for _, st in pairs]
     # score: |w| where alive, -1 where already pruned (never chosen while alive ones remain)
     scores = [torch.where(st.weight_mask > 0, w.abs(), torch.full_like(w, -1.0)).flatten()
               for w, st in pairs]
@@ -120,16 +150,17 @@ def update_masks(pairs, hp: dict, sparsity: float) -> None:
     sizes = [s.numel() for s in scores]
     floors = [_floor(n, hp["min_layer_density"]) for n in sizes]
     if hp["scope"] == "layer":
-        for layer, sc, n, fl in zip(layers, scores, sizes, floors):
-            alive = int(torch.count_nonzero(layer.weight_mask))
-            k = min(alive, max(fl, n - round(sparsity * n)))
+        new = []
+        for layer, sc, n, fl, a in zip(layers, scores, sizes, floors, alive):
+            k = min(a, max(fl, n - round(sparsity * n)))
             mask = torch.zeros(n, dtype=torch.bool, device=sc.device)
             mask[torch.topk(sc, k, sorted=False).indices] = True
+            mask &= layer.weight_mask.flatten() > 0  # stale counts never revive a weight
             layer.weight_mask.copy_(mask.view_as(layer.weight_mask))
-        return
+            new.append(k)
+        return new
     total = sum(sizes)
-    alive = sum(int(torch.count_nonzero(l.weight_mask)) for l in layers)
-    k = min(alive, max(total - round(sparsity * total), sum(floors)))
+    k = min(sum(alive), max(total - round(sparsity * total), sum(floors)))
     # each layer's own top-`floor` weights are kept unconditionally
     forced = []
     for sc, fl in zip(scores, floors):
@@ -140,7 +171,10 @@ def update_masks(pairs, hp: dict, sparsity: float) -> None:
     keep = torch.zeros(total, dtype=torch.bool, device=allsc.device)
     keep[torch.topk(allsc, k, sorted=False).indices] = True
     for layer, part in zip(layers, torch.split(keep, sizes)):
-        layer.weight_mask.copy_(part.view_as(layer.weight_mask))
+        part = part.view_as(layer.weight_mask) & (layer.weight_mask > 0)  # never revive
+        layer.weight_mask.copy_(part)
+    # the global count is what the next update needs: spread it as one total
+    return [k] + [0] * (len(layers) - 1)
 
 
 @torch.no_grad()

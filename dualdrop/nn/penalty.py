@@ -11,7 +11,10 @@ the weight (its test-time mask), so it acts on any weight tensor.
     a custom autograd function: forward returns ``lam sum Omega(w)``, backward
     ``lam Omega'(w) = lam w / eta_hat(w)``. Evaluation runs on the CPU (numba loop over
     ``penalties.kernels`` when ``P.kernel_spec()`` exists, else ``P.omega``/``P.derivative`` in
-    numpy); CUDA weights are copied to the host and back each step.
+    numpy); CUDA weights are copied to the host and back each step. For the closed forms
+    ``l1``, ``logsum``, ``mcp`` and ``scad``, when only the gradient is asked (``value=False``,
+    as the training loop does), ``lam Omega'(w)`` is added into ``w.grad`` in place by one loop
+    (``dualdrop.nn._fused.penalty_grad_term``); ``adaprox``'s prox is one loop as well.
 ``adatikhonov`` (``algorithm="adatikhonov"``)
     gradient descent on ``L + lam/2 sum w^2 / eta`` with ``eta = eta_hat(w)`` recomputed from
     the current weights at every forward and held fixed (no state is needed: the weights only
@@ -413,12 +416,32 @@ class PenaltyState(WeightState):
         alpha = np.asarray(self.penalty.keep_ratio(w64, self.lam))
         return torch.from_numpy(alpha >= self.tol).to(w.device)
 
+    def _fused_kind(self, w):
+        """The closed form of ``dualdrop.nn._fused`` for ``w``, or None."""
+        from dualdrop.nn import _fused
+
+        kind = self._torch_form
+        if kind in _fused.PENALTY_KINDS and _fused.active(w) and w.is_leaf and w.requires_grad:
+            return kind
+        return None
+
     def regularizer_term(self, w, n_train, value=True):
-        if self.algorithm == "gradient":
-            return penalty_value(self, w, False, value)
-        if self.algorithm == "adatikhonov":
-            return penalty_value(self, w, True, value)
+        if self.algorithm in ("gradient", "adatikhonov"):
+            kind = None if value else self._fused_kind(w)
+            if kind is not None:  # the gradient alone, added in place into w.grad (one loop)
+                from dualdrop.nn import _fused
+
+                return _fused.penalty_grad_term(w, kind, self.lam, self.penalty.params)
+            return penalty_value(self, w, self.algorithm == "adatikhonov", value)
         if self.algorithm == "eta":
+            from dualdrop.nn import _fused
+
+            # the fused loop has the exact LogSum dual only; dual="released" takes the torch path
+            if (self.dual == "logsum" and _fused.active(w, self.log_ratio)
+                    and w.dtype == self.log_ratio.dtype):
+                return _fused.eta_trick_objective(w, self.log_ratio, self.lam, self.eps,
+                                                  self.eta_weight_decay,
+                                                  self.decay == "quadratic", value)
             return _EtaTrickObjective.apply(w, self.log_ratio, self.lam, self.eps,
                                             self.eta_weight_decay, self.decay == "quadratic",
                                             value, self.dual == "released")
@@ -448,11 +471,22 @@ def adaprox_step(pairs, optimizer) -> None:
         if v is None:
             v = state.get("exp_avg_sq")
         if v is not None and "step" in state:
-            step = float(state["step"])
+            from dualdrop.nn import _fused
+
+            step = state["step"]
             beta2 = float(group["betas"][1])
-            bc2 = 1.0 - beta2 ** step
+            if not _fused._is_cpu(w) and isinstance(step, torch.Tensor):
+                sqrt_bc2 = (1.0 - beta2 ** step).sqrt()  # on the device: no host read
+            else:
+                bc2 = 1.0 - beta2 ** float(step)
+                sqrt_bc2 = math.sqrt(bc2)
+                kind = layer._fused_kind(w) if w.is_contiguous() else None
+                if kind is not None:  # one loop over w and v
+                    _fused.adaptive_prox_(w, v, kind, layer.penalty.params, lr * layer.lam,
+                                          bc2, float(group["eps"]))
+                    continue
             # rho lam = lr lam / (sqrt(v)/sqrt(bc2) + eps): Adam's own denominator, in place
-            rho_lam = torch.sqrt(v).div_(math.sqrt(bc2)).add_(float(group["eps"]))
+            rho_lam = torch.sqrt(v).div_(sqrt_bc2).add_(float(group["eps"]))
             rho_lam = rho_lam.reciprocal_().mul_(lr * layer.lam)
         else:
             rho_lam = torch.full_like(w, lr * layer.lam)

@@ -27,9 +27,11 @@ Initialization: ``log a = init_log_alpha`` (-4) for the two ``(theta, log a)`` v
 small weights start with a large ``a``. Hyperparameters: ``lam``, ``tol``, ``clip`` (8) and the
 initialization; ``default_hparams`` lists them.
 
-Cost notes: the KL term, the LR weight variance and their gradients are fused autograd functions
-(one pass each over the weights instead of a chain of small ops), since they run over every
-weight at every step.
+Cost notes: the noise, the KL term, the LR weight variance and their gradients run through the
+fused autograd Functions of ``dualdrop.nn._fused`` (one loop each way over the weights instead of a
+chain of small ops, counter-based normals keyed by the state's seed and forward count, see
+``dualdrop.nn._base.NoiseState``), since they run over every weight at every step; the KL's
+gradient comes out of the forward's Function and its value, when asked, is computed apart.
 
 Test time: a weight is pruned when its keep ratio ``1/(1+a)`` is below ``tol`` (default 0.05,
 i.e. ``log a > log 19 ~ 2.944``; the official code's ``log a >= 3`` is ``tol ~ 0.0474``); the
@@ -43,7 +45,7 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import Method, WeightState, check_float, check_tol, linear_op, original_of
+from dualdrop.nn._base import Method, NoiseState, check_float, check_tol, linear_op, original_of
 
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 _LOG_EPS = 1e-8  # inside log(theta^2 + eps) and sqrt(var + eps)
@@ -118,7 +120,7 @@ class _LRVariance(torch.autograd.Function):
 
 
 
-class VarDropState(WeightState):
+class VarDropState(NoiseState):
     """``log_alpha`` (or ``log_sigma2`` for the additive variant) of one weight tensor."""
 
     def __init__(self, method, weight, *, variant, lam, tol, clip, lam_per_dataset,
@@ -131,6 +133,16 @@ class VarDropState(WeightState):
             self.log_sigma2 = nn.Parameter(torch.full_like(w, init_log_sigma2))
         else:
             self.log_alpha = nn.Parameter(torch.full_like(w, init_log_alpha))
+        self.init_noise()
+
+    def _own(self):
+        return self.log_sigma2 if self.variant == "lr-ar" else self.log_alpha
+
+    def _use_fused(self, *tensors) -> bool:
+        from dualdrop.nn import _fused
+
+        own = self._own()
+        return _fused.active(own, *tensors) and all(t.dtype == own.dtype for t in tensors)
 
     def raw_log_alpha(self, w) -> torch.Tensor:
         if self.variant == "lr-ar":
@@ -154,6 +166,12 @@ class VarDropState(WeightState):
     def train_weight(self, w):
         if self.variant != "none":
             return w  # the noise is sampled on the pre-activations (lr_hook)
+        if self._use_fused(w):  # one loop each way, counter-based normals; the KL's gradient too
+            from dualdrop.nn import _fused
+
+            out, kl = _fused.vardrop_noise(w, self.log_alpha, self.next_key(), self.clip, False)
+            self.keep_term(kl, exact_value=False)
+            return out
         std = torch.exp(0.5 * self.clipped_log_alpha(w)) * w
         return w + std * torch.randn_like(w)
 
@@ -162,6 +180,15 @@ class VarDropState(WeightState):
         if not self.training:
             return None
         w = original_of(module, "weight")
+        x = args[0]
+        if self._use_fused(w, x, out):
+            from dualdrop.nn import _fused
+
+            fn = _fused.lr_variance_kl if self.variant == "lr" else _fused.ar_variance_kl
+            var_w, kl = fn(w, self._own(), self.clip, False)
+            self.keep_term(kl, exact_value=False)
+            var = linear_op(module, x * x, var_w, args, kwargs)
+            return _fused.add_lr_noise(out, var, self.next_key())
         if self.variant == "lr":
             var_w = _LRVariance.apply(w, self.log_alpha, self.clip)
         else:
@@ -172,7 +199,15 @@ class VarDropState(WeightState):
 
     def regularizer_term(self, w, n_train, value=True):
         scale = self.lam_per_dataset / n_train if self.lam is None else self.lam
-        return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)
+        kept = self.take_term()  # the KL's gradient from the forward's fused Function, if any
+        if kept is None:
+            return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)
+        kl = kept[0]
+        if value:  # the kept term's value is 0: add the value without a second gradient
+            with torch.no_grad():
+                v = _KLSum.apply(self.raw_log_alpha(w), self.clip, True)
+            kl = kl + v
+        return scale * kl
 
 
 def _check(lam, tol, clip):

@@ -9,6 +9,11 @@ trains every method into ``out/runs/<method>/`` with :func:`~dualdrop.train.trai
 are skipped. :func:`plot_comparison` draws the figure (PNG and PDF), :func:`comparison_table`
 writes the table as Markdown and CSV, beside the paper's numbers when, and only when, every run
 is on all of MNIST (the paper's data).
+
+Several seeds (``seeds=[0, 1, 2]``) put each method's runs in ``out/runs/<method>/seed<k>/``
+(the seed drives the initialization, the train/validation split, the data order and the noise);
+the table then reports the mean and the sample standard deviation over the finished seeds, and
+the figure draws the mean curve with the band between the smallest and largest seed.
 """
 
 from __future__ import annotations
@@ -35,9 +40,26 @@ DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adapr
                    "adatikhonov", "logsum", "hardconcrete", "magnitude")
 
 
-def run_dir(out: str | os.PathLike, method: str) -> Path:
-    """Folder of one method's run inside a comparison folder."""
-    return Path(out) / "runs" / method.replace(":", "_").replace("/", "_")
+def run_dir(out: str | os.PathLike, method: str, seed: int | None = None) -> Path:
+    """Folder of one method's run inside a comparison folder (``seed``: a multi-seed comparison's
+    run of that seed)."""
+    d = Path(out) / "runs" / method.replace(":", "_").replace("/", "_")
+    return d if seed is None else d / f"seed{seed}"
+
+
+def check_seeds(seeds) -> list[int] | None:
+    """``seeds`` as a list of distinct non-negative ints (None: a single-seed comparison)."""
+    if seeds is None:
+        return None
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds is empty; give at least one seed, e.g. seeds=[0, 1, 2]")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise TypeError(f"seeds={seeds!r}: every seed must be a non-negative int")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds={seeds!r} lists a seed twice")
+    return seeds
 
 
 def run_comparison(
@@ -54,6 +76,7 @@ def run_comparison(
     flush_denormal: bool = True,
     select_tol_margin: float | None = None,
     init_from: str | None = None,
+    seeds=None,
 ) -> dict:
     """Train each method (resumable), then write the figure and the table.
 
@@ -63,30 +86,51 @@ def run_comparison(
     before any training starts. ``epochs`` None: the dataset's default (200 on MNIST).
     ``select_tol_margin``: see :class:`TrainConfig` (the table then also shows the
     validation-selected tolerance's test error and density); ``init_from``: every method
-    warm-starts from that run's test-time network.
+    warm-starts from that run's test-time network. ``seeds``: train every method once per seed
+    (method by method, so that each method's error bars are complete before the next starts)
+    into ``out/runs/<method>/seed<k>``; the result is then ``{method: {seed: report}}`` and
+    ``seed`` is ignored.
     """
+    seeds = check_seeds(seeds)
     methods = [check_method(m) for m in methods]
     if not methods:
         raise ValueError("methods is empty; name at least one method, e.g. vardrop-lr logsum")
     if len(set(methods)) != len(methods):
         raise ValueError(f"methods={methods!r} lists a method twice")
     out = Path(out)
-    if data is None:
-        from dualdrop.data import load_dataset
-
-        data = load_dataset(data_dir, seed=seed)
+    if seeds is not None and data is not None:
+        raise ValueError("data= is one seed's split; with seeds= every seed loads its own split "
+                         "from data_dir (drop data=)")
     base = TrainConfig(epochs=epochs, data_dir=data_dir, seed=seed, device=device,
                        threads=threads, progress=progress, stop_after=stop_after, resume=True,
                        flush_denormal=flush_denormal, select_tol_margin=select_tol_margin,
                        init_from=init_from)
+    datasets = {}
+
+    def dataset(s):
+        if data is not None:
+            return data
+        if s not in datasets:
+            from dualdrop.data import load_dataset
+
+            datasets.clear()  # one split in memory at a time
+            datasets[s] = load_dataset(data_dir, seed=s)
+        return datasets[s]
+
+    def one(m, s, folder):
+        cfg = dataclasses.replace(base, method=m, seed=s, out=str(folder))
+        try:
+            return train(cfg, data=dataset(s))
+        except RunLockedError as exc:  # another process trains it right now: go on with the rest
+            print(f"skipping {folder}: {exc}", file=sys.stderr)
+            return {"status": "locked", "method": m, "message": str(exc)}
+
     reports = {}
     for m in methods:
-        cfg = dataclasses.replace(base, method=m, out=str(run_dir(out, m)))
-        try:
-            reports[m] = train(cfg, data=data)
-        except RunLockedError as exc:  # another process trains it right now: go on with the rest
-            print(f"skipping {m}: {exc}", file=sys.stderr)
-            reports[m] = {"status": "locked", "method": m, "message": str(exc)}
+        if seeds is None:
+            reports[m] = one(m, seed, run_dir(out, m))
+        else:
+            reports[m] = {s: one(m, s, run_dir(out, m, s)) for s in seeds}
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
         runs = load_runs(out, methods)
@@ -95,21 +139,49 @@ def run_comparison(
     return reports
 
 
+def _load_run(d: Path) -> dict | None:
+    hist = d / "history.json"
+    if not hist.exists():
+        return None
+    final = json.loads((d / "final.json").read_text()) if (d / "final.json").exists() else None
+    data = (final or {}).get("data")
+    if data is None and (d / "config.json").exists():
+        data = json.loads((d / "config.json").read_text()).get("data_summary")
+    return {"history": json.loads(hist.read_text()), "final": final, "data": data}
+
+
 def load_runs(out: str | os.PathLike, methods) -> dict:
     """``{method: {"history": [...], "final": {...} or None, "data": summary or None}}`` for the
-    runs present in ``out``."""
+    runs present in ``out``.
+
+    A method whose folder holds ``seed<k>/`` runs (a multi-seed comparison) gets the same keys
+    for its lowest seed plus ``"seeds": {k: run}`` with every seed's run.
+    """
     runs = {}
     for m in methods:
         d = run_dir(out, m)
-        hist = d / "history.json"
-        if not hist.exists():
-            continue
-        final = json.loads((d / "final.json").read_text()) if (d / "final.json").exists() else None
-        data = (final or {}).get("data")
-        if data is None and (d / "config.json").exists():
-            data = json.loads((d / "config.json").read_text()).get("data_summary")
-        runs[m] = {"history": json.loads(hist.read_text()), "final": final, "data": data}
+        run = _load_run(d)
+        if run is None:
+            per_seed = {}
+            for sd in sorted(d.glob("seed*"), key=lambda p: p.name):
+                if sd.name[4:].isdigit() and (r := _load_run(sd)) is not None:
+                    per_seed[int(sd.name[4:])] = r
+            if per_seed:
+                run = dict(per_seed[min(per_seed)], seeds=dict(sorted(per_seed.items())))
+        if run is not None:
+            runs[m] = run
     return runs
+
+
+def _mean_std(values) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (None, None for no values; std None for one)."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None, None
+    mean = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return mean, None
+    return mean, (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5
 
 
 def method_label(m: str) -> str:
@@ -141,24 +213,33 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.6))
     styles = ("-", "--", "-.", ":")
     markers = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
-    n_max = max((len(run["history"]) for run in runs.values()), default=0)
+    n_max = max((len(r["history"]) for run in runs.values()
+                 for r in run.get("seeds", {0: run}).values()), default=0)
     for i, (m, run) in enumerate(runs.items()):
-        h = run["history"]
-        ep = [r["epoch"] for r in h]
-        kw = dict(label=method_label(m), linestyle=styles[i % len(styles)],  # coinciding curves
-                  marker=markers[i % len(markers)], markevery=max(1, len(h) // 12),  # stay
+        hists = [r["history"] for r in run.get("seeds", {0: run}).values()]
+        n = min(len(h) for h in hists)  # the epochs every seed has reached
+        ep = [r["epoch"] for r in hists[0][:n]]
+        nz = [[max(h[j]["nonzero_total"], 1e-6) for h in hists] for j in range(n)]
+        ve = [[100 * h[j]["val_error"] for h in hists] for j in range(n)]
+        label = method_label(m) + (f" (mean of {len(hists)} seeds)" if len(hists) > 1 else "")
+        kw = dict(label=label, linestyle=styles[i % len(styles)],  # coinciding curves
+                  marker=markers[i % len(markers)], markevery=max(1, n // 12),  # stay
                   markersize=5 if n_max <= 30 else 4, zorder=3 + 0.01 * i)  # visible
-        ax0.plot(ep, [max(r["nonzero_total"], 1e-6) for r in h], **kw)
-        ax1.plot(ep, [100 * r["val_error"] for r in h], **kw)
+        for ax, vals in ((ax0, nz), (ax1, ve)):
+            line, = ax.plot(ep, [sum(v) / len(v) for v in vals], **kw)
+            if len(hists) > 1:  # the band between the smallest and the largest seed
+                ax.fill_between(ep, [min(v) for v in vals], [max(v) for v in vals],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
     ax0.set_yscale("log")
     ax0.set_ylabel("fraction of nonzero weights")
     ax0.set_title("sparsity (weights of all layers, no biases)")
     ax1.set_ylabel("validation error (%)")
     ax1.set_title("validation error")
-    errs = [100 * r["val_error"] for run in runs.values() for r in run["history"]]
+    hists = [r["history"] for run in runs.values() for r in run.get("seeds", {0: run}).values()]
+    errs = [100 * r["val_error"] for h in hists for r in h]
     if errs:  # zoom on the end of training: every run's last value in view
         lo = min(errs)
-        last = max(100 * run["history"][-1]["val_error"] for run in runs.values())
+        last = max(100 * h[-1]["val_error"] for h in hists)
         ax1.set_ylim(max(0.0, lo - 0.5), min(100.0, max(1.5 * last, lo + 3)))
     for ax in (ax0, ax1):
         ax.set_xlabel("epoch")
@@ -204,40 +285,51 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
     paper = bool(runs) and all(is_full_mnist(run.get("data")) for run in runs.values())
     rows = []
     for m, run in runs.items():
+        reps = list(run.get("seeds", {0: run}).values())
+        finals = [r["final"] for r in reps if r["final"]]
         h, f = run["history"], run["final"]
         ref = PAPER_TABLE.get(m) if paper else None
-        rows.append({
-            "method": m,
-            "label": method_label(m),
-            "data": run.get("data"),
-            "epochs": f["epochs"] if f else h[-1]["epoch"],
-            "finished": bool(f),
-            "test_error": f["test_error"] if f else None,
-            "nonzero": f["nonzero_total"] if f else h[-1]["nonzero_total"],
-            "test_error_unpruned": f.get("test_error_unpruned") if f else None,
+        row = {"method": m, "label": method_label(m), "data": run.get("data"),
+               "seeds": ",".join(map(str, run["seeds"])) if "seeds" in run else "",
+               "n_finished": len(finals),
+               "epochs": f["epochs"] if f else h[-1]["epoch"], "finished": bool(f)}
+        for key, get in (
+            ("test_error", lambda g: g["test_error"]),
+            ("nonzero", lambda g: g["nonzero_total"]),
+            ("test_error_unpruned", lambda g: g.get("test_error_unpruned")),
+            ("selected_test_error", lambda g: _sel(g, "test_error")),
+            ("selected_nonzero", lambda g: _sel(g, "nonzero_total")),
+        ):
+            row[key], row[key + "_std"] = _mean_std(get(g) for g in finals)
+        if not finals:  # unfinished: the last epoch's density
+            row["nonzero"] = h[-1]["nonzero_total"]
+        row.update({
             "val_error": h[-1]["val_error"],
             "s_per_epoch": sum(r["seconds"] for r in h) / len(h),
             "selected_tol": _sel(f, "tol"),
-            "selected_test_error": _sel(f, "test_error"),
-            "selected_nonzero": _sel(f, "nonzero_total"),
             "paper_test_error": ref[1] if ref else None,
             "paper_nonzero": ref[2] if ref else None,
         })
+        rows.append(row)
     out = Path(out)
     with open(out / "table.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["method"])
         w.writeheader()
         w.writerows(rows)
 
-    def pct(v):
-        return "—" if v is None else f"{100 * v:.2f}%"
+    def pct(v, sd=None):
+        if v is None:
+            return "—"
+        return f"{100 * v:.2f}%" + ("" if sd is None else f" ± {100 * sd:.2f}")
 
-    def frac(v):
-        return "—" if v is None else f"{v:.4f}"
+    def frac(v, sd=None):
+        return "—" if v is None else f"{v:.4f}" + ("" if sd is None else f" ± {sd:.4f}")
 
     selected = any(r["selected_test_error"] is not None for r in rows)
-    head = ["method", "epochs", "test error", "fraction nonzero", "unpruned: test error",
-            "val. error", "s/epoch"]
+    multi = any(r["seeds"] for r in rows)
+    head = ["method"] + (["seeds finished"] if multi else []) + [
+        "epochs", "test error", "fraction nonzero", "unpruned: test error", "val. error",
+        "s/epoch"]
     if selected:
         head += ["tol chosen on val.", "its test error", "its fraction nonzero"]
     if paper:
@@ -245,14 +337,25 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * len(head)) + " |"]
     for r in rows:
         ep = str(r["epochs"]) if r["finished"] else f"{r['epochs']} (unfinished)"
-        cells = [_md(r["label"]), ep, pct(r["test_error"]), frac(r["nonzero"]),
-                 pct(r["test_error_unpruned"]), pct(r["val_error"]), f"{r['s_per_epoch']:.1f}"]
+        cells = [_md(r["label"])]
+        if multi:
+            cells.append(f"{r['n_finished']} of {len(r['seeds'].split(','))}" if r["seeds"]
+                         else "1")
+        cells += [ep, pct(r["test_error"], r["test_error_std"]),
+                  frac(r["nonzero"], r["nonzero_std"]),
+                  pct(r["test_error_unpruned"], r["test_error_unpruned_std"]),
+                  pct(r["val_error"]), f"{r['s_per_epoch']:.1f}"]
         if selected:
             tol = "—" if r["selected_tol"] is None else f"{r['selected_tol']:g}"
-            cells += [tol, pct(r["selected_test_error"]), frac(r["selected_nonzero"])]
+            cells += [tol, pct(r["selected_test_error"], r["selected_test_error_std"]),
+                      frac(r["selected_nonzero"], r["selected_nonzero_std"])]
         if paper:
             cells += [pct(r["paper_test_error"]), frac(r["paper_nonzero"])]
         lines.append("| " + " | ".join(cells) + " |")
+    if multi:
+        lines += ["", "Test errors and fractions nonzero: mean ± sample standard deviation over "
+                  "the finished seeds; epochs, validation error and s/epoch: the lowest seed's "
+                  "run."]
     if runs and not paper:
         lines += ["", f"Data: {_md(_data_title(runs))}. The paper's numbers (LeNet-300-100 on "
                   "all of MNIST) are not shown beside runs on other data."]
@@ -267,5 +370,5 @@ def _sel(final, key):
     return sel.get(key) if "test_error" in sel else None
 
 
-__all__ = ["DEFAULT_METHODS", "DENSE", "PAPER_TABLE", "comparison_table", "load_runs",
-           "plot_comparison", "run_comparison", "run_dir"]
+__all__ = ["DEFAULT_METHODS", "DENSE", "PAPER_TABLE", "check_seeds", "comparison_table",
+           "load_runs", "plot_comparison", "run_comparison", "run_dir"]

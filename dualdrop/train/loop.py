@@ -216,7 +216,8 @@ def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, ba
     cfg, model, sp, dist_ = run.cfg, run.model, run.sp, run.dist
     order = epoch_order(run.n_train, cfg.seed, epoch).to(run.device)
     step = epoch * run.steps_per_epoch
-    ce_sum_epoch = 0.0
+    # summed on the device: a step reads nothing back to the host (no sync on a GPU)
+    ce_sum_epoch = torch.zeros((), dtype=torch.float64, device=run.device)
     for b in range(run.steps_per_epoch):
         idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
         n_b = len(idx)
@@ -239,14 +240,15 @@ def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, ba
             # the gradient step it completes, not the next one (which is 0 after the last step)
             sp.after_step(run.optimizer, step, run.total_steps)
         run.scheduler.step()
-        ce_sum_epoch += float(ce_sum.detach())
-        if not math.isfinite(ce_sum_epoch):
-            raise FloatingPointError(
-                f"training diverged (non-finite loss) at epoch {epoch + 1}, step {step}; "
-                f"lower lr (now {run.lr}) or check the hyperparameters {run.hp}"
-            )
+        ce_sum_epoch += ce_sum.detach()
         if bar is not None:
             bar.update(1)
+    ce_sum_epoch = float(ce_sum_epoch)
+    if not math.isfinite(ce_sum_epoch):
+        raise FloatingPointError(
+            f"training diverged (non-finite loss) in epoch {epoch + 1}; "
+            f"lower lr (now {run.lr}) or check the hyperparameters {run.hp}"
+        )
     bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise FloatingPointError(

@@ -35,7 +35,8 @@ def tiny_data():
 # larger tol of some is a test-time rule only (it makes the short runs' effect visible).
 # lam is per example (for the Bayesian methods c / 400 is c times their ELBO-like default)
 FAST_HPARAMS = {
-    "vardrop": {"lam": 3.0 / 400, "init_log_alpha": 0.0, "tol": 0.3},
+    # vardrop at 3/400 sat at chance level on most seeds (0.31-0.59 over 14 seeds)
+    "vardrop": {"lam": 1.0 / 400, "init_log_alpha": 0.0, "tol": 0.3},
     "vardrop-lr": {"lam": 1.0 / 400, "init_log_alpha": 0.0, "tol": 0.3},
     "vardrop-lr-ar": {"lam": 0.3 / 400},
     "hardconcrete": {"lam": 1.0 / 400, "droprate_init": 0.5},

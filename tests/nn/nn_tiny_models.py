@@ -56,3 +56,16 @@ class Zoo(nn.Module):
         x = x + u.mean(1)[:, :x.shape[1], :x.shape[2]]
         x = self.mid2(torch.relu(self.mid(x)))
         return self.head(x)
+
+
+def same_noise(module, seed=1234):
+    """Make the next training forward of ``module`` draw the same noise as the last call did:
+    torch's generator reseeded and every counter-based noise counter back to 0."""
+    import torch
+
+    from dualdrop.nn._base import NoiseState
+
+    torch.manual_seed(seed)
+    for m in module.modules():
+        if isinstance(m, NoiseState):
+            m.noise_count = 0

@@ -84,3 +84,26 @@ def test_dual_is_validated():
     with pytest.raises(ValueError, match="dual"):
         _layer(dual="exact")
     assert np.isfinite(_layer(dual="released")[1].regularizer(1).item())
+
+
+def test_released_dual_is_not_sent_to_the_fused_path():
+    """The fused eta-trick loop implements the exact dual only: with ``dual="released"`` the
+    gradient of the value-free path (the one training uses) must still be the released one."""
+    lam, eps, c = 0.3, 1.5, 0.02
+    grads = {}
+    for dual in ("logsum", "released"):
+        layer, sp = _layer(lam=lam, eps=eps, eta_weight_decay=c, dual=dual)
+        st = state_of(layer, "weight")
+        with torch.no_grad():
+            st.log_ratio.copy_(torch.linspace(-4, 4, 20, dtype=torch.float64).reshape(4, 5))
+        sp.regularizer(1, value=False).backward()
+        grads[dual] = st.log_ratio.grad.clone()
+        p = st.log_ratio.detach().clone().requires_grad_(True)
+        w = original_of(layer, "weight").detach()
+        eta = lam * torch.exp(p)
+        s = torch.sqrt(eps ** 2 + 4 * eta)
+        f = (_released_dual(eta, eps) if dual == "released"
+             else torch.sum(2 * torch.log((s + eps) / 2) - (s - eps) ** 2 / (4 * eta)))
+        (lam / 2 * ((w * w / eta).sum() + f + c * p.sum())).backward()
+        torch.testing.assert_close(grads[dual], p.grad, rtol=1e-9, atol=1e-14)
+    assert not torch.allclose(grads["logsum"], grads["released"])

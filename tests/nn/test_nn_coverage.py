@@ -16,7 +16,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from dualdrop.nn import METHODS, export_sparse, sparsify, sparsity_report, state_of
 from dualdrop.nn._base import original_of
 from dualdrop.nn.targets import select
-from nn_tiny_models import Zoo
+from nn_tiny_models import Zoo, same_noise
 
 ALL = list(METHODS) + ["penalty:mcp"]
 WEIGHTS = {"emb", "lstm.weight_ih_l0", "lstm.weight_hh_l0", "attn.in_proj_weight",
@@ -256,7 +256,7 @@ def test_gradcheck_parametrized_forward(method, train):
     tok = torch.tensor([[0, 3, 1], [4, 2, 2]])
 
     def f(*tensors):
-        torch.manual_seed(99)  # the same noise at every evaluation
+        same_noise(model, 99)  # the same noise at every evaluation
         with _reparametrize_module(sub, dict(zip(names, tensors))):
             x = sub.emb(tok)
             x, _ = sub.lstm(x)

@@ -15,6 +15,7 @@ from dualdrop.nn.hardconcrete import HardConcreteState
 from dualdrop.nn.magnitude import target_sparsity
 from dualdrop.nn.penalty import abs_threshold, logsum_dual, penalty_value
 from dualdrop.nn.vardrop import kl_approx
+from nn_tiny_models import same_noise
 
 
 def W(layer):
@@ -39,7 +40,7 @@ def tiny_layer(method, conv=False, seed=0, **hp):
 def seeded_call(layer, names):
     """f(x, *params) that reruns the layer with the same noise each call (for gradcheck)."""
     def f(x, *tensors):
-        torch.manual_seed(1234)
+        same_noise(layer)
         return functional_call(layer, dict(zip(names, tensors)), (x,))
     return f
 
