@@ -853,10 +853,10 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
 
 
 def _schedule_text(result: dict, mnist: bool) -> str:
-    """``"\n<E> epochs, <n> trials per method"`` for the figure's title; on MNIST a schedule
-    shorter than the paper's 200 epochs is labelled *reduced* (its points are not comparable
-    with the paper's table at face value)."""
-    plans = [r for r in result["methods"].values()]
+    """A second title line, "<E> epochs per trial, <n> finished trials per method"; on MNIST a
+    schedule shorter than the paper's 200 epochs is labelled a *reduced* budget (its points are
+    not comparable with the paper's table at face value)."""
+    plans = list(result["methods"].values())
     epochs = sorted({int(r["plan"]["epochs"]) for r in plans if r["plan"].get("epochs")})
     if not epochs:
         return ""
