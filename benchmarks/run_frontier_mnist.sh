@@ -14,7 +14,7 @@
 #   nohup nice -n 10 benchmarks/run_frontier_mnist.sh > results/frontier_mnist.log 2>&1 &
 # Smoke test of the whole pipeline (minutes):  EPOCHS=2 N_TRIALS=2 OUT=/tmp/fsmoke benchmarks/run_frontier_mnist.sh
 # The reduced frontier of benchmarks/RESULTS.md (10-epoch trials, 2 per method, warm starts from a
-# 20-epoch dense network; ~1 CPU-hour):
+# 20-epoch dense network; 38 min wall on the shared 2-core machine at load ~6):
 #   DENSE_EPOCHS=20 DENSE=results/frontier_mnist_reduced/dense EPOCHS=10 N_TRIALS=2 WORKERS=1 \
 #     OUT=results/frontier_mnist_e10 benchmarks/run_frontier_mnist.sh
 set -euo pipefail
