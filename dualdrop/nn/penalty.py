@@ -47,8 +47,8 @@ the weight (its test-time mask), so it acts on any weight tensor.
     0.10), so the surviving weights are shrunk about 3x less and the sparsity comes from the
     decay term alone. ``dual="logsum"`` (default) is the exact dual above. On MNIST
     (benchmarks/RESULTS.md) the released dual reproduces the paper's eta-trick row (2.16% test
-    error at 0.0513 nonzero): 2.17% at 0.0513 for seed 0; the exact dual ends at 2.52% +- 0.05 at
-    0.049 (three seeds).
+    error at 0.0513 nonzero): 2.23% +- 0.08 at 0.049 over three seeds (seed 0: 2.17% at 0.0513);
+    the exact dual ends at 2.52% +- 0.05 at 0.049.
 
     ``decay="quadratic"`` is the earlier dualdrop form ``lam/2 [sum w^2/eta + sum f(eta)] +
     eta_weight_decay/2 sum (log eta)^2`` (with ``eta_init="eta_hat"``: start at
