@@ -11,7 +11,8 @@ Protocol (every method on the same data, same objective, same alpha):
   (eps: skglm LogSumPenalty(alpha, eps) == alpha * penalties.LogSum(eps));
 - objective of every result evaluated by one function; "best" = lowest over all methods and tols;
 - each method is run at tol = 1e-2, 1e-3, ..., 1e-10 (a scan stops early past ``--budget`` s);
-  "time to best" is the median of ``--repeats`` runs at the loosest tol whose objective is within
+  "time to best" is the median of ``--repeats`` interleaved runs (each round runs every method
+  once, so a change of machine load hits all alike) at the loosest tol whose objective is within
   ``--rtol`` (1e-6, relative) of the best; "time to own limit" the same for the method's own best
   objective (on nonconvex problems solvers stop at different stationary points: this is the time
   to converge, and "own limit vs best" says how good the point is). After a JIT warm-up on a small
@@ -142,6 +143,17 @@ def timed(fn, *a):
     return time.perf_counter() - t0, out
 
 
+def interleaved(configs, run, repeats):
+    """``{(method, tol): (median time, times)}``: ``repeats`` rounds, each running every
+    configuration once, so that a change of machine load hits every method alike."""
+    configs = sorted(configs, key=str)
+    times = {c: [] for c in configs}
+    for _ in range(repeats):
+        for c in configs:
+            times[c].append(timed(run, *c)[0])
+    return {c: (float(np.median(v)), v) for c, v in times.items()}
+
+
 def bench_problem(X, y, wtrue, kind, eps, args, with_cvxpy):
     n = X.shape[0]
     alpha = float(np.max(np.abs(X.T @ y)) / n / 20)
@@ -158,24 +170,19 @@ def bench_problem(X, y, wtrue, kind, eps, args, with_cvxpy):
                 break
         scans[name] = runs
     best = min(r[2] for runs in scans.values() for r in runs)
-    rows = []
+    hits = {}
     for name, runs in scans.items():
         own = min(r[2] for r in runs)
-        hit_best = next((r for r in runs if r[2] <= best + args.rtol * abs(best)), None)
-        hit_own = next(r for r in runs if r[2] <= own + args.rtol * abs(own))
-        cache = {}
-
-        def median_time(hit):
-            if hit[0] not in cache:
-                times = [hit[1]]
-                for _ in range(args.repeats - 1):
-                    times.append(timed(methods[name][0], X, y, alpha, hit[0])[0])
-                cache[hit[0]] = (float(np.median(times)), times)
-            return cache[hit[0]]
-
+        hits[name] = (next((r for r in runs if r[2] <= best + args.rtol * abs(best)), None),
+                      next(r for r in runs if r[2] <= own + args.rtol * abs(own)), own)
+    med = interleaved({(name, h[0]) for name, hh in hits.items() if methods[name][1]
+                       for h in hh[:2] if h is not None},
+                      lambda name, tol: methods[name][0](X, y, alpha, tol), args.repeats)
+    rows = []
+    for name, (hit_best, hit_own, own) in hits.items():
         scan = methods[name][1]
-        t_own, times = median_time(hit_own) if scan else (hit_own[1], [hit_own[1]])
-        t_best = (median_time(hit_best)[0] if scan else hit_best[1]) if hit_best else None
+        t_own, times = med[(name, hit_own[0])] if scan else (hit_own[1], [hit_own[1]])
+        t_best = (med[(name, hit_best[0])][0] if scan else hit_best[1]) if hit_best else None
         rows.append(dict(method=name, scan=scan, reached=hit_best is not None, time_best=t_best,
                          time_own=t_own, times_own=times, tol_own=hit_own[0],
                          tol_best=hit_best[0] if hit_best else None,
@@ -243,15 +250,18 @@ def bench_logistic(n, p, support, args):
                 break
         scans[name] = runs
     best = min(r[2] for runs in scans.values() for r in runs)
+    hits = {name: next((r for r in runs if r[2] <= best + args.rtol * abs(best)), None)
+            for name, runs in scans.items()}
+    med = interleaved({(name, h[0]) for name, h in hits.items() if h is not None},
+                      lambda name, tol: methods[name](tol), args.repeats)
     rows = []
     for name, runs in scans.items():
-        hit = next((r for r in runs if r[2] <= best + args.rtol * abs(best)), None)
+        hit = hits[name]
         if hit is None:
             rows.append(dict(method=name, time=None, tol=runs[-1][0],
                              gap=(min(r[2] for r in runs) - best) / best, **quality(runs[-1][3], wtrue)))
             continue
-        times = [hit[1]] + [timed(methods[name], hit[0])[0] for _ in range(args.repeats - 1)]
-        rows.append(dict(method=name, time=float(np.median(times)), tol=hit[0],
+        rows.append(dict(method=name, time=med[(name, hit[0])][0], tol=hit[0],
                          gap=(hit[2] - best) / best, **quality(hit[3], wtrue)))
     ref = rows[0]["time"]
     lines = [f"#### logistic, L1, n={n}, p={p}, {support:.0%} nonzero truth, alpha = alpha_max/10, intercept",
@@ -339,9 +349,12 @@ def main(argv=None):
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args(argv)
     cmd = "python3 benchmarks/bench_linear.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average: {load}", flush=True)
     if args.logistic_only:
         n, p = (int(v) for v in args.sizes.split(",")[0].lower().split("x"))
-        md = f"Command: `{cmd}`\n\n" + bench_logistic(n, p, args.support[0], args)
+        md = (f"Command: `{cmd}`\n\nLoad average at the start: {load}.\n\n"
+              + bench_logistic(n, p, args.support[0], args))
         print(md)
         if args.markdown:
             Path(args.markdown).write_text(md)
@@ -366,8 +379,9 @@ def main(argv=None):
                           f"nnz={r['nnz']} err={r['rel_err']:.3f}", flush=True)
             results.append(dict(title=title, problems=probs))
     md = to_markdown(results, cmd)
-    md = (f"First fit in a fresh process (small MCP problem, numba cache warm on disk): dualdrop "
-          f"{ff['dualdrop']:.2f} s, skglm {ff['skglm']:.2f} s.\n\n") + md
+    md = (f"Load average at the start: {load}. First fit in a fresh process (small MCP problem, "
+          f"numba cache warm on disk): dualdrop {ff['dualdrop']:.2f} s, skglm {ff['skglm']:.2f} "
+          "s.\n\n") + md
     print(md)
     if args.json:
         Path(args.json).write_text(json.dumps(dict(cmd=cmd, first_fit=ff, results=results), indent=1,

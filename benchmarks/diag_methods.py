@@ -1,124 +1,147 @@
-"""Dropout noise vs SGD noise along short LeNet-300-100 / MNIST runs of five methods.
+"""Dropout noise vs SGD noise along LeNet-300-100 / MNIST training, read from the runs' histories.
 
-Each method is trained with its paper defaults (``dualdrop.nn.sparsify`` + Adam at the method's
-learning rate, batch 128, the method's regularizer and ``after_step``; a short schedule of
-``--epochs`` epochs) and after every epoch ``dualdrop.diagnostics.measure`` runs on one fixed
-subset of the training data (``--n`` points, the same for all methods): top Hessian eigenvalues,
-``Tr(H Sigma)`` and the isotropic ratio, cosine with the Hessian and its null mean, and the share of
-variance in the top-k Hessian eigenspace, for the SGD noise (batch 128) and the method's dropout
-noise.  Results go to ``--out`` as one JSON line per (method, epoch); a rerun skips what is done.
+Each method is trained by ``dualdrop sparsify`` with the training-loop hook ``--diagnose-every``
+(``dualdrop.train.diagnose_hook``): its paper defaults (Adam at the method's learning rate,
+batch 128, linear decay to 0 over ``--epochs``), measured every ``--every`` epochs and at the end
+on the same fixed validation subset of ``--samples`` points.  The runs go one after the other
+(one torch thread) into ``--runs/<method>`` and are resumable: rerunning the command continues
+an interrupted run (``--resume``) and skips finished ones.  ``--plot-only`` redraws the figure
+from the histories, also of the controlled pair of ``benchmarks/diag_twin.py`` when its runs
+are in ``--runs``.
 
-    python3 benchmarks/diag_methods.py --data-dir data/mnist --epochs 2 \
-        --out benchmarks/figures/diag_methods.jsonl     # ~15 min on a loaded 2-core machine
+    python3 benchmarks/diag_methods.py --data-dir data/mnist --epochs 4 --every 1 \\
+        --samples 256 --runs results/diag_mnist      # ~1 h on a loaded 2-core machine
+    python3 benchmarks/diag_methods.py --runs results/diag_mnist --plot-only
+
+Writes ``benchmarks/figures/diag_methods.png`` ("methods along training") and
+``benchmarks/figures/diag_methods.json`` (the diagnosed history rows of every run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from dualdrop.data import load_dataset
-from dualdrop.diagnostics import measure
-from dualdrop.nn import sparsify
-from dualdrop.train.models import lenet_300_100
-
 FIG = Path(__file__).resolve().parent / "figures"
-METHODS = ["vardrop", "vardrop-lr", "hardconcrete", "eta-trick", "logsum"]
+METHODS = ["eta-trick", "vardrop", "vardrop-lr", "hardconcrete", "logsum", "none"]
+#: run folders of benchmarks/diag_twin.py drawn with the methods when present
+TWINS = ["twin-eta-trick", "twin-dropout"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--methods", nargs="+", default=METHODS)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--n", type=int, default=256)
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--noise-samples", type=int, default=32)
-    ap.add_argument("--out", default=str(FIG / "diag_methods.jsonl"))
-    a = ap.parse_args()
-    torch.set_num_threads(1)
-    ds = load_dataset(a.data_dir, seed=0)
-    Xtr, ytr = torch.tensor(ds.X_train), torch.tensor(ds.y_train)
-    idx = torch.as_tensor(np.random.default_rng(0).permutation(len(ytr))[: a.n])
-    Xs, ys = Xtr[idx], ytr[idx]
-    out = Path(a.out)
-    done = set()
-    if out.is_file():
-        done = {(r["method"], r["epoch"]) for r in map(json.loads, out.read_text().splitlines())}
-    lf = torch.nn.functional.cross_entropy
+def train_all(a) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     for method in a.methods:
-        if all((method, e) in done for e in range(1, a.epochs + 1)):
+        out = Path(a.runs) / method
+        if (out / "final.json").is_file():
+            print(f"{method}: finished, skipped", flush=True)
             continue
-        torch.manual_seed(0)
-        net = lenet_300_100(Xtr.shape[1], 10)
-        sp = sparsify(net, method)
-        opt = torch.optim.Adam(net.parameters(), lr=sp.hparams["lr"])
-        g = torch.Generator().manual_seed(0)
-        steps_per_epoch = (len(ytr) + 127) // 128
-        total, step = steps_per_epoch * a.epochs, 0
-        for epoch in range(1, a.epochs + 1):
-            net.train()
-            for b in torch.randperm(len(ytr), generator=g).split(128):
-                opt.zero_grad()
-                loss = lf(net(Xtr[b]), ytr[b]) + sp.regularizer(len(ytr))
-                loss.backward()
-                opt.step()
-                step += 1
-                sp.after_step(opt, step, total)
-            if (method, epoch) in done:
-                continue
-            net.eval()
-            with torch.no_grad():
-                val_err = float((net(torch.tensor(ds.X_val)).argmax(1) !=
-                                 torch.tensor(ds.y_val)).float().mean())
-            r = measure(net, lf, Xs, ys, sp, k=a.k, batch_size=128, n_samples=a.noise_samples)
-            r.update(method=method, epoch=epoch, val_error=val_err,
-                     density=float(sp.density()["total"]))
-            with out.open("a") as fh:
-                fh.write(json.dumps(r) + "\n")
-            print(f"{method} epoch {epoch}: val err {val_err:.4f} density {r['density']:.3f} "
-                  f"lambda_1 {r['lambda_1']:.3g} | SGD ratio {r['sgd_ratio']:.1f} cos "
-                  f"{r['sgd_cosine']:.3f} top-k share {r['sgd_energy_topk']:.3f} | dropout ratio "
-                  f"{r['drop_ratio']:.1f} cos {r['drop_cosine']:.4f} top-k share "
-                  f"{r['drop_energy_topk']:.4f}", flush=True)
-    plot(out)
+        cmd = [sys.executable, "-m", "dualdrop", "sparsify", "--method", method,
+               "--epochs", str(a.epochs), "--diagnose-every", str(a.every),
+               "--diagnose-samples", str(a.samples), "--threads", "1", "--no-progress",
+               "--out", str(out), "--resume", "--seed", str(a.seed)]
+        if a.data_dir:
+            cmd += ["--data-dir", a.data_dir]
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, env=env)
 
 
-def plot(path: Path):
+def diagnosed_rows(runs: Path, names: list[str]) -> dict:
+    """``{name: [history rows with diag_* columns]}`` of the run folders that exist."""
+    out = {}
+    for name in names:
+        path = runs / name / "history.json"
+        if path.is_file():
+            rows = [r for r in json.loads(path.read_text()) if "diag_lambda_1" in r]
+            if rows:
+                out[name] = rows
+    return out
+
+
+def plot(runs: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(s) for s in path.read_text().splitlines()]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for i, m in enumerate(methods):
-        rs = sorted((r for r in rows if r["method"] == m), key=lambda r: r["epoch"])
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    for i, (name, rs) in enumerate(runs.items()):
         ep = [r["epoch"] for r in rs]
         col = f"C{i}"
-        axes[0].plot(ep, [r["sgd_ratio"] for r in rs], "o-", color=col, label=f"{m} SGD")
-        axes[0].plot(ep, [r["drop_ratio"] for r in rs], "s--", color=col, label=f"{m} dropout")
-        axes[1].plot(ep, [r["sgd_cosine"] for r in rs], "o-", color=col)
-        axes[1].plot(ep, [r["drop_cosine"] for r in rs], "s--", color=col)
-        axes[1].plot(ep, [r["sgd_null_cosine"] for r in rs], ":", color=col)
-        axes[2].plot(ep, [r["lambda_1"] for r in rs], "o-", color=col, label=m)
-    axes[0].set_title("Tr(H Σ)/Tr(H Σ_iso): SGD (solid) vs dropout noise (dashed)", fontsize=9)
-    axes[1].set_title("cos(H, Σ); dotted: random-eigenvector null mean", fontsize=9)
-    axes[2].set_title("sharpness λ_1 of the Hessian", fontsize=9)
-    for ax in axes[:2]:
+        axes[0].plot(ep, [r["diag_sgd_ratio"] for r in rs], "o-", color=col, label=f"{name} SGD")
+        axes[1].plot(ep, [r["diag_sgd_cosine"] for r in rs], "o-", color=col)
+        if any(r["diag_dropout_noise"] for r in rs):
+            axes[0].plot(ep, [r["diag_drop_ratio"] for r in rs], "s--", color=col,
+                         label=f"{name} dropout")
+            axes[1].plot(ep, [r["diag_drop_cosine"] for r in rs], "s--", color=col)
+            axes[2].plot(ep, [r["diag_drop_trace"] / r["diag_sgd_trace"] for r in rs], "s--",
+                         color=col, label=name)
+        axes[3].plot(ep, [r["diag_lambda_1"] for r in rs], "o-", color=col, label=name)
+    axes[0].set_title("Tr(HΣ)/Tr(HΣ_iso): SGD (solid), dropout noise (dashed)", fontsize=9)
+    axes[1].set_title("cos(H, Σ) (null mean ~1e-5 for all)", fontsize=9)
+    axes[2].set_title("Tr(HΣ_drop) / Tr(HΣ_SGD): dropout's escaping drive", fontsize=9)
+    axes[3].set_title("sharpness λ₁ of the Hessian", fontsize=9)
+    for ax in axes[:3]:
         ax.set_yscale("log")
     for ax in axes:
         ax.set_xlabel("epoch")
     axes[0].legend(fontsize=6, ncol=2)
     axes[2].legend(fontsize=7)
+    axes[3].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path.with_suffix(".png"), dpi=110)
-    print("wrote", path.with_suffix(".png"))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print("wrote", path)
+
+
+def table(runs: dict) -> str:
+    """Markdown rows: one per run and diagnosed epoch."""
+    head = ("| run | epoch | val. err | nonzero | λ₁ | SGD ratio | SGD cos | SGD top-5 overlap "
+            "| dropout ratio | dropout cos | dropout top-5 overlap | Tr(HΣ_drop)/Tr(HΣ_SGD) | "
+            "max p-value |")
+    lines = [head, "|" + "---|" * 13]
+
+    def f(v, fmt):
+        return "–" if v != v else format(v, fmt)
+
+    for name, rs in runs.items():
+        for r in rs:
+            rel = r["diag_drop_trace"] / r["diag_sgd_trace"]
+            p = max(r["diag_sgd_p_value"], r["diag_drop_p_value"]
+                    if r["diag_drop_p_value"] == r["diag_drop_p_value"] else 0.0)
+            lines.append(
+                f"| {name} | {r['epoch']} | {100 * r['val_error']:.2f}% | "
+                f"{r['nonzero_total']:.3f} | {r['diag_lambda_1']:.1f} | "
+                f"{r['diag_sgd_ratio']:.0f} | {r['diag_sgd_cosine']:.3f} | "
+                f"{r['diag_sgd_overlap_topk']:.2f} | {f(r['diag_drop_ratio'], '.0f')} | "
+                f"{f(r['diag_drop_cosine'], '.3f')} | {f(r['diag_drop_overlap_topk'], '.2f')} | "
+                f"{f(rel, '.3f')} | {p:.1e} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None, help="MNIST folder (default: embedded digits)")
+    ap.add_argument("--methods", nargs="+", default=METHODS)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--every", type=int, default=1, help="--diagnose-every of the runs")
+    ap.add_argument("--samples", type=int, default=256, help="--diagnose-samples of the runs")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", default="results/diag_mnist", help="folder of the run folders")
+    ap.add_argument("--plot-only", action="store_true")
+    a = ap.parse_args()
+    if not a.plot_only:
+        train_all(a)
+    runs = diagnosed_rows(Path(a.runs), a.methods + TWINS)
+    if not runs:
+        sys.exit(f"no diagnosed history in {a.runs}")
+    FIG.mkdir(exist_ok=True)
+    (FIG / "diag_methods.json").write_text(json.dumps(runs, indent=1) + "\n")
+    plot(runs, FIG / "diag_methods.png")
+    print(table(runs))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,15 @@ So the kernels of ``penalties`` and ``dualdrop`` are cached in a per-user cache 
 
 Only functions defined in this project's two packages are redirected: other numba code in the
 same process keeps numba's defaults. Entries are keyed by the absolute path of the source folder
-(numba's own scheme), so two installs never share or overwrite each other's entries, and the source
-file's stamp still invalidates stale ones.
+(numba's own scheme), so two installs never share or overwrite each other's entries.
+
+Stale entries. numba invalidates a cached function when *its own* source file changes, but a
+kernel compiled from ``dualdrop/linear/_jit.py`` also inlines the scalar kernels of
+``penalties/kernels.py``: after an upgrade (or an edit) of the latter, numba would load the old
+machine code and silently compute with the old formulas. The stamp of every entry of this project
+therefore also carries a fingerprint (path, modification time and size) of every source file of
+both packages that uses numba, so that any change to any of them recompiles everything that may
+depend on it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,29 @@ from pathlib import Path
 
 _ROOTS = tuple(str(Path(__file__).resolve().parent.parent / name) + os.sep
                for name in ("penalties", "dualdrop"))
+
+
+def source_fingerprint() -> str:
+    """A digest of every numba-using source file of both packages (path, mtime, size)."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        import hashlib
+
+        h = hashlib.sha256()
+        for root in _ROOTS:
+            for f in sorted(Path(root).rglob("*.py")):
+                try:
+                    if "numba" not in f.read_text(encoding="utf-8", errors="ignore"):
+                        continue
+                    st = f.stat()
+                except OSError:
+                    continue
+                h.update(f"{f}:{st.st_mtime_ns}:{st.st_size};".encode())
+        _FINGERPRINT = h.hexdigest()[:16]
+    return _FINGERPRINT
+
+
+_FINGERPRINT: str | None = None
 
 
 def cache_dir() -> Path:
@@ -52,7 +82,8 @@ def install() -> None:
     except ImportError:  # pragma: no cover - numba is a hard dependency
         return
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
-    base = getattr(caching, "UserWideCacheLocator", None) or getattr(caching, "_UserWideCacheLocator", None)
+    base = (getattr(caching, "UserWideCacheLocator", None)
+            or getattr(caching, "_UserWideCacheLocator", None))
     if impl is None or base is None or not hasattr(impl, "_locator_classes"):  # pragma: no cover
         return
     if any(getattr(c, "_dualdrop", False) for c in impl._locator_classes):
@@ -67,16 +98,16 @@ def install() -> None:
             super().__init__(py_func, py_file)
             self._cache_path = str(cache_dir() / self.get_suitable_cache_subpath(py_file))
 
+        def get_source_stamp(self):
+            # the file's own stamp plus every kernel file's: see "Stale entries" above
+            return (super().get_source_stamp(), source_fingerprint())
+
         @classmethod
         def from_function(cls, py_func, py_file):
-            if os.environ.get("NUMBA_CACHE_DIR"):
-                return None  # numba's own user-provided locator (first in its list) handles it
             if not os.path.abspath(py_file).startswith(_ROOTS):
                 return None
             return super().from_function(py_func, py_file)
 
-    # before numba's in-tree locator (which would write into site-packages), after the
-    # user-provided one (NUMBA_CACHE_DIR)
-    classes = list(impl._locator_classes)
-    classes.insert(1 if classes and "UserProvided" in classes[0].__name__ else 0, ProjectCacheLocator)
-    impl._locator_classes = classes
+    # first: before numba's user-provided locator (NUMBA_CACHE_DIR, which cache_dir() honours
+    # with numba's own layout) and its in-tree one (which would write into site-packages)
+    impl._locator_classes = [ProjectCacheLocator] + list(impl._locator_classes)

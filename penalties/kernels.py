@@ -30,6 +30,12 @@ SCAD = 5
 MCP = 6
 STANDOUT = 7
 TABLE = 8
+# MIXED wraps another kernel penalty: Omega = c Omega_inner + (r / 2) w^2 (an added ridge term:
+# the elastic net for Omega_inner = |w|, the Mnet of MCP/SCAD); parameter vector
+# [c, r, inner_code, inner_params...] (an inner MIXED is not allowed). The public scalar kernels
+# dispatch it to the plain ones, which are inlined (no call layer, no recursion: numba's cache
+# does not handle recursive functions safely).
+MIXED = 9
 
 # Layout of a TABLE parameter vector (see ``penalties._table``): a header, then n+1 breakpoints in
 # x = log|w|, then n*(m+1) Chebyshev coefficients of y = log Omega, then those of dy/dx.
@@ -111,6 +117,13 @@ def _table_omega_and_slope(p, a):
 @njit(cache=True)
 def omega_scalar(code, p, w):
     """Omega(w) for the penalty (code, p)."""
+    if code == MIXED:
+        return p[0] * _omega(int(p[2]), p[3:], w) + 0.5 * p[1] * w * w
+    return _omega(code, p, w)
+
+
+@njit(cache=True, inline="always")
+def _omega(code, p, w):
     a = abs(w)
     if a == 0.0:
         return 0.0
@@ -155,6 +168,13 @@ def omega_scalar(code, p, w):
 @njit(cache=True)
 def derivative_scalar(code, p, w):
     """Omega'(w) = w / eta_hat(w); 0 at w = 0 (the minimum-norm subgradient)."""
+    if code == MIXED:
+        return p[0] * _derivative(int(p[2]), p[3:], w) + p[1] * w
+    return _derivative(code, p, w)
+
+
+@njit(cache=True, inline="always")
+def _derivative(code, p, w):
     a = abs(w)
     if a == 0.0:
         return 0.0
@@ -191,6 +211,15 @@ def derivative_scalar(code, p, w):
 @njit(cache=True)
 def eta_hat_scalar(code, p, w):
     """The minimizing dual variable eta_hat(w) (may be +inf)."""
+    if code == MIXED:  # w / Omega'(w), with Omega'(w) / w = c / eta_inner + r
+        e = _eta_hat(int(p[2]), p[3:], w)
+        den = (p[0] / e if e > 0.0 else (np.inf if p[0] > 0.0 else 0.0)) + p[1]
+        return 1.0 / den if den > 0.0 else np.inf
+    return _eta_hat(code, p, w)
+
+
+@njit(cache=True, inline="always")
+def _eta_hat(code, p, w):
     a = abs(w)
     if code == L1:
         return a
@@ -231,7 +260,7 @@ def eta_hat_scalar(code, p, w):
 
 @njit(cache=True)
 def _prox_objective(code, p, x, a, t):
-    return 0.5 * (x - a) * (x - a) + t * omega_scalar(code, p, x)
+    return 0.5 * (x - a) * (x - a) + t * _omega(code, p, x)
 
 
 @njit(cache=True)
@@ -252,7 +281,7 @@ def _prox_root(code, p, a, t, lo, hi, flo, fhi):
         x = (lo * fhi - hi * flo) / (fhi - flo)
         if not (lo < x < hi):
             x = 0.5 * (lo + hi)
-        fx = x + t * derivative_scalar(code, p, x) - a
+        fx = x + t * _derivative(code, p, x) - a
         if fx == 0.0:
             return x
         if fx < 0.0:
@@ -287,12 +316,12 @@ def prox_numeric_scalar(code, p, v, t):
     x_prev = 0.0
     # phi at 0+: t * Omega'(0+) - a
     tiny = a * 1e-14
-    f_prev = tiny + t * derivative_scalar(code, p, tiny) - a
+    f_prev = tiny + t * _derivative(code, p, tiny) - a
     for i in range(1, K + 1):
         # the last grid point is |v| itself: a * K / K can round below it, where phi is then
         # -ulp < 0 for a penalty flat beyond some point (Omega' = 0), and the root at |v| was lost
         x = a if i == K else a * i / K
-        fx = x + t * derivative_scalar(code, p, x) - a
+        fx = x + t * _derivative(code, p, x) - a
         if f_prev < 0.0 and fx >= 0.0:
             r = _prox_root(code, p, a, t, x_prev, x, f_prev, fx)
             h = _prox_objective(code, p, r, a, t)
@@ -306,7 +335,19 @@ def prox_numeric_scalar(code, p, v, t):
 
 @njit(cache=True)
 def prox_scalar(code, p, v, t):
-    """argmin_x 1/2 (x - v)^2 + t Omega(x) (closed form where one exists)."""
+    """argmin_x 1/2 (x - v)^2 + t Omega(x) (closed form where one exists).
+
+    MIXED: ``1/2 (x - v)^2 + t c Omega(x) + t r x^2 / 2 = (s/2) (x - v/s)^2 + t c Omega(x) +
+    const`` with ``s = 1 + t r``, so the prox is the inner penalty's at ``v / s`` with step
+    ``t c / s``."""
+    if code == MIXED:
+        s = 1.0 + t * p[1]
+        return _prox(int(p[2]), p[3:], v / s, t * p[0] / s)
+    return _prox(code, p, v, t)
+
+
+@njit(cache=True, inline="always")
+def _prox(code, p, v, t):
     a = abs(v)
     if a == 0.0 or t == 0.0:
         return v

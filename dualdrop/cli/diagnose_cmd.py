@@ -8,7 +8,8 @@ Example::
 For each run folder the LeNet-300-100 network and its method are rebuilt from the configuration
 stored in the checkpoint, the weights are loaded, and ``dualdrop.diagnostics.measure`` runs on a
 fixed subset of the training split (the first ``--n-samples`` points of a seed-0 permutation, the
-same for every run).  Writes ``OUT/diagnostics.json`` (one record per run) and
+same for every run; the SGD noise is that of minibatches of the run's batch size drawn from the
+whole training split).  Writes ``OUT/diagnostics.json`` (one record per run) and
 ``OUT/diagnostics.png``.  See ``docs/diagnostics.md`` for what the numbers mean.
 """
 
@@ -80,11 +81,12 @@ def run(args) -> int:
         if key not in cache:
             ds = load_dataset(key[0], seed=key[1], val_fraction=key[2])
             idx = np.random.default_rng(0).permutation(len(ds.y_train))[: args.n_samples]
-            cache[key] = (torch.tensor(ds.X_train[idx]), torch.tensor(ds.y_train[idx]))
-        X, y = cache[key]
+            cache[key] = (torch.tensor(ds.X_train[idx]), torch.tensor(ds.y_train[idx]),
+                          len(ds.y_train))
+        X, y, n_train = cache[key]
         bs = args.batch_size or int(cfg.get("batch_size", 128))
         res = measure(model, torch.nn.functional.cross_entropy, X, y, sp, k=args.k,
-                      batch_size=bs, n_samples=args.noise_samples)
+                      batch_size=bs, n_samples=args.noise_samples, population=n_train)
         res.update(run=str(folder), method=cfg["method"], epoch=epoch, batch_size=bs)
         records.append(res)
         print(f"{folder} ({cfg['method']}, epoch {epoch}): lambda_1={res['lambda_1']:.3g} "

@@ -19,12 +19,15 @@ batch, e.g. ``torch.nn.functional.cross_entropy``.
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, jvp, vmap
+
+from dualdrop.nn._base import preserved_noise
 
 #: largest parameter count for which a D x D matrix is materialized (5,000 -> 100 MB in float32)
 DENSE_LIMIT = 5000
@@ -177,10 +180,30 @@ class HessianOperator:
         Z = self._probes(probes, seed)
         return float((Z * self.matvec(Z)).sum() / probes)
 
-    def frob2(self, probes: int = 30, seed: int = 0) -> float:
-        """Hutchinson estimate of ``||H||_F^2 = Tr(H^2) = E ||H z||^2``."""
+    def frob2(self, probes: int = 30, seed: int = 0, basis=None) -> float:
+        """Estimate of ``||H||_F^2 = Tr(H^2)``.
+
+        Without ``basis``: Hutchinson, ``E ||H z||^2`` over Rademacher ``z``.  With
+        ``basis=(Q, HQ)`` (``Q`` of shape ``(D, m)`` with orthonormal columns, ``HQ = H @ Q``) the
+        split ``||H||_F^2 = ||H Q||_F^2 + ||H (I - Q Q^T)||_F^2``: the first part exact, the second
+        by Hutchinson on probes projected off ``span(Q)``.  The estimate is then never below
+        ``||H Q||_F^2 >= ||Q^T H Q||_F^2``, so for any ``Sigma`` whose range lies in ``span(Q)``
+        the Cauchy--Schwarz bound ``|<H, Sigma>_F| <= ||H||_F ||Sigma||_F`` holds with the
+        estimate in place of ``||H||_F`` (plain Hutchinson can fall below ``||Q^T H Q||_F`` and
+        give cosines above 1); it is unbiased and has a smaller variance when ``span(Q)`` holds
+        much of ``H``'s mass.
+        """
+        if basis is None:
+            Z = self._probes(probes, seed)
+            return float((self.matvec(Z) ** 2).sum() / probes)
+        Q, HQ = basis
+        Q = Q.to(self.fp.theta.dtype)
+        exact = float((HQ.double() ** 2).sum())
+        if probes == 0 or Q.shape[1] >= self.fp.dim:
+            return exact
         Z = self._probes(probes, seed)
-        return float((self.matvec(Z) ** 2).sum() / probes)
+        Z = Z - Q @ (Q.T @ Z)
+        return exact + float((self.matvec(Z).double() ** 2).sum() / probes)
 
 
 def hessian_eigs(model, loss_fn, X, y, k: int = 5, *, params=None, which: str = "LA",
@@ -262,36 +285,47 @@ def _cov_out(U: torch.Tensor, dense):
     return LowRankCov(U)
 
 
-def sgd_noise_cov(model, loss_fn, X, y, batch_size: int, *, params=None, dense=None):
+def sgd_noise_cov(model, loss_fn, X, y, batch_size: int, *, params=None, dense=None,
+                  population: int | None = None):
     """Covariance of the minibatch gradient ``g_B = (1/b) sum_{i in B} g_i`` around the full one.
 
-    Convention: the minibatch ``B`` is ``b = batch_size`` of the ``n`` given points drawn uniformly
-    **without replacement**.  With ``C = (1/n) sum_i (g_i - g)(g_i - g)^T`` the per-sample gradient
-    covariance (``g`` the full-batch gradient),
+    Convention: the minibatch ``B`` is ``b = batch_size`` points drawn uniformly **without
+    replacement** from a population of ``N`` points.  With ``C = (1/N) sum_i (g_i - g)(g_i - g)^T``
+    the population's per-sample gradient covariance (``g`` its mean gradient),
 
-        Cov(g_B) = (n - b) / (b (n - 1)) * C,
+        Cov(g_B) = (N - b) / (b (N - 1)) * C,
 
-    which is ``C / b`` for ``b << n`` and ``0`` at ``b = n``.  Per-sample gradients come from
-    ``vmap(grad)`` with the model in eval mode (no dropout noise: this is the data-sampling noise
-    alone).  Returns a dense ``(D, D)`` tensor while ``D <= DENSE_LIMIT`` (unless ``dense=False``),
-    else a :class:`LowRankCov` with ``U = sqrt(coef / n) (G - g)^T`` of rank ``<= n``.
+    which is ``C / b`` for ``b << N`` and ``0`` at ``b = N``.  ``population=None`` takes the
+    ``n`` given points as the population (``N = n``).  Otherwise ``(X, y)`` is a uniform sample
+    of a training set of ``N = population`` points, e.g. the subset a training run is measured
+    on while its minibatches come from all of its training data: ``C`` is then estimated by
+    ``(N - 1)/N`` times the unbiased sample covariance ``S^2 = 1/(n - 1) sum (g_i - gbar)(...)^T``
+    (finite-population sampling: ``E S^2 = N/(N-1) C``), i.e. ``Cov(g_B) = (N - b)/(b N) S^2``;
+    the two forms agree at ``N = n``.  Per-sample gradients come from ``vmap(grad)`` with the
+    model in eval mode (no dropout noise: this is the data-sampling noise alone).  Returns a dense
+    ``(D, D)`` tensor while ``D <= DENSE_LIMIT`` (unless ``dense=False``), else a
+    :class:`LowRankCov` with ``U`` proportional to ``(G - gbar)^T``, of rank ``<= n``.
     """
     _check_model(model, loss_fn, X, y)
     n = X.shape[0]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size={batch_size!r}; expected an int in [1, n={n}]")
+    N = n if population is None else population
+    if isinstance(N, bool) or not isinstance(N, int) or N < n:
+        raise ValueError(f"population={population!r}; expected None or an int >= n={n} (the size "
+                         "of the training set the given points were drawn from)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= N:
+        raise ValueError(f"batch_size={batch_size!r}; expected an int in [1, N={N}]")
     if n < 2:
         raise ValueError("sgd_noise_cov needs at least 2 samples")
     fp = FlatParams(model, params)
     with _mode(model, False):
         G = fp.per_sample_grads(loss_fn, X, y).detach()
-    coef = (n - batch_size) / (batch_size * (n - 1))
-    U = (G - G.mean(0)).T * float(np.sqrt(coef / n))
+    coef = (N - batch_size) / (batch_size * N * (n - 1))  # times sum (g_i - gbar)(...)^T
+    U = (G - G.mean(0)).T * float(np.sqrt(coef))
     return _cov_out(U, dense)
 
 
 def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, *, params=None,
-                      dense=None, seed: int | None = 0):
+                      dense=None, seed: int | None = 0, batch_size: int | None = None):
     """Covariance of the full-batch gradient over the model's own noise, at fixed data and weights.
 
     The model is put in train mode and the gradient ``g_s = grad L(theta; noise_s)`` on all of
@@ -299,9 +333,23 @@ def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, 
     ``nn.Dropout``, the Gaussian multiplicative noise or local reparameterization of variational
     dropout, hard-concrete gates -- whatever the layers sample in training mode.  ``sampler``, if
     given, is called as ``sampler(model, s)`` before sample ``s`` (e.g. to resample a custom mask);
-    ``seed`` seeds torch's global generator for reproducibility (``None`` leaves it alone).
+    ``seed`` seeds torch's global generator and the ``dualdrop.nn`` methods' counter-based noise
+    streams for reproducibility (``None`` leaves torch's generator alone and continues the
+    methods' streams); either way the methods' streams are as before on return
+    (:func:`dualdrop.nn._base.preserved_noise`), so measuring never changes a training run.
     Returns the unbiased sample covariance ``(1/(S-1)) sum_s (g_s - gbar)(g_s - gbar)^T``: dense
     while ``D <= DENSE_LIMIT`` (unless ``dense=False``), else a :class:`LowRankCov` of rank ``< S``.
+
+    ``batch_size``: the noise of a training step's gradient on a minibatch of that size,
+    ``E_B Cov_noise(g_B)``, instead of the gradient on all of ``X``: ``X`` is cut into
+    ``n // batch_size`` consecutive batches (a remainder is left out, with a warning), the
+    covariance over ``n_samples`` draws is taken on each, and they are averaged (factor rank
+    ``< S`` per batch).  Noise drawn independently per example (local reparameterization,
+    ``nn.Dropout``) averages out over the points, so the covariance on ``n`` points is
+    ``batch_size / n`` times a batch's; noise shared by the batch (weight noise, per-weight gates)
+    averages out as far as the examples' gradients respond to it differently -- on
+    LeNet-300-100 / MNIST the factor at ``batch_size / n = 1/2`` was 1.8-2.0 for VarDrop,
+    VarDrop+LR and hard-concrete alike (``benchmarks/RESULTS.md``).
     A ``ValueError`` is raised if the gradient does not change between samples (no noise in train
     mode: an eta-trick method, or no dropout layer).
     """
@@ -310,24 +358,39 @@ def dropout_noise_cov(model, loss_fn, X, y, sampler=None, n_samples: int = 200, 
         raise ValueError(f"n_samples={n_samples!r}; expected an int >= 2")
     if sampler is not None and not callable(sampler):
         raise TypeError("sampler must be callable as sampler(model, s) or None")
+    n = X.shape[0]
+    if batch_size is None:
+        bounds = [(0, n)]
+    else:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
+                or not 1 <= batch_size <= n:
+            raise ValueError(f"batch_size={batch_size!r}; expected None or an int in [1, n={n}]")
+        bounds = [(j, j + batch_size) for j in range(0, n - batch_size + 1, batch_size)]
+        if n % batch_size:
+            warnings.warn(f"dropout_noise_cov: the last {n % batch_size} of n={n} points are left "
+                          f"out (batches of {batch_size})", stacklevel=2)
     fp = FlatParams(model, params)
     named = dict(model.named_parameters())
     ps = [named[k] for k in fp.names]
     if seed is not None:
         torch.manual_seed(seed)
-    rows = []
-    with _mode(model, True):
-        for s in range(n_samples):
-            if sampler is not None:
-                sampler(model, s)
-            loss = loss_fn(model(X), y)
-            gs = torch.autograd.grad(loss, ps, allow_unused=True)
-            rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
-                                   for p, g in zip(ps, gs)]).detach())
-    G = torch.stack(rows)
-    if float((G - G[0]).abs().max()) == 0.0:
+    factors, moved = [], False
+    with _mode(model, True), preserved_noise(model, seed):
+        for lo, hi in bounds:
+            rows = []
+            for s in range(n_samples):
+                if sampler is not None:
+                    sampler(model, s)
+                loss = loss_fn(model(X[lo:hi]), y[lo:hi])
+                gs = torch.autograd.grad(loss, ps, allow_unused=True)
+                rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                                       for p, g in zip(ps, gs)]).detach())
+            G = torch.stack(rows)
+            moved = moved or float((G - G[0]).abs().max()) > 0.0
+            factors.append((G - G.mean(0)).T / float(np.sqrt(n_samples - 1)))
+    if not moved:
         raise ValueError("dropout_noise_cov: the gradient is identical across samples -- the model "
                          "draws no noise in train mode (no dropout layer, or a noiseless method "
                          "such as the eta-trick); its dropout-noise covariance is zero")
-    U = (G - G.mean(0)).T / float(np.sqrt(n_samples - 1))
+    U = torch.cat(factors, dim=1) / float(np.sqrt(len(factors)))
     return _cov_out(U, dense)

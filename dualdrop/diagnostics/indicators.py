@@ -13,7 +13,10 @@ Algorithm", ICLR 2024).  The cosine ``<H, S>_F / (||H||_F ||S||_F)``, and the to
 overlap ``||V_H^T V_S||_F^2 / k`` (1 for equal top-``k`` eigenspaces, about ``k / D`` for random
 ones).  Its null model keeps both spectra and draws ``S``'s eigenvectors Haar-uniformly:
 ``S_0 = Q diag(s) Q^T``; since ``E[Q A Q^T] = Tr(A)/D * I``, the null mean of ``<H, S_0>`` is
-``Tr(H) Tr(S) / D``, the same quantity as ``Tr(H Sigma_bar)`` above.
+``Tr(H) Tr(S) / D``, the same quantity as ``Tr(H Sigma_bar)`` above, and its variance has a closed
+form too (``alignment``'s docstring), which gives a p-value bound without sampling D x D rotations.
+Above the dense limit ``||H||_F`` is estimated exactly on ``range(Sigma)`` and by Hutchinson off
+it, which keeps the cosine in ``[-1, 1]`` (``docs/diagnostics.md``, section 1).
 
 ``H`` may be a dense tensor or a :class:`~dualdrop.diagnostics.HessianOperator`; ``Sigma`` a dense
 tensor or a :class:`~dualdrop.diagnostics.LowRankCov`.
@@ -76,16 +79,18 @@ def _inner(H, Sigma):
     return float((H.double() * Sigma.double()).sum())
 
 
-def escape_indicator(H, Sigma, *, probes: int = 30, trace_h: float | None = None) -> dict:
+def escape_indicator(H, Sigma, *, probes: int = 30, trace_h: float | None = None,
+                     tr_h_sigma: float | None = None) -> dict:
     """``Tr(H Sigma)``, its isotropic counterpart ``Tr(H Sigma_bar)`` and their ratio.
 
     Returns ``{"trace": Tr(H Sigma), "isotropic": Tr(Sigma) Tr(H) / D, "ratio": trace/isotropic,
     "trace_sigma": Tr(Sigma), "trace_h": Tr(H)}``.  With a :class:`HessianOperator`, ``Tr(H)`` is a
     Hutchinson estimate from ``probes`` probes (so ``isotropic`` and ``ratio`` are estimates);
-    pass ``trace_h`` to reuse a value already computed.
+    pass ``trace_h`` (and ``tr_h_sigma``, e.g. ``alignment(...)["inner"]``) to reuse values already
+    computed.
     """
     D = _check_pair(H, Sigma)
-    tr_hs = _inner(H, Sigma)
+    tr_hs = _inner(H, Sigma) if tr_h_sigma is None else float(tr_h_sigma)
     tr_s = _trace(Sigma)
     tr_h = _trace(H, probes) if trace_h is None else float(trace_h)
     iso = tr_s * tr_h / D
@@ -115,26 +120,51 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
               trace_h: float | None = None) -> dict:
     """Cosine and top-``k`` eigenspace overlap of ``Sigma`` with ``H``, against a spectral null.
 
-    Returns ``{"cosine", "overlap", "energy", "null_mean", "null_std", "null_cosines", "p_value",
-    "null_mean_exact"}`` where ``energy = Tr(P_k Sigma) / Tr(Sigma)`` is the share of the noise's
-    variance inside ``H``'s top-``k`` eigenspace, and the null draws ``null_samples`` matrices
-    ``Q diag(spec(Sigma)) Q^T`` with Haar ``Q``; ``p_value = (1 + #{null cosine >= cosine}) /
-    (1 + null_samples)``.  ``null_mean_exact`` is the closed form
-    ``Tr(H) Tr(Sigma) / (D ||H|| ||S||)``.
-    The null needs ``H`` dense (``D <= DENSE_LIMIT``); with a matrix-free ``H`` only the closed-form
-    null mean is reported and a warning says the sampled null was skipped.  ``h_eigs=(values,
-    vectors)`` (from :func:`hessian_eigs`), ``h_frob2`` and ``trace_h`` reuse quantities of ``H``
-    already computed (each costs Hessian-vector products when ``H`` is matrix-free).
+    Returns ``{"cosine", "inner" (= Tr(H Sigma)), "overlap", "energy", "null_mean", "null_std",
+    "null_cosines", "p_value", "null_mean_exact", "null_std_exact", "p_value_bound"}`` where
+    ``energy = Tr(P_k Sigma) / Tr(Sigma)`` is the share of the noise's variance inside ``H``'s
+    top-``k`` eigenspace, and the null draws ``null_samples`` matrices ``Q diag(spec(Sigma)) Q^T``
+    with Haar ``Q``;
+    ``p_value = (1 + #{null cosine >= cosine}) / (1 + null_samples)``.
+
+    Closed forms, at any size: the null mean ``Tr(H) Tr(S) / (D ||H|| ||S||)``, the null standard
+    deviation from ``Var <H, Q A Q^T> = 2 (||H||^2 - Tr(H)^2/D)(||A||^2 - Tr(A)^2/D) /
+    ((D-1)(D+2))`` (Haar orthogonal ``Q``), and ``p_value_bound``, Cantelli's one-sided bound
+    ``var / (var + (cos - mean)^2)`` (1 when the cosine is below the null mean): a valid,
+    conservative p-value that needs no sampling.
+
+    The sampled null needs ``H`` dense (``D <= DENSE_LIMIT``); with a matrix-free ``H`` only the
+    closed forms are reported and a warning says the sampled null was skipped.  With a
+    matrix-free ``H`` and a :class:`LowRankCov` ``Sigma``, ``||H||_F^2`` is estimated by
+    :meth:`HessianOperator.frob2` split on ``range(Sigma)`` (exact there, Hutchinson with
+    ``probes`` probes off it), which keeps the cosine in ``[-1, 1]`` (``h_frob2`` is then not
+    used); a plain Hutchinson estimate of ``||H||_F`` can undershoot and give cosines above 1.
+    ``h_eigs=(values, vectors)`` (from :func:`hessian_eigs`), ``h_frob2`` (the exact value) and
+    ``trace_h`` reuse quantities of ``H`` already computed.
     """
     D = _check_pair(H, Sigma)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < D:
         raise ValueError(f"k={k!r}; expected an int in [1, D={D})")
     if isinstance(null_samples, bool) or not isinstance(null_samples, int) or null_samples < 0:
         raise ValueError(f"null_samples={null_samples!r}; expected an int >= 0")
-    nh = np.sqrt(_frob2(H, probes) if h_frob2 is None else float(h_frob2))
-    ns = np.sqrt(_frob2(Sigma))
     tr_h = _trace(H, probes) if trace_h is None else float(trace_h)
-    inner = _inner(H, Sigma)
+    tr_s, ns2 = _trace(Sigma), _frob2(Sigma)
+    if isinstance(Sigma, LowRankCov):
+        # Sigma = Q diag(s) Q^T: <H, Sigma> = sum_j s_j q_j^T H q_j from H Q, which also gives
+        # the part of ||H||_F^2 on range(Sigma) exactly (see HessianOperator.frob2)
+        s, Qs = Sigma.eigh()
+        HQ = H @ Qs.to(H.dtype) if isinstance(H, torch.Tensor) else H.matvec(Qs)
+        inner = float((s.double() * (Qs.double() * HQ.double()).sum(0)).sum())
+        ws, Vs = s[:k].double(), Qs[:, :k].double()
+        if isinstance(H, HessianOperator):
+            nh2 = H.frob2(probes, seed, basis=(Qs, HQ))
+        else:
+            nh2 = _frob2(H) if h_frob2 is None else float(h_frob2)
+    else:
+        inner = _inner(H, Sigma)
+        ws, Vs = _top_eig(Sigma, k)
+        nh2 = _frob2(H, probes) if h_frob2 is None else float(h_frob2)
+    nh, ns = np.sqrt(nh2), np.sqrt(ns2)
     cos = inner / (nh * ns) if nh * ns > 0 else float("nan")
     if h_eigs is not None:
         wh, Vh = h_eigs
@@ -142,26 +172,34 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
             raise ValueError(f"h_eigs vectors must have shape ({D}, {k}), got {tuple(Vh.shape)}")
     else:
         wh, Vh = _top_eig(H, k)
-    ws, Vs = _top_eig(Sigma, k)
-    overlap = float((Vh.T.double() @ Vs.double()).pow(2).sum()) / k
+    overlap = float((Vh.T.double() @ Vs.double()).pow(2).sum()) / k if tr_s > 0 else float("nan")
     if isinstance(Sigma, LowRankCov):
         energy = float((Vh.T.double() @ Sigma.U.double()).pow(2).sum())
     else:
         energy = float((Vh.T.double() @ Sigma.double() @ Vh.double()).diagonal().sum())
-    energy /= _trace(Sigma)
-    out = {"cosine": cos, "overlap": overlap, "energy": energy,
-           "null_mean_exact": tr_h * _trace(Sigma) / (D * nh * ns),
+    energy = energy / tr_s if tr_s > 0 else float("nan")  # Sigma = 0: no direction to share
+    # the null's exact mean and variance (Haar Q, fixed spectra); Cantelli's one-sided bound
+    # P(X - mu >= t) <= var / (var + t^2) turns them into a valid p-value without sampling
+    null_mean = tr_h * tr_s / (D * nh * ns) if nh * ns > 0 else float("nan")
+    var = (2 * max(nh2 - tr_h ** 2 / D, 0.0) * max(ns2 - tr_s ** 2 / D, 0.0)
+           / ((D - 1) * (D + 2))) / (nh2 * ns2) if nh * ns > 0 else float("nan")
+    t = cos - null_mean
+    out = {"cosine": cos, "inner": inner, "overlap": overlap, "energy": energy,
+           "null_mean_exact": null_mean,
+           "null_std_exact": float(np.sqrt(var)),
+           "p_value_bound": (float("nan") if t != t else float(var / (var + t * t)) if t > 0
+                             else 1.0),
            "null_mean": float("nan"), "null_std": float("nan"), "null_cosines": [],
            "p_value": float("nan")}
     if null_samples == 0:
         return out
     if isinstance(H, HessianOperator) or D > DENSE_LIMIT:
         warnings.warn(f"alignment: sampled null skipped (D={D}, H matrix-free); only the "
-                      "closed-form null mean null_mean_exact is reported", stacklevel=2)
+                      "closed forms null_mean_exact, null_std_exact and p_value_bound are "
+                      "reported", stacklevel=2)
         return out
     if isinstance(Sigma, LowRankCov):
-        spec, _ = Sigma.eigh()
-        spec = spec.double().numpy()
+        spec = s.double().numpy()
     else:
         spec = np.clip(torch.linalg.eigvalsh(Sigma.double()).numpy(), 0, None)[::-1]
     spec = spec[spec > spec.max() * 1e-12] if spec.size and spec.max() > 0 else spec

@@ -2,7 +2,8 @@
 
 Split as in skglm: a *datafit* (:mod:`.datafits`), a *penalty* (objects of the top-level
 :mod:`penalties` package) and a *solver* (:mod:`.solvers`, one module per algorithm). The
-scikit-learn estimators (:mod:`.estimators`) and the regularization path (:mod:`.path`) sit on top.
+scikit-learn estimators (:mod:`.estimators`, multi-output :mod:`.multitask`) and the
+regularization path (:mod:`.path`) sit on top.
 
     >>> from dualdrop.linear import SparseLinearRegression
     >>> est = SparseLinearRegression(penalty="logsum", penalty_params={"eps": 1.0}, alpha=0.05)
@@ -10,13 +11,19 @@ scikit-learn estimators (:mod:`.estimators`) and the regularization path (:mod:`
 
 from ._problem import Problem, SolverResult
 from .datafits import Logistic, Quadratic
+from .cv import SparseLinearRegressionCV, SparseLogisticRegressionCV
 from .estimators import SparseLinearRegression, SparseLogisticRegression
+from .multitask import SparseMultiTaskRegression, multitask_alpha_max
 from .path import alpha_max, regularization_path
 from .solvers import SOLVERS, get_solver
 
 __all__ = [
     "SparseLinearRegression",
     "SparseLogisticRegression",
+    "SparseLinearRegressionCV",
+    "SparseLogisticRegressionCV",
+    "SparseMultiTaskRegression",
+    "multitask_alpha_max",
     "regularization_path",
     "alpha_max",
     "Quadratic",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ._jit import col_sums, csc_rmatvec
+
 __all__ = ["Design"]
 
 _DUMMY_2D = np.zeros((2, 2), order="F")
@@ -18,19 +20,20 @@ _DUMMY_I = np.zeros(1, dtype=np.int32)
 
 
 class Design:
-    """Dense (Fortran) or CSC design with its kernel arrays and column norms."""
+    """Dense (Fortran) or CSC design with its kernel arrays, column sums and squared norms."""
 
     def __init__(self, X):
         if sp.issparse(X):
-            X = sp.csc_matrix(X, dtype=np.float64)
-            X.sort_indices()
+            if X.format != "csc" or X.dtype != np.float64:
+                X = sp.csc_matrix(X, dtype=np.float64)
+            if not X.has_sorted_indices:
+                X = X.sorted_indices()  # a copy: the caller's matrix is left as it was
             self.is_sparse = True
             self.X = X
             self.dense = _DUMMY_2D
             self.data = X.data
             self.indices = X.indices.astype(np.int32, copy=False)
             self.indptr = X.indptr.astype(np.int32, copy=False)
-            self.col_norms2 = np.asarray(X.multiply(X).sum(axis=0)).ravel()
         else:
             X = np.asfortranarray(X, dtype=np.float64)
             self.is_sparse = False
@@ -39,8 +42,10 @@ class Design:
             self.data = _DUMMY_F
             self.indices = _DUMMY_I
             self.indptr = _DUMMY_I
-            self.col_norms2 = np.einsum("ij,ij->j", X, X)
         self.n, self.p = X.shape
+        self.col_sums = np.empty(self.p)
+        self.col_norms2 = np.empty(self.p)
+        col_sums(*self.arrays, self.p, self.col_sums, self.col_norms2)
 
     @property
     def arrays(self):
@@ -51,6 +56,11 @@ class Design:
         return np.asarray(self.X @ w).ravel()
 
     def rmatvec(self, v):
+        if self.is_sparse and v.ndim == 1:
+            out = np.empty(self.p)
+            csc_rmatvec(self.data, self.indices, self.indptr,
+                        np.ascontiguousarray(v, dtype=np.float64), out)
+            return out
         return np.asarray(self.X.T @ v).ravel()
 
     def columns(self, idx):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from penalties.kernels import omega_scalar, prox_scalar
+from penalties.kernels import L1, LP, MCP, omega_scalar, prox_scalar
 
 
 # 'reassoc' lets LLVM vectorize the reductions (the data are finite: the estimators check it)
@@ -106,16 +106,30 @@ def scores(X, data, indices, indptr, is_sparse, feats, v, coef, w, lips, lam_w, 
 
 
 @njit(cache=True)
+def threshold_closed_form(code, params):
+    """Whether :func:`zero_threshold` has a closed form for this penalty (no bisection)."""
+    return code == L1 or code == MCP or (code == LP and params[0] == 1.0)
+
+
+@njit(cache=True)
 def zero_threshold(code, params, t):
     """``T`` such that ``prox(v, t) = 0`` for every ``|v| <= T`` (0 if none is known).
 
     A 1-D prox is nondecreasing in ``v`` for any penalty, and odd for an even penalty, so its
-    zero set is an interval ``[-T*, T*]``; ``T`` is the largest point of it found by doubling and
-    bisection with the kernel's own prox (about 100 calls). Coordinate descent then skips the
-    prox for zero coefficients whose step lands inside it: the same result, fewer prox calls
-    (they dominate the cost for penalties with a piecewise prox such as MCP and SCAD)."""
+    zero set is an interval ``[-T*, T*]``. Soft thresholding (l1, lp with p = 1) has ``T = t``;
+    MCP with ``A = a lam`` (firm thresholding for ``t < A``, hard thresholding beyond, as in
+    ``penalties.kernels.prox_scalar``) has ``T = t`` for ``t < A`` and ``sqrt(t A)`` otherwise.
+    Other penalties: the largest point of the interval found by doubling and bisection with the
+    kernel's own prox (about 100 calls). Coordinate descent then skips the prox for zero
+    coefficients whose step lands inside it: the same result, fewer prox calls (they dominate the
+    cost for penalties with a piecewise or numeric prox)."""
     if not (t > 0.0) or not np.isfinite(t):
         return 0.0
+    if code == L1 or (code == LP and params[0] == 1.0):
+        return t
+    if code == MCP:
+        A = params[0] * params[1]
+        return t if t < A else np.sqrt(t * A)
     lo = 0.0
     hi = t
     for _ in range(60):
@@ -137,12 +151,16 @@ def zero_threshold(code, params, t):
 
 
 @njit(cache=True)
-def zero_thresholds(code, params, t, out):
-    """:func:`zero_threshold` of every entry of ``t`` into ``out`` (one bisection per run of
-    equal values: on standardized columns without intercept they are all equal)."""
+def zero_thresholds(code, params, t, feats, out):
+    """:func:`zero_threshold` of ``t[j]`` into ``out[j]`` for the ``j`` in ``feats`` whose
+    ``out[j]`` is still NaN (a cache the caller keeps across working sets; one bisection per
+    run of equal values: on standardized columns without intercept they are all equal)."""
     last_t = np.nan
     last_T = 0.0
-    for j in range(t.shape[0]):
+    for jj in range(feats.shape[0]):
+        j = feats[jj]
+        if not np.isnan(out[j]):
+            continue
         if t[j] != last_t:
             last_t = t[j]
             last_T = zero_threshold(code, params, t[j])
@@ -150,24 +168,129 @@ def zero_thresholds(code, params, t, out):
 
 
 @njit(cache=True)
-def scores_from_grad(grad, w, lips, lam_w, code, params, positive, t_ref, T_ref, out):
+def scores_from_grad(grad, w, lips, lam_w, code, params, positive, Tg, out):
     """Same as :func:`scores` for all features, with the datafit gradient ``grad`` given (computed
-    by one BLAS/sparse matrix-vector product). Zero coefficients whose prox step ``t`` equals
-    ``t_ref`` and whose step lands in ``[-T_ref, T_ref]`` (see :func:`zero_threshold`) score 0
-    without a prox call. Returns the max."""
+    by one BLAS/sparse matrix-vector product). A zero coefficient with ``|grad_j| <= Tg_j`` (the
+    prox's zero threshold in gradient units, ``L_j T(lam_j / L_j)``; negative where unknown)
+    scores 0 without a prox call; for the l1 penalty the score is then soft thresholding
+    inline. Returns the max."""
     m = 0.0
+    l1 = code == L1 and not positive
     for j in range(w.shape[0]):
         L = lips[j]
         if L == 0.0:
             out[j] = 0.0
             continue
-        t = lam_w[j] / L
-        if w[j] == 0.0 and t == t_ref and abs(grad[j]) <= T_ref * L:
-            out[j] = 0.0
-            continue
-        new = prox_step(code, params, w[j] - grad[j] / L, t, positive)
+        g = grad[j]
+        if w[j] == 0.0:
+            if abs(g) <= Tg[j]:
+                out[j] = 0.0
+                continue
+            if l1:
+                s = max(abs(g) - lam_w[j], 0.0)
+                out[j] = s
+                if s > m:
+                    m = s
+                continue
+        new = prox_step(code, params, w[j] - g / L, lam_w[j] / L, positive)
         s = L * abs(w[j] - new)
         out[j] = s
         if s > m:
             m = s
     return m
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def col_sums(X, data, indices, indptr, is_sparse, p, sums, sq):
+    """Column sums and sums of squares of the design into ``sums`` and ``sq`` (one pass; a
+    sparse design never materializes ``X * X``)."""
+    for j in range(p):
+        s = 0.0
+        q = 0.0
+        if is_sparse:
+            for k in range(indptr[j], indptr[j + 1]):
+                v = data[k]
+                s += v
+                q += v * v
+        else:
+            for i in range(X.shape[0]):
+                v = X[i, j]
+                s += v
+                q += v * v
+        sums[j] = s
+        sq[j] = q
+
+
+# ----------------------------------------------------------------------------------------------
+# row (group) penalties of multi-output models: Omega applied to the row norm ||W_j||_2
+
+
+@njit(cache=True)
+def block_prox(code, params, v, t, out):
+    """Prox of ``t Omega(||.||_2)`` at the vector ``v``, into ``out``; returns the new norm.
+
+    For ``Omega`` even and nondecreasing in ``|x|`` the minimizer of
+    ``1/2 ||x - v||^2 + t Omega(||x||)`` lies on the ray of ``v`` (for a fixed norm, the
+    distance to ``v`` is smallest along it), so it is ``v / ||v|| * prox(||v||, t)``: the scalar
+    prox of :func:`prox_step` applied to the norm. For the l1 penalty this is group soft
+    thresholding (the L2,1 norm of multi-task Lasso)."""
+    nv = 0.0
+    for k in range(v.shape[0]):
+        nv += v[k] * v[k]
+    nv = np.sqrt(nv)
+    if nv == 0.0:
+        out[:] = 0.0
+        return 0.0
+    r = prox_step(code, params, nv, t, False)
+    f = r / nv
+    for k in range(v.shape[0]):
+        out[k] = f * v[k]
+    return r
+
+
+@njit(cache=True)
+def row_norms(W, out):
+    """``out[j] = ||W_j||_2`` for the rows of ``W``."""
+    for j in range(W.shape[0]):
+        s = 0.0
+        for k in range(W.shape[1]):
+            s += W[j, k] * W[j, k]
+        out[j] = np.sqrt(s)
+
+
+@njit(cache=True)
+def block_scores(grad, W, lips, lam_w, code, params, out):
+    """Block gradient mapping ``L_j ||W_j - prox_{lam_j Omega(||.||) / L_j}(W_j - grad_j / L_j)||``
+    of every row (the multi-output analogue of :func:`scores_from_grad`) into ``out``; returns
+    the max."""
+    T = W.shape[1]
+    v = np.empty(T)
+    new = np.empty(T)
+    m = 0.0
+    for j in range(W.shape[0]):
+        L = lips[j]
+        if L == 0.0:
+            out[j] = 0.0
+            continue
+        for k in range(T):
+            v[k] = W[j, k] - grad[j, k] / L
+        block_prox(code, params, v, lam_w[j] / L, new)
+        s = 0.0
+        for k in range(T):
+            d = W[j, k] - new[k]
+            s += d * d
+        s = L * np.sqrt(s)
+        out[j] = s
+        if s > m:
+            m = s
+    return m
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def csc_rmatvec(data, indices, indptr, v, out):
+    """``out = X^T v`` for a CSC design (no transposed copy of the matrix, unlike ``X.T @ v``)."""
+    for j in range(out.shape[0]):
+        s = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            s += data[k] * v[indices[k]]
+        out[j] = s

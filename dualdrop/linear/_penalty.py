@@ -3,6 +3,14 @@
 The penalty objects themselves live in the top-level :mod:`penalties` package (the numeric core);
 this module only turns a name plus parameters into an object and answers capability questions
 the solvers need (does it have a compiled prox? is it separable? is it concave in ``|w|``?).
+
+It also holds :class:`WithRidge`, a penalty plus a ridge term,
+``rho Omega(w) + (1 - rho)/2 w^2`` with ``rho = l1_ratio``: scikit-learn's ElasticNet
+parametrization for ``Omega = |w|`` (Zou & Hastie 2005), the Mnet of Huang et al. (2016) for MCP,
+and the same added ridge for any penalty of the catalog. Its prox is the penalty's own prox with
+rescaled arguments, ``prox_{t(rho Omega + (1-rho)/2 x^2)}(v) = prox_{t rho Omega / s}(v / s)`` with
+``s = 1 + t (1 - rho)``; that formula lives in one place, the compiled kernel ``MIXED`` of
+``penalties.kernels``, which every solver and the object's own ``prox`` call.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 import penalties
+from penalties import kernels as _K
+from penalties.base import KernelPenalty
 
 __all__ = [
     "resolve_penalty",
@@ -17,6 +27,8 @@ __all__ = [
     "is_separable",
     "right_derivative_at_zero",
     "is_concave_in_abs",
+    "WithRidge",
+    "with_ridge",
 ]
 
 
@@ -119,3 +131,40 @@ def is_concave_in_abs(P, scale=1.0) -> bool:
     d = abs_derivative(P, t)
     d = np.where(np.isfinite(d), d, np.finfo(float).max)
     return bool(np.all(np.diff(d) <= 1e-10 * (1.0 + np.abs(d[:-1]))))
+
+
+class WithRidge(KernelPenalty):
+    """``Omega_mixed(w) = l1_ratio * Omega(w) + (1 - l1_ratio) / 2 * w^2`` for a penalty
+    ``Omega`` with a compiled kernel (see the module docstring). ``l1_ratio = 1`` is ``Omega``
+    itself, ``l1_ratio = 0`` pure ridge."""
+
+    _param_names = ("penalty", "l1_ratio")
+    _code = _K.MIXED
+
+    def __init__(self, penalty, l1_ratio=0.5):
+        spec = kernel_spec(penalty) if hasattr(penalty, "omega") else None
+        if spec is None or spec[0] == _K.MIXED:
+            raise ValueError(
+                f"an added ridge term (l1_ratio < 1) needs a separable penalty with a compiled "
+                f"kernel (every name of penalties.available() but 'hard_threshold'), got "
+                f"{penalty!r}")
+        l1_ratio = float(l1_ratio)
+        if not 0.0 <= l1_ratio <= 1.0:
+            raise ValueError(f"l1_ratio must be in [0, 1], got {l1_ratio!r}")
+        self.penalty = penalty
+        self.l1_ratio = l1_ratio
+        self._inner = spec
+        self.is_convex = bool(getattr(penalty, "is_convex", False)) or l1_ratio == 0.0
+        self.name = f"{penalty_name(penalty)}+ridge"
+
+    def _kernel_params(self):
+        code, params = self._inner
+        return np.concatenate([[self.l1_ratio, 1.0 - self.l1_ratio, float(code)], params])
+
+    def _f(self, eta):  # the dual function of the mixture is not needed by any solver here
+        raise NotImplementedError("WithRidge has no closed-form dual function f")
+
+
+def with_ridge(P, l1_ratio):
+    """``P`` itself when ``l1_ratio == 1``, else :class:`WithRidge` ``(P, l1_ratio)``."""
+    return P if float(l1_ratio) == 1.0 else WithRidge(P, l1_ratio)

@@ -3,8 +3,18 @@
 Problem: ``min_{w, b} F(w, b) = L(y, X w + b) + sum_j lam_j Omega(w_j)``, with ``lam_j = alpha *
 weights_j`` (``weights`` defaults to ones; reweighted l1 and ``penalty_weights`` use it), ``w >= 0``
 when ``positive``, and ``b`` present only when
-``fit_intercept``. Stopping criterion shared by all solvers: the largest coordinate-wise gradient
-mapping (see ``_jit.scores``), together with ``|dL/db|`` for the intercept.
+``fit_intercept``.
+
+Stopping criterion shared by all solvers: the largest coordinate-wise gradient mapping (see
+``_jit.scores``), together with ``|dL/db|`` for the intercept, *relative to the data's scale*:
+divided by ``sqrt(2 F Lbar)``, with ``F`` the objective at the current point and ``Lbar`` the mean
+coordinate Lipschitz constant. Why this scale: near a minimizer, a coordinate with violation
+``v_j`` and curvature ``mu_j`` accounts for about ``v_j^2 / (2 mu_j)`` of the objective gap, so
+``(v / sqrt(2 F Lbar))^2`` estimates the *relative* objective gap per violating coordinate on a
+well-conditioned problem; the criterion does not change when ``y`` or ``X`` is multiplied by a
+constant (raw data in any units stop at the same relative accuracy), unlike an absolute
+threshold. ``F`` is floored at ``1e-10`` of the null model's objective (an exact fit, ``F = 0``,
+stays reachable).
 """
 
 from __future__ import annotations
@@ -38,9 +48,12 @@ class Problem:
         self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
         self.lam_w = self.alpha * self.weights
         self.spec = _penalty.kernel_spec(penalty)
-        self.lips = datafit.lipschitz(self.design.col_norms2, self.design.n)
+        self.lips = datafit.lipschitz(self.design)
         self._lglobal = None
+        self._f_null = None
         self.all_feats = np.arange(p, dtype=np.int64)
+        pos = self.lips[self.lips > 0]
+        self._lbar = float(pos.mean()) if pos.size else 1.0
 
     @property
     def n(self):
@@ -56,10 +69,12 @@ class Problem:
             s = self.design.spectral_norm2()
             if self.fit_intercept:  # the ones column adds at most n to ||[X 1]||^2
                 s = s + self.n
-            self._lglobal = self.datafit.curvature * s / self.n
+            self._lglobal = self.datafit.global_curvature * s / self.n
         return self._lglobal
 
     def z(self, w, b):
+        if not np.any(w):  # the null model (start points, the criterion's scale): no product
+            return np.full(self.n, float(b))
         return self.design.matvec(w) + b
 
     def penalty_value(self, w):
@@ -79,10 +94,23 @@ class Problem:
             z = self.z(w, b)
         return self.datafit.gradient(self.design.X, self.y, z)
 
+    def criterion_scale(self, F):
+        """``sqrt(2 max(F, 1e-10 F_null) Lbar)``: what the raw violation is divided by (see the
+        module docstring); ``F`` the objective at the current point."""
+        if self._f_null is None:
+            self._f_null = self.objective(self.zeros(), self.initial_intercept())
+        f = max(float(F), 1e-10 * self._f_null)
+        return float(np.sqrt(2.0 * f * self._lbar)) if f > 0 else 1.0
+
     def criterion(self, w, b, z=None):
-        """Largest gradient-mapping violation (and ``|dL/db|`` with an intercept)."""
+        """Largest gradient-mapping violation (and ``|dL/db|`` with an intercept), relative to
+        :meth:`criterion_scale` at ``(w, b)``."""
         if z is None:
             z = self.z(w, b)
+        return self.raw_criterion(w, b, z) / self.criterion_scale(self.objective(w, b, z))
+
+    def raw_criterion(self, w, b, z):
+        """The violation itself, in the units of the gradient."""
         G = self.datafit.raw_grad(self.y, z)
         gb = abs(float(G.sum())) if self.fit_intercept else 0.0
         if self.spec is not None:
@@ -100,6 +128,10 @@ class Problem:
         viol = np.where(self.lips > 0, L * np.abs(w - new), 0.0)
         return max(float(np.max(viol, initial=0.0)), gb)
 
+    def zeros(self):
+        """The null coefficients."""
+        return np.zeros(self.p)
+
     def initial_intercept(self):
         return self.datafit.intercept_init(self.y) if self.fit_intercept else 0.0
 
@@ -109,7 +141,7 @@ class SolverResult:
     """What a solver returns: the fit, the objective history and how it stopped."""
 
     coef: np.ndarray
-    intercept: float
+    intercept: float  # one per output (an array) for multi-output problems
     n_iter: int
     objective: np.ndarray  # objective after each iteration (index 0: at the start)
     criterion: float  # final optimality criterion (see Problem.criterion)

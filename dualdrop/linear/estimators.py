@@ -1,12 +1,22 @@
 """scikit-learn estimators: :class:`SparseLinearRegression` and :class:`SparseLogisticRegression`.
 
-Objective (``n`` samples, ``lambda = alpha``)::
+Objective (``n`` samples, ``lambda = alpha``, ``rho = l1_ratio``)::
 
-    least squares:  (1/2n) ||y - X w - b||^2            + alpha * sum_j Omega(s_j w_j)
-    logistic:       (1/n) sum_i log(1 + exp(-y_i z_i))   + alpha * sum_j Omega(s_j w_j)
+    least squares:  (1/2n) ||y - X w - b||^2            + alpha * sum_j Omega_rho(s_j w_j)
+    logistic:       (1/n) sum_i log(1 + exp(-y_i z_i))   + alpha * sum_j Omega_rho(s_j w_j)
+    Omega_rho(u) = rho * Omega(u) + (1 - rho) / 2 * u^2
 
 with ``Omega`` any separable penalty of the :mod:`penalties` catalog (or the top-k indicator with
-the ``adaprox`` solver).
+the ``adaprox`` solver). ``l1_ratio = 1`` (default) is the penalty alone; below 1 a ridge term is
+added: scikit-learn's ``ElasticNet(alpha, l1_ratio)`` exactly for ``penalty="l1"`` and
+``scaling="none"``, the Mnet of Huang et al. (2016) for MCP/SCAD (see ``_penalty.WithRidge``).
+
+Sample weights (``fit(X, y, sample_weight=v)``): the average over samples becomes the weighted
+average ``(1 / sum_i v_i) sum_i v_i loss_i``, scikit-learn's convention for Lasso/ElasticNet and
+the objective of ``LogisticRegression(C, sample_weight=v)`` at ``alpha = 1 / (C sum_i v_i)``:
+integer weights are row repetitions, a zero weight removes a row; the column scales ``s_j`` use
+the weighted second moments. Least squares becomes the unweighted problem on rows scaled by
+``sqrt(v_i n / sum v)`` (:class:`_LeastSquaresData`), logistic weighs its datafit.
 
 Column scaling (``scaling``). The dropout/penalty duality is exact for standardized columns
 (``c_j = ||x_j||^2 / n = 1``). For other columns, adaptive dropout with keep ratio ``alpha_j``
@@ -43,7 +53,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _penalty
 from ._design import Design
 from ._problem import Problem
-from .datafits import Logistic, Quadratic
+from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
 from .solvers import SOLVERS, get_solver
 
 try:  # scikit-learn >= 1.6
@@ -56,6 +66,111 @@ __all__ = ["SparseLinearRegression", "SparseLogisticRegression"]
 
 _NESTED = "penalty_params__"
 _NESTED_OBJ = "penalty__"
+
+
+def _scaled_design(X, s):
+    """The design with columns divided by ``s`` (the solver's variables are ``u = s w``)."""
+    if np.all(np.abs(s - 1.0) <= 1e-12):
+        return Design(X)
+    if sp.issparse(X):
+        return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
+    return Design(np.asfortranarray(X) * (1.0 / s))
+
+
+class _LogisticData:
+    """What a logistic fit hands to the solvers: the column-scaled design, the (weighted)
+    datafit, the penalty weights, and the maps between ``(coef, intercept)`` and the solver's
+    variables ``(u = s w, b)``."""
+
+    extra = False  # see _LeastSquaresData
+
+    def __init__(self, X, s, sw, fit_intercept, penalty_weights):
+        self.s = s
+        self.design = _scaled_design(X, s)
+        self.datafit = Logistic(sw)
+        self.fit_intercept = bool(fit_intercept)
+        self.penalty_weights = penalty_weights
+
+    def to_solver(self, coef, intercept):
+        return coef * self.s, (intercept if self.fit_intercept else None)
+
+    def from_solver(self, u, b):
+        return u / self.s, b
+
+
+_DENSE_CENTRING = 2_000_000  # entries (16 MB in float64)
+
+
+class _LeastSquaresData:
+    """Weighted least squares as the unweighted problem the solvers see.
+
+    With weights ``sw`` of mean 1 and ``d_i = sqrt(sw_i)``,
+    ``(1/2n) sum_i sw_i (y_i - x_i w - b)^2 = (1/2n) ||D y - D X w - b d||^2``, so
+
+    - without intercept the solvers get the design ``D X`` and the target ``D y``;
+    - with an intercept and dense ``X``, the intercept's minimizer ``b = ybar - xbar . w``
+      (weighted means) leaves ``(1/2n) ||D (y - ybar) - D (X - xbar) w||^2``: the design
+      ``D (X - 1 xbar^T)`` and the target ``D (y - ybar)`` without intercept (scikit-learn's
+      weighted centring);
+    - with an intercept and sparse ``X`` (centring would densify it) the intercept is one more,
+      unpenalized, column ``d`` of the design. Coordinate descent converges slowly when that
+      column is nearly collinear with the others (raw columns with large means stored sparse:
+      raw diabetes as CSC took 250 outer iterations instead of 9), so a sparse ``X`` of at most
+      ``_DENSE_CENTRING`` entries is centred densely instead (same problem, same optimum).
+
+    Without weights the data pass through unchanged (the solvers' own intercept handling). The
+    column scales ``s`` apply on top, as for :class:`_LogisticData`.
+    """
+
+    def __init__(self, X, y, s, sw, fit_intercept, penalty_weights, positive):
+        self.s = s
+        self.datafit = Quadratic()
+        self.extra = False  # the intercept is the last column
+        self.offset = None  # (xbar, ybar) of the weighted centring
+        self.penalty_weights = penalty_weights
+        self.fit_intercept = bool(fit_intercept) and sw is None
+        if sw is None:
+            self.design, self.y = _scaled_design(X, s), y
+            return
+        n, p = X.shape
+        d = np.sqrt(sw)
+        if sp.issparse(X) and fit_intercept and n * p <= _DENSE_CENTRING:
+            X = X.toarray()
+        if sp.issparse(X):
+            Xt = sp.diags(d) @ sp.csc_matrix(X) @ sp.diags(1.0 / s)
+            if fit_intercept:
+                if positive:
+                    raise ValueError(
+                        "positive=True with sparse X, sample_weight and fit_intercept=True is not "
+                        "supported (the intercept would be constrained too); pass X dense, or "
+                        "centre y and X yourself and use fit_intercept=False")
+                Xt = sp.hstack([Xt, sp.csc_matrix(d[:, None])], format="csc")
+                pw = np.ones(p) if penalty_weights is None else penalty_weights
+                self.penalty_weights = np.append(pw, 0.0)
+                self.extra = True
+            self.design, self.y = Design(Xt), d * y
+        elif fit_intercept:
+            xbar, ybar = sw @ X / n, float(sw @ y) / n
+            self.offset = (xbar, ybar)
+            self.design = Design(np.asfortranarray((X - xbar) * (1.0 / s)) * d[:, None])
+            self.y = d * (y - ybar)
+        else:
+            self.design = Design(np.asfortranarray(X * (1.0 / s)) * d[:, None])
+            self.y = d * y
+
+    def to_solver(self, coef, intercept):
+        u = coef * self.s
+        if self.extra:
+            return np.append(u, intercept), None
+        return u, (intercept if self.fit_intercept else None)
+
+    def from_solver(self, u, b):
+        if self.extra:
+            return u[:-1] / self.s, float(u[-1])
+        w = u / self.s
+        if self.offset is not None:
+            return w, self.offset[1] - float(self.offset[0] @ w)
+        return w, b
 
 
 class _SparseLinearBase(BaseEstimator):
@@ -77,12 +192,15 @@ class _SparseLinearBase(BaseEstimator):
         "verbose": ["verbose"],
         "positive": ["boolean"],
         "penalty_weights": ["array-like", None],
+        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
     }
 
-    def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, solver="auto", tol=1e-4,
-                 max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
-                 solver_params=None, verbose=False, positive=False, penalty_weights=None):
+    def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
+                 solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
+                 scaling="dropout", solver_params=None, verbose=False, positive=False,
+                 penalty_weights=None):
         self.penalty = penalty
+        self.l1_ratio = l1_ratio
         self.penalty_params = penalty_params
         self.alpha = alpha
         self.solver = solver
@@ -151,28 +269,18 @@ class _SparseLinearBase(BaseEstimator):
 
     # ---- checks -----------------------------------------------------------------------------
     def _check_params(self):
-        """The penalty object (its parameters are checked by the catalog)."""
-        return _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
+        """The penalty object (its parameters are checked by the catalog), with the ridge term
+        when ``l1_ratio < 1``."""
+        P = _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
+        return _penalty.with_ridge(P, self.l1_ratio)
 
-    def _scales(self, X):
-        n = X.shape[0]
-        if sp.issparse(X):
-            c = np.asarray(X.multiply(X).sum(axis=0)).ravel() / n
-        else:
-            c = np.einsum("ij,ij->j", X, X) / n
+    def _scales(self, X, sw=None):
+        """Column scales ``s_j = sqrt(sum_i sw_i x_ij^2 / n)`` (``scaling="dropout"``) or ones."""
         if self.scaling == "none":
             return np.ones(X.shape[1])
-        s = np.sqrt(c)
+        s = np.sqrt(weighted_col_norms2(X, sw) / X.shape[0])
         s[s == 0] = 1.0
         return s
-
-    @staticmethod
-    def _scaled_design(X, s):
-        if np.all(np.abs(s - 1.0) <= 1e-12):
-            return Design(X)
-        if sp.issparse(X):
-            return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
-        return Design(np.asfortranarray(X) * (1.0 / s))
 
     def _penalty_weights(self, p):
         """``penalty_weights`` as a checked array (``None``: all ones)."""
@@ -187,10 +295,10 @@ class _SparseLinearBase(BaseEstimator):
                              "negative or NaN entries")
         return pw
 
-    def _solve_one(self, design, y, P, w0, b0):
-        datafit = self._datafit()
-        problem = Problem(design, y, datafit, P, float(self.alpha), self.fit_intercept,
-                          weights=self._penalty_weights(design.p), positive=self.positive)
+    def _solve_one(self, data, y, P, w0, b0):
+        datafit = data.datafit
+        problem = Problem(data.design, y, datafit, P, float(self.alpha), data.fit_intercept,
+                          weights=data.penalty_weights, positive=self.positive)
         name = self.solver
         if name == "auto":
             name = "cd" if get_solver("cd").supports(problem) is None else "adaprox"
@@ -222,6 +330,10 @@ class _SparseLinearBase(BaseEstimator):
 class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
     """Least squares with any effective penalty: ``(1/2n)||y - Xw - b||^2 + alpha sum Omega(s_j w_j)``.
 
+    ``fit(X, y, sample_weight=None)``: with weights ``v`` the datafit is
+    ``(1 / (2 sum v)) sum_i v_i (y_i - x_i w - b)^2`` (scikit-learn's Lasso/ElasticNet
+    convention; see the module docstring).
+
     Parameters
     ----------
     penalty : str or penalty object, default="l1"
@@ -240,12 +352,23 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         problem, which is hard thresholding when ``alpha / L_j >= a lam``.
     alpha : float, default=1.0
         The penalty strength lambda (>= 0).
+    l1_ratio : float in [0, 1], default=1.0
+        Share of ``alpha`` on the penalty; the rest is a ridge term:
+        ``alpha * (l1_ratio * Omega(u) + (1 - l1_ratio) / 2 * u^2)`` per (scaled) coefficient
+        ``u``. With ``penalty="l1"`` and ``scaling="none"`` this is scikit-learn's
+        ``ElasticNet(alpha, l1_ratio)``; with MCP/SCAD the Mnet/Snet of Huang et al. (2016).
+        Needs a penalty with a compiled kernel (all of the catalog but ``hard_threshold``) and
+        a solver that takes it (``"cd"``, ``"irls"``, ``"adaprox"``, ``"adatikhonov"``,
+        ``"dropout_sgd"``); ``"cvxpy"`` raises.
     solver : str, default="auto"
         ``"cd"`` (working-set coordinate descent, the default for separable penalties),
         ``"irls"``, ``"adaprox"``, ``"adatikhonov"``, ``"eta_trick"``, ``"reweighted_l1"``,
         ``"cvxpy"`` (convex penalties), ``"dropout_sgd"`` (adaptive dropout itself).
-    tol : float, default=1e-4
-        Tolerance on the optimality criterion (largest coordinate-wise gradient mapping).
+    tol : float, default=1e-5
+        Tolerance on the optimality criterion: the largest coordinate-wise gradient mapping
+        relative to the data's scale (``Problem.criterion``; unchanged when ``X`` or ``y`` is
+        multiplied by a constant). The default gives an objective within 1e-6 relative of the
+        optimum on the convex problems of the test suite and benchmarks.
     max_iter : int or None
         Solver iterations (``None``: the solver's default).
     fit_intercept, warm_start : bool (``True``/``False`` only)
@@ -272,21 +395,35 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
 
     _datafit = Quadratic
 
+    def _fit_data(self, X, y, sw):
+        return _LeastSquaresData(X, y, self._scales(X, sw), sw, self.fit_intercept,
+                                 self._penalty_weights(X.shape[1]), self.positive)
+
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        P = self._check_params()
+    def fit(self, X, y, sample_weight=None):
+        """Fit on ``X`` (dense or sparse), ``y``; ``sample_weight``: nonnegative weights of the
+        samples (see the module docstring) or ``None``."""
+        return self._fit_prepared(self._prepare(X, y, sample_weight))
+
+    def _prepare(self, X, y, sample_weight):
+        """Checked data and what the solvers receive, ``(data, dtype)``: the fits along a path
+        reuse it (only ``alpha`` changes, see ``path._run_chunk``)."""
         X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True)
         dtype = X.dtype
         X, y = X.astype(np.float64, copy=False), np.asarray(y, dtype=np.float64)
-        s = self._scales(X)
-        design = self._scaled_design(X, s)
+        return self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0])), dtype
+
+    def _fit_prepared(self, prep, P=None):
+        data, dtype = prep
+        P = self._check_params() if P is None else P
         w0 = b0 = None
-        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == (X.shape[1],):
-            w0, b0 = self.coef_ * s, (self.intercept_ if self.fit_intercept else None)
-        res, name = self._solve_one(design, y, P, w0, b0)
-        self.coef_ = (res.coef / s).astype(dtype, copy=False)
-        self.intercept_ = dtype.type(res.intercept)
+        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == data.s.shape:
+            w0, b0 = data.to_solver(self.coef_, self.intercept_)
+        res, name = self._solve_one(data, data.y, P, w0, b0)
+        coef, intercept = data.from_solver(res.coef, res.intercept)
+        self.coef_ = coef.astype(dtype, copy=False)
+        self.intercept_ = dtype.type(intercept)
         self.n_iter_ = int(res.n_iter)
         self.objective_ = res.objective
         self.criterion_ = float(res.criterion)
@@ -304,6 +441,10 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
     """Logistic regression with any effective penalty:
     ``(1/n) sum log(1 + exp(-y_i z_i)) + alpha sum Omega(s_j w_j)``.
 
+    ``fit(X, y, sample_weight=None)``: with weights ``v`` the datafit is
+    ``(1 / sum v) sum_i v_i log(1 + exp(-y_i z_i))``, i.e. scikit-learn's
+    ``LogisticRegression(C).fit(X, y, sample_weight=v)`` at ``alpha = 1 / (C sum v)``.
+
     Binary problems fit one model (``coef_`` of shape ``(1, p)``); with more classes, one-vs-rest
     (``coef_`` of shape ``(K, p)``). Same parameters as :class:`SparseLinearRegression` (but
     ``alpha`` defaults to 0.01: the logistic gradient at 0 is at most 1/2 per standardized column,
@@ -314,17 +455,28 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
 
     _datafit = Logistic
 
-    def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, solver="auto", tol=1e-4,
-                 max_iter=None, fit_intercept=True, warm_start=False, scaling="dropout",
-                 solver_params=None, verbose=False, positive=False, penalty_weights=None):
-        super().__init__(penalty, penalty_params, alpha, solver=solver, tol=tol, max_iter=max_iter,
+    def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
+                 solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
+                 scaling="dropout", solver_params=None, verbose=False, positive=False,
+                 penalty_weights=None):
+        super().__init__(penalty, penalty_params, alpha, l1_ratio=l1_ratio, solver=solver,
+                         tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
                          solver_params=solver_params, verbose=verbose, positive=positive,
                          penalty_weights=penalty_weights)
 
+    def _fit_data(self, X, y, sw):
+        return _LogisticData(X, self._scales(X, sw), sw, self.fit_intercept,
+                             self._penalty_weights(X.shape[1]))
+
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        P = self._check_params()
+    def fit(self, X, y, sample_weight=None):
+        """Fit on ``X`` (dense or sparse) and class labels ``y``; ``sample_weight``:
+        nonnegative weights of the samples (see the module docstring) or ``None``."""
+        return self._fit_prepared(self._prepare(X, y, sample_weight))
+
+    def _prepare(self, X, y, sample_weight):
+        """Checked data, classes and what the solvers receive (see the regressor's)."""
         X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
@@ -336,19 +488,24 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
                 f"SparseLogisticRegression needs samples of at least 2 classes; y has only one "
                 f"class ({self.classes_[0]!r})"
             )
-        s = self._scales(X)
-        design = self._scaled_design(X, s)
+        data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
         targets = [self.classes_[1]] if K == 2 else list(self.classes_)
+        ys = [np.where(y == cls, 1.0, -1.0) for cls in targets]
+        return data, dtype, ys
+
+    def _fit_prepared(self, prep, P=None):
+        data, dtype, ys = prep
+        P = self._check_params() if P is None else P
+        p = data.s.shape[0]
         old = getattr(self, "coef_", None)
-        warm = (self.warm_start and old is not None and old.shape == (len(targets), X.shape[1]))
+        warm = (self.warm_start and old is not None and old.shape == (len(ys), p))
         coefs, icpts, iters, objs, crits = [], [], [], [], []
-        for k, cls in enumerate(targets):
-            yk = np.where(y == cls, 1.0, -1.0)
-            w0 = old[k] * s if warm else None
-            b0 = self.intercept_[k] if (warm and self.fit_intercept) else None
-            res, name = self._solve_one(design, yk, P, w0, b0)
-            coefs.append(res.coef / s)
-            icpts.append(res.intercept)
+        for k, yk in enumerate(ys):
+            w0, b0 = data.to_solver(old[k], self.intercept_[k]) if warm else (None, None)
+            res, name = self._solve_one(data, yk, P, w0, b0)
+            coef, intercept = data.from_solver(res.coef, res.intercept)
+            coefs.append(coef)
+            icpts.append(intercept)
             iters.append(res.n_iter)
             objs.append(res.objective)
             crits.append(res.criterion)

@@ -23,15 +23,18 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 
 from . import _penalty
-from .datafits import Logistic, Quadratic
+from .datafits import normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
 __all__ = ["alpha_max", "regularization_path"]
 
 
-def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params):
-    """``(|g|, L)`` over the features with ``L > 0``, stacked over the binary problems a
-    multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class)."""
+def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
+                      sample_weight=None):
+    """``(|g|, L)`` over the penalized features with ``L > 0``, stacked over the binary problems
+    a multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class).
+    The problem is the one the estimator hands its solver (scaled columns, sample weights, the
+    intercept at its best value for ``w = 0``)."""
     from sklearn.utils import check_array
 
     est = _estimator(datafit, penalty, penalty_params, 1.0, fit_intercept, scaling)
@@ -42,39 +45,58 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}; pass one target per "
                          "row of X")
-    design = est._scaled_design(X, est._scales(X))
+    sw = normalized_sample_weight(sample_weight, X.shape[0])
     if datafit == "logistic":
         classes = np.unique(y)
         if classes.size < 2:
             raise ValueError(f"y has a single class ({classes[0]!r}); logistic needs two or more")
         targets = classes[1:] if classes.size == 2 else classes
         ys = [np.where(y == c, 1.0, -1.0) for c in targets]
-        df = Logistic()
     else:
         ys = [np.asarray(y, dtype=np.float64)]
-        df = Quadratic()
-    L = df.lipschitz(design.col_norms2, design.n)
+    data = est._fit_data(X, ys[0], sw)
+    df = data.datafit
+    p = X.shape[1]
+    L = df.lipschitz(data.design)[:p]
     keep = L > 0
     gs = []
     for yk in ys:
-        b0 = df.intercept_init(yk) if fit_intercept else 0.0
-        gs.append(np.abs(design.rmatvec(df.raw_grad(yk, np.full(yk.shape[0], b0))))[keep])
+        yk = data.y if datafit != "logistic" else yk
+        if data.extra:  # the intercept column at its best value: the weighted mean of y
+            u0, b0 = data.to_solver(np.zeros(p), float(np.sum(sw * y)) / y.shape[0])[0], 0.0
+        else:
+            u0 = np.zeros(p)
+            b0 = df.intercept_init(yk) if data.fit_intercept else 0.0
+        z = data.design.matvec(u0) + b0
+        gs.append(np.abs(data.design.rmatvec(df.raw_grad(yk, z)))[:p][keep])
     return np.concatenate(gs), np.tile(L[keep], len(ys))
 
 
 def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
-              scaling="dropout"):
+              scaling="dropout", *, l1_ratio=1.0, sample_weight=None):
     """Smallest ``alpha`` for which ``w = 0`` is a stationary point (see the module docstring).
 
     For multiclass logistic the largest over the one-vs-rest problems; ``y`` may hold any class
-    labels the estimator accepts (strings included)."""
+    labels the estimator accepts (strings included). ``l1_ratio`` and ``sample_weight`` as in
+    the estimators (``l1_ratio < 1`` divides the convex value by ``l1_ratio``, as scikit-learn's
+    ElasticNet grid does)."""
+    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
+                             sample_weight)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
+
+
+def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0):
+    """Smallest ``alpha`` with ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for every ``j``, given
+    the gradient magnitudes ``g`` (``|g_j|``, or the row norms ``||g_j||_2`` of a multi-output
+    gradient: the block prox is 0 exactly when the scalar prox of the norm is) and the
+    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators."""
     follow = _penalty.follows_alpha(penalty_params)
 
     def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
-        return _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
+        P = _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
+        return _penalty.with_ridge(P, l1_ratio)
 
     P = pen(1.0)
-    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params)
     if g.size == 0 or not np.any(g):
         return 0.0
     gmax = float(np.max(g))
@@ -127,53 +149,89 @@ def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, 
                fit_intercept=fit_intercept, scaling=scaling, **kw)
 
 
-def _run_chunk(est, X, y, alphas):
-    est = clone(est).set_params(warm_start=True)
+def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
+    """Fit ``est`` at each alpha of ``alphas`` (decreasing), each fit warm-started at the previous
+    one; ``callback(fitted_est)`` runs after each fit. Returns the fits and the warnings."""
+    est = clone(est).set_params(warm_start=True, alpha=float(alphas[0]))
+    est._validate_params()
+    # the data are checked and prepared once; the penalty too unless it follows alpha
+    prep = est._prepare(X, y, sample_weight)
+    P = None if _penalty.follows_alpha(est.penalty_params) else est._check_params()
     out = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for a in alphas:
-            est.set_params(alpha=float(a)).fit(X, y)
+            est.alpha = float(a)
+            est._fit_prepared(prep, P)
             out.append((np.array(est.coef_, copy=True), np.copy(est.intercept_), est.n_iter_,
                         est.criterion_))
+            if callback is not None:
+                callback(est)
     return out, [str(w.message) for w in caught]
 
 
+def _warn_unconverged(msgs, n_fits, what="path"):
+    """One ConvergenceWarning summarizing the fits of a path that did not converge."""
+    if msgs:
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(f"{len(msgs)} of {n_fits} fits on the {what} did not converge; first: "
+                      f"{msgs[0]}", ConvergenceWarning, stacklevel=3)
+
+
+def alpha_grid(X, y, n_alphas, ratio, *, penalty="l1", penalty_params=None, datafit="quadratic",
+               fit_intercept=True, scaling="dropout", l1_ratio=1.0, sample_weight=None,
+               names=("n_alphas", "alpha_min_ratio")):
+    """``n_alphas`` values from ``alpha_max`` down to ``ratio * alpha_max``, evenly spaced on a
+    log scale (scikit-learn's grid for ``ratio = eps``). ``names``: the caller's names of the
+    two arguments, for the error messages."""
+    if not (isinstance(n_alphas, (int, np.integer)) and not isinstance(n_alphas, bool)
+            and n_alphas >= 1):
+        raise ValueError(f"{names[0]} must be a positive integer, got {n_alphas!r}")
+    if not (isinstance(ratio, (int, float, np.floating)) and 0 < ratio < 1):
+        raise ValueError(f"{names[1]} must be in (0, 1), got {ratio!r}")
+    amax = alpha_max(X, y, penalty, penalty_params, datafit, fit_intercept, scaling,
+                     l1_ratio=l1_ratio, sample_weight=sample_weight)
+    return amax * np.logspace(0, np.log10(ratio), int(n_alphas))
+
+
+def check_alphas(alphas):
+    """A user's alpha grid, sorted decreasing; ``ValueError`` naming ``alphas`` otherwise."""
+    alphas = np.sort(np.asarray(alphas, dtype=np.float64).ravel())[::-1]
+    if alphas.size == 0 or np.any(~np.isfinite(alphas)) or np.any(alphas < 0):
+        raise ValueError("alphas must be a non-empty array of finite numbers >= 0")
+    return alphas
+
+
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
-                        alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-4,
+                        alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-5,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
-                        solver_params=None):
+                        solver_params=None, l1_ratio=1.0, sample_weight=None):
     """Fit along a decreasing ``alpha`` grid with warm starts.
 
     Returns a dict with ``alphas`` (decreasing), ``coefs`` (``n_alphas x p``, or
     ``n_alphas x K x p`` for multiclass logistic), ``intercepts``, ``n_iter``, ``criterion``.
-    Convergence warnings of individual fits are re-raised once, summarized.
+    ``l1_ratio`` and ``sample_weight`` as in the estimators. Convergence warnings of individual
+    fits are re-raised once, summarized.
     """
     if alphas is None:
-        if not (isinstance(n_alphas, (int, np.integer)) and n_alphas >= 1):
-            raise ValueError(f"n_alphas must be a positive integer, got {n_alphas!r}")
-        if not (0 < alpha_min_ratio < 1):
-            raise ValueError(f"alpha_min_ratio must be in (0, 1), got {alpha_min_ratio!r}")
-        amax = alpha_max(X, y, penalty, penalty_params, datafit, fit_intercept, scaling)
-        alphas = amax * np.logspace(0, np.log10(alpha_min_ratio), n_alphas)
-    alphas = np.sort(np.asarray(alphas, dtype=np.float64).ravel())[::-1]
-    if alphas.size == 0 or np.any(~np.isfinite(alphas)) or np.any(alphas < 0):
-        raise ValueError("alphas must be a non-empty array of finite numbers >= 0")
+        alphas = alpha_grid(X, y, n_alphas, alpha_min_ratio, penalty=penalty,
+                            penalty_params=penalty_params, datafit=datafit,
+                            fit_intercept=fit_intercept, scaling=scaling, l1_ratio=l1_ratio,
+                            sample_weight=sample_weight)
+    alphas = check_alphas(alphas)
     est = _estimator(datafit, penalty, penalty_params, float(alphas[0]), fit_intercept, scaling,
-                     solver=solver, tol=tol, max_iter=max_iter, solver_params=solver_params)
+                     solver=solver, tol=tol, max_iter=max_iter, solver_params=solver_params,
+                     l1_ratio=l1_ratio)
     n_jobs = 1 if n_jobs is None else int(n_jobs)
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
-        results = [_run_chunk(est, X, y, chunks[0])]
+        results = [_run_chunk(est, X, y, chunks[0], sample_weight)]
     else:
-        results = Parallel(n_jobs=len(chunks))(delayed(_run_chunk)(est, X, y, c) for c in chunks)
+        results = Parallel(n_jobs=len(chunks))(
+            delayed(_run_chunk)(est, X, y, c, sample_weight) for c in chunks)
     fits = [f for r, _ in results for f in r]
-    msgs = [m for _, ms in results for m in ms]
-    if msgs:
-        from sklearn.exceptions import ConvergenceWarning
-
-        warnings.warn(f"{len(msgs)} of {alphas.size} fits on the path did not converge; first: "
-                      f"{msgs[0]}", ConvergenceWarning, stacklevel=2)
+    _warn_unconverged([m for _, ms in results for m in ms], alphas.size)
     return {
         "alphas": alphas,
         "coefs": np.array([f[0] for f in fits]),

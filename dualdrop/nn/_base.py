@@ -19,6 +19,7 @@ it can act on, the per-weight state it builds and its post-step hook.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import numbers
@@ -198,6 +199,32 @@ class NoiseState(WeightState):
     def __getstate__(self):  # a kept term holds an autograd graph: never pickled or copied
         state = super().__getstate__()
         return {**state, "_term": None}
+
+
+@contextlib.contextmanager
+def preserved_noise(model: nn.Module, seed: int | None = None):
+    """Run a block that draws noise without moving the model's noise streams.
+
+    Every :class:`NoiseState` in ``model`` gets its seed and counter back on exit, so a
+    measurement that runs training-mode forwards (the noise diagnostics) leaves a training run's
+    noise sequence, and thus its weights, exactly as without it. ``seed``: inside the block, state
+    ``i`` draws from a fresh stream keyed by ``(seed, i)`` (reproducible whatever the run's
+    streams are); None: the block continues the current streams.
+    """
+    states = [m for m in model.modules() if isinstance(m, NoiseState)]
+    saved = [(st.noise_seed, st.noise_count, getattr(st, "_term", None)) for st in states]
+    try:
+        if seed is not None:
+            import numpy as np
+
+            for i, st in enumerate(states):
+                st.noise_seed = int(np.random.SeedSequence([int(seed), i]).generate_state(
+                    1, np.uint64)[0] >> 2)
+                st.noise_count = 0
+        yield states
+    finally:
+        for st, (s, c, t) in zip(states, saved):
+            st.noise_seed, st.noise_count, st._term = s, c, t
 
 
 def original_of(module: nn.Module, tensor_name: str) -> torch.Tensor:

@@ -223,6 +223,10 @@ class TrainConfig:
     init_from: str | None = None
     # the network: "lenet300" (LeNet-300-100) or "lenet5" (LeNet-5-Caffe); see train.models
     model: str = "lenet300"
+    # noise diagnostics every K epochs and at the end (dualdrop.train.diagnose_hook) on a fixed
+    # validation subset of diagnose_samples points; None: off. Not part of the run's identity.
+    diagnose_every: int | None = None
+    diagnose_samples: int = 512
 
     def with_defaults(self, dataset: str | None) -> "TrainConfig":
         """A copy with ``epochs`` / ``batch_size`` left at None set to ``dataset``'s defaults."""
@@ -268,6 +272,9 @@ class TrainConfig:
 
         if self.model not in MODELS:
             raise ValueError(f"model={self.model!r}; expected one of {sorted(MODELS)}")
+        from dualdrop.train.diagnose_hook import check_options
+
+        check_options(self.diagnose_every, self.diagnose_samples)
 
 
 def device_of(spec: str) -> torch.device:

@@ -12,6 +12,8 @@ Outputs in ``TrainConfig.out``:
   gradient only: ``Sparsifier.regularizer(n, value=False)``), validation error, fraction of
   nonzero *weights* (biases are not counted) per layer and in total, seconds of training and of
   evaluation;
+- with ``diagnose_every=K``, the ``diag_*`` columns of every K-th and the last row: noise
+  diagnostics on a fixed validation subset (:mod:`dualdrop.train.diagnose_hook`);
 - ``checkpoint.pt`` (:mod:`dualdrop.train.checkpoint`): written atomically after every epoch;
   ``resume=True`` continues from it *exactly* (same weights, bit for bit, as an uninterrupted
   run on the same device and world size);
@@ -69,6 +71,7 @@ from dualdrop.train.config import (
     resolve_hparams,
     run_config,
 )
+from dualdrop.train import diagnose_hook
 from dualdrop.train.distributed import Dist
 from dualdrop.train.evaluate import (
     SWEEP_TOLS,
@@ -327,6 +330,10 @@ def _train_epochs(run: _Run, last: int) -> None:
             ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
             ce_total = run.dist.sum_floats([ce_sum])[0]
             row = _epoch_row(run, epoch, ce_total, time.perf_counter() - t0, Xva, yva)
+            if diagnose_hook.due(epoch + 1, cfg.diagnose_every, cfg.epochs) and run.dist.main:
+                row.update(diagnose_hook.diagnose_row(
+                    run.model, run.sp, Xva, yva, samples=cfg.diagnose_samples, seed=cfg.seed,
+                    batch_size=cfg.batch_size, n_train=run.n_train, device=run.device))
             run.history.append(row)
             run.dist.check_in_sync(run.model)
             _save(run, epoch)

@@ -84,6 +84,23 @@ def test_sgd_noise_cov_equals_enumeration_of_minibatches():
     torch.testing.assert_close(low.U @ low.U.T, ref, rtol=1e-10, atol=1e-10)
 
 
+def test_sgd_noise_cov_from_a_subset_of_the_population_is_unbiased():
+    """Minibatches of b from N points, the covariance estimated on a subset of n of them: the
+    average over all C(N, n) subsets equals the exact covariance over all C(N, b) minibatches."""
+    N, n, b = 10, 4, 3
+    X, y = raw_data(n=N, d=3, seed=2)
+    model = linreg(3, torch.tensor([0.5, -0.2, 1.0], dtype=torch.float64))
+    exact = dg.sgd_noise_cov(model, half_mse, X, y, b)
+    subsets = list(itertools.combinations(range(N), n))
+    mean = sum(dg.sgd_noise_cov(model, half_mse, X[list(B)], y[list(B)], b, population=N)
+               for B in subsets) / len(subsets)
+    torch.testing.assert_close(mean, exact, rtol=1e-10, atol=1e-12)
+    same = dg.sgd_noise_cov(model, half_mse, X, y, b, population=N)
+    torch.testing.assert_close(same, exact, rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="population"):
+        dg.sgd_noise_cov(model, half_mse, X, y, b, population=N - 1)
+
+
 # ------------------------------------------------------------------ dropout noise
 def test_bernoulli_dropout_cov_matches_closed_form():
     """nn.Dropout on the inputs of linear regression: independent masks per sample and feature, so
@@ -106,6 +123,14 @@ def test_bernoulli_dropout_cov_matches_closed_form():
     S = dg.dropout_noise_cov(model, half_mse, X, y, n_samples=6000, seed=0)
     rel = float(torch.linalg.norm(S - ref) / torch.linalg.norm(ref))
     assert rel < 0.08, rel
+    # per minibatch of b: E_B Cov(g_B) = (n/b) * Cov(g) for noise independent per example
+    Sb = dg.dropout_noise_cov(model, half_mse, X, y, n_samples=6000, seed=1, batch_size=2)
+    rel = float(torch.linalg.norm(Sb - 3 * ref) / torch.linalg.norm(3 * ref))
+    assert rel < 0.08, rel
+    with pytest.warns(UserWarning, match="last 2 of n=6"):
+        dg.dropout_noise_cov(model, half_mse, X, y, n_samples=3, batch_size=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        dg.dropout_noise_cov(model, half_mse, X, y, n_samples=3, batch_size=7)
     assert model.training  # mode restored (nn.Sequential default is train)
 
 
@@ -296,3 +321,54 @@ def test_diagnose_cli_on_a_saved_run(tmp_path):
     assert rec["method"] == "hardconcrete" and rec["epoch"] == 3 and rec["dropout_noise"] == 1.0
     assert rec["sgd_ratio"] > 0 and (tmp_path / "d" / "diagnostics.png").is_file()
     assert main(["diagnose", str(tmp_path / "nope"), "--out", str(tmp_path / "d")]) == 2
+
+
+# ------------------------------------------------------------------ cosine above the dense limit
+def test_cosine_stays_in_unit_interval_above_the_dense_limit():
+    """Linear regression with D = 5,100 > DENSE_LIMIT features sharing a large mean: H = X^T X/n
+    is dominated by one eigenvalue and the SGD noise lies along it, so the cosine is near 1. A
+    plain Hutchinson ||H||_F (one probe) undershoots often and pushes the cosine above 1; the
+    split estimate (exact on range(Sigma)) stays in [-1, 1] and matches the closed form."""
+    D, n = 5100, 30
+    assert D > _core.DENSE_LIMIT
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, D, generator=g, dtype=torch.float64) * 0.3 + 1.0
+    y = X @ (torch.randn(D, generator=g, dtype=torch.float64) / D) + torch.randn(
+        n, generator=g, dtype=torch.float64)
+    net = linreg(D)
+    op = dg.HessianOperator(net, half_mse, X, y)
+    S = dg.sgd_noise_cov(net, half_mse, X, y, 4)
+    assert isinstance(S, dg.LowRankCov)
+    # closed form: H = X^T X / n, ||H||_F = ||X X^T||_F / n, <H, S> = sum_j u_j^T H u_j
+    XU = X @ S.U
+    exact = float((XU ** 2).sum() / n) / (float(torch.linalg.norm(X @ X.T)) / n
+                                             * math.sqrt(S.frob2()))
+    assert 0.9 < exact <= 1.0
+    plain, split = [], []
+    for seed in range(10):
+        a = dg.alignment(op, S, k=2, null_samples=0, probes=1, seed=seed)
+        split.append(a["cosine"])
+        plain.append(a["inner"] / math.sqrt(op.frob2(1, seed) * S.frob2()))
+    assert max(plain) > 1.0          # the failure mode this estimator removes
+    assert all(-1.0 <= c <= 1.0 for c in split)
+    assert max(abs(c - exact) for c in split) < 0.01
+    m = dg.measure(net, half_mse, X, y, k=2, batch_size=4, probes=1)
+    assert -1.0 <= m["sgd_cosine"] <= 1.0 and abs(m["sgd_cosine"] - exact) < 0.01
+    assert math.isnan(m["drop_cosine"]) and 0 < m["sgd_p_value"] < 1e-3
+
+
+def test_null_std_closed_form_and_cantelli_bound():
+    g = torch.Generator().manual_seed(3)
+    d = 10
+    Q, _ = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))
+    H = Q @ torch.diag(torch.logspace(1, -1, d, dtype=torch.float64)) @ Q.T
+    S = torch.diag(torch.linspace(0.1, 2.0, d, dtype=torch.float64) ** 2)
+    b = dg.alignment(H, S, k=2, null_samples=4000, seed=2)
+    # sample std of 4000 draws is within ~5% of the truth (4 standard errors of a std)
+    assert abs(b["null_std"] / b["null_std_exact"] - 1) < 0.05
+    a = dg.alignment(H, H, k=2, null_samples=0)
+    t = (a["cosine"] - a["null_mean_exact"]) / a["null_std_exact"]
+    assert math.isclose(a["p_value_bound"], 1 / (1 + t * t), rel_tol=1e-12)
+    v = Q[:, -1:]                   # the flattest direction: cosine below the null mean
+    low = dg.alignment(H, v @ v.T, k=2, null_samples=0)
+    assert low["cosine"] < low["null_mean_exact"] and low["p_value_bound"] == 1.0

@@ -27,9 +27,17 @@ from dualdrop.linear import (SparseLinearRegression, SparseLogisticRegression, a
     SparseLogisticRegression(penalty="scad", penalty_params={"a": 3.7, "lam": 0.05}, alpha=0.05),
 ], ids=lambda e: f"{type(e).__name__}-{getattr(e.penalty, 'name', e.penalty)}-{e.solver}")
 def test_check_estimator(est):
+    # With a nonconvex penalty the weighted fit and the fit on repeated rows run along different
+    # iterates and may stop at different stationary points (or within tol of one): scikit-learn's
+    # equivalence checks need the unique minimizer of a convex problem (tested for l1 here and
+    # at tight tol in test_lin_sample_weight.py).
+    convex = getattr(est.penalty, "name", est.penalty) == "l1"
+    xfail = {} if convex else {
+        f"check_sample_weight_equivalence_on_{kind}_data": "nonconvex: several stationary points"
+        for kind in ("dense", "sparse")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        check_estimator(est)
+        check_estimator(est, expected_failed_checks=xfail)
 
 
 def _reg_data(n=80, p=30, seed=0, scale=None):

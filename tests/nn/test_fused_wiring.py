@@ -144,3 +144,30 @@ def test_a_training_step_reads_nothing_back_on_another_device(method, monkeypatc
             _steps(model, sp, n, total=24)
         reads.append(counter.n)
     assert reads[0] == reads[1], reads
+
+
+@pytest.mark.parametrize("method", ["vardrop", "hardconcrete", "vardrop-lr"])
+def test_preserved_noise_restores_the_streams_and_reseeds_reproducibly(method):
+    from dualdrop.nn._base import preserved_noise
+
+    model, sp = _mlp(method)
+    model.train()
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(1))
+    before = [(s.noise_seed, s.noise_count) for s in model.modules()
+              if isinstance(s, NoiseState)]
+    assert before
+    with preserved_noise(model, seed=5):
+        a = model(x).detach()
+    with preserved_noise(model, seed=5):
+        b = model(x).detach()
+    with preserved_noise(model, seed=6):
+        c = model(x).detach()
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    after = [(s.noise_seed, s.noise_count) for s in model.modules() if isinstance(s, NoiseState)]
+    assert after == before
+    model2, _ = _mlp(method)  # the same run without any measurement
+    model2.train()
+    for _ in range(2):  # the run's own stream continues where it was
+        with preserved_noise(model):
+            model(x)
+        assert torch.equal(model(x).detach(), model2(x).detach())

@@ -60,3 +60,39 @@ def test_other_numba_code_keeps_numba_defaults(tmp_path):
     _run({"DUALDROP_CACHE_DIR": str(tmp_path / "own")}, tmp_path, script=script)
     assert _cache_files(tmp_path / "__pycache__"), "a user's own function should cache beside its source"
     assert not any("usermod" in p.name for p in _cache_files(tmp_path / "own"))
+
+
+def test_a_change_to_any_kernel_file_invalidates_every_entry(tmp_path, monkeypatch):
+    """numba's own stamp is the defining file's; kernels inline other files' kernels, so the
+    project's stamp also fingerprints every numba-using source file."""
+    from penalties import _numba_cache as nc
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import numba\n")
+    (pkg / "b.py").write_text("x = 1\n")  # no numba: not part of the fingerprint
+    monkeypatch.setattr(nc, "_ROOTS", (str(pkg) + os.sep,))
+    monkeypatch.setattr(nc, "_FINGERPRINT", None)
+    first = nc.source_fingerprint()
+    monkeypatch.setattr(nc, "_FINGERPRINT", None)
+    (pkg / "b.py").write_text("x = 22\n")
+    assert nc.source_fingerprint() == first
+    monkeypatch.setattr(nc, "_FINGERPRINT", None)
+    (pkg / "a.py").write_text("import numba  # edited\n")
+    assert nc.source_fingerprint() != first
+
+
+def test_entries_carry_the_fingerprint():
+    from numba.core import caching
+
+    from penalties import _numba_cache as nc
+    from penalties import kernels
+
+    nc.install()
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    loc_cls = next(c for c in impl._locator_classes if getattr(c, "_dualdrop", False))
+    assert impl._locator_classes[0] is loc_cls  # before NUMBA_CACHE_DIR's and the in-tree one
+    fn = kernels.omega_scalar.py_func
+    loc = loc_cls.from_function(fn, fn.__code__.co_filename)
+    assert loc is not None
+    assert loc.get_source_stamp()[1] == nc.source_fingerprint()

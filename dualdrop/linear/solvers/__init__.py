@@ -25,6 +25,7 @@ SOLVERS = {
     "reweighted_l1": "reweighted_l1",
     "cvxpy": "cvxpy_solver",
     "dropout_sgd": "dropout_sgd",
+    "bcd": "bcd",
 }
 
 

@@ -55,13 +55,17 @@ class BaseSolver:
 
     name = "solver"
     requires: tuple = ()
-    default_tol = 1e-4
+    default_tol = 1e-5
     default_max_iter = 100
     supports_positive = False  # the constraint w >= 0 (Problem.positive)
+    multitask = False  # multi-output problems (dualdrop.linear.multitask.MultiTaskProblem)
     _COMMON = ("tol", "max_iter", "verbose")
 
     def supports(self, problem: Problem):
         """``None`` if the solver can handle ``problem``, else the reason it cannot."""
+        if getattr(problem, "multitask", False) != self.multitask:
+            return (f"{self.name} solves {'multi' if self.multitask else 'single'}-output "
+                    "problems only" + ("" if self.multitask else "; use 'bcd'"))
         if problem.positive and not self.supports_positive:
             return f"{self.name} does not handle positive=True (use 'cd' or 'cvxpy')"
         for req in self.requires:
@@ -74,9 +78,12 @@ class BaseSolver:
     @property
     def options(self):
         """Names of the solver-specific keyword arguments (``solver_params`` keys)."""
-        sig = inspect.signature(self._solve)
-        return tuple(k for k, p in sig.parameters.items()
-                     if p.kind is p.KEYWORD_ONLY and k not in self._COMMON)
+        cls = type(self)
+        if "_options" not in cls.__dict__:  # once per class: inspect costs ~0.1 ms per call
+            sig = inspect.signature(self._solve)
+            cls._options = tuple(k for k, p in sig.parameters.items()
+                                 if p.kind is p.KEYWORD_ONLY and k not in self._COMMON)
+        return cls._options
 
     def check_options(self, opts):
         unknown = sorted(set(opts) - set(self.options))
@@ -95,15 +102,19 @@ class BaseSolver:
         self.check_options(opts)
         tol, max_iter = check_tol_iter(self.default_tol if tol is None else tol,
                                        self.default_max_iter if max_iter is None else max_iter)
-        w, b = start_point(problem, w0, b0)
+        w, b = self._start(problem, w0, b0)
         with Timer() as timer:
             out = self._solve(problem, w, b, tol=tol, max_iter=max_iter, verbose=verbose, **opts)
         w, b, n_iter, history, crit, converged = out[:6]
         info = out[6] if len(out) > 6 else {}
-        return SolverResult(coef=w, intercept=float(b), n_iter=int(n_iter),
+        return SolverResult(coef=w, intercept=b if np.ndim(b) else float(b), n_iter=int(n_iter),
                             objective=np.asarray(history, dtype=np.float64),
                             criterion=float(crit), converged=bool(converged), solver=self.name,
                             time=timer.elapsed, info=info)
+
+    def _start(self, problem, w0, b0):
+        """The checked start point (a copy)."""
+        return start_point(problem, w0, b0)
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose):  # pragma: no cover - abstract
         raise NotImplementedError

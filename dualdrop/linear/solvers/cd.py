@@ -26,7 +26,7 @@ from numba import njit
 from ._base import BaseSolver
 from ._common import progress, single_thread_blas
 from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, scores_from_grad,
-                    zero_threshold, zero_thresholds)
+                    threshold_closed_form, zero_thresholds)
 from .anderson import extrapolate
 
 NAME = "cd"
@@ -150,18 +150,18 @@ def _log1pexp_neg(m):
 
 
 @njit(cache=True)
-def _logistic_value(y, z):
+def _logistic_value(y, z, sw):
     s = 0.0
     for i in range(y.shape[0]):
-        s += _log1pexp_neg(y[i] * z[i])
+        s += sw[i] * _log1pexp_neg(y[i] * z[i])
     return s / y.shape[0]
 
 
 @njit(cache=True)
-def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_intercept, lips,
+def _inner_logistic(X, data, indices, indptr, is_sparse, y, sw, ws, w, z, b, fit_intercept, lips,
                     lam_w, code, params, positive, tol_in, max_newton, max_cd):
     """Proximal Newton on the working set; updates ``w`` and ``z = X w + b`` in place.
-    Returns ``(newton_steps, b)``.
+    Returns ``(newton_steps, b)``. ``sw``: sample weights (mean 1; ones when unweighted).
 
     Each Newton step stops when the working-set criterion *at the current point* (the gradient
     mapping with the problem's Lipschitz constants ``lips``, as in the outer loop) is below
@@ -182,8 +182,8 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
     for it in range(max_newton):
         for i in range(n):
             s = 1.0 / (1.0 + np.exp(-y[i] * z[i]))
-            G[i] = -y[i] * (1.0 - s) / n
-            H[i] = s * (1.0 - s) / n
+            G[i] = -sw[i] * y[i] * (1.0 - s) / n
+            H[i] = sw[i] * s * (1.0 - s) / n
         sH = H.sum()
         elim = fit_intercept and sH > 1e-300
         crit = abs(G.sum()) if fit_intercept else 0.0
@@ -252,7 +252,7 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
         # optimum when the columns are large (raw features): the datafit difference is never
         # formed. Plain objective decrease is accepted as well.
         P0 = penalty_sum(w, ws, lam_w, code, params)
-        F0 = _logistic_value(y, z) + P0
+        F0 = _logistic_value(y, z, sw) + P0
         w0 = np.empty(nws)
         for jj in range(nws):
             w0[jj] = w[ws[jj]]
@@ -263,11 +263,11 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
             slope = 0.0
             for i in range(n):
                 zt[i] = z[i] + t * Xd[i]
-                slope -= y[i] * Xd[i] / (1.0 + np.exp(y[i] * zt[i]))
+                slope -= sw[i] * y[i] * Xd[i] / (1.0 + np.exp(y[i] * zt[i]))
             for jj in range(nws):
                 w[ws[jj]] = w0[jj] + t * d[jj]
             Pt = penalty_sum(w, ws, lam_w, code, params)
-            if Pt - P0 + t * slope / n < 0.0 or _logistic_value(y, zt) + Pt <= F0:
+            if Pt - P0 + t * slope / n < 0.0 or _logistic_value(y, zt, sw) + Pt <= F0:
                 accepted = True
                 break
             t *= 0.5
@@ -284,32 +284,50 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, ws, w, z, b, fit_int
 
 
 def _quadratic_curvatures(problem):
-    """``(Lin, means, T)`` of :func:`_inner_quadratic`: curvatures of the (implicitly) centred
-    columns, the column means (zeros without intercept) and the prox zero thresholds."""
+    """``(Lin, means, t)`` of :func:`_inner_quadratic`: curvatures of the (implicitly) centred
+    columns, the column means (zeros without intercept) and the coordinate prox steps
+    ``lam_j / Lin_j`` (their zero thresholds are filled per working set, see
+    ``_jit.zero_thresholds``)."""
     des = problem.design
     if problem.fit_intercept:
-        means = np.asarray(des.X.sum(axis=0)).ravel() / des.n
+        means = des.col_sums / des.n
         Lin = problem.lips - means * means
         Lin[Lin <= 1e-12 * problem.lips] = 0.0  # constant columns: absorbed by the intercept
     else:
         means = np.zeros(des.p)
         Lin = problem.lips.copy()
+    return Lin, means, _steps(problem.lam_w, Lin)
+
+
+def _steps(lam_w, L):
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(Lin > 0, problem.lam_w / np.where(Lin > 0, Lin, 1.0), 0.0)
-    T = np.empty(des.p)
-    zero_thresholds(*problem.spec, t, T)
-    return Lin, means, T
+        return np.where(L > 0, lam_w / np.where(L > 0, L, 1.0), 0.0)
 
 
-def _select_ws(score, w, size):
-    """Nonzero features first, then the largest scores; ``size`` features in all."""
-    p = score.shape[0]
-    if size >= p:
-        return np.arange(p, dtype=np.int64)
-    key = score.copy()
-    key[w != 0] = np.inf
-    idx = np.argpartition(key, p - size)[p - size:]
-    return np.sort(idx).astype(np.int64)
+def _score_thresholds(code, params, lam_w, lips):
+    """Zero thresholds of the outer scores in gradient units (``L_j T(lam_j / L_j)``), where
+    they cost nothing: a closed form, or one bisection when every step is the same (standardized
+    columns); ``-1`` (unknown: the score calls the prox) otherwise."""
+    t = _steps(lam_w, lips)
+    p = t.shape[0]
+    pos = t[lips > 0]
+    if not (threshold_closed_form(code, params) or pos.size == 0 or np.all(pos == pos[0])):
+        return np.full(p, -1.0)
+    T = np.full(p, np.nan)
+    zero_thresholds(code, params, t, np.arange(p, dtype=np.int64), T)
+    return T * lips
+
+
+def _select_ws(score, nz, size):
+    """Nonzero features (``nz``) first, then the largest positive scores; at most ``size``
+    features. Features scoring 0 (optimal at 0) are left out: they only cost passes."""
+    cand = np.flatnonzero((score > 0.0) | nz)
+    if cand.size <= size:
+        return cand.astype(np.int64)
+    key = score[cand].copy()
+    key[nz[cand]] = np.inf
+    sub = np.argpartition(key, cand.size - size)[cand.size - size:]
+    return np.sort(cand[sub]).astype(np.int64)
 
 
 class CD(BaseSolver):
@@ -338,40 +356,42 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     arrs = des.arrays
     y = problem.y
     quad = problem.datafit.code == 0
+    sw = problem.datafit.sample_weight
+    sw = np.ones(problem.n) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
     z = problem.z(w, b)
     history = [problem.objective(w, b, z)]
     score = np.zeros(problem.p)
     all_feats = np.arange(problem.p, dtype=np.int64)
     lips, lam_w = problem.lips, problem.lam_w
     if quad:
-        Lin, means, T = _quadratic_curvatures(problem)
-    # the prox step shared by most coordinates (all of them on a standardized design) and the
-    # interval of steps its prox maps to 0: lets CD skip prox calls for zeros that stay zero
-    pos = np.flatnonzero(lips > 0)
-    t_ref = float(lam_w[pos[0]] / lips[pos[0]]) if pos.size else -1.0
-    T_ref = float(zero_threshold(code, params, t_ref)) if pos.size else 0.0
+        Lin, means, t_in = _quadratic_curvatures(problem)
+        T = np.full(problem.p, np.nan)  # zero thresholds of the inner steps, filled per ws
+    # the interval of gradients the prox maps to 0: lets CD skip prox calls for zeros that stay 0
+    Tg = _score_thresholds(code, params, lam_w, lips)
     converged = False
     crit = np.inf
     it = 0
     total_inner = 0
-    with progress(max_iter, verbose, "cd") as bar, single_thread_blas():
+    with progress(max_iter, verbose, "cd") as bar, single_thread_blas(des):
         for it in range(1, max_iter + 1):
             G = problem.datafit.raw_grad(y, z)
-            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, t_ref,
-                                 T_ref, score)
+            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg,
+                                 score)
             gb = abs(G.sum()) if problem.fit_intercept else 0.0
-            crit = max(float(m), float(gb))
+            scale = problem.criterion_scale(history[-1])
+            crit = max(float(m), float(gb)) / scale
             if crit <= tol:
                 converged = True
                 break
             if working_set:
                 nnz = int(np.count_nonzero(w))
                 size = min(problem.p, max(p0, 2 * nnz))
-                ws = _select_ws(score, w, size)
+                ws = _select_ws(score, w != 0.0, size)
             else:
                 ws = all_feats
-            tol_in = max(0.3 * crit, 0.1 * tol)
+            tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
             if quad:
+                zero_thresholds(code, params, t_in, ws, T)
                 r = np.ascontiguousarray(y - z)
                 n_in, b = _inner_quadratic(*arrs, ws, w, r, float(b), problem.fit_intercept, Lin,
                                            means, T, lam_w, code, params, positive, tol_in,
@@ -379,7 +399,7 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
                 z = y - r
             else:
                 z = np.ascontiguousarray(z)
-                n_in, b = _inner_logistic(*arrs, y, ws, w, z, float(b), problem.fit_intercept,
+                n_in, b = _inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
                                           lips, lam_w, code, params, positive, tol_in, 50, 50)
             total_inner += int(n_in)
             if verbose == 2:

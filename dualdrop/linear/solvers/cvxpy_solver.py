@@ -53,7 +53,9 @@ def _cvxpy(problem, tol, max_iter, verbose, cvxpy_solver):
     if problem.datafit.code == 0:
         fit = cp.sum_squares(y - z) / (2 * n)
     else:
-        fit = cp.sum(cp.logistic(-cp.multiply(y, z))) / n
+        losses = cp.logistic(-cp.multiply(y, z))
+        sw = problem.datafit.sample_weight
+        fit = cp.sum(losses if sw is None else cp.multiply(sw, losses)) / n
     lam = problem.lam_w
     finite = np.isfinite(lam)
     cons = [w[np.flatnonzero(~finite)] == 0] if not finite.all() else []

@@ -1,0 +1,255 @@
+"""Cross-validated choice of ``alpha``: :class:`SparseLinearRegressionCV` and
+:class:`SparseLogisticRegressionCV`.
+
+One grid of ``alpha`` for all folds, computed on the whole data: ``alphas`` values from
+``alpha_max`` (the smallest ``alpha`` giving ``w = 0``, see :func:`.path.alpha_max`) down to
+``eps * alpha_max`` on a log scale, as scikit-learn's ``LassoCV`` does. On each fold the path is
+fitted from the largest ``alpha`` down, each fit warm-started at the previous one (the solution
+moves little between neighbouring alphas, so each fit takes a few iterations), and every fit is
+scored on the held-out samples: the (sample-weighted) mean squared error for regression, a
+scikit-learn scorer for classification. ``alpha_`` maximizes the mean score over the folds (ties:
+the largest alpha, the sparsest model) and the final model is refitted on all the data.
+Folds run in parallel with ``n_jobs`` (joblib).
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from joblib import Parallel, delayed
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.metrics import check_scoring
+from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from .datafits import normalized_sample_weight
+from .estimators import (SparseLinearRegression, SparseLogisticRegression, _SparseLinearBase,
+                         _validate_data)
+from .path import _run_chunk, _warn_unconverged, alpha_grid, check_alphas
+
+__all__ = ["SparseLinearRegressionCV", "SparseLogisticRegressionCV"]
+
+# the single-fit estimator's parameters that the CV estimators share (alpha is what they choose)
+_SHARED = ("penalty", "penalty_params", "l1_ratio", "solver", "tol", "max_iter",
+           "fit_intercept", "scaling", "solver_params", "verbose", "positive", "penalty_weights")
+
+
+def _fold(est, X, y, sw, train, test, alphas, score):
+    """Scores on ``test`` of the warm-started path fitted on ``train``."""
+    scores = []
+    sw_test = None if sw is None else sw[test]
+    X_test, y_test = X[test], y[test]
+    _, msgs = _run_chunk(est, X[train], y[train], alphas, None if sw is None else sw[train],
+                         callback=lambda e: scores.append(score(e, X_test, y_test, sw_test)))
+    return np.asarray(scores), msgs
+
+
+class _SparseLinearCVBase(BaseEstimator):
+    _single = None  # the single-fit estimator class
+
+    _parameter_constraints: dict = {
+        **{k: v for k, v in _SparseLinearBase._parameter_constraints.items() if k in _SHARED},
+        "alphas": [Interval(Integral, 1, None, closed="left"), "array-like"],
+        "eps": [Interval(Real, 0, 1, closed="neither")],
+        "cv": ["cv_object"],
+        "n_jobs": [Integral, None],
+    }
+
+    def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
+                 cv=None, n_jobs=None, solver="auto", tol=1e-5, max_iter=None,
+                 fit_intercept=True, scaling="dropout", solver_params=None, verbose=False,
+                 positive=False, penalty_weights=None):
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.l1_ratio = l1_ratio
+        self.alphas = alphas
+        self.eps = eps
+        self.cv = cv
+        self.n_jobs = n_jobs
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.scaling = scaling
+        self.solver_params = solver_params
+        self.verbose = verbose
+        self.positive = positive
+        self.penalty_weights = penalty_weights
+
+    def _single_estimator(self):
+        return self._single(**{k: getattr(self, k) for k in _SHARED})
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def _cv_path(self, X, y, sw, datafit, score):
+        """Grid, per-fold scores ``(n_folds, n_alphas)`` (``score(est, X, y, sw)``: higher is
+        better) and the refitted estimator."""
+        single = self._single_estimator()
+        single._check_params()  # penalty errors before any fold runs
+        if isinstance(self.alphas, Integral):
+            alphas = alpha_grid(X, y, int(self.alphas), float(self.eps), penalty=self.penalty,
+                                penalty_params=self.penalty_params, datafit=datafit,
+                                fit_intercept=self.fit_intercept, scaling=self.scaling,
+                                l1_ratio=self.l1_ratio, sample_weight=sw,
+                                names=("alphas", "eps"))
+        else:
+            alphas = check_alphas(self.alphas)
+        cv = check_cv(self.cv, y, classifier=datafit == "logistic")
+        folds = list(cv.split(X, y))
+        out = Parallel(n_jobs=self.n_jobs)(
+            delayed(_fold)(single, X, y, sw, train, test, alphas, score)
+            for train, test in folds)
+        scores = np.vstack([s for s, _ in out])
+        _warn_unconverged([m for _, ms in out for m in ms], alphas.size * len(folds),
+                          "cross-validation paths")
+        best = int(np.argmax(scores.mean(axis=0)))  # first maximum: the largest alpha
+        self.alphas_ = alphas
+        self.alpha_ = float(alphas[best])
+        final = clone(single).set_params(alpha=self.alpha_).fit(X, y, sample_weight=sw)
+        self.estimator_ = final
+        for attr in ("coef_", "intercept_", "n_iter_", "criterion_", "solver_"):
+            setattr(self, attr, getattr(final, attr))
+        self.n_features_in_ = final.n_features_in_
+        return scores
+
+    def _validated(self, X, y, sample_weight, **kw):
+        """Checked ``X`` (CSR when sparse: folds index rows), ``y`` and ``sample_weight``."""
+        X, y = _validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                              **kw)
+        if not isinstance(self.alphas, Integral) and np.ndim(self.alphas) != 1:
+            raise ValueError(f"alphas must be an integer (the number of alphas) or a 1-D array "
+                             f"of alphas, got {self.alphas!r}")
+        sw = None
+        if sample_weight is not None:
+            normalized_sample_weight(sample_weight, X.shape[0])  # the checks, naming it
+            sw = np.broadcast_to(np.asarray(sample_weight, dtype=np.float64), (X.shape[0],))
+        return X, y, sw
+
+
+def _neg_mse(est, X, y, sw):
+    pred = np.asarray(X @ est.coef_).ravel() + est.intercept_  # X is checked already
+    return -float(np.average((y - pred) ** 2, weights=sw))
+
+
+class _Scorer:
+    """A scikit-learn scorer called as ``score(est, X, y, sw)`` (picklable for joblib)."""
+
+    def __init__(self, scorer):
+        self.scorer = scorer
+
+    def __call__(self, est, X, y, sw):
+        return float(self.scorer(est, X, y, sample_weight=sw))
+
+
+class SparseLinearRegressionCV(RegressorMixin, _SparseLinearCVBase):
+    """:class:`~dualdrop.linear.SparseLinearRegression` with ``alpha`` chosen by
+    cross-validation along warm-started regularization paths (see the module docstring).
+
+    Parameters
+    ----------
+    penalty, penalty_params, l1_ratio, solver, tol, max_iter, fit_intercept, scaling,
+    solver_params, verbose, positive, penalty_weights
+        As in :class:`~dualdrop.linear.SparseLinearRegression`.
+    alphas : int or array-like, default=100
+        The number of alphas on the grid from ``alpha_max`` down to ``eps * alpha_max``, or the
+        grid itself (sorted decreasing).
+    eps : float in (0, 1), default=1e-3
+        ``alpha_min / alpha_max`` of the grid.
+    cv : int, cross-validation splitter or iterable, default=None
+        scikit-learn's ``cv``: ``None`` is 5-fold ``KFold`` (no shuffling), an int the number of
+        folds.
+    n_jobs : int or None
+        Folds fitted in parallel (joblib).
+
+    Attributes
+    ----------
+    alpha_ : the chosen alpha; alphas_ : the grid (decreasing); mse_path_ : array of shape
+    (n_alphas, n_folds), the test mean squared error (sample-weighted when ``sample_weight`` is
+    given) of each fit; coef_, intercept_, n_iter_, criterion_, solver_ : of the model refitted
+    on all the data at ``alpha_`` (``estimator_``).
+    """
+
+    _single = SparseLinearRegression
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
+        the test errors."""
+        X, y, sw = self._validated(X, y, sample_weight, y_numeric=True)
+        y = np.asarray(y, dtype=np.float64)
+        self.mse_path_ = -self._cv_path(X, y, sw, "quadratic", _neg_mse).T
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict(X)
+
+
+class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
+    """:class:`~dualdrop.linear.SparseLogisticRegression` with ``alpha`` chosen by
+    cross-validation along warm-started regularization paths (see the module docstring).
+
+    Parameters as :class:`SparseLinearRegressionCV`, plus ``scoring`` (a scikit-learn scorer
+    name or callable, default ``"neg_log_loss"``; scikit-learn's ``LogisticRegressionCV`` uses
+    accuracy until its version 1.11 and then the log loss too). ``cv=None`` is 5-fold
+    ``StratifiedKFold``.
+
+    Attributes
+    ----------
+    alpha_, alphas_ as in :class:`SparseLinearRegressionCV`; scores_ : array of shape
+    (n_folds, n_alphas), the test score of each fit (higher is better, the layout of
+    ``LogisticRegressionCV.scores_`` per class); classes_, coef_, intercept_, n_iter_,
+    criterion_, solver_ of the model refitted on all the data (``estimator_``).
+    """
+
+    _single = SparseLogisticRegression
+
+    _parameter_constraints: dict = {**_SparseLinearCVBase._parameter_constraints,
+                                    "scoring": [str, callable]}
+
+    def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
+                 cv=None, n_jobs=None, scoring="neg_log_loss", solver="auto", tol=1e-5,
+                 max_iter=None, fit_intercept=True, scaling="dropout", solver_params=None,
+                 verbose=False, positive=False, penalty_weights=None):
+        super().__init__(penalty, penalty_params, l1_ratio=l1_ratio, alphas=alphas, eps=eps,
+                         cv=cv, n_jobs=n_jobs, solver=solver, tol=tol, max_iter=max_iter,
+                         fit_intercept=fit_intercept, scaling=scaling,
+                         solver_params=solver_params, verbose=verbose, positive=positive,
+                         penalty_weights=penalty_weights)
+        self.scoring = scoring
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
+        the test scores."""
+        X, y, sw = self._validated(X, y, sample_weight)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if self.classes_.size < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; y has "
+                             f"only one class ({self.classes_[0]!r})")
+        scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
+        self.scores_ = self._cv_path(X, y, sw, "logistic", scorer)
+        return self
+
+    def decision_function(self, X):
+        check_is_fitted(self)
+        return self.estimator_.decision_function(X)
+
+    def predict_proba(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict_proba(X)
+
+    def predict_log_proba(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict_log_proba(X)
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict(X)
