@@ -13,6 +13,10 @@
 # Usage (from the repository root):
 #   nohup nice -n 10 benchmarks/run_frontier_mnist.sh > results/frontier_mnist.log 2>&1 &
 # Smoke test of the whole pipeline (minutes):  EPOCHS=2 N_TRIALS=2 OUT=/tmp/fsmoke benchmarks/run_frontier_mnist.sh
+# The reduced frontier of benchmarks/RESULTS.md (10-epoch trials, 2 per method, warm starts from a
+# 20-epoch dense network; 38 min wall on the shared 2-core machine at load ~6):
+#   DENSE_EPOCHS=20 DENSE=results/frontier_mnist_reduced/dense EPOCHS=10 N_TRIALS=2 WORKERS=1 \
+#     OUT=results/frontier_mnist_e10 benchmarks/run_frontier_mnist.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
@@ -22,8 +26,9 @@ N_TRIALS=${N_TRIALS:-8}
 WORKERS=${WORKERS:-2}
 OUT=${OUT:-results/frontier_mnist_e$EPOCHS}
 DENSE=${DENSE:-$OUT/dense}
+DENSE_EPOCHS=${DENSE_EPOCHS:-$EPOCHS}  # the warm start's own schedule (may differ from the trials')
 
-python3 -m dualdrop sparsify --method none --epochs "$EPOCHS" --data-dir "$DATA" --out "$DENSE" \
+python3 -m dualdrop sparsify --method none --epochs "$DENSE_EPOCHS" --data-dir "$DATA" --out "$DENSE" \
     --threads 1 --no-progress --resume
 
 common=(--epochs "$EPOCHS" --data-dir "$DATA" --out "$OUT" --n-trials "$N_TRIALS"

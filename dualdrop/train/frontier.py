@@ -825,7 +825,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     ax.set_ylabel("test error (%)")
     name = result.get("dataset", "")
     ax.set_title(f"accuracy–sparsity frontier on {name}: points chosen on validation, "
-                 "test error read once each", fontsize=10)
+                 f"test error read once each{_schedule_text(result, mnist)}", fontsize=10)
     if ys:
         # zoom: every method's best point and every reference point in view (and the goals on
         # MNIST); the high-error tails of very sparse frontiers may leave the axes, counted below
@@ -852,6 +852,22 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     return paths
 
 
+def _schedule_text(result: dict, mnist: bool) -> str:
+    """A second title line, "<E> epochs per trial, <n> finished trials per method"; on MNIST a
+    schedule shorter than the paper's 200 epochs is labelled a *reduced* budget (its points are
+    not comparable with the paper's table at face value)."""
+    plans = list(result["methods"].values())
+    epochs = sorted({int(r["plan"]["epochs"]) for r in plans if r["plan"].get("epochs")})
+    if not epochs:
+        return ""
+    trials = sorted({int(r["n_complete"]) for r in plans})
+    e_txt = "/".join(str(e) for e in epochs)
+    t_txt = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
+    reduced = ("REDUCED budget (the paper's table: 200 epochs): "
+               if mnist and max(epochs) < 200 else "")
+    return f"\n{reduced}{e_txt} epochs per trial, {t_txt} finished trials per method"
+
+
 def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) -> str:
     """``frontier.md`` and ``frontier.csv``: every selected point with its knob, start,
     tolerance, validation error, fraction nonzero and test error; on MNIST also the paper's
@@ -872,7 +888,11 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
         w.writerows(rows)
     warm_col = any(r["plan"].get("init_from") for r in result["methods"].values())
     lines = [f"Frontier on {result.get('dataset', '')}: each method's Pareto set on "
-             "(validation error, fraction nonzero); the test error is read once per point.", ""]
+             "(validation error, fraction nonzero); the test error is read once per point.",
+             ""]
+    schedule = _schedule_text(result, mnist).strip()
+    if schedule:
+        lines += [schedule + ".", ""]
     for m, r in result["methods"].items():
         plan = r["plan"]
         knob = plan.get("knob") or {}

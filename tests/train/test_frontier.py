@@ -160,7 +160,10 @@ def test_mnist_reference_points_only_on_mnist(tmp_path):
         "n_candidates": 1}}}
     md = fr.frontier_table(result, tmp_path, mnist=True)
     assert "published: sparse VD" in md and "goal 1" in md and "paper: LogSum" in md
+    assert "REDUCED budget" in md and "1 epochs per trial" in md  # shorter than the paper's
     assert all(p.exists() for p in fr.plot_frontier(result, tmp_path, mnist=True))
+    result["methods"]["logsum"]["plan"]["epochs"] = 200
+    assert "REDUCED" not in fr.frontier_table(result, tmp_path, mnist=True)
 
 
 def test_study_resumes_and_adds_trials(tmp_path):
