@@ -263,6 +263,13 @@ def _reduce_parametrized(self, protocol):
     return _rebuild_parametrized, (plain, list(self.parametrizations.keys())), state
 
 
+def _hook_owner(fn):
+    """The object a registered hook is a bound method of (torch wraps state-dict pre-hooks in an
+    object holding the function as ``.hook``)."""
+    fn = getattr(fn, "hook", fn)
+    return getattr(fn, "__self__", None)
+
+
 def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> None:
     """Register ``state`` as the parametrization of ``module.<tensor_name>`` (picklable)."""
     if parametrize.is_parametrized(module, tensor_name):
@@ -273,7 +280,7 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
     type(module).__reduce_ex__ = _reduce_parametrized
     state.tensor_names = sorted(set(getattr(state, "tensor_names", ())) | {tensor_name})
     hooks = module._load_state_dict_pre_hooks.values()
-    if not any(getattr(h, "__self__", None) is state for h in hooks):
+    if not any(_hook_owner(h) is state for h in hooks):
         module._register_load_state_dict_pre_hook(state.legacy_state_dict_hook)
 
 
@@ -411,8 +418,7 @@ def remove_state_hooks(module: nn.Module) -> int:
     ``WeightState``."""
     n = 0
     hooks = module._load_state_dict_pre_hooks
-    for key in [k for k, fn in hooks.items()
-                if isinstance(getattr(fn, "__self__", None), WeightState)]:
+    for key in [k for k, fn in hooks.items() if isinstance(_hook_owner(fn), WeightState)]:
         del hooks[key]
     for hooks, extra in ((module._forward_hooks, module._forward_hooks_with_kwargs),
                          (module._forward_pre_hooks, module._forward_pre_hooks_with_kwargs)):
