@@ -228,8 +228,10 @@ def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, ba
         logits = model(Xtr[idx])
         ce_sum = F.cross_entropy(logits, ytr[idx], reduction="sum")
         loss = ce_sum / n_b
-        if sp is not None and step == 0 and dist_.main:  # a fresh run's first step
-            sp.check_balance(float(loss.detach()), run.n_train)  # warns if the reg. dominates
+        if sp is not None and step == 0 and dist_.main and _own_strength(cfg):
+            # a fresh run's first step, with a strength or start the user chose (the defaults
+            # were chosen on validation: no alarm for them): warns if the reg. dominates
+            sp.check_balance(float(loss.detach()), run.n_train)
         if sp is not None:
             # gradient only: the value is logged once per epoch
             loss = loss + sp.regularizer(run.n_train, value=False) / dist_.world
@@ -394,6 +396,12 @@ def _final_report(run: _Run) -> dict:
             print(f"warning: export_sparse failed: {report['export_error']}", file=sys.stderr)
     return jsonable(report)
 
+
+
+def _own_strength(cfg) -> bool:
+    """Whether the user set the regularizer's strength (``lam``) or warm-starts: the cases in
+    which a regularizer that dominates the data loss is worth a warning."""
+    return "lam" in (cfg.hparams or {}) or cfg.init_from is not None
 
 def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     """Train one method; return the final report (also written to ``out/final.json``).

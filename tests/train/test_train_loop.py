@@ -340,3 +340,22 @@ def test_cli_compare_resume_flag(tmp_path, capsys):
     assert cli_main(argv + ["--resume"]) == 0  # finished: skipped, not retrained
     assert ck.stat().st_mtime_ns == stamp
     assert "| dense | 1 |" in capsys.readouterr().out
+
+
+def test_balance_warning_only_for_a_strength_the_user_chose(tmp_path):
+    """The digits defaults of hard-concrete were chosen on validation: no alarm for them; the
+    same method with a user's large lam is warned about at its first step."""
+    import warnings
+
+    from dualdrop.train import TrainConfig, train
+
+    def warned(name, **hp):
+        cfg = TrainConfig(method="hardconcrete", out=str(tmp_path / name), epochs=1, seed=0,
+                          progress=False, threads=1, hparams=hp)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(cfg)
+        return any("dominate training" in str(w.message) for w in caught)
+
+    assert not warned("default")
+    assert warned("strong", lam=0.05)
