@@ -231,8 +231,10 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
     """The checkpoint at ``path`` of a run whose configuration must equal ``run_cfg``."""
     ckpt = read_checkpoint(path, fix="delete it to start the run again (or restore it from a "
                            "copy), or choose another output folder")
-    diff = {k: (ckpt["config"].get(k), v) for k, v in run_cfg.items()
-            if ckpt["config"].get(k) != v}
+    saved = dict(ckpt["config"])
+    saved["hparams"] = _with_new_defaults(saved.get("hparams"), run_cfg.get("hparams"),
+                                          run_cfg.get("method"))
+    diff = {k: (saved.get(k), v) for k, v in run_cfg.items() if saved.get(k) != v}
     if diff:
         detail = "; ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
         raise ValueError(
@@ -240,6 +242,23 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
             "the original settings or another out directory"
         )
     return ckpt
+
+
+def _with_new_defaults(saved, now, method):
+    """``saved`` hyperparameters plus every one a later dualdrop added (absent from ``saved``)
+    whose value now is the method's default: such a run was trained with that default's
+    behaviour, so it stays resumable (and a finished run stays finished) across the upgrade."""
+    if not isinstance(saved, dict) or not isinstance(now, dict) or not method:
+        return saved
+    try:
+        from dualdrop.nn import default_hparams
+
+        defaults = default_hparams(method)
+    except (ValueError, KeyError, TypeError):
+        return saved
+    added = {k: v for k, v in now.items()
+             if k not in saved and k in defaults and defaults[k] == v}
+    return {**saved, **added}
 
 
 def jsonable(obj: Any) -> Any:

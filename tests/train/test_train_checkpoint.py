@@ -137,3 +137,21 @@ def test_stop_after_prints_a_command_that_finishes(tmp_path, tiny_mnist, capsys)
     assert "--stop-after" not in cmd and cmd.endswith("--resume")
     assert cli_main(shlex.split(cmd)[1:]) == 0
     assert json.loads((out / "final.json").read_text())["epochs"] == 2
+
+
+def test_a_hyperparameter_added_later_keeps_old_runs_resumable(tmp_path, tiny_data):
+    """A checkpoint written before a hyperparameter existed resumes when the new one is at the
+    method's default (the behaviour it was trained with), and is refused otherwise."""
+    out = tmp_path / "eta"
+    cfg = TrainConfig(method="eta-trick", out=str(out), epochs=2, stop_after=1, seed=0,
+                      progress=False, threads=1)
+    train(cfg, data=tiny_data)
+    ck = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert ck["config"]["hparams"].pop("dual") == "logsum"  # as written before `dual` existed
+    torch.save(ck, out / "checkpoint.pt")
+    rep = train(TrainConfig(method="eta-trick", out=str(out), epochs=2, seed=0, progress=False,
+                            threads=1, resume=True), data=tiny_data)
+    assert rep["epochs"] == 2
+    with pytest.raises(ValueError, match="dual"):
+        train(TrainConfig(method="eta-trick", out=str(out), epochs=2, seed=0, progress=False,
+                          threads=1, resume=True, hparams={"dual": "released"}), data=tiny_data)
