@@ -80,6 +80,12 @@ def prox_step(code, params, v, t, positive):
     return prox_scalar(code, params, v, t)
 
 
+@njit(cache=True, inline="always")
+def grad_map(code, params, wj, g, L, lam, positive):
+    """The gradient mapping ``L |w_j - prox_{lam Omega / L}(w_j - g / L)|`` of one coordinate."""
+    return L * abs(wj - prox_step(code, params, wj - g / L, lam / L, positive))
+
+
 @njit(cache=True)
 def scores(X, data, indices, indptr, is_sparse, feats, v, coef, w, lips, lam_w, code, params,
            positive, out):
@@ -97,8 +103,7 @@ def scores(X, data, indices, indptr, is_sparse, feats, v, coef, w, lips, lam_w, 
             out[j] = 0.0
             continue
         g = coef * col_dot(X, data, indices, indptr, is_sparse, j, v)
-        new = prox_step(code, params, w[j] - g / L, lam_w[j] / L, positive)
-        s = L * abs(w[j] - new)
+        s = grad_map(code, params, w[j], g, L, lam_w[j], positive)
         out[j] = s
         if s > m:
             m = s
@@ -192,8 +197,7 @@ def scores_from_grad(grad, w, lips, lam_w, code, params, positive, Tg, out):
                 if s > m:
                     m = s
                 continue
-        new = prox_step(code, params, w[j] - g / L, lam_w[j] / L, positive)
-        s = L * abs(w[j] - new)
+        s = grad_map(code, params, w[j], g, L, lam_w[j], positive)
         out[j] = s
         if s > m:
             m = s
