@@ -6,6 +6,8 @@ Examples::
     dualdrop frontier --methods vardrop-lr-ar --n-trials 12 --epochs 200 --data-dir data/mnist \
         --init-from runs/dense --hp vardrop-lr-ar:lr=1e-3 --workers 2 --out runs/frontier
     dualdrop frontier --out runs/frontier --report-only      # redraw from the study
+    dualdrop frontier --from-runs runs/compare/runs --data-dir data/mnist   # finished runs,
+                                 # over seeds, the test-time tolerance as the knob; no training
 
 Resumable and shareable: run the same command again (here or on another machine sharing the
 folder) to continue or to add processes; ``--n-trials`` larger than before adds trials.
@@ -74,8 +76,17 @@ def register(subparsers) -> None:
     p.add_argument("--methods", nargs="+", default=None,
                    help="methods to sweep (default: the paper's seven plus hardconcrete and "
                    "magnitude)")
-    p.add_argument("--out", "--study", dest="out", default="runs/frontier",
-                   help="frontier folder holding the study and the trials (default runs/frontier)")
+    p.add_argument("--out", "--study", dest="out", default=None,
+                   help="frontier folder holding the study and the trials (default "
+                   "runs/frontier; with --from-runs: DIR/frontier of the first DIR)")
+    p.add_argument("--from-runs", nargs="+", default=None, metavar="DIR",
+                   help="train nothing: the frontier of the finished runs under DIR (e.g. "
+                   "OUT/runs of 'compare --seeds'), the test-time tolerance swept on validation, "
+                   "seeds of one configuration averaged (mean ± std); needs the --data-dir the "
+                   "runs were trained on")
+    p.add_argument("--tols", nargs="+", type=float, default=None, metavar="TOL",
+                   help="with --from-runs: the tolerances swept on validation (default 0.01 "
+                   "0.02 0.05 0.1 ... 0.9 0.95)")
     p.add_argument("--n-trials", type=int, default=8,
                    help="trials per method in the study; a larger number later adds trials "
                    "(default 8)")
@@ -113,18 +124,45 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _from_runs(args) -> dict:
+    from pathlib import Path
+
+    from dualdrop.train.frontier_runs import RUN_TOLS, frontier_of_runs
+
+    ignored = [f"--{n.replace('_', '-')}" for n in ("methods", "init_from", "report_only")
+               if getattr(args, n)] + [f"--{n}" for n in ("range", "hp") if getattr(args, n)]
+    if ignored:
+        raise ValueError(f"--from-runs draws finished runs and trains nothing; drop "
+                         f"{', '.join(ignored)}")
+    out = args.out if args.out is not None else Path(args.from_runs[0]) / "frontier"
+    return frontier_of_runs(args.from_runs, out, data_dir=args.data_dir,
+                            tols=args.tols if args.tols else RUN_TOLS,
+                            progress=not args.no_progress, verify_data=not args.no_verify)
+
+
 def run(args) -> int:
+    from dualdrop.train.checkpoint import CheckpointError
     from dualdrop.train.frontier import DEFAULT_METHODS, run_frontier
 
     try:
+        if args.from_runs:
+            result = _from_runs(args)
+            print(result["markdown"])
+            print("files: " + ", ".join(result["files"]))
+            return 0
+        if args.tols:
+            raise ValueError("--tols goes with --from-runs (a study sweeps the tolerances of "
+                             "the training loop)")
         result = run_frontier(
-            methods=args.methods or DEFAULT_METHODS, out=args.out, n_trials=args.n_trials,
+            methods=args.methods or DEFAULT_METHODS,
+            out=args.out if args.out is not None else "runs/frontier", n_trials=args.n_trials,
             epochs=args.epochs, data_dir=args.data_dir, seed=args.seed, device=args.device,
             threads=args.threads, workers=args.workers, init_from=args.init_from,
             knobs=_parse_ranges(args.range), fixed=_parse_fixed(args.hp), sampler=args.sampler,
             verify_data=not args.no_verify, stale_after=args.stale_after,
             progress=not args.no_progress, report_only=args.report_only)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
+            CheckpointError) as exc:
         print(f"dualdrop frontier: error: {exc}", file=sys.stderr)
         return 2
     print(result["markdown"])

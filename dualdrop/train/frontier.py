@@ -766,10 +766,20 @@ def _knob_text(row: dict, plan: dict) -> str:
     return f"{name}={row['hparams'][name]:g}" if name in row["hparams"] else ""
 
 
-def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> list[Path]:
+def _label(name: str, r: dict) -> str:
+    """Display name of a frontier entry: the method's label plus what distinguishes the entry
+    (``eta-trick [dual=released]`` -> ``eta-Trick [dual=released]``)."""
+    m = r.get("method", name)
+    return method_label(m) + name[len(m):] if name.startswith(m) else name
+
+
+def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
+                  seeds: bool = False) -> list[Path]:
     """``frontier.png`` and ``frontier.pdf``: test error (%) vs fraction nonzero (log x).
 
-    Lines join each method's validation-selected points in order of density. With ``mnist``
+    Lines join each method's validation-selected points in order of density; with ``seeds``
+    (points that are means over seeds, :mod:`dualdrop.train.frontier_runs`) each point carries
+    its seeds' standard deviation as error bars in both directions. With ``mnist``
     the paper's table (hollow stars in the method's colour), the published points (black) and
     the goal boxes are drawn on the same axes; never for other data. The legend sits outside the
     axes so that it covers no data.
@@ -786,6 +796,12 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     methods = list(result["methods"])
     colors = {m: cmap(i % 10) for i, m in enumerate(methods + [m for m in table
                                                                 if m not in methods])}
+    for name, r in result["methods"].items():  # a paper star takes its method's first colour
+        colors.setdefault(r.get("method", name), colors[name])
+    for m in table:
+        first = next((n for n, r in result["methods"].items() if r.get("method") == m), None)
+        if first is not None:
+            colors[m] = colors[first]
     xs, ys, n_ref = [], [], 0
     markers = "osD^v<>ph"
     for i, (m, r) in enumerate(result["methods"].items()):
@@ -796,8 +812,13 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
         y = [100 * p["test_error"] for p in rows]
         xs += x
         ys += y
+        what = f"{r['n_seeds']} seeds, " if seeds else ""
         ax.plot(x, y, marker=markers[i % len(markers)], color=colors[m], linewidth=1.3,
-                markersize=5, label=f"{method_label(m)} ({len(rows)} pts)")
+                markersize=5, label=f"{_label(m, r)} ({what}{len(rows)} pts)")
+        if seeds and r["n_seeds"] > 1:
+            ax.errorbar(x, y, yerr=[100 * (p["test_error_std"] or 0.0) for p in rows],
+                        xerr=[p["nonzero_std"] or 0.0 for p in rows], fmt="none",
+                        ecolor=colors[m], elinewidth=0.9, capsize=2, alpha=0.8)
     if mnist:
         for m, (label, err, dens) in table.items():
             ax.plot([dens], [100 * err], linestyle="none", marker="*", markersize=12,
@@ -824,8 +845,13 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     ax.set_xlabel("fraction of nonzero weights (log scale; biases not counted)")
     ax.set_ylabel("test error (%)")
     name = result.get("dataset", "")
-    ax.set_title(f"accuracy–sparsity frontier on {name}: points chosen on validation, "
-                 f"test error read once each{_schedule_text(result, mnist)}", fontsize=10)
+    if seeds:
+        ax.set_title(f"accuracy–sparsity frontier on {name} over the test-time tolerance: chosen "
+                     "on validation, test error read once per seed (mean ± std)"
+                     f"{_schedule_text(result, mnist, 'seeds per method')}", fontsize=10)
+    else:
+        ax.set_title(f"accuracy–sparsity frontier on {name}: points chosen on validation, "
+                     f"test error read once each{_schedule_text(result, mnist)}", fontsize=10)
     if ys:
         # zoom: every method's best point and every reference point in view (and the goals on
         # MNIST); the high-error tails of very sparse frontiers may leave the axes, counted below
@@ -852,7 +878,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False) -> 
     return paths
 
 
-def _schedule_text(result: dict, mnist: bool) -> str:
+def _schedule_text(result: dict, mnist: bool, unit: str = "finished trials per method") -> str:
     """A second title line, "<E> epochs per trial, <n> finished trials per method"; on MNIST a
     schedule shorter than the paper's 200 epochs is labelled a *reduced* budget (its points are
     not comparable with the paper's table at face value)."""
@@ -865,7 +891,7 @@ def _schedule_text(result: dict, mnist: bool) -> str:
     t_txt = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
     reduced = ("REDUCED budget (the paper's table: 200 epochs): "
                if mnist and max(epochs) < 200 else "")
-    return f"\n{reduced}{e_txt} epochs per trial, {t_txt} finished trials per method"
+    return f"\n{reduced}{e_txt} epochs per trial, {t_txt} {unit}"
 
 
 def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) -> str:

@@ -1,0 +1,324 @@
+"""The frontier of finished runs over seeds: the test-time tolerance as the sparsity knob.
+
+A run of a method with a keep-ratio tolerance (the penalty methods, the eta-trick, variational
+dropout) is not one point but a curve: pruning the trained network at tolerance ``tol`` gives
+``(E(tol), rho(tol))`` without retraining. Over ``S`` seeds of the same configuration (method,
+hyperparameters, schedule) the curve of the configuration is the seed mean
+
+    Ebar_val(tol) = 1/S sum_s E_val,s(tol),      rhobar(tol) = 1/S sum_s rho_s(tol),
+
+each seed on its own validation split (the split follows the run's seed). The frontier keeps
+the tolerances whose ``(Ebar_val, rhobar)`` is not dominated (:func:`pareto_front`), chosen from
+validation numbers only; the test error of each seed's network at a chosen tolerance is read
+once (cached in ``OUT/evaluations.json``) and reported as mean ± sample standard deviation over
+the seeds, the density likewise. A method without a tolerance (magnitude pruning, hard-concrete
+gates: their zeros come from training) contributes its trained network, one point per
+configuration.
+
+This is what ``dualdrop frontier --from-runs`` draws from the folders of ``dualdrop compare
+--seeds`` (or any ``dualdrop sparsify`` runs): a frontier at the full training budget that costs
+evaluations only. The knob it sweeps is the tolerance; the training-time knobs (``lam``, KL
+weight, target sparsity) are what the Optuna sweep of :mod:`dualdrop.train.frontier` adds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from dualdrop.train.compare import method_label
+from dualdrop.train.frontier import (GOALS, PUBLISHED_POINTS, _atomic_json,
+                                     pareto_front, plot_frontier)
+
+#: tolerances swept on validation: the training loop's grid and the sparser end beyond it
+RUN_TOLS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: validation sweeps and test errors, per run, split and tolerance, with the checkpoint's mtime
+EVAL_CACHE = "evaluations.json"
+
+
+def find_runs(paths) -> list[Path]:
+    """Folders under ``paths`` (each a run folder or a folder of them, searched recursively)
+    holding a finished run: ``final.json`` with status ``finished`` and ``checkpoint.pt``.
+    Unfinished runs are skipped with a message on stderr naming them."""
+    found = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"--from-runs {p}: no such folder")
+        for final in sorted([p / "final.json"] if (p / "final.json").exists()
+                            else p.rglob("final.json")):
+            d = final.parent
+            try:
+                status = json.loads(final.read_text()).get("status")
+            except (json.JSONDecodeError, OSError) as exc:
+                raise ValueError(f"{final} is not readable JSON ({exc}); rerun or delete "
+                                 "that run") from None
+            if status == "finished" and (d / "checkpoint.pt").exists():
+                found.append(d)
+        for ck in p.rglob("checkpoint.pt"):
+            if ck.parent not in found and not (ck.parent / "final.json").exists():
+                print(f"frontier: skipping {ck.parent} (not finished)", file=sys.stderr)
+    if not found:
+        raise FileNotFoundError(f"no finished run under {', '.join(map(str, paths))} (a run "
+                                "folder holds final.json and checkpoint.pt)")
+    return sorted(set(found))
+
+
+def _with_defaults(conf: dict) -> dict:
+    """``conf`` with the method's hyperparameters completed by their defaults, so that a run
+    written before an option existed equals one that sets it to its default."""
+    from dualdrop.nn.sparsifier import default_hparams
+    from dualdrop.train.config import DENSE
+
+    try:
+        base = default_hparams(conf["method"]) if conf["method"] != DENSE else {}
+    except ValueError:  # a method this version does not know: compare as recorded
+        base = {}
+    return {**conf, "hparams": {**base, **conf.get("hparams", {})}}
+
+
+def _config_key(conf: dict) -> str:
+    """What makes two runs seeds of one configuration: everything in the config but the seed
+    (and the bookkeeping that differs between seeds: the data split's fingerprint)."""
+    skip = {"seed", "data_fingerprint", "threads", "device", "world_size", "data_summary"}
+    return json.dumps({k: v for k, v in _with_defaults(conf).items() if k not in skip},
+                      sort_keys=True, default=str)
+
+
+def _group_names(groups: dict) -> dict:
+    """``{key: name}``: the method, plus the hyperparameters in which configurations of the
+    same method differ (e.g. ``eta-trick [dual=released]``)."""
+    by_method: dict = {}
+    for key, runs in groups.items():
+        by_method.setdefault(runs[0]["config"]["method"], []).append(key)
+    names = {}
+    for m, keys in by_method.items():
+        if len(keys) == 1:
+            names[keys[0]] = m
+            continue
+        confs = {k: _with_defaults(groups[k][0]["config"]) for k in keys}
+        flat = {k: {**{f"{n}": c.get(n) for n in ("epochs", "lr", "batch_size", "init_from")},
+                    **c.get("hparams", {})} for k, c in confs.items()}
+        varying = sorted({n for f in flat.values() for n in f
+                          if len({json.dumps(g.get(n), default=str) for g in flat.values()}) > 1})
+        for k in keys:
+            names[k] = m + " [" + ", ".join(f"{n}={flat[k].get(n)}" for n in varying) + "]"
+    return names
+
+
+class _Data:
+    """MNIST/digits splits loaded once per (seed, validation fraction) and checked against the
+    fingerprint each run recorded."""
+
+    def __init__(self, data_dir, verify: bool):
+        self.data_dir, self.verify, self._cache = data_dir, verify, {}
+
+    def __call__(self, conf: dict, run: Path):
+        from dualdrop.data import load_dataset
+
+        key = (int(conf.get("seed", 0)), float(conf.get("val_fraction", 0.2)))
+        if key not in self._cache:
+            self._cache[key] = load_dataset(self.data_dir, seed=key[0], val_fraction=key[1],
+                                            verify=self.verify)
+        data = self._cache[key]
+        if conf.get("data_fingerprint") not in (None, data.fingerprint()):
+            where = "--data-dir" if self.data_dir is None else f"--data-dir {self.data_dir}"
+            raise ValueError(f"{run} was trained on {conf.get('data', 'other data')}, not on the "
+                             f"data loaded with {where}; pass the folder it was trained on")
+        return data
+
+
+def _evaluate(run: Path, tols, data_of, cache: dict, cache_path: Path, selected=None):
+    """Validation sweep of one run (or, with ``selected``, test errors at those tolerances;
+    cached per checkpoint version)."""
+    import torch
+
+    from dualdrop.train.checkpoint import read_checkpoint
+    from dualdrop.train.evaluate import error_rate
+    from dualdrop.train.export import training_network
+
+    ckp = run / "checkpoint.pt"
+    mtime = ckp.stat().st_mtime_ns
+    split = "val" if selected is None else "test"
+    want = list(tols if selected is None else selected)
+    keys = {t: f"{run.resolve()}|{split}|tol={t}" for t in want}
+    hit = {t: cache.get(k) for t, k in keys.items()}
+    if all(h is not None and h.get("mtime") == mtime for h in hit.values()):
+        return {t: h for t, h in hit.items()}
+    ck = read_checkpoint(ckp, fix="rerun that run (delete its folder) or leave it out")
+    conf = ck["config"]
+    data = data_of(conf, run)
+    model, sp = training_network(ck)
+    model.eval()
+    X, y = ((data.X_val, data.y_val) if selected is None else (data.X_test, data.y_test))
+    X, y = torch.from_numpy(X), torch.from_numpy(y)
+    res = {}
+    own = sp.hparams["tol"] if sp is not None and sp.has_tol else None
+    try:
+        for t in want:
+            if t is not None:
+                try:
+                    sp.set_tol(t)
+                except ValueError:  # a tolerance the method cannot express: not a candidate
+                    continue
+            dens = 1.0 if sp is None else float(sp.density()["total"])
+            res[t] = {"error": float(error_rate(model, X, y)), "nonzero_total": dens,
+                      "mtime": mtime}
+            cache[keys[t]] = res[t]
+    finally:
+        if own is not None:
+            sp.set_tol(own)
+    _atomic_json(cache_path, cache)  # a kill loses at most this run's evaluations
+    return res
+
+
+def _mean_std(v: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(v), (statistics.stdev(v) if len(v) > 1 else None)
+
+
+def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS,
+                     progress: bool = True, verify_data: bool = True) -> dict:
+    """The validation-selected frontier of finished runs, averaged over seeds (module doc).
+
+    ``paths``: run folders or folders holding them (e.g. ``OUT/runs`` of ``compare --seeds``);
+    ``data_dir``: the MNIST folder they were trained on (None: scikit-learn's digits);
+    ``tols``: the tolerances swept on validation. Writes ``OUT/frontier.png/.pdf/.md/.csv`` and
+    returns ``{"dataset", "methods": {name: {"frontier": [...], "n_seeds", ...}}, "files",
+    "markdown"}``.
+    """
+    tols = tuple(sorted({float(t) for t in tols}))
+    if not tols or not all(0.0 < t < 1.0 for t in tols):
+        raise ValueError(f"--tols {tols}: every tolerance must lie in (0, 1), e.g. --tols 0.05 "
+                         "0.5 0.9")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = find_runs(paths)
+    groups: dict = {}
+    for r in runs:
+        conf = json.loads((r / "config.json").read_text())
+        final = json.loads((r / "final.json").read_text())
+        groups.setdefault(_config_key(conf), []).append({"dir": r, "config": conf,
+                                                         "final": final})
+    names = _group_names(groups)
+    cache_path = out / EVAL_CACHE
+    try:
+        cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    except json.JSONDecodeError:
+        cache = {}  # a cache is only a cache: recompute
+    data_of = _Data(data_dir, verify_data)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=2 * len(runs), desc="frontier of runs: validation, then test",
+                   unit="run", file=sys.stderr, dynamic_ncols=True)
+    result = {"methods": {}, "dataset": None}
+    for key, members in sorted(groups.items(), key=lambda kv: names[kv[0]]):
+        with_tol = "tol" in members[0]["config"].get("hparams", {})
+        grid = tols if with_tol else (None,)
+        sweeps = []
+        for m in members:
+            sweeps.append(_evaluate(m["dir"], grid, data_of, cache, cache_path))
+            if bar is not None:
+                bar.update(1)
+        common = [t for t in grid if all(t in s for s in sweeps)]
+        tol0 = members[0]["config"]["hparams"].get("tol")
+        cands = [{"tol": t,
+                  "val_error": statistics.fmean(s[t]["error"] for s in sweeps),
+                  "nonzero_total": statistics.fmean(s[t]["nonzero_total"] for s in sweeps),
+                  "tie": 0.0 if t is None or tol0 is None else abs(math.log(t / tol0))}
+                 for t in common]
+        front = pareto_front(cands)
+        rows = []
+        tests = []
+        for m in members:
+            tests.append(_evaluate(m["dir"], tols, data_of, cache, cache_path,
+                                   selected=[p["tol"] for p in front]))
+            if bar is not None:
+                bar.update(1)
+        for p in front:
+            te, te_sd = _mean_std([t[p["tol"]]["error"] for t in tests])
+            nz, nz_sd = _mean_std([t[p["tol"]]["nonzero_total"] for t in tests])
+            rows.append({"tol": p["tol"], "val_error": p["val_error"],
+                         "val_nonzero_total": p["nonzero_total"], "test_error": te,
+                         "test_error_std": te_sd, "test_nonzero_total": nz,
+                         "nonzero_std": nz_sd,
+                         "per_seed": [{"seed": mm["config"].get("seed"),
+                                       "test_error": t[p["tol"]]["error"],
+                                       "nonzero_total": t[p["tol"]]["nonzero_total"]}
+                                      for mm, t in zip(members, tests)]})
+        conf0 = members[0]["config"]
+        result["methods"][names[key]] = {
+            "method": conf0["method"], "frontier": rows, "n_seeds": len(members),
+            "seeds": sorted(m["config"].get("seed") for m in members),
+            "runs": [str(m["dir"]) for m in members], "n_candidates": len(cands),
+            "plan": {"epochs": conf0.get("epochs")}, "n_complete": len(members),
+            "summary": members[0]["final"].get("data")}
+        result["dataset"] = result["dataset"] or conf0.get("data")
+    if bar is not None:
+        bar.close()
+    from dualdrop.data.datasets import is_full_mnist
+
+    mnist = all(is_full_mnist(r["summary"]) for r in result["methods"].values())
+    result["files"] = [str(p) for p in plot_frontier(result, out, mnist=mnist, seeds=True)]
+    result["markdown"] = runs_table(result, out, mnist=mnist, tols=tols)
+    result["files"] += [str(out / "frontier.md"), str(out / "frontier.csv")]
+    return result
+
+
+def _pm(mean: float, sd: float | None, scale: float, fmt: str) -> str:
+    return f"{mean * scale:{fmt}}" + ("" if sd is None else f" ± {sd * scale:{fmt}}")
+
+
+def runs_table(result: dict, out: str | os.PathLike, mnist: bool, tols) -> str:
+    """``frontier.md`` / ``frontier.csv`` of :func:`frontier_of_runs`; returns the Markdown."""
+    import csv
+
+    out = Path(out)
+    fields = ["name", "method", "n_seeds", "tol", "val_error", "test_error", "test_error_std",
+              "nonzero_total", "nonzero_std"]
+    with open(out / "frontier.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        for name, r in result["methods"].items():
+            for p in r["frontier"]:
+                w.writerow({"name": name, "method": r["method"], "n_seeds": r["n_seeds"],
+                            "tol": p["tol"], "val_error": p["val_error"],
+                            "test_error": p["test_error"], "test_error_std": p["test_error_std"],
+                            "nonzero_total": p["test_nonzero_total"],
+                            "nonzero_std": p["nonzero_std"]})
+    lines = [f"Frontier of finished runs on {result.get('dataset')}: the test-time tolerance "
+             "swept on validation (" + ", ".join(f"{t:g}" for t in tols) + "), the Pareto set "
+             "of the seed-mean (validation error, fraction nonzero) kept, the test error read "
+             "once per seed at each kept tolerance; mean ± sample std over the seeds.", "",
+             "| method | seeds | epochs | tol | val. error | test error | fraction nonzero |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in result["methods"].items():
+        label = method_label(r["method"]) + name[len(r["method"]):]
+        for p in sorted(r["frontier"], key=lambda p: -p["test_nonzero_total"]):
+            tol = "—" if p["tol"] is None else f"{p['tol']:g}"
+            lines.append(f"| {label} | {r['n_seeds']} | {r['plan']['epochs']} | {tol} | "
+                         f"{100 * p['val_error']:.2f}% | "
+                         f"{_pm(p['test_error'], p['test_error_std'], 100, '.2f')}% | "
+                         f"{_pm(p['test_nonzero_total'], p['nonzero_std'], 1, '.4f')} |")
+    if mnist:
+        from dualdrop.train.compare import PAPER_TABLE
+
+        lines += ["", "| reference (MNIST, LeNet-300-100) | test error | fraction nonzero |",
+                  "| --- | --- | --- |"]
+        lines += [f"| paper: {label} (200 epochs) | {100 * e:.2f}% | {d:.4f} |"
+                  for label, e, d in PAPER_TABLE.values()]
+        lines += [f"| published: {label} | {100 * e:.2f}% | {d:.4f} |"
+                  for label, (e, d) in PUBLISHED_POINTS.items()]
+        lines += [f"| goal {i + 1} | <= {100 * e:.1f}% | <= {d:.3f} |"
+                  for i, (e, d) in enumerate(GOALS)]
+    md = "\n".join(lines) + "\n"
+    (out / "frontier.md").write_text(md)
+    return md
+
+
+__all__ = ["RUN_TOLS", "find_runs", "frontier_of_runs", "runs_table"]
