@@ -942,20 +942,25 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
                      f"{100 * r['val_error']:.2f}% | {r['nonzero_total']:.4f} | "
                      f"{100 * r['test_error']:.2f}% |")
     if mnist:
-        table = dict(PAPER_TABLE)
-        lines += ["", "Reference points (MNIST, LeNet-300-100):", "",
-                  "| source | test error | fraction nonzero |", "| --- | --- | --- |"]
-        lines += [f"| paper: {label} (200 epochs) | {100 * e:.2f}% | {d:.4f} |"
-                  for label, e, d in table.values()]
-        lines += [f"| published: {label} | {100 * e:.2f}% | {d:.4f} |"
-                  for label, (e, d) in PUBLISHED_POINTS.items()]
-        lines += [f"| goal {i + 1} | <= {100 * e:.1f}% | <= {d:.3f} |"
-                  for i, (e, d) in enumerate(GOALS)]
+        lines += reference_rows()
     md = "\n".join(lines) + "\n"
     (out / "frontier.md").write_text(md)
     return md
 
 
+def reference_rows() -> list[str]:
+    """Markdown lines: the paper's table, the published points and the goals (MNIST,
+    LeNet-300-100), to print beside a frontier on full MNIST only."""
+    return (["", "Reference points (MNIST, LeNet-300-100):", "",
+             "| source | test error | fraction nonzero |", "| --- | --- | --- |"]
+            + [f"| paper: {label} (200 epochs) | {100 * e:.2f}% | {d:.4f} |"
+               for label, e, d in PAPER_TABLE.values()]
+            + [f"| published: {label} | {100 * e:.2f}% | {d:.4f} |"
+               for label, (e, d) in PUBLISHED_POINTS.items()]
+            + [f"| goal {i + 1} | <= {100 * e:.1f}% | <= {d:.3f} |"
+               for i, (e, d) in enumerate(GOALS)])
+
+
 __all__ = ["DEFAULT_METHODS", "GOALS", "Knob", "PUBLISHED_POINTS", "collect", "default_knob",
-           "frontier_report", "frontier_table", "pareto_front",
+           "frontier_report", "frontier_table", "pareto_front", "reference_rows",
            "plot_frontier", "requeue_stale", "run_frontier", "validation_points"]

@@ -31,8 +31,7 @@ import sys
 from pathlib import Path
 
 from dualdrop.train.compare import method_label
-from dualdrop.train.frontier import (GOALS, PUBLISHED_POINTS, _atomic_json,
-                                     pareto_front, plot_frontier)
+from dualdrop.train.frontier import _atomic_json, pareto_front, plot_frontier, reference_rows
 
 #: tolerances swept on validation: the training loop's grid and the sparser end beyond it
 RUN_TOLS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -306,16 +305,7 @@ def runs_table(result: dict, out: str | os.PathLike, mnist: bool, tols) -> str:
                          f"{_pm(p['test_error'], p['test_error_std'], 100, '.2f')}% | "
                          f"{_pm(p['test_nonzero_total'], p['nonzero_std'], 1, '.4f')} |")
     if mnist:
-        from dualdrop.train.compare import PAPER_TABLE
-
-        lines += ["", "| reference (MNIST, LeNet-300-100) | test error | fraction nonzero |",
-                  "| --- | --- | --- |"]
-        lines += [f"| paper: {label} (200 epochs) | {100 * e:.2f}% | {d:.4f} |"
-                  for label, e, d in PAPER_TABLE.values()]
-        lines += [f"| published: {label} | {100 * e:.2f}% | {d:.4f} |"
-                  for label, (e, d) in PUBLISHED_POINTS.items()]
-        lines += [f"| goal {i + 1} | <= {100 * e:.1f}% | <= {d:.3f} |"
-                  for i, (e, d) in enumerate(GOALS)]
+        lines += reference_rows()
     md = "\n".join(lines) + "\n"
     (out / "frontier.md").write_text(md)
     return md
