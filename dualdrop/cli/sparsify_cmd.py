@@ -124,6 +124,11 @@ def register(subparsers) -> None:
     p.add_argument("--diagnose-samples", type=int, default=512, metavar="N",
                    help="size of the fixed validation subset of --diagnose-every, drawn from "
                    "--seed (default 512)")
+    p.add_argument("--lam-warmup", type=int, default=None, metavar="E",
+                   help="ramp the regularizer strength lam linearly over the first E epochs "
+                   "(epoch e uses lam * e/E; the paper's released code has such a per-epoch "
+                   "schedule); for methods whose strength is lam (penalty methods, eta-trick; "
+                   "hardconcrete/vardrop with --hp lam=...). Default: off")
     add_common(p)
     p.set_defaults(func=run, parser=p)
 
@@ -206,7 +211,7 @@ def run(args) -> int:
             verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
             select_tol_margin=args.select_tol_margin, init_from=args.init_from,
             model=args.model, diagnose_every=args.diagnose_every,
-            diagnose_samples=args.diagnose_samples,
+            diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
         )
         report = train(cfg)  # checks every option before loading data or creating --out
     except KeyboardInterrupt as exc:

@@ -234,7 +234,10 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
     saved = dict(ckpt["config"])
     saved["hparams"] = _with_new_defaults(saved.get("hparams"), run_cfg.get("hparams"),
                                           run_cfg.get("method"))
-    diff = {k: (saved.get(k), v) for k, v in run_cfg.items() if saved.get(k) != v}
+    # both ways: an option the checkpoint has and the command now lacks (--model, --init-from,
+    # --lam-warmup) differs as much as a changed value
+    diff = {k: (saved.get(k), run_cfg.get(k)) for k in {**saved, **run_cfg}
+            if saved.get(k) != run_cfg.get(k)}
     if diff:
         detail = "; ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
         raise ValueError(

@@ -227,6 +227,12 @@ class TrainConfig:
     # validation subset of diagnose_samples points; None: off. Not part of the run's identity.
     diagnose_every: int | None = None
     diagnose_samples: int = 512
+    # Warm-up of the regularizer strength: in epoch e (1-based) every layer's lam is
+    # lam * min(1, e / lam_warmup), lam itself from epoch lam_warmup on (the per-epoch lam
+    # schedule of the paper's released code, LamdaScheduler). Methods whose strength is lam:
+    # the penalty methods and the eta-trick, and hardconcrete / vardrop with an explicit lam.
+    # None: off. Part of the run's identity.
+    lam_warmup: int | None = None
 
     def with_defaults(self, dataset: str | None) -> "TrainConfig":
         """A copy with ``epochs`` / ``batch_size`` left at None set to ``dataset``'s defaults."""
@@ -272,6 +278,11 @@ class TrainConfig:
 
         if self.model not in MODELS:
             raise ValueError(f"model={self.model!r}; expected one of {sorted(MODELS)}")
+        w = self.lam_warmup
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1
+                              or (self.epochs is not None and w > self.epochs)):
+            raise ValueError(f"lam_warmup={w!r}; expected a number of epochs in 1..epochs="
+                             f"{self.epochs} (or None: no warm-up)")
         from dualdrop.train.diagnose_hook import check_options
 
         check_options(self.diagnose_every, self.diagnose_samples)
@@ -318,4 +329,18 @@ def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:
         "n_features": data.n_features, "world_size": world,
         **({"init_from": str(Path(cfg.init_from).resolve())} if cfg.init_from else {}),
         **({"model": cfg.model} if cfg.model != "lenet300" else {}),
+        **({"lam_warmup": cfg.lam_warmup} if cfg.lam_warmup else {}),
     }
+
+
+def check_lam_warmup(cfg: TrainConfig, hp: dict) -> None:
+    """``ValueError`` before any data is loaded if ``lam_warmup`` has no ``lam`` to ramp."""
+    if cfg.lam_warmup is None:
+        return
+    lam = hp.get("lam")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam > 0:
+        if cfg.method == DENSE:
+            raise ValueError("lam_warmup: the dense baseline has no regularizer; drop "
+                             "--lam-warmup")
+        raise ValueError(f"lam_warmup: method {cfg.method!r} has lam={lam!r}; the warm-up ramps "
+                         "a numeric lam: set one (--hp lam=...) or drop --lam-warmup")

@@ -64,6 +64,7 @@ from dualdrop.train.config import (
     TrainConfig,
     _nn,
     check_hparams,
+    check_lam_warmup,
     check_method,
     dataset_of,
     default_threads,
@@ -328,6 +329,7 @@ def _train_epochs(run: _Run, last: int) -> None:
     run.model.train()
     try:
         for epoch in range(run.start_epoch, last):
+            _ramp_lam(run, epoch)
             t0 = time.perf_counter()
             ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
             ce_total = run.dist.sum_floats([ce_sum])[0]
@@ -346,6 +348,20 @@ def _train_epochs(run: _Run, last: int) -> None:
     finally:  # also on Ctrl-C: the message that follows starts on its own line
         if bar is not None:
             bar.close()
+
+
+def _ramp_lam(run: _Run, epoch: int) -> None:
+    """Every layer's ``lam`` for epoch ``epoch`` (0-based) under ``cfg.lam_warmup``:
+    ``lam min(1, (epoch + 1) / lam_warmup)``; the test-time thresholds follow it (a penalty
+    method's keep ratio ``eta/(eta + lam)`` depends on ``lam``). A function of the epoch alone,
+    so a resumed run ramps exactly as an uninterrupted one."""
+    if not run.cfg.lam_warmup or run.sp is None:
+        return
+    lam = float(run.hp["lam"]) * min(1.0, (epoch + 1) / run.cfg.lam_warmup)
+    for _, st in run.sp.states():
+        st.lam = lam
+    if run.sp.has_tol:
+        run.sp.set_tol(run.sp.hparams["tol"])
 
 
 def _final_report(run: _Run) -> dict:
@@ -419,6 +435,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
     check_hparams(cfg.method, hp)
+    check_lam_warmup(cfg, hp)
     if cfg.threads != 0:
         torch.set_num_threads(cfg.threads or default_threads())
     _nn().tune_allocator()  # also for the dense baseline: same allocator as the methods
