@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
-# Goal attempt: LogSum with its strength ramped over the first half of training (--lam-warmup),
-# the paper's 200-epoch protocol otherwise, seed 0; compare with LogSum seed 0 of
-# results/seeds_mnist. Resumable: rerun the same command.
+# Goal attempt: a method with its strength lam ramped over the first WARMUP epochs
+# (--lam-warmup), the paper's 200-epoch protocol otherwise, one run per seed into
+# OUT/seed<k>; the no-warm-up runs to compare with are those of run_seeds_mnist.sh.
+# Resumable: rerun the same command (finished seeds are skipped).
 #   nohup nice -n 10 benchmarks/run_goal_warmup.sh > results/goal_warmup.log 2>&1 &
+#   METHOD=eta-trick HP="dual=released" SEEDS=0 benchmarks/run_goal_warmup.sh
+# Frontier (tolerance swept on validation, seeds averaged) beside the plain runs:
+#   python3 -m dualdrop frontier --from-runs results/seeds_mnist/runs/logsum results/goal \
+#       --data-dir ../shared/mnist --out results/goal/frontier
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 WARMUP=${WARMUP:-100}
 METHOD=${METHOD:-logsum}
-OUT=${OUT:-results/goal/${METHOD}-warmup${WARMUP}}
-python3 -m dualdrop sparsify --method "$METHOD" --epochs 200 --lam-warmup "$WARMUP" \
-    --data-dir "$DATA" --out "$OUT" --threads 1 --no-progress --resume
+SEEDS=${SEEDS:-"0 1 2"}
+HP=${HP:-}
+TAG=${HP:+-${HP//[=,]/-}}
+OUT=${OUT:-results/goal/${METHOD}${TAG}-warmup${WARMUP}}
+for seed in $SEEDS; do
+    # shellcheck disable=SC2046
+    python3 -m dualdrop sparsify --method "$METHOD" --epochs 200 --lam-warmup "$WARMUP" \
+        --seed "$seed" $( [ -n "$HP" ] && echo --hp "$HP" ) --data-dir "$DATA" \
+        --out "$OUT/seed$seed" --threads 1 --no-progress --resume
+done

@@ -100,7 +100,8 @@ def _group_names(groups: dict) -> dict:
             names[keys[0]] = m
             continue
         confs = {k: _with_defaults(groups[k][0]["config"]) for k in keys}
-        flat = {k: {**{f"{n}": c.get(n) for n in ("epochs", "lr", "batch_size", "init_from")},
+        flat = {k: {**{n: c.get(n) for n in ("epochs", "lr", "batch_size", "init_from", "model",
+                                             "lam_warmup")},
                     **c.get("hparams", {})} for k, c in confs.items()}
         varying = sorted({n for f in flat.values() for n in f
                           if len({json.dumps(g.get(n), default=str) for g in flat.values()}) > 1})
