@@ -129,6 +129,10 @@ def register(subparsers) -> None:
                    "(epoch e uses lam * e/E; the paper's released code has such a per-epoch "
                    "schedule); for methods whose strength is lam (penalty methods, eta-trick; "
                    "hardconcrete/vardrop with --hp lam=...). Default: off")
+    p.add_argument("--lam-layer", action="append", default=[], metavar="LAYER=FACTOR",
+                   help="per-layer strength (repeatable): LAYER's lam is lam * FACTOR, e.g. "
+                   "--lam-layer fc1=2 --lam-layer fc3=0.25 (layers as in the density report); "
+                   "same methods as --lam-warmup")
     add_common(p)
     p.set_defaults(func=run, parser=p)
 
@@ -188,6 +192,24 @@ def resume_command(args, prog: str = "dualdrop sparsify", to_the_end: bool = Fal
     return " ".join([prog] + [shlex.quote(w) for w in words] + ["--resume"])
 
 
+def _parse_lam_layers(items) -> dict | None:
+    """``["fc1=2", "fc3=0.25"]`` -> ``{"fc1": 2.0, "fc3": 0.25}`` (None when empty)."""
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = None
+        if not (sep and name) or factor is None:
+            raise ValueError(f"--lam-layer {item!r}: expected LAYER=FACTOR, e.g. --lam-layer "
+                             "fc1=2")
+        if name in out:
+            raise ValueError(f"--lam-layer names {name!r} twice")
+        out[name] = factor
+    return out or None
+
+
 def run(args) -> int:
     from dualdrop.train import TrainConfig, check_method, train
     from dualdrop.train.config import dataset_of
@@ -212,6 +234,7 @@ def run(args) -> int:
             select_tol_margin=args.select_tol_margin, init_from=args.init_from,
             model=args.model, diagnose_every=args.diagnose_every,
             diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
+            lam_layers=_parse_lam_layers(args.lam_layer),
         )
         report = train(cfg)  # checks every option before loading data or creating --out
     except KeyboardInterrupt as exc:

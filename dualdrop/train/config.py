@@ -233,6 +233,10 @@ class TrainConfig:
     # the penalty methods and the eta-trick, and hardconcrete / vardrop with an explicit lam.
     # None: off. Part of the run's identity.
     lam_warmup: int | None = None
+    # Per-layer strength: {layer: factor}, that layer's lam is lam * factor (others: lam), e.g.
+    # {"fc1": 2.0, "fc3": 0.25}; layers by the names of the density report. Same methods as
+    # lam_warmup (a numeric lam). None: one lam for every layer. Part of the run's identity.
+    lam_layers: dict | None = None
 
     def with_defaults(self, dataset: str | None) -> "TrainConfig":
         """A copy with ``epochs`` / ``batch_size`` left at None set to ``dataset``'s defaults."""
@@ -283,6 +287,16 @@ class TrainConfig:
                               or (self.epochs is not None and w > self.epochs)):
             raise ValueError(f"lam_warmup={w!r}; expected a number of epochs in 1..epochs="
                              f"{self.epochs} (or None: no warm-up)")
+        ll = self.lam_layers
+        if ll is not None:
+            if not isinstance(ll, dict) or not ll:
+                raise TypeError(f"lam_layers={ll!r}; expected a non-empty dict layer -> factor, "
+                                "e.g. {'fc1': 2.0}")
+            for k, v in ll.items():
+                if not isinstance(k, str) or isinstance(v, bool) \
+                        or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                    raise ValueError(f"lam_layers[{k!r}]={v!r}; expected a layer name and a "
+                                     "positive finite factor")
         from dualdrop.train.diagnose_hook import check_options
 
         check_options(self.diagnose_every, self.diagnose_samples)
@@ -330,17 +344,40 @@ def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:
         **({"init_from": str(Path(cfg.init_from).resolve())} if cfg.init_from else {}),
         **({"model": cfg.model} if cfg.model != "lenet300" else {}),
         **({"lam_warmup": cfg.lam_warmup} if cfg.lam_warmup else {}),
+        **({"lam_layers": {k: float(v) for k, v in sorted(cfg.lam_layers.items())}}
+           if cfg.lam_layers else {}),
     }
 
 
-def check_lam_warmup(cfg: TrainConfig, hp: dict) -> None:
-    """``ValueError`` before any data is loaded if ``lam_warmup`` has no ``lam`` to ramp."""
-    if cfg.lam_warmup is None:
-        return
-    lam = hp.get("lam")
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam > 0:
+def check_lam_schedule(cfg: TrainConfig, hp: dict) -> None:
+    """``ValueError`` before any data is loaded if ``lam_warmup`` / ``lam_layers`` have no
+    ``lam`` to act on, or name a layer the network lacks."""
+    for name, flag, value in (("lam_warmup", "--lam-warmup", cfg.lam_warmup),
+                              ("lam_layers", "--lam-layer", cfg.lam_layers)):
+        if value is None:
+            continue
+        lam = hp.get("lam")
         if cfg.method == DENSE:
-            raise ValueError("lam_warmup: the dense baseline has no regularizer; drop "
-                             "--lam-warmup")
-        raise ValueError(f"lam_warmup: method {cfg.method!r} has lam={lam!r}; the warm-up ramps "
-                         "a numeric lam: set one (--hp lam=...) or drop --lam-warmup")
+            raise ValueError(f"{name}: the dense baseline has no regularizer; drop {flag}")
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam > 0:
+            raise ValueError(f"{name}: method {cfg.method!r} has lam={lam!r}; {flag} acts on a "
+                             f"numeric lam: set one (--hp lam=...) or drop {flag}")
+    if cfg.lam_layers:
+        from dualdrop.train.models import build_model
+
+        sp = _nn().sparsify(build_model(cfg.model, 784, 10), cfg.method, **hp)
+        known = [t.key for t, _ in sp.states()]
+        bad = sorted(set(cfg.lam_layers) - set(known))
+        if bad:
+            raise ValueError(f"lam_layers: no sparsified layer {', '.join(map(repr, bad))} in "
+                             f"{cfg.model}; its layers: {', '.join(known)}")
+
+
+def set_lams(sp, lam: float, layers: dict | None = None, ramp: float = 1.0) -> None:
+    """Every sparsified layer's strength: ``lam * layers.get(layer, 1) * ramp``; the test-time
+    thresholds follow (a penalty method's keep ratio ``eta/(eta + lam)`` depends on ``lam``).
+    The one place where the training loop and a rebuilt network set per-layer strengths."""
+    for target, st in sp.states():
+        st.lam = float(lam) * float((layers or {}).get(target.key, 1.0)) * ramp
+    if sp.has_tol:
+        sp.set_tol(sp.hparams["tol"])

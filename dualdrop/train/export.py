@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint
-from dualdrop.train.config import DENSE, _nn
+from dualdrop.train.config import DENSE, _nn, set_lams
 from dualdrop.train.models import DEFAULT_MODEL, build_model
 
 MODEL = "model.pt"
@@ -50,6 +50,8 @@ def training_network(ck: dict):
     net = build(ck.get("arch") or {"name": conf.get("model", DEFAULT_MODEL),
                                    "n_features": conf["n_features"]})
     sp = None if conf["method"] == DENSE else _nn().sparsify(net, conf["method"], **conf["hparams"])
+    if sp is not None and conf.get("lam_layers"):  # the per-layer strengths it was trained with
+        set_lams(sp, conf["hparams"]["lam"], conf["lam_layers"])
     net.load_state_dict(ck["model"])
     return net, sp
 

@@ -64,13 +64,14 @@ from dualdrop.train.config import (
     TrainConfig,
     _nn,
     check_hparams,
-    check_lam_warmup,
+    check_lam_schedule,
     check_method,
     dataset_of,
     default_threads,
     device_of,
     resolve_hparams,
     run_config,
+    set_lams,
 )
 from dualdrop.train import diagnose_hook
 from dualdrop.train.distributed import Dist
@@ -351,17 +352,14 @@ def _train_epochs(run: _Run, last: int) -> None:
 
 
 def _ramp_lam(run: _Run, epoch: int) -> None:
-    """Every layer's ``lam`` for epoch ``epoch`` (0-based) under ``cfg.lam_warmup``:
-    ``lam min(1, (epoch + 1) / lam_warmup)``; the test-time thresholds follow it (a penalty
-    method's keep ratio ``eta/(eta + lam)`` depends on ``lam``). A function of the epoch alone,
-    so a resumed run ramps exactly as an uninterrupted one."""
-    if not run.cfg.lam_warmup or run.sp is None:
+    """Every layer's ``lam`` for epoch ``epoch`` (0-based): ``lam * lam_layers[layer]``, times
+    ``min(1, (epoch + 1) / lam_warmup)`` during a warm-up. A function of the epoch alone, so a
+    resumed run ramps exactly as an uninterrupted one."""
+    cfg = run.cfg
+    if run.sp is None or not (cfg.lam_warmup or cfg.lam_layers):
         return
-    lam = float(run.hp["lam"]) * min(1.0, (epoch + 1) / run.cfg.lam_warmup)
-    for _, st in run.sp.states():
-        st.lam = lam
-    if run.sp.has_tol:
-        run.sp.set_tol(run.sp.hparams["tol"])
+    ramp = min(1.0, (epoch + 1) / cfg.lam_warmup) if cfg.lam_warmup else 1.0
+    set_lams(run.sp, run.hp["lam"], cfg.lam_layers, ramp)
 
 
 def _final_report(run: _Run) -> dict:
@@ -435,7 +433,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
     check_hparams(cfg.method, hp)
-    check_lam_warmup(cfg, hp)
+    check_lam_schedule(cfg, hp)
     if cfg.threads != 0:
         torch.set_num_threads(cfg.threads or default_threads())
     _nn().tune_allocator()  # also for the dense baseline: same allocator as the methods
