@@ -5,6 +5,7 @@
 # Resumable: rerun the same command (finished seeds are skipped).
 #   nohup nice -n 10 benchmarks/run_goal_warmup.sh > results/goal_warmup.log 2>&1 &
 #   METHOD=eta-trick HP="dual=released" SEEDS=0 benchmarks/run_goal_warmup.sh
+#   LAYERS="fc1=2 fc2=0.5 fc3=0.25" SEEDS=0 benchmarks/run_goal_warmup.sh   # per-layer lam too
 # Frontier (tolerance swept on validation, seeds averaged) beside the plain runs:
 #   python3 -m dualdrop frontier --from-runs results/seeds_mnist/runs/logsum results/goal \
 #       --data-dir ../shared/mnist --out results/goal/frontier
@@ -16,11 +17,15 @@ WARMUP=${WARMUP:-100}
 METHOD=${METHOD:-logsum}
 SEEDS=${SEEDS:-"0 1 2"}
 HP=${HP:-}
-TAG=${HP:+-${HP//[=,]/-}}
+LAYERS=${LAYERS:-}
+L=${LAYERS//=/x}
+TAG=${HP:+-${HP//[=,]/-}}${LAYERS:+-layers-${L// /-}}
 OUT=${OUT:-results/goal/${METHOD}${TAG}-warmup${WARMUP}}
+LAYER_ARGS=()
+for l in $LAYERS; do LAYER_ARGS+=(--lam-layer "$l"); done
 for seed in $SEEDS; do
     # shellcheck disable=SC2046
     python3 -m dualdrop sparsify --method "$METHOD" --epochs 200 --lam-warmup "$WARMUP" \
-        --seed "$seed" $( [ -n "$HP" ] && echo --hp "$HP" ) --data-dir "$DATA" \
+        --seed "$seed" $( [ -n "$HP" ] && echo --hp "$HP" ) "${LAYER_ARGS[@]}" --data-dir "$DATA" \
         --out "$OUT/seed$seed" --threads 1 --no-progress --resume
 done
