@@ -390,9 +390,12 @@ def _kl_backward(la, ex, clip, g_kl, gla):
 
 def _exp_scaled(la: torch.Tensor, coefs) -> torch.Tensor:
     """``exp(c la)`` for each ``c`` in ``coefs``, stacked as rows, in one exp pass."""
-    out = torch.empty((len(coefs), la.numel()), dtype=la.dtype)
-    for row, c in zip(out, coefs):
-        torch.mul(la.detach().reshape(-1), c, out=row)
+    flat = la.detach().reshape(1, -1)
+    if len(coefs) == 1:  # two torch calls (this runs per layer and step: fixed costs count)
+        return torch.mul(flat, coefs[0]).exp_()
+    out = torch.empty((len(coefs), flat.shape[1]), dtype=la.dtype)
+    for i, c in enumerate(coefs):
+        torch.mul(flat[0], c, out=out[i])
     return out.exp_()
 
 
