@@ -35,6 +35,13 @@ generator) and ``after`` with the fused paths (the default). Figures are medians
 ratios to the dense median of the same run; spreads are min-max over rounds; the load average is
 printed at the start and the end because the machine may be shared.
 
+Ablations (``ABLATIONS``, on unless ``--no-ablations``): for the stochastic and extra-parameter
+methods the same rounds also time the method's fused step with one part replaced (the floor's
+per-weight work behind the method's API; the random numbers read from a fixed tensor; the
+regularizer left out of the loss), so that the time between the hand-written floor and the
+method's step splits into measured parts: ``floor + API + per-weight loops + regularizer + noise
+= measured`` (section "ablations" below).
+
 Usage (from the repository root)::
 
     OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --rounds 7 --steps 30 --clock cpu

@@ -1163,6 +1163,8 @@ class EtaTrickGradHook(_GradHook):
     def __init__(self, w, p, lam: float, eps: float, c: float, quadratic: bool):
         _check_same_shape(w, p, "log_ratio")
         self.prm = (float(lam), float(eps), float(c), bool(quadratic))
+        T = _np_type(w)
+        self._loop_args = (T(lam), T(eps), T(c), bool(quadratic), T(math.log(lam)))
         self._ep = None
         super().__init__(w, p)
 
@@ -1194,8 +1196,8 @@ class EtaTrickGradHook(_GradHook):
         if not add_p:
             p.grad = torch.empty_like(p, memory_format=torch.contiguous_format)
         ep = self._exp_p(p)
-        _eta_trick_grad_add(_flat(w), ep.view(-1).numpy(), _flat(p),
-                            *_eta_grad_args(w, *self.prm, g), w.grad.view(-1).numpy(),
+        _eta_trick_grad_add(_flat(w), ep.view(-1).numpy(), _flat(p), *self._loop_args,
+                            self._loop_args[0].__class__(float(g)), w.grad.view(-1).numpy(),
                             p.grad.view(-1).numpy(), add_p)
 
 
