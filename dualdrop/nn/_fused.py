@@ -216,7 +216,7 @@ def _p_nonzero(ei, c_l0):
     """``P(z != 0) = a / (a + c_l0)`` with ``ei = a = exp(log a)`` (one division; 1 at ``a =
     inf``)."""
     T = type(c_l0)
-    return ei / (ei + c_l0) if ei < T(np.inf) else T(1.0)
+    return T(1.0) if ei == T(np.inf) else ei / (ei + c_l0)  # a NaN stays NaN
 
 
 # The loops below are flat and only *assign* to their outputs: with a read-modify-write
