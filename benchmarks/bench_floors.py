@@ -35,6 +35,13 @@ generator) and ``after`` with the fused paths (the default). Figures are medians
 ratios to the dense median of the same run; spreads are min-max over rounds; the load average is
 printed at the start and the end because the machine may be shared.
 
+Ablations (``ABLATIONS``, on unless ``--no-ablations``): for the stochastic and extra-parameter
+methods the same rounds also time the method's fused step with one part replaced (the floor's
+per-weight work behind the method's API; the random numbers read from a fixed tensor; the
+regularizer left out of the loss), so that the time between the hand-written floor and the
+method's step splits into measured parts: ``floor + API + per-weight loops + regularizer + noise
+= measured`` (section "ablations" below).
+
 Usage (from the repository root)::
 
     OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --rounds 7 --steps 30 --clock cpu
@@ -45,6 +52,7 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -55,6 +63,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -128,21 +137,25 @@ def dense_step(model, opt, data):
     opt.step()
 
 
-def make_method(method, args, data, steps_total, fused: bool):
+def make_method(method, args, data, steps_total, fused: bool, ablation: str | None = None):
     """The training step of ``method`` as ``dualdrop.train`` runs it, with the fused paths on or
-    off (``dualdrop.nn._fused.ENABLED``) while it runs."""
+    off (``dualdrop.nn._fused.ENABLED``) while it runs; ``ablation`` (``ABLATIONS``) changes one
+    part of the fused step (the returned step's ``patches`` applies it around a timed run)."""
     torch.manual_seed(0)
     model = make_model(args)
     sp = sparsify(model, method)
     opt = make_adam(list(model.parameters()), sp.hparams["lr"])
     state = {"step": 0}
     n = 48000
+    keep_reg = ablation not in ("fixed_noreg",)
 
     def step():
         _fused.ENABLED = fused
         try:
             x, y = data.next()
-            loss = F.cross_entropy(model(x), y) + sp.regularizer(n, value=False)
+            loss = F.cross_entropy(model(x), y)
+            if keep_reg:
+                loss = loss + sp.regularizer(n, value=False)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -151,6 +164,7 @@ def make_method(method, args, data, steps_total, fused: bool):
         finally:
             _fused.ENABLED = True
 
+    step.patches = lambda: ablation_patches(method, ablation)
     return step
 
 
@@ -213,6 +227,129 @@ def make_hand(kind, args, data):
         opt.step()
 
     return step
+
+
+# ---- ablations: where a method's step spends the time over its hand-written floor -------------
+#
+# Each ablation replaces one part of a method's fused step, the rest as it runs in training:
+#   floor_fn     the per-weight Function replaced by the hand-written floor's work behind the
+#                same API (parametrization or hook, kept term, regularizer, Adam over the same
+#                parameters): the weight times a fixed mask, the mask on the gradient, the extra
+#                parameter's gradient from the floor's loop (eta-trick: the floor's two loops in
+#                the hook, no exp pass); LR: the extra parameter itself as the weight variance and
+#                fixed noise times the variance, as the floor's ``adam+var``
+#   fixed_noreg  the method's own loops with the random numbers read from a fixed precomputed
+#                tensor and the regularizer left out of the loss
+#   fixed        the same with the regularizer's gradient (the kept term) in the loss
+#   (real)       the method's step
+# so that ``floor + API + loops + regularizer + noise = measured``, each difference of two
+# interleaved medians: API = floor_fn - hand, loops = fixed_noreg - floor_fn, regularizer =
+# fixed - fixed_noreg, noise = real - fixed.
+_STOCHASTIC = ("floor_fn", "fixed_noreg", "fixed")
+ABLATIONS = {"eta-trick": ("floor_fn",), "hardconcrete": _STOCHASTIC, "vardrop": _STOCHASTIC,
+             "vardrop-lr": _STOCHASTIC, "vardrop-lr-ar": _STOCHASTIC}
+_FIXED: dict = {}
+
+
+def _fixed(kind: str, shape, dtype=torch.float32) -> torch.Tensor:
+    """A fixed tensor per (kind, shape): uniforms in (0, 1), normals, or a 0/1 mask (90% ones)."""
+    key = (kind, tuple(shape), dtype)
+    if key not in _FIXED:
+        g = torch.Generator().manual_seed(len(_FIXED) + 1)
+        u = torch.rand(shape, generator=g, dtype=dtype).clamp_(1e-6, 1 - 1e-6)
+        _FIXED[key] = {"u": u, "normal": torch.randn(shape, generator=g, dtype=dtype),
+                       "mask": (u > 0.1).to(dtype)}[kind]
+    return _FIXED[key]
+
+
+def _floor_extra_grad(x: torch.Tensor) -> torch.Tensor:
+    """The floor's gradient of the extra parameter: LogSum's slope of ``x`` from one loop."""
+    out = torch.empty_like(x)
+    _fused._penalty_slope(x.detach().reshape(-1).numpy(), 1, np.float32(1e-3), np.float32(2.0),
+                          np.float32(0.0), out.view(-1).numpy())
+    return out
+
+
+class _MaskFloor(torch.autograd.Function):
+    """``(x * mask, 0)``: the floor's masked forward behind a method's Function; backward ``g *
+    mask`` and the floor loop's fresh gradient for the extra parameter."""
+
+    @staticmethod
+    def forward(ctx, x, extra):
+        mask = _fixed("mask", x.shape, x.dtype)
+        ctx.save_for_backward(x, mask)
+        return x * mask, x.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g, g_term):
+        x, mask = ctx.saved_tensors
+        return g * mask, _floor_extra_grad(x)
+
+
+class _ZeroTerm(torch.autograd.Function):
+    """A 0 term that depends on ``x`` and gives it no gradient (the kept regularizer's place)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        return None
+
+
+@njit(cache=True, error_model="numpy")
+def _hc_forward_fixed_u(x, e, u, mode, inv_beta, gamma, span, out, z):
+    """``_fused._hc_forward`` with the uniforms read from ``u`` instead of hashed."""
+    for i in range(x.size):
+        zi, _ = _fused._gate_u(u[i], e[i], mode, inv_beta, gamma, span)
+        out[i] = x[i] * zi
+        z[i] = zi
+
+
+def _eta_floor_loops(w, ep, p, lam, eps, c, quadratic, log_lam, g, gw, gp, add_p):
+    """The floor's two loops in the eta-trick's hook: LogSum's slope into ``w.grad`` and into a
+    fresh ``p.grad``."""
+    _fused._penalty_slope_add(w, 1, lam, eps, np.float32(0.0), gw)
+    _fused._penalty_slope(w, 1, lam, eps, np.float32(0.0), gp)
+
+
+@contextlib.contextmanager
+def ablation_patches(method: str, ablation: str | None):
+    """Apply ``ablation`` (``ABLATIONS``) to ``method``'s fused step while the block runs."""
+    patches = []  # (object, attribute, value)
+    fixed_noise = ablation in ("fixed_noreg", "fixed")
+    if ablation is None:
+        pass
+    elif method == "eta-trick":
+        patches += [(_fused, "_eta_trick_grad_add", _eta_floor_loops),
+                    (_fused.EtaTrickGradHook, "_exp_p",
+                     lambda self, p: _fixed("u", p.shape, p.dtype))]
+    elif method in ("hardconcrete", "vardrop") and ablation == "floor_fn":
+        name = "hard_concrete_gate" if method == "hardconcrete" else "vardrop_noise"
+        patches.append((_fused, name, lambda x, extra, *a: _MaskFloor.apply(x, extra)))
+    elif method == "hardconcrete" and fixed_noise:
+        patches.append((_fused, "_hc_forward", lambda x, e, key, *a: _hc_forward_fixed_u(
+            x, e, _fixed("u", x.shape, torch.float32).numpy(), *a)))
+    elif method.startswith("vardrop") and fixed_noise:
+        patches.append((_fused, "normal",
+                        lambda shape, key, dtype=torch.float32, device="cpu":
+                        _fixed("normal", shape, dtype)))
+    elif method.startswith("vardrop-lr") and ablation == "floor_fn":
+        name = "lr_variance_kl" if method == "vardrop-lr" else "ar_variance_kl"
+        patches += [(_fused, name, lambda w, extra, *a: (extra, _ZeroTerm.apply(extra))),
+                    (_fused, "add_lr_noise",
+                     lambda out, var, key: out + var * _fixed("normal", out.shape, out.dtype))]
+    else:
+        raise ValueError(f"no ablation {ablation!r} for {method}")
+    saved = [(obj, name, obj.__dict__[name]) for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
 
 
 def linear_layers(model):
@@ -314,12 +451,16 @@ def add_common_args(ap, *, steps: int, clock: str) -> None:
 
 def run_rounds(items: dict, rounds: int, steps: int, clock) -> dict:
     """Warm every item up, then time them interleaved: ``{name: [seconds per step, ...]}``."""
+    def timed(fn, n):
+        with getattr(fn, "patches", contextlib.nullcontext)():
+            return timeit(fn, n, clock)
+
     for fn in items.values():  # warm-up: compilation, allocator, optimizer state
-        timeit(fn, 5, clock)
+        timed(fn, 5)
     times = {k: [] for k in items}
     for r in range(rounds):
         for k, fn in items.items():
-            times[k].append(timeit(fn, steps, clock))
+            times[k].append(timed(fn, steps))
         print(f"round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     return times
 
@@ -335,6 +476,9 @@ def main(argv=None):
     ap.add_argument("--keep-denormals", action="store_true",
                     help="do not flush subnormal floats to zero (dualdrop.train flushes them by "
                          "default, so the benchmark does too)")
+    ap.add_argument("--no-ablations", action="store_true",
+                    help="skip the per-method ablations (ABLATIONS) that attribute the time "
+                         "between the hand-written floor and the method's step")
     args = ap.parse_args(argv)
     unknown = [m for m in args.methods if m not in FLOOR_COUNTS]
     if unknown:
@@ -357,6 +501,8 @@ def main(argv=None):
     for m in args.methods:
         items[f"{m} before"] = make_method(m, args, data, total, fused=False)
         items[f"{m} after"] = make_method(m, args, data, total, fused=True)
+        for ab in ([] if args.no_ablations else ABLATIONS.get(m, ())):
+            items[f"{m} {ab}"] = make_method(m, args, data, total, fused=True, ablation=ab)
     load0 = os.getloadavg()
     times = run_rounds(items, args.rounds, args.steps, clock)
     load1 = os.getloadavg()
@@ -394,7 +540,40 @@ def main(argv=None):
         print(f"| {m} | {work} | {floor / dense:.2f} | {hand} | {b / dense:.2f} | "
               f"{a / dense:.2f} | {a / floor:.2f} | {TARGETS.get(m, float('nan')):.2f} | "
               f"{a * 1e3:.2f} ({lo * 1e3:.2f}-{hi * 1e3:.2f}) |")
+    abl = [m for m in args.methods if not args.no_ablations and m in ABLATIONS]
+    if abl:
+        print_ablations(abl, med, spread, dense)
     return 0
+
+
+def print_ablations(methods, med, spread, dense) -> None:
+    """``floor + API + loops + regularizer + noise = measured`` per method (ms and x dense)."""
+    print("\nWhere the time between the hand-written floor and the method's step goes (ablations "
+          "of the fused step, module docstring; ms per step, x dense in parentheses; the parts "
+          "are differences of medians, so a part within the spread of its two items reads as "
+          "0)\n")
+    print("| method | hand-written floor | + API | + per-weight loops | + regularizer | + noise |"
+          " = measured | floor_fn / fixed_noreg / fixed spread (x dense) |\n|" + " --- |" * 8)
+    for m in methods:
+        chain = [f"hand:{HAND[m]}"] + [f"{m} {a}" for a in ABLATIONS[m]] + [f"{m} after"]
+        parts = {"api": (chain[0], f"{m} floor_fn"), "loops": (f"{m} floor_fn", f"{m} fixed_noreg"),
+                 "reg": (f"{m} fixed_noreg", f"{m} fixed"), "noise": (f"{m} fixed", f"{m} after")}
+        if m == "eta-trick":  # no noise; the regularizer is the per-weight work itself
+            parts = {"api": parts["api"], "loops": (f"{m} floor_fn", f"{m} after")}
+
+        def cell(key):
+            if key not in parts:
+                return "-"
+            a, b = parts[key]
+            d = med[b] - med[a]
+            return f"{d * 1e3:+.2f} ({d / dense:+.2f})"
+
+        f0, total = med[chain[0]], med[f"{m} after"]
+        spreads = " / ".join(f"{spread[k][0] / dense:.2f}-{spread[k][1] / dense:.2f}"
+                             for k in chain[1:-1])
+        print(f"| {m} | {HAND[m]} {f0 * 1e3:.2f} ({f0 / dense:.2f}) | {cell('api')} | "
+              f"{cell('loops')} | {cell('reg')} | {cell('noise')} | {total * 1e3:.2f} "
+              f"({total / dense:.2f}) | {spreads} |")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,13 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
     Louizos, Welling, Kingma, "Learning sparse neural networks through L0 regularization" (2018).
     ``z = min(1, max(0, sigmoid((logit u + log a)/beta)(zeta - gamma) + gamma))`` with ``u`` the
     counter-based uniform of index ``i`` under ``key``. The sigmoid is evaluated without a log:
-    ``exp(-(logit u + log a)/beta) = (r q^2)^(1/beta)`` with ``r = (1 - u)/u`` and ``q = exp(-log
-    a / 2)`` (one torch exp pass); for ``beta = 2/3`` (the paper's value) the power is ``v
-    sqrt(v)``, otherwise a scalar ``pow`` (~10x slower, still correct). The expected L0 is a
-    *second output* from the same ``q``, ``P = sigmoid(log a - beta log(-gamma/zeta)) = 1/(1 +
-    q^2 (-gamma/zeta)^beta)`` (no transcendental); its gradient ``P (1 - P)`` joins ``log a``'s
-    in the backward, weighted by whatever the caller multiplied the sum by.
+    ``exp(-(logit u + log a)/beta) = v^(1/beta)`` with ``v = (1 - u)/(u a)`` and ``a = exp(log
+    a)`` (one torch exp pass, nothing else weight-sized before the loop); for ``beta = 2/3`` (the
+    paper's value) the power is ``v sqrt(v)``, otherwise a scalar ``pow`` (~10x slower, still
+    correct). The expected L0 is a *second output* from the same ``a``, ``P = sigmoid(log a -
+    beta log(-gamma/zeta)) = a / (a + (-gamma/zeta)^beta)`` (no transcendental); its gradient
+    ``P (1 - P)`` joins ``log a``'s in the backward (inside the backward loop for per-weight
+    gates), weighted by whatever the caller multiplied the sum by.
     Decided this way (not a hidden fused regularizer) so that autograd stays the only bookkeeper:
     if the caller does not use the L0 output it contributes nothing, used twice it counts twice.
     The forward keeps ``z`` for the backward, which recovers ``dz/dlog a`` from it with
@@ -65,6 +66,10 @@ Functions (plain tensors in, so a parametrization's or a layer's forward can cal
 ``eta_trick_objective(w, p, lam, eps, c, quadratic)``
     the eta-trick's regularizer of ``dualdrop.nn.penalty`` (``eta = lam e^p``): one exp pass
     forward, one loop backward.
+``EtaTrickGradHook(w, p, lam, eps, c, quadratic).term()`` / ``eta_trick_grad_term``
+    its gradients alone, as the penalty methods' hook: ``g dJ/dw`` added into ``w.grad`` and
+    ``g dJ/dp`` written into ``p.grad`` in place by ``w``'s post-accumulate-grad hook (one exp
+    pass into a kept buffer and one loop; no fresh weight gradient for autograd to add).
 
 All loops run on CPU tensors; on another device every Function falls back to the torch
 expression of the same formula (untested on GPUs: none is available to the project's tests).
@@ -87,7 +92,8 @@ vardrop-lr(-ar)        the forward hook's weight variance from ``lr_variance_kl`
 logsum, adatikhonov,   ``penalty_grad_term`` (the post-accumulate-grad hook) when the
 penalty:l1/mcp/scad    regularizer's value is not asked (``value=False``, the training loop)
 adaprox                ``adaptive_prox_`` after Adam's step (one loop)
-eta-trick              ``eta_trick_objective``
+eta-trick              ``eta_trick_grad_term`` (the hook) when the value is not asked, else
+                       ``eta_trick_objective``
 magnitude              (not a Function) masks are applied to the stored weights only when they
                        change; between updates the masked forward keeps pruned weights at 0
 =====================  =====================================================================
@@ -183,11 +189,10 @@ def _pow_mode(beta: float) -> int:
 
 
 @njit(inline="always", **_NUMBA)
-def _gate(key, i, qi, mode, inv_beta, gamma, span):
-    """``(z, dz/dlog a)`` of gate ``i``; ``qi = exp(-log a / 2)`` in the gates' dtype."""
-    T = type(qi)
-    u = T(u01_f32(key, i))
-    v = (T(1.0) - u) / u * qi * qi                      # exp(-(logit u + log a)) = r q^2
+def _gate_u(u, ei, mode, inv_beta, gamma, span):
+    """``(z, dz/dlog a)`` of one gate for its uniform ``u`` and ``ei = exp(log a)``."""
+    T = type(ei)
+    v = (T(1.0) - u) / (u * ei)                         # exp(-(logit u + log a))
     if mode == 1:
         t = v * np.sqrt(v)
     else:
@@ -200,53 +205,85 @@ def _gate(key, i, qi, mode, inv_beta, gamma, span):
     return z, dz
 
 
+@njit(inline="always", **_NUMBA)
+def _gate(key, i, ei, mode, inv_beta, gamma, span):
+    """``(z, dz/dlog a)`` of gate ``i`` (its counter-based uniform under ``key``)."""
+    return _gate_u(type(ei)(u01_f32(key, i)), ei, mode, inv_beta, gamma, span)
+
+
+@njit(inline="always", **_NUMBA)
+def _p_nonzero(ei, c_l0):
+    """``P(z != 0) = a / (a + c_l0)`` with ``ei = a = exp(log a)`` (one division; 1 at ``a =
+    inf``)."""
+    T = type(c_l0)
+    return T(1.0) if ei == T(np.inf) else ei / (ei + c_l0)  # a NaN stays NaN
+
+
 # The loops below are flat and only *assign* to their outputs: with a read-modify-write
 # ``gla[c] += ...``, or nested row/column loops, LLVM's vectorized code was not used (measured
-# 5-7 ms instead of 0.6 ms for 235k gates). Per-column gates therefore get their ``q`` expanded
-# to ``x``'s shape, and sums over rows and the L0 term are separate passes.
+# 5-7 ms instead of 0.6 ms for 235k gates). Per-column gates therefore get ``exp(log a)``
+# expanded to ``x``'s shape, and sums over rows and the L0 term are separate passes; per-weight
+# gates take the L0 term's gradient inside the backward loop (one pass fewer).
 
 @njit(**_NUMBA)
-def _hc_forward(x, q, key, mode, inv_beta, gamma, span, out, z):
-    """``out[i] = x[i] z_i``, gate ``i`` with ``q[i] = exp(-log a_i / 2)``; keeps ``z`` for the
+def _hc_forward(x, e, key, mode, inv_beta, gamma, span, out, z):
+    """``out[i] = x[i] z_i``, gate ``i`` with ``e[i] = exp(log a_i)``; keeps ``z`` for the
     backward."""
     for i in range(x.size):
-        zi, _ = _gate(key, i, q[i], mode, inv_beta, gamma, span)
+        zi, _ = _gate(key, i, e[i], mode, inv_beta, gamma, span)
         out[i] = x[i] * zi
         z[i] = zi
 
 
+@njit(inline="always", **_NUMBA)
+def _dz_of_z(zi, inv_beta, gamma, span, inv_span):
+    """``dz/dlog a = (zeta - gamma)/beta s (1 - s)`` recovered from ``z`` itself: ``s = (z -
+    gamma)/(zeta - gamma)`` where ``0 < z < 1``, 0 where the clamp holds ``z`` at 0 or 1 (one
+    tensor fewer to keep than storing the derivative)."""
+    T = type(span)
+    s = (zi - gamma) * inv_span
+    return span * inv_beta * s * (T(1.0) - s) if (zi > T(0.0)) & (zi < T(1.0)) else T(0.0)
+
+
 @njit(**_NUMBA)
 def _hc_backward(g, x, z, inv_beta, gamma, span, gx, gxdz):
-    """``gx = g z`` and ``gxdz = g x dz/dlog a`` (summed over rows by the caller), with
-    ``dz/dlog a = (zeta - gamma)/beta s (1 - s)`` recovered from ``z`` itself: ``s = (z -
-    gamma)/(zeta - gamma)`` where ``0 < z < 1``, no gradient where the clamp holds ``z`` at 0 or
-    1 (one tensor fewer to keep than storing the derivative)."""
+    """``gx = g z`` and ``gxdz = g x dz/dlog a`` (summed over rows by the caller)."""
     T = type(span)
     inv_span = T(1.0) / span  # hoisted: no division in the loop
     for i in range(x.size):
         zi = z[i]
-        s = (zi - gamma) * inv_span
-        dz = span * inv_beta * s * (T(1.0) - s) if (zi > T(0.0)) & (zi < T(1.0)) else T(0.0)
         gx[i] = g[i] * zi
-        gxdz[i] = g[i] * x[i] * dz
+        gxdz[i] = g[i] * x[i] * _dz_of_z(zi, inv_beta, gamma, span, inv_span)
+
+
+@njit(**_NUMBA)
+def _hc_backward_l0(g, x, z, e, inv_beta, gamma, span, c_l0, g_l0, gx, gla):
+    """Per-weight gates: ``gx = g z`` and ``gla = g x dz/dlog a + g_l0 P (1 - P)`` in one pass."""
+    T = type(span)
+    inv_span = T(1.0) / span
+    for i in range(x.size):
+        zi = z[i]
+        p = _p_nonzero(e[i], c_l0)
+        gx[i] = g[i] * zi
+        gla[i] = g[i] * x[i] * _dz_of_z(zi, inv_beta, gamma, span, inv_span) + g_l0 * p * (
+            T(1.0) - p)
 
 
 @njit(**_NUMBA_SUM)
-def _l0_sum(q, c_l0):
-    """``sum_c P_c``, ``P_c = 1/(1 + q_c^2 c_l0)``."""
-    T = type(c_l0)
+def _l0_sum(e, c_l0):
+    """``sum_c P_c``, ``P_c = e_c / (e_c + c_l0)``."""
     total = 0.0
-    for c in range(q.size):
-        total += T(1.0) / (T(1.0) + q[c] * q[c] * c_l0)
+    for c in range(e.size):
+        total += _p_nonzero(e[c], c_l0)
     return total
 
 
 @njit(**_NUMBA)
-def _l0_grad_add(q, c_l0, g_l0, gla):
+def _l0_grad_add(e, c_l0, g_l0, gla):
     """``gla += g_l0 P (1 - P)``."""
     T = type(c_l0)
-    for c in range(q.size):
-        p = T(1.0) / (T(1.0) + q[c] * q[c] * c_l0)
+    for c in range(e.size):
+        p = _p_nonzero(e[c], c_l0)
         gla[c] += g_l0 * p * (T(1.0) - p)
 
 
@@ -254,27 +291,36 @@ class _HardConcreteGate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x2d, log_alpha, key, beta, gamma, zeta):
         T = _np_type(x2d)
-        q = torch.mul(log_alpha.detach(), -0.5).exp_()
+        e = torch.exp(log_alpha.detach())               # the only transcendental pass
         prm = (_pow_mode(beta), T(1.0 / beta), T(gamma), T(zeta - gamma))
         c_l0 = T((-gamma / zeta) ** beta)
         out, z = torch.empty_like(x2d), torch.empty_like(x2d)
-        qx = q.expand_as(x2d).contiguous() if x2d.shape[0] > 1 else q
-        _hc_forward(_flat(x2d), _flat(qx), key, *prm, out.view(-1).numpy(), z.view(-1).numpy())
-        ctx.save_for_backward(x2d, q, z)
+        ex = e.expand_as(x2d).contiguous() if x2d.shape[0] > 1 else e
+        _hc_forward(_flat(x2d), _flat(ex), key, *prm, out.view(-1).numpy(), z.view(-1).numpy())
+        ctx.save_for_backward(x2d, e, z)
         ctx.c_l0, ctx.prm = c_l0, prm
-        return out, torch.tensor(_l0_sum(q.numpy(), c_l0), dtype=x2d.dtype)
+        return out, torch.tensor(_l0_sum(e.view(-1).numpy(), c_l0), dtype=x2d.dtype)
 
     @staticmethod
     def backward(ctx, g, g_l0):
-        x2d, q, z = ctx.saved_tensors
+        x2d, e, z = ctx.saved_tensors
         if g is None:  # only the L0 output was used
             g = torch.zeros_like(x2d)
-        gx, gxdz = torch.empty_like(x2d), torch.empty_like(x2d)
+        c_l0 = ctx.c_l0
+        T = type(c_l0)
+        gx = torch.empty_like(x2d)
+        if x2d.shape[0] == 1 and g_l0 is not None:  # per weight: the L0 gradient in the loop
+            gla = torch.empty_like(e)
+            _hc_backward_l0(_flat(g), _flat(x2d), z.view(-1).numpy(), e.view(-1).numpy(),
+                            *ctx.prm[1:], c_l0, T(float(g_l0)), gx.view(-1).numpy(),
+                            gla.view(-1).numpy())
+            return gx, gla, None, None, None, None
+        gxdz = torch.empty_like(x2d)
         _hc_backward(_flat(g), _flat(x2d), z.view(-1).numpy(), *ctx.prm[1:],
                      gx.view(-1).numpy(), gxdz.view(-1).numpy())
         gla = gxdz.view(-1) if x2d.shape[0] == 1 else gxdz.sum(0)
         if g_l0 is not None:
-            _l0_grad_add(q.numpy(), ctx.c_l0, type(ctx.c_l0)(float(g_l0)), gla.numpy())
+            _l0_grad_add(e.view(-1).numpy(), c_l0, T(float(g_l0)), gla.numpy())
         return gx, gla, None, None, None, None
 
 
@@ -344,9 +390,12 @@ def _kl_backward(la, ex, clip, g_kl, gla):
 
 def _exp_scaled(la: torch.Tensor, coefs) -> torch.Tensor:
     """``exp(c la)`` for each ``c`` in ``coefs``, stacked as rows, in one exp pass."""
-    out = torch.empty((len(coefs), la.numel()), dtype=la.dtype)
-    for row, c in zip(out, coefs):
-        torch.mul(la.detach().reshape(-1), c, out=row)
+    flat = la.detach().reshape(1, -1)
+    if len(coefs) == 1:  # two torch calls (this runs per layer and step: fixed costs count)
+        return torch.mul(flat, coefs[0]).exp_()
+    out = torch.empty((len(coefs), flat.shape[1]), dtype=la.dtype)
+    for i, c in enumerate(coefs):
+        torch.mul(flat[0], c, out=out[i])
     return out.exp_()
 
 
@@ -790,75 +839,61 @@ def _penalty_torch(w, kind, lam, params):
 
 
 class _Arm(torch.autograd.Function):
-    """A 0 in the loss whose backward hands the upstream gradient to a :class:`PenaltyGradHook`
-    and gives ``w`` no gradient of its own."""
+    """A 0 in the loss whose backward hands the upstream gradient to a :class:`_GradHook` and
+    gives its tensors no gradient of their own."""
 
     @staticmethod
-    def forward(ctx, w, hook):
+    def forward(ctx, hook, *tensors):
         ctx.hook = hook
-        return w.new_zeros(())
+        return tensors[0].new_zeros(())
 
     @staticmethod
     def backward(ctx, g):
         hook = ctx.hook
-        try:  # will this backward accumulate into w.grad?
-            accumulates = torch._C._will_engine_execute_node(ctx.next_functions[0][0])
+        nodes = [f[0] for f in ctx.next_functions]  # the tensors' (hook is no tensor)
+        try:  # will this backward accumulate into every tensor's .grad?
+            accumulates = all(torch._C._will_engine_execute_node(n) for n in nodes)
         except RuntimeError:  # torch.autograd.grad: gradients are returned, not accumulated
             accumulates = False
         if not accumulates or hook._removed:
-            return (None if hook._removed else hook.fresh_grad(g)), None
+            return (None,) + (((None,) * len(nodes)) if hook._removed else hook.fresh_grads(g))
         hook.pending.append(g)  # a tensor: no host sync on other devices
         # at the end of this backward: add what the post-accumulate hook did not (w got no
         # data gradient, so its hook never ran)
         torch.autograd.Variable._execution_engine.queue_callback(hook.flush)
-        return None, None
+        return (None,) * (1 + len(nodes))
 
 
-class PenaltyGradHook:
-    """``lam Omega'(w)`` added to ``w.grad`` in place, right after autograd accumulates it.
+class _GradHook:
+    """A regularizer's gradient added in place, right after autograd accumulates ``w.grad``.
 
-    Measured on LeNet-300-100 (CPU time per step, 1 thread): a penalty Function whose backward
-    returns a fresh ``lam Omega'(w)`` costs ~0.6 ms (the loop, a cold weight-sized buffer, and
-    autograd adding it to the data gradient), the same loop adding into the accumulated gradient
-    ~0.15 ms. ``term()`` returns a scalar 0 to add to the loss; when backward reaches it, the
-    upstream gradient ``g`` is recorded, and the post-accumulate-grad hook on ``w`` then adds
-    ``g lam Omega'(w)`` to ``w.grad`` (once per recorded ``g``; nothing when the term was not in
-    the loss), so the result equals autograd's. If ``w`` receives no data gradient in that
-    backward (its hook never runs), a callback at the end of the backward adds it instead; a
-    backward that does not accumulate (``torch.autograd.grad``, ``backward(inputs=...)``
-    without ``w``) gets the fresh gradient returned as a plain Function would. ``remove()``
-    detaches it; the hook is not carried by ``copy.deepcopy``, pickling or ``state_dict``
-    (:func:`penalty_grad_term` makes one per tensor when first asked).
+    ``term()`` returns a scalar 0 to add to the loss; when backward reaches it, the upstream
+    gradient ``g`` is recorded, and the post-accumulate-grad hook on ``w`` then calls
+    ``_add(w, g)`` (once per backward, with the recorded ``g`` summed; nothing when the term
+    was not in the loss), so the result equals autograd's. If ``w`` receives no data gradient
+    in that backward (its hook never runs), a callback at the end of the backward adds it
+    instead; a backward that does not accumulate into every tensor of the term
+    (``torch.autograd.grad``, ``backward(inputs=...)``) gets ``fresh_grads(g)`` returned as a
+    plain Function would. ``remove()`` detaches it; the hook is not carried by
+    ``copy.deepcopy``, pickling or ``state_dict`` (one is made per tensor when first asked).
     """
 
-    def __init__(self, w: torch.Tensor, kind: str, lam: float, params: dict):
-        if not (isinstance(w, torch.Tensor) and w.is_leaf and w.requires_grad):
-            raise TypeError("w must be a leaf tensor that requires grad (a Parameter)")
-        self.kind, self.params, self.lam = kind, dict(params), float(lam)
-        self._args = _penalty_args(kind, params)
+    def __init__(self, w: torch.Tensor, *others: torch.Tensor):
+        for t in (w,) + others:
+            if not (isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad):
+                raise TypeError("w must be a leaf tensor that requires grad (a Parameter)")
         self.pending: list = []
-        self._w = weakref.ref(w)  # the tensor holds the hook, not the other way round
+        # the tensors hold the hook, not the other way round
+        self._refs = [weakref.ref(t) for t in (w,) + others]
         self._removed = False
         self._handle = w.register_post_accumulate_grad_hook(self._apply)
 
     @property
     def w(self) -> torch.Tensor:
-        return self._w()
+        return self._refs[0]()
 
     def term(self) -> torch.Tensor:
-        return _Arm.apply(self.w, self)
-
-    def fresh_grad(self, g) -> torch.Tensor:
-        """``g lam Omega'(w)`` as a new tensor (a backward that does not accumulate)."""
-        w = self.w.detach()
-        code, p0, p1 = self._args
-        if not _is_cpu(w):
-            return _penalty_dense(w, self.kind, self.lam, self.params).mul_(g)
-        T = _np_type(w)
-        out = torch.empty_like(w)
-        _penalty_slope(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
-                       out.view(-1).numpy())
-        return out
+        return _Arm.apply(self, *(r() for r in self._refs))
 
     def flush(self) -> None:
         """Add what is still pending (end of a backward in which ``w`` got no data gradient)."""
@@ -869,28 +904,57 @@ class PenaltyGradHook:
             self._apply(w)
 
     def _apply(self, w):
-        pending, self.pending = self.pending, []
-        if not pending or w.grad is None:
+        if w.grad is None:  # the hook also runs when w got no gradient: flush adds it then
             return
-        grad = w.grad
-        if _is_cpu(w) and grad.is_contiguous() and grad.dtype == w.dtype in _NP_TYPES:
-            # the loop itself: this runs for every weight tensor at every step
-            T = _NP_TYPES[w.dtype]
-            code, p0, p1 = self._args
-            g = pending[0] if len(pending) == 1 else sum(pending)
-            _penalty_slope_add(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
-                               grad.view(-1).numpy())
-        elif _is_cpu(w):
-            add_penalty_grad_(grad, w.detach(), self.kind,
-                              self.lam * sum(float(g) for g in pending), self.params)
-        else:
-            with torch.no_grad():
-                w.grad.add_(_penalty_dense(w, self.kind, self.lam, self.params) * sum(pending))
+        pending, self.pending = self.pending, []
+        if pending:
+            self._add(w, pending[0] if len(pending) == 1 else sum(pending))
 
     def remove(self) -> None:
         self._handle.remove()
         self._removed = True
         self.pending = []
+
+
+class PenaltyGradHook(_GradHook):
+    """``lam Omega'(w)`` of a closed form added to ``w.grad`` in place (:class:`_GradHook`).
+
+    Measured on LeNet-300-100 (CPU time per step, 1 thread): a penalty Function whose backward
+    returns a fresh ``lam Omega'(w)`` costs ~0.6 ms (the loop, a cold weight-sized buffer, and
+    autograd adding it to the data gradient), the same loop adding into the accumulated gradient
+    ~0.15 ms.
+    """
+
+    def __init__(self, w: torch.Tensor, kind: str, lam: float, params: dict):
+        self.kind, self.params, self.lam = kind, dict(params), float(lam)
+        self._args = _penalty_args(kind, params)
+        super().__init__(w)
+
+    def fresh_grads(self, g) -> tuple:
+        """``(g lam Omega'(w),)`` as a new tensor (a backward that does not accumulate)."""
+        w = self.w.detach()
+        code, p0, p1 = self._args
+        if not _is_cpu(w):
+            return (_penalty_dense(w, self.kind, self.lam, self.params).mul_(g),)
+        T = _np_type(w)
+        out = torch.empty_like(w)
+        _penalty_slope(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
+                       out.view(-1).numpy())
+        return (out,)
+
+    def _add(self, w, g):
+        grad = w.grad
+        if _is_cpu(w) and grad.is_contiguous() and grad.dtype == w.dtype in _NP_TYPES:
+            # the loop itself: this runs for every weight tensor at every step
+            T = _NP_TYPES[w.dtype]
+            code, p0, p1 = self._args
+            _penalty_slope_add(_flat(w), code, T(self.lam * float(g)), T(p0), T(p1),
+                               grad.view(-1).numpy())
+        elif _is_cpu(w):
+            add_penalty_grad_(grad, w.detach(), self.kind, self.lam * float(g), self.params)
+        else:
+            with torch.no_grad():
+                w.grad.add_(_penalty_dense(w, self.kind, self.lam, self.params) * g)
 
 
 # id(w) -> its hook (a WeakKeyDictionary would compare tensors with == on a hash match)
@@ -902,19 +966,27 @@ def _forget(key: int, hook) -> None:
         del _HOOKS[key]
 
 
-def penalty_grad_term(w: torch.Tensor, kind: str, lam: float, params: dict) -> torch.Tensor:
-    """``PenaltyGradHook(w, kind, lam, params).term()`` with one hook per tensor, made at the
-    first call and replaced when ``kind``, ``lam`` or ``params`` change; the hook lives as long
-    as ``w`` (copies and pickles of ``w`` carry no hook and get their own)."""
+def _hook_term(w: torch.Tensor, config: tuple, make) -> torch.Tensor:
+    """The term of ``w``'s hook: one hook per tensor, made by ``make()`` at the first call and
+    replaced when ``config`` changes; the hook lives as long as ``w`` (copies and pickles of
+    ``w`` carry no hook and get their own)."""
     hook = _HOOKS.get(id(w))
     if hook is not None and hook.w is not w:
         hook = None
-    if hook is None or (hook.kind, hook.lam, hook.params) != (kind, float(lam), dict(params)):
+    if hook is None or hook.config != config:
         if hook is not None:
             hook.remove()
-        hook = _HOOKS[id(w)] = PenaltyGradHook(w, kind, lam, params)
+        hook = _HOOKS[id(w)] = make()
+        hook.config = config
         weakref.finalize(w, _forget, id(w), hook)
     return hook.term()
+
+
+def penalty_grad_term(w: torch.Tensor, kind: str, lam: float, params: dict) -> torch.Tensor:
+    """``PenaltyGradHook(w, kind, lam, params).term()`` with one hook per tensor
+    (:func:`_hook_term`)."""
+    return _hook_term(w, ("penalty", kind, float(lam), dict(params)),
+                      lambda: PenaltyGradHook(w, kind, lam, params))
 
 
 @torch.no_grad()
@@ -998,19 +1070,51 @@ def adaptive_prox_(w: torch.Tensor, exp_avg_sq: torch.Tensor, kind: str, params:
 
 # ---- eta-trick -----------------------------------------------------------------------------------
 
-@njit(**_NUMBA)
-def _eta_trick_backward(w, p, inv, lam, eps, c, quadratic, log_lam, g, gw, gp):
-    """``gw = g w e^-p`` (``lam w / eta``); ``gp = g (2 lam eta / s^2 - 1/2 w^2 e^-p + D'(p))``
-    with ``eta = lam e^p``, ``s = sqrt(eps^2 + 4 eta) + eps`` (the LogSum dual's ``eta f'(eta) =
-    4 eta / s^2``) and the decay's slope ``D' = lam c / 2`` (linear) or ``c (p + log lam)``."""
+@njit(inline="always", **_NUMBA)
+def _eta_grads(wi, epi, pi, lam, eps, c, quadratic, log_lam, g):
+    """``(g w e^-p, g (2 lam eta / s^2 - 1/2 w^2 e^-p + D'(p)))``: the eta-trick's gradients in
+    ``w`` (``lam w / eta``) and ``p`` with ``epi = e^p``, ``eta = lam e^p``, ``s = sqrt(eps^2 + 4
+    eta) + eps`` (the LogSum dual's ``eta f'(eta) = 4 eta / s^2``) and the decay's slope ``D' =
+    lam c / 2`` (linear) or ``c (p + log lam)`` (quadratic: the only use of ``p`` itself)."""
     T = type(lam)
-    for i in range(w.size):
-        wi = w[i] * inv[i]
-        e = lam / inv[i]
-        s = np.sqrt(eps * eps + T(4.0) * e) + eps
-        d = c * (p[i] + log_lam) if quadratic else T(0.5) * lam * c
-        gw[i] = g * wi
-        gp[i] = g * (T(2.0) * lam * e / (s * s) - T(0.5) * w[i] * wi + d)
+    r = wi / epi
+    e = lam * epi
+    s = np.sqrt(eps * eps + T(4.0) * e) + eps
+    d = c * (pi + log_lam) if quadratic else T(0.5) * lam * c
+    return g * r, g * (T(2.0) * lam * e / (s * s) - T(0.5) * wi * r + d)
+
+
+@njit(**_NUMBA)
+def _eta_trick_grad_add(w, ep, p, lam, eps, c, quadratic, log_lam, g, gw, gp, add_p):
+    """``gw += g dJ/dw``; ``gp = g dJ/dp`` (``+=`` when ``add_p``), one pass (:func:`_eta_grads`);
+    ``p`` is read only for the quadratic decay (one loop per case: the branches stay outside)."""
+    T = type(lam)
+    if quadratic:
+        if add_p:
+            for i in range(w.size):
+                a, b = _eta_grads(w[i], ep[i], p[i], lam, eps, c, True, log_lam, g)
+                gw[i] += a
+                gp[i] += b
+        else:
+            for i in range(w.size):
+                a, b = _eta_grads(w[i], ep[i], p[i], lam, eps, c, True, log_lam, g)
+                gw[i] += a
+                gp[i] = b
+    elif add_p:
+        for i in range(w.size):
+            a, b = _eta_grads(w[i], ep[i], T(0.0), lam, eps, c, False, log_lam, g)
+            gw[i] += a
+            gp[i] += b
+    else:
+        for i in range(w.size):
+            a, b = _eta_grads(w[i], ep[i], T(0.0), lam, eps, c, False, log_lam, g)
+            gw[i] += a
+            gp[i] = b
+
+
+def _eta_grad_args(w, lam, eps, c, quadratic, g):
+    T = _np_type(w)
+    return T(lam), T(eps), T(c), bool(quadratic), T(math.log(lam)), T(float(g))
 
 
 def _eta_trick_value(w, p, lam, eps, c, quadratic):
@@ -1026,8 +1130,8 @@ def _eta_trick_value(w, p, lam, eps, c, quadratic):
 class _EtaTrick(torch.autograd.Function):
     @staticmethod
     def forward(ctx, w, p, lam, eps, c, quadratic, need_value):
-        inv = torch.neg(p.detach()).exp_()              # e^-p: the only transcendental pass
-        ctx.save_for_backward(w, p, inv)
+        ep = torch.exp(p.detach())                       # e^p: the only transcendental pass
+        ctx.save_for_backward(w, p, ep)
         ctx.prm = (lam, eps, c, quadratic)
         if not need_value:
             return w.new_zeros(())
@@ -1036,14 +1140,80 @@ class _EtaTrick(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        w, p, inv = ctx.saved_tensors
-        lam, eps, c, quadratic = ctx.prm
+        w, p, ep = ctx.saved_tensors
+        return _eta_fresh_grads(w, p, ep, *ctx.prm, g) + (None,) * 5
+
+
+def _eta_fresh_grads(w, p, ep, lam, eps, c, quadratic, g):
+    """``(g dJ/dw, g dJ/dp)`` as new tensors."""
+    gw, gp = torch.zeros_like(w), torch.empty_like(p)
+    _eta_trick_grad_add(_flat(w), _flat(ep), _flat(p), *_eta_grad_args(w, lam, eps, c,
+                                                                        quadratic, g),
+                        gw.view(-1).numpy(), gp.view(-1).numpy(), False)
+    return gw, gp
+
+
+class EtaTrickGradHook(_GradHook):
+    """The eta-trick objective's gradients added in place (:class:`_GradHook`): ``g dJ/dw`` into
+    ``w.grad``, ``g dJ/dp`` into ``p.grad`` (set when None), from one ``exp(p)`` pass into a
+    buffer the hook keeps and one loop. Against :func:`eta_trick_objective`'s Function this
+    saves the fresh weight gradient and autograd's addition of it to the data gradient (CPU,
+    float32/float64, contiguous gradients; the Function is used otherwise)."""
+
+    def __init__(self, w, p, lam: float, eps: float, c: float, quadratic: bool):
+        _check_same_shape(w, p, "log_ratio")
+        self.prm = (float(lam), float(eps), float(c), bool(quadratic))
         T = _np_type(w)
-        gw, gp = torch.empty_like(w), torch.empty_like(p)
-        _eta_trick_backward(_flat(w), _flat(p), _flat(inv), T(lam), T(eps), T(c), quadratic,
-                            T(math.log(lam)), T(float(g)), gw.view(-1).numpy(),
-                            gp.view(-1).numpy())
-        return gw, gp, None, None, None, None, None
+        self._loop_args = (T(lam), T(eps), T(c), bool(quadratic), T(math.log(lam)))
+        self._ep = None
+        super().__init__(w, p)
+
+    @staticmethod
+    def usable(w, p) -> bool:
+        """Whether the hook applies to ``w`` and ``p`` (else the Function path)."""
+        return (_is_cpu(w, p) and w.dtype == p.dtype and w.dtype in _NP_TYPES
+                and w.is_contiguous() and p.is_contiguous() and w.is_leaf and p.is_leaf
+                and w.requires_grad and p.requires_grad)
+
+    def _exp_p(self, p):
+        ep = self._ep
+        if ep is None or ep.shape != p.shape or ep.dtype != p.dtype:
+            ep = self._ep = torch.empty_like(p, memory_format=torch.contiguous_format)
+        return torch.exp(p.detach(), out=ep)
+
+    def fresh_grads(self, g) -> tuple:
+        w, p = (r() for r in self._refs)
+        return _eta_fresh_grads(w.detach(), p.detach(), self._exp_p(p), *self.prm, g)
+
+    def _add(self, w, g):
+        p = self._refs[1]()
+        if not (w.grad.is_contiguous() and (p.grad is None or p.grad.is_contiguous())):
+            gw, gp = self.fresh_grads(g)
+            w.grad.add_(gw)
+            p.grad = gp if p.grad is None else p.grad.add_(gp)
+            return
+        add_p = p.grad is not None
+        if not add_p:
+            p.grad = torch.empty_like(p, memory_format=torch.contiguous_format)
+        ep = self._exp_p(p)
+        _eta_trick_grad_add(_flat(w), ep.view(-1).numpy(), _flat(p), *self._loop_args,
+                            self._loop_args[0].__class__(float(g)), w.grad.view(-1).numpy(),
+                            p.grad.view(-1).numpy(), add_p)
+
+
+def eta_trick_grad_term(w, log_ratio, lam: float, eps: float, c: float,
+                        quadratic: bool = False) -> torch.Tensor:
+    """A scalar 0 whose gradients are the eta-trick objective's (:func:`eta_trick_objective`),
+    added in place into ``w.grad`` and ``log_ratio.grad`` by an :class:`EtaTrickGradHook` (one
+    per weight tensor) when they are leaves on the CPU; the Function's otherwise."""
+    _check_inputs(w=w, log_ratio=log_ratio)
+    if not lam > 0.0:
+        raise ValueError(f"lam must be > 0, got {lam}")
+    if not EtaTrickGradHook.usable(w, log_ratio):
+        return eta_trick_objective(w, log_ratio, lam, eps, c, quadratic, need_value=False)
+    config = ("eta", id(log_ratio), float(lam), float(eps), float(c), bool(quadratic))
+    return _hook_term(w, config,
+                      lambda: EtaTrickGradHook(w, log_ratio, lam, eps, c, quadratic))
 
 
 def eta_trick_objective(w, log_ratio, lam: float, eps: float, c: float,

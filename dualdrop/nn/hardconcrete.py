@@ -161,9 +161,9 @@ class HardConcreteState(NoiseState):
     def regularizer_term(self, w, n_train, value=True):
         kept = self.take_term()  # the expected L0 from the forward's gates, if any
         l0 = kept[0] if kept is not None else self.prob_nonzero().sum()
-        if self.lam is None:
-            return self.lam_per_dataset * self.group_size() * l0 / n_train
-        return self.lam * self.group_size() * l0
+        # one scalar multiplication per layer and step (the scale as a Python float)
+        lam = self.lam_per_dataset / n_train if self.lam is None else self.lam
+        return l0 * (lam * self.group_size())
 
 
 class HardConcrete(Method):

@@ -440,6 +440,10 @@ class PenaltyState(WeightState):
             # the fused loop has the exact LogSum dual only; dual="released" takes the torch path
             if (self.dual == "logsum" and _fused.active(w, self.log_ratio)
                     and w.dtype == self.log_ratio.dtype):
+                if not value:  # the gradients alone, added in place into w.grad and p.grad
+                    return _fused.eta_trick_grad_term(w, self.log_ratio, self.lam, self.eps,
+                                                      self.eta_weight_decay,
+                                                      self.decay == "quadratic")
                 return _fused.eta_trick_objective(w, self.log_ratio, self.lam, self.eps,
                                                   self.eta_weight_decay,
                                                   self.decay == "quadratic", value)

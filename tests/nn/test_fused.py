@@ -384,6 +384,54 @@ def test_eta_trick_objective_gradcheck_and_matches_the_torch_function(quadratic)
             torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("quadratic", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_eta_trick_hook_adds_the_torch_functions_gradients_in_place(quadratic, dtype):
+    """The hook's in-place gradients equal autograd's through ``_EtaTrickObjective`` (p.grad None
+    or not, the term twice, no data gradient, torch.autograd.grad, removed)."""
+    from dualdrop.nn.penalty import _EtaTrickObjective
+
+    torch.manual_seed(12)
+    w = torch.nn.Parameter(torch.randn(6, 5, dtype=dtype))
+    p = torch.nn.Parameter(torch.randn(6, 5, dtype=dtype) + 1.0)
+    x = torch.randn(4, 5, dtype=dtype)
+    args = (0.3, 2.0, 0.1, quadratic)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else {}
+
+    def want(scale, data=True):
+        w.grad = p.grad = None
+        loss = scale * _EtaTrickObjective.apply(w, p, *args, False, False)
+        (loss + (x @ w.t()).square().sum() if data else loss).backward()
+        out = w.grad.clone(), p.grad.clone()
+        w.grad = p.grad = None
+        return out
+
+    def check(got, ref):
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, **tol)
+
+    ref, data_only = want(3.0), want(0.0)[0]
+    hook = FU.EtaTrickGradHook(w, p, *args)
+    (3.0 * hook.term() + (x @ w.t()).square().sum()).backward()
+    check((w.grad, p.grad), ref)
+    ((x @ w.t()).square().sum() + 1.5 * hook.term() + 1.5 * hook.term()).backward()  # adds
+    check((w.grad, p.grad), (2 * ref[0], 2 * ref[1]))
+    w.grad = p.grad = None
+    (2.0 * hook.term()).backward()                                   # no data gradient: flush
+    check((w.grad, p.grad), want(2.0, data=False))
+    check(torch.autograd.grad(hook.term() * 2.0, (w, p)), want(2.0, data=False))
+    hook.remove()
+    w.grad = p.grad = None
+    ((x @ w.t()).square().sum() + hook.term()).backward()
+    check((w.grad,), (data_only,))
+    assert p.grad is None
+    # the state's training path (value=False) takes the hook, and agrees with the value path
+    t1 = FU.eta_trick_grad_term(w, p, *args)
+    assert t1.grad_fn is not None and t1.item() == 0.0
+    with pytest.raises(TypeError, match="leaf"):
+        FU.EtaTrickGradHook(w, p.detach(), *args)
+
+
 def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss():
     torch.manual_seed(11)
     w = torch.nn.Parameter(torch.randn(6, 5))
@@ -405,6 +453,9 @@ def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss()
         np.asarray(penalties.get("logsum", **params).derivative(w.detach().double().numpy()))
     ).float()
     torch.testing.assert_close(w.grad, want)
+    w.grad = None
+    hook.term().backward()                      # no data gradient: added at the end
+    torch.testing.assert_close(w.grad, (want - plain) / 2)
     hook.remove()
     w.grad = None
     ((x @ w.t()).square().sum() + hook.term()).backward()
