@@ -84,6 +84,9 @@ def register(subparsers) -> None:
                    "OUT/runs of 'compare --seeds'), the test-time tolerance swept on validation, "
                    "seeds of one configuration averaged (mean ± std); needs the --data-dir the "
                    "runs were trained on")
+    p.add_argument("--by", choices=("config", "method"), default=None,
+                   help="with --from-runs: one line per configuration (runs differing only in "
+                   "--seed; default) or one Pareto set per method over its configurations")
     p.add_argument("--tols", nargs="+", type=float, default=None, metavar="TOL",
                    help="with --from-runs: the tolerances swept on validation (default 0.01 "
                    "0.02 0.05 0.1 ... 0.9 0.95)")
@@ -136,7 +139,7 @@ def _from_runs(args) -> dict:
                          f"{', '.join(ignored)}")
     out = args.out if args.out is not None else Path(args.from_runs[0]) / "frontier"
     return frontier_of_runs(args.from_runs, out, data_dir=args.data_dir,
-                            tols=args.tols if args.tols else RUN_TOLS,
+                            tols=args.tols if args.tols else RUN_TOLS, by=args.by or "config",
                             progress=not args.no_progress, verify_data=not args.no_verify)
 
 
@@ -150,9 +153,9 @@ def run(args) -> int:
             print(result["markdown"])
             print("files: " + ", ".join(result["files"]))
             return 0
-        if args.tols:
-            raise ValueError("--tols goes with --from-runs (a study sweeps the tolerances of "
-                             "the training loop)")
+        if args.tols or args.by:
+            raise ValueError(f"{'--tols' if args.tols else '--by'} goes with --from-runs (a "
+                             "study sweeps the tolerances of the training loop, per method)")
         result = run_frontier(
             methods=args.methods or DEFAULT_METHODS,
             out=args.out if args.out is not None else "runs/frontier", n_trials=args.n_trials,

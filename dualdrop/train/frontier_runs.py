@@ -181,15 +181,22 @@ def _mean_std(v: list[float]) -> tuple[float, float | None]:
 
 
 def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS,
-                     progress: bool = True, verify_data: bool = True) -> dict:
+                     by: str = "config", progress: bool = True,
+                     verify_data: bool = True) -> dict:
     """The validation-selected frontier of finished runs, averaged over seeds (module doc).
 
     ``paths``: run folders or folders holding them (e.g. ``OUT/runs`` of ``compare --seeds``);
     ``data_dir``: the MNIST folder they were trained on (None: scikit-learn's digits);
-    ``tols``: the tolerances swept on validation. Writes ``OUT/frontier.png/.pdf/.md/.csv`` and
+    ``tols``: the tolerances swept on validation; ``by``: ``"config"`` draws each configuration
+    (runs differing only in their seed) as its own line, ``"method"`` pools the configurations of
+    one method (e.g. several ``lam`` or target sparsities) into one Pareto set per method, each
+    point still the seed mean of one configuration. Writes ``OUT/frontier.png/.pdf/.md/.csv`` and
     returns ``{"dataset", "methods": {name: {"frontier": [...], "n_seeds", ...}}, "files",
     "markdown"}``.
     """
+    if by not in ("config", "method"):
+        raise ValueError(f"--by {by!r}: expected 'config' (one line per configuration) or "
+                         "'method' (one Pareto set per method)")
     tols = tuple(sorted({float(t) for t in tols}))
     if not tols or not all(0.0 < t < 1.0 for t in tols):
         raise ValueError(f"--tols {tols}: every tolerance must lie in (0, 1), e.g. --tols 0.05 "
@@ -216,7 +223,8 @@ def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS
 
         bar = tqdm(total=2 * len(runs), desc="frontier of runs: validation, then test",
                    unit="run", file=sys.stderr, dynamic_ncols=True)
-    result = {"methods": {}, "dataset": None}
+    # 1. validation: each configuration's seed-mean curve over the tolerances
+    cands: dict = {}
     for key, members in sorted(groups.items(), key=lambda kv: names[kv[0]]):
         with_tol = "tol" in members[0]["config"].get("hparams", {})
         grid = tols if with_tol else (None,)
@@ -225,39 +233,52 @@ def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS
             sweeps.append(_evaluate(m["dir"], grid, data_of, cache, cache_path))
             if bar is not None:
                 bar.update(1)
-        common = [t for t in grid if all(t in s for s in sweeps)]
         tol0 = members[0]["config"]["hparams"].get("tol")
-        cands = [{"tol": t,
-                  "val_error": statistics.fmean(s[t]["error"] for s in sweeps),
-                  "nonzero_total": statistics.fmean(s[t]["nonzero_total"] for s in sweeps),
-                  "tie": 0.0 if t is None or tol0 is None else abs(math.log(t / tol0))}
-                 for t in common]
-        front = pareto_front(cands)
+        cands[key] = [{"key": key, "tol": t,
+                       "val_error": statistics.fmean(s[t]["error"] for s in sweeps),
+                       "nonzero_total": statistics.fmean(s[t]["nonzero_total"] for s in sweeps),
+                       "tie": 0.0 if t is None or tol0 is None else abs(math.log(t / tol0))}
+                      for t in grid if all(t in s for s in sweeps)]
+    # 2. selection: per configuration, or per method over all its configurations
+    lines: dict = {}
+    for key in cands:
+        line = groups[key][0]["config"]["method"] if by == "method" else names[key]
+        lines.setdefault(line, []).append(key)
+    result = {"methods": {}, "dataset": None, "by": by}
+    for line, keys in lines.items():
+        front = pareto_front([c for k in keys for c in cands[k]])
+        # 3. test: each seed of a selected configuration at the selected tolerance, once
         rows = []
-        tests = []
-        for m in members:
-            tests.append(_evaluate(m["dir"], tols, data_of, cache, cache_path,
-                                   selected=[p["tol"] for p in front]))
-            if bar is not None:
-                bar.update(1)
-        for p in front:
-            te, te_sd = _mean_std([t[p["tol"]]["error"] for t in tests])
-            nz, nz_sd = _mean_std([t[p["tol"]]["nonzero_total"] for t in tests])
-            rows.append({"tol": p["tol"], "val_error": p["val_error"],
-                         "val_nonzero_total": p["nonzero_total"], "test_error": te,
-                         "test_error_std": te_sd, "test_nonzero_total": nz,
-                         "nonzero_std": nz_sd,
-                         "per_seed": [{"seed": mm["config"].get("seed"),
-                                       "test_error": t[p["tol"]]["error"],
-                                       "nonzero_total": t[p["tol"]]["nonzero_total"]}
-                                      for mm, t in zip(members, tests)]})
-        conf0 = members[0]["config"]
-        result["methods"][names[key]] = {
-            "method": conf0["method"], "frontier": rows, "n_seeds": len(members),
-            "seeds": sorted(m["config"].get("seed") for m in members),
-            "runs": [str(m["dir"]) for m in members], "n_candidates": len(cands),
-            "plan": {"epochs": conf0.get("epochs")}, "n_complete": len(members),
-            "summary": members[0]["final"].get("data")}
+        for k in keys:
+            chosen = [p["tol"] for p in front if p["key"] == k]
+            if not chosen:
+                continue
+            members = groups[k]
+            tests = [_evaluate(m["dir"], tols, data_of, cache, cache_path, selected=chosen)
+                     for m in members]
+            for p in (p for p in front if p["key"] == k):
+                te, te_sd = _mean_std([t[p["tol"]]["error"] for t in tests])
+                nz, nz_sd = _mean_std([t[p["tol"]]["nonzero_total"] for t in tests])
+                rows.append({"config": names[k], "n_seeds": len(members), "tol": p["tol"],
+                             "val_error": p["val_error"], "val_nonzero_total": p["nonzero_total"],
+                             "test_error": te, "test_error_std": te_sd,
+                             "test_nonzero_total": nz, "nonzero_std": nz_sd,
+                             "per_seed": [{"seed": mm["config"].get("seed"),
+                                           "test_error": t[p["tol"]]["error"],
+                                           "nonzero_total": t[p["tol"]]["nonzero_total"]}
+                                          for mm, t in zip(members, tests)]})
+        if bar is not None:
+            bar.update(sum(len(groups[k]) for k in keys))
+        runs_ = [m for k in keys for m in groups[k]]
+        conf0 = runs_[0]["config"]
+        seeds = sorted({m["config"].get("seed") for m in runs_})
+        result["methods"][line] = {
+            "method": conf0["method"], "frontier": rows, "configs": [names[k] for k in keys],
+            "n_seeds": min(len(groups[k]) for k in keys), "seeds": seeds,
+            "runs": [str(m["dir"]) for m in runs_],
+            "n_candidates": sum(len(cands[k]) for k in keys),
+            "plan": {"epochs": conf0.get("epochs")}, "n_complete": len(runs_),
+            "summary": runs_[0]["final"].get("data")}
         result["dataset"] = result["dataset"] or conf0.get("data")
     if bar is not None:
         bar.close()
@@ -279,29 +300,33 @@ def runs_table(result: dict, out: str | os.PathLike, mnist: bool, tols) -> str:
     import csv
 
     out = Path(out)
-    fields = ["name", "method", "n_seeds", "tol", "val_error", "test_error", "test_error_std",
-              "nonzero_total", "nonzero_std"]
+    fields = ["line", "config", "method", "n_seeds", "tol", "val_error", "test_error",
+              "test_error_std", "nonzero_total", "nonzero_std"]
     with open(out / "frontier.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         for name, r in result["methods"].items():
             for p in r["frontier"]:
-                w.writerow({"name": name, "method": r["method"], "n_seeds": r["n_seeds"],
-                            "tol": p["tol"], "val_error": p["val_error"],
-                            "test_error": p["test_error"], "test_error_std": p["test_error_std"],
+                w.writerow({"line": name, "config": p["config"], "method": r["method"],
+                            "n_seeds": p["n_seeds"], "tol": p["tol"],
+                            "val_error": p["val_error"], "test_error": p["test_error"],
+                            "test_error_std": p["test_error_std"],
                             "nonzero_total": p["test_nonzero_total"],
                             "nonzero_std": p["nonzero_std"]})
+    pooled = (" Configurations of one method are pooled into one Pareto set."
+              if result.get("by") == "method" else "")
     lines = [f"Frontier of finished runs on {result.get('dataset')}: the test-time tolerance "
              "swept on validation (" + ", ".join(f"{t:g}" for t in tols) + "), the Pareto set "
              "of the seed-mean (validation error, fraction nonzero) kept, the test error read "
-             "once per seed at each kept tolerance; mean ± sample std over the seeds.", "",
-             "| method | seeds | epochs | tol | val. error | test error | fraction nonzero |",
+             "once per seed at each kept tolerance; mean ± sample std over the seeds." + pooled,
+             "", "| method | seeds | epochs | tol | val. error | test error | fraction nonzero |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, r in result["methods"].items():
-        label = method_label(r["method"]) + name[len(r["method"]):]
+    for r in result["methods"].values():
+        m = r["method"]
         for p in sorted(r["frontier"], key=lambda p: -p["test_nonzero_total"]):
+            label = method_label(m) + p["config"][len(m):]
             tol = "—" if p["tol"] is None else f"{p['tol']:g}"
-            lines.append(f"| {label} | {r['n_seeds']} | {r['plan']['epochs']} | {tol} | "
+            lines.append(f"| {label} | {p['n_seeds']} | {r['plan']['epochs']} | {tol} | "
                          f"{100 * p['val_error']:.2f}% | "
                          f"{_pm(p['test_error'], p['test_error_std'], 100, '.2f')}% | "
                          f"{_pm(p['test_nonzero_total'], p['nonzero_std'], 1, '.4f')} |")

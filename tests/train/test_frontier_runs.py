@@ -89,6 +89,29 @@ def test_frontier_of_runs_against_independent_evaluation(runs, tmp_path, capsys)
     assert (tmp_path / "frontier.png").stat().st_size > 0
 
 
+def test_by_method_pools_configurations(runs, tmp_path):
+    res = frontier_of_runs([runs / "runs"], tmp_path, tols=TOLS, by="method", progress=False)
+    assert set(res["methods"]) == {"logsum", "magnitude"}
+    ls = res["methods"]["logsum"]
+    assert sorted(ls["configs"]) == ["logsum [lam=0.003]", "logsum [lam=0.01]"]
+    # brute force over the union of both configurations' seed-mean validation curves
+    dirs = {"logsum [lam=0.003]": [run_dir(runs, "logsum", s) for s in (0, 1)],
+            "logsum [lam=0.01]": [runs / "runs" / "logsum-lam" / "seed0"]}
+    pts = []
+    for cfg, ds in dirs.items():
+        curves = [_curve(d, TOLS, "val") for d in ds]
+        pts += [(cfg, t, statistics.fmean(c[t][0] for c in curves),
+                 statistics.fmean(c[t][1] for c in curves)) for t in TOLS]
+    keep = {(e, d) for _, _, e, d in pts
+            if not any(e2 <= e and d2 <= d and (e2, d2) != (e, d) for _, _, e2, d2 in pts)}
+    got = {(p["val_error"], p["val_nonzero_total"]) for p in ls["frontier"]}
+    assert got == keep  # the same numbers, averaged in the same order
+    for p in ls["frontier"]:  # each point is still one configuration's seed mean
+        assert p["n_seeds"] == len(dirs[p["config"]])
+    with pytest.raises(ValueError, match="--by"):
+        frontier_of_runs([runs / "runs"], tmp_path, by="seed", progress=False)
+
+
 def test_evaluations_are_cached_and_redone_when_a_checkpoint_changes(runs, tmp_path,
                                                                      monkeypatch):
     only = [run_dir(runs, "logsum", 0)]
