@@ -58,6 +58,9 @@ def find_runs(paths) -> list[Path]:
                                  "that run") from None
             if status == "finished" and (d / "checkpoint.pt").exists():
                 found.append(d)
+            else:
+                why = "no checkpoint.pt" if status == "finished" else f"status {status!r}"
+                print(f"frontier: skipping {d} ({why})", file=sys.stderr)
         for ck in p.rglob("checkpoint.pt"):
             if ck.parent not in found and not (ck.parent / "final.json").exists():
                 print(f"frontier: skipping {ck.parent} (not finished)", file=sys.stderr)
