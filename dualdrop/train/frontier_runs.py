@@ -104,13 +104,24 @@ def _group_names(groups: dict) -> dict:
             continue
         confs = {k: _with_defaults(groups[k][0]["config"]) for k in keys}
         flat = {k: {**{n: c.get(n) for n in ("epochs", "lr", "batch_size", "init_from", "model",
-                                             "lam_warmup")},
+                                             "lam_warmup", "lam_layers")},
                     **c.get("hparams", {})} for k, c in confs.items()}
         varying = sorted({n for f in flat.values() for n in f
                           if len({json.dumps(g.get(n), default=str) for g in flat.values()}) > 1})
         for k in keys:
-            names[k] = m + " [" + ", ".join(f"{n}={flat[k].get(n)}" for n in varying) + "]"
+            names[k] = m + " [" + ", ".join(f"{n}={_short(flat[k].get(n))}"
+                                            for n in varying) + "]"
     return names
+
+
+def _short(v) -> str:
+    """A value as a label shows it: ``{"fc1": 2.0}`` -> ``fc1:2``, None -> ``off``."""
+    if v is None:
+        return "off"
+    if isinstance(v, dict):
+        return ",".join(f"{k}:{x:g}" if isinstance(x, float) else f"{k}:{x}"
+                        for k, x in v.items())
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 class _Data:
