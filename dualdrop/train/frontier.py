@@ -812,7 +812,8 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
         y = [100 * p["test_error"] for p in rows]
         xs += x
         ys += y
-        what = f"{r['n_seeds']} seeds, " if seeds else ""
+        ns = sorted({p.get("n_seeds", r.get("n_seeds")) for p in rows}) if seeds else []
+        what = (f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}") + " seeds, " if ns else ""
         ax.plot(x, y, marker=markers[i % len(markers)], color=colors[m], linewidth=1.3,
                 markersize=5, label=f"{_label(m, r)} ({what}{len(rows)} pts)")
         if seeds and r["n_seeds"] > 1:
@@ -848,7 +849,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
     if seeds:
         ax.set_title(f"accuracy–sparsity frontier on {name} over the test-time tolerance: chosen "
                      "on validation, test error read once per seed (mean ± std)"
-                     f"{_schedule_text(result, mnist, 'seeds per method')}", fontsize=10)
+                     f"{_schedule_text(result, mnist, 'runs per method', 'run')}", fontsize=10)
     else:
         ax.set_title(f"accuracy–sparsity frontier on {name}: points chosen on validation, "
                      f"test error read once each{_schedule_text(result, mnist)}", fontsize=10)
@@ -878,7 +879,8 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
     return paths
 
 
-def _schedule_text(result: dict, mnist: bool, unit: str = "finished trials per method") -> str:
+def _schedule_text(result: dict, mnist: bool, unit: str = "finished trials per method",
+                   per: str = "trial") -> str:
     """A second title line, "<E> epochs per trial, <n> finished trials per method"; on MNIST a
     schedule shorter than the paper's 200 epochs is labelled a *reduced* budget (its points are
     not comparable with the paper's table at face value)."""
@@ -891,7 +893,7 @@ def _schedule_text(result: dict, mnist: bool, unit: str = "finished trials per m
     t_txt = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
     reduced = ("REDUCED budget (the paper's table: 200 epochs): "
                if mnist and max(epochs) < 200 else "")
-    return f"\n{reduced}{e_txt} epochs per trial, {t_txt} {unit}"
+    return f"\n{reduced}{e_txt} epochs per {per}, {t_txt} {unit}"
 
 
 def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) -> str:
