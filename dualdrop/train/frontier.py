@@ -816,7 +816,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
         what = (f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}") + " seeds, " if ns else ""
         ax.plot(x, y, marker=markers[i % len(markers)], color=colors[m], linewidth=1.3,
                 markersize=5, label=f"{_label(m, r)} ({what}{len(rows)} pts)")
-        if seeds and r["n_seeds"] > 1:
+        if seeds and any(p.get("test_error_std") is not None for p in rows):
             ax.errorbar(x, y, yerr=[100 * (p["test_error_std"] or 0.0) for p in rows],
                         xerr=[p["nonzero_std"] or 0.0 for p in rows], fmt="none",
                         ecolor=colors[m], elinewidth=0.9, capsize=2, alpha=0.8)
