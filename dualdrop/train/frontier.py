@@ -796,9 +796,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
     methods = list(result["methods"])
     colors = {m: cmap(i % 10) for i, m in enumerate(methods + [m for m in table
                                                                 if m not in methods])}
-    for name, r in result["methods"].items():  # a paper star takes its method's first colour
-        colors.setdefault(r.get("method", name), colors[name])
-    for m in table:
+    for m in table:  # a paper star takes the colour of its method's first entry
         first = next((n for n, r in result["methods"].items() if r.get("method") == m), None)
         if first is not None:
             colors[m] = colors[first]

@@ -74,13 +74,14 @@ def _with_defaults(conf: dict) -> dict:
     """``conf`` with the method's hyperparameters completed by their defaults, so that a run
     written before an option existed equals one that sets it to its default."""
     from dualdrop.nn.sparsifier import default_hparams
+    from dualdrop.train.checkpoint import _with_new_defaults
     from dualdrop.train.config import DENSE
 
     try:
         base = default_hparams(conf["method"]) if conf["method"] != DENSE else {}
     except ValueError:  # a method this version does not know: compare as recorded
         base = {}
-    return {**conf, "hparams": {**base, **conf.get("hparams", {})}}
+    return {**conf, "hparams": _with_new_defaults(conf.get("hparams", {}), base, conf["method"])}
 
 
 def _config_key(conf: dict) -> str:
@@ -146,9 +147,11 @@ class _Data:
         return data
 
 
-def _evaluate(run: Path, tols, data_of, cache: dict, cache_path: Path, selected=None):
+def _evaluate(run: Path, tols, data_of, cache: dict, cache_path: Path, nets: dict,
+              selected=None):
     """Validation sweep of one run (or, with ``selected``, test errors at those tolerances;
-    cached per checkpoint version)."""
+    cached per checkpoint version). ``nets`` keeps each run's rebuilt network between the
+    validation and the test pass (one checkpoint read per run)."""
     import torch
 
     from dualdrop.train.checkpoint import read_checkpoint
@@ -163,10 +166,10 @@ def _evaluate(run: Path, tols, data_of, cache: dict, cache_path: Path, selected=
     hit = {t: cache.get(k) for t, k in keys.items()}
     if all(h is not None and h.get("mtime") == mtime for h in hit.values()):
         return {t: h for t, h in hit.items()}
-    ck = read_checkpoint(ckp, fix="rerun that run (delete its folder) or leave it out")
-    conf = ck["config"]
-    data = data_of(conf, run)
-    model, sp = training_network(ck)
+    if nets.get(run, (None,))[0] != mtime:
+        ck = read_checkpoint(ckp, fix="rerun that run (delete its folder) or leave it out")
+        nets[run] = (mtime, data_of(ck["config"], run), *training_network(ck))
+    _, data, model, sp = nets[run]
     model.eval()
     X, y = ((data.X_val, data.y_val) if selected is None else (data.X_test, data.y_test))
     X, y = torch.from_numpy(X), torch.from_numpy(y)
@@ -231,6 +234,7 @@ def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS
     except json.JSONDecodeError:
         cache = {}  # a cache is only a cache: recompute
     data_of = _Data(data_dir, verify_data)
+    nets: dict = {}
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -244,7 +248,7 @@ def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS
         grid = tols if with_tol else (None,)
         sweeps = []
         for m in members:
-            sweeps.append(_evaluate(m["dir"], grid, data_of, cache, cache_path))
+            sweeps.append(_evaluate(m["dir"], grid, data_of, cache, cache_path, nets))
             if bar is not None:
                 bar.update(1)
         tol0 = members[0]["config"]["hparams"].get("tol")
@@ -268,7 +272,7 @@ def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS
             if not chosen:
                 continue
             members = groups[k]
-            tests = [_evaluate(m["dir"], tols, data_of, cache, cache_path, selected=chosen)
+            tests = [_evaluate(m["dir"], tols, data_of, cache, cache_path, nets, selected=chosen)
                      for m in members]
             for p in (p for p in front if p["key"] == k):
                 te, te_sd = _mean_std([t[p["tol"]]["error"] for t in tests])
