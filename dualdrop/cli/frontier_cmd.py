@@ -124,7 +124,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
 
 
 def _from_runs(args) -> dict:
@@ -132,8 +132,11 @@ def _from_runs(args) -> dict:
 
     from dualdrop.train.frontier_runs import RUN_TOLS, frontier_of_runs
 
-    ignored = [f"--{n.replace('_', '-')}" for n in ("methods", "init_from", "report_only")
-               if getattr(args, n)] + [f"--{n}" for n in ("range", "hp") if getattr(args, n)]
+    parser = args.parser  # every training option set away from its default is refused
+    ignored = [f"--{n.replace('_', '-')}" for n in
+               ("methods", "init_from", "report_only", "range", "hp", "n_trials", "workers",
+                "sampler", "stale_after", "epochs", "seed", "device", "threads")
+               if getattr(args, n) != parser.get_default(n)]
     if ignored:
         raise ValueError(f"--from-runs draws finished runs and trains nothing; drop "
                          f"{', '.join(ignored)}")

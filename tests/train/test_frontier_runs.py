@@ -163,5 +163,7 @@ def test_cli_from_runs(runs, tmp_path):
     assert "Magnitude" in p.stdout and (tmp_path / "f" / "frontier.png").exists()
     p = cli("--from-runs", str(runs / "runs"), "--methods", "logsum")
     assert p.returncode == 2 and "drop --methods" in p.stderr
+    p = cli("--from-runs", str(runs / "runs"), "--epochs", "5")  # a training option: refused
+    assert p.returncode == 2 and "drop --epochs" in p.stderr
     p = cli("--tols", "0.5", "--report-only", "--out", str(tmp_path / "none"))
     assert p.returncode == 2 and "--tols goes with --from-runs" in p.stderr
