@@ -23,6 +23,7 @@ import contextlib
 import copy
 import math
 import numbers
+import weakref
 
 import torch
 import torch.nn as nn
@@ -30,6 +31,17 @@ import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
 _EXTRA_STATE_VERSION = 2
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` (dynamo) is tracing the current code.
+
+    The fused Functions (``dualdrop.nn._fused``) run numba loops on the tensors' host memory,
+    which dynamo cannot trace; under compilation every method takes its plain torch form instead
+    (as with ``DUALDROP_FUSED=0``: torch's generator draws the noise), so a compiled model never
+    crashes. Python-side bookkeeping (the bypass check of the forward hooks) is skipped too."""
+    fn = getattr(torch.compiler, "is_compiling", None)
+    return bool(fn()) if fn is not None else False
 
 
 # ---- argument checks: clear errors naming the argument and the fix ----------------------------
@@ -118,6 +130,25 @@ class WeightState(nn.Module):
 
     def extra_repr(self):
         return f"method={self.method}"
+
+    # Methods that act in a forward hook of the layer (local reparameterization, neuron gates)
+    # never see a use of the weight that bypasses the layer's forward, e.g.
+    # ``F.linear(x, layer.weight)`` in a parent's forward. ``note_read`` (the weight was read in
+    # training) and ``note_hook`` (the layer's hook ran) let ``Sparsifier`` detect it.
+    hook_seen = False
+    read_seen = False
+
+    def note_read(self) -> None:
+        if not self.read_seen and not compiling():
+            self.read_seen = True
+
+    def note_hook(self) -> None:
+        if not self.hook_seen and not compiling():
+            self.hook_seen = True
+
+    def release_rnn_cache(self, module, args, output):
+        """Forward hook of a recurrent layer: drop the parametrized weights it cached."""
+        plain_rnn_cache(module)
 
     #: renamed state tensors of earlier dualdrop versions: old name -> (new name, convert)
     legacy_names: dict = {}
@@ -259,8 +290,32 @@ def _rebuild_parametrized(plain_cls, names):
 
 def _reduce_parametrized(self, protocol):
     plain = type(self).__bases__[0]
-    state = plain.__getstate__(self)  # the plain class's own (e.g. RNNBase drops weakrefs)
+    if isinstance(self, nn.RNNBase):
+        # RNNBase.__getstate__ would re-read every weight, i.e. run the parametrizations (a
+        # noise draw, and a non-leaf tensor that cannot be deep-copied): keep the originals
+        plain_rnn_cache(self)
+        state = self.__dict__.copy()
+        state.pop("_flat_weight_refs", None)
+    else:
+        state = plain.__getstate__(self)  # the plain class's own
     return _rebuild_parametrized, (plain, list(self.parametrizations.keys())), state
+
+
+def plain_rnn_cache(module: nn.Module) -> None:
+    """Point a recurrent layer's weight cache at the original tensors.
+
+    ``nn.RNNBase`` keeps the weights its last forward read in ``_flat_weights``; for a
+    parametrized weight that is the computed (masked, noisy) tensor, a non-leaf of the last
+    graph that would keep that graph alive and make the module impossible to deep-copy. The
+    originals are leaves; the next forward sees they are not the parametrized weights and
+    re-reads them, as it does for any changed weight."""
+    if not isinstance(module, nn.RNNBase) or not hasattr(module, "_flat_weights_names"):
+        return
+    flat = [original_of(module, n) if parametrize.is_parametrized(module, n)
+            else module._parameters.get(n) for n in module._flat_weights_names]
+    module.__dict__["_flat_weights"] = flat
+    module.__dict__["_flat_weight_refs"] = [weakref.ref(w) if w is not None else None
+                                            for w in flat]
 
 
 def _hook_owner(fn):
@@ -278,6 +333,11 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
                          "exclude this tensor)")
     parametrize.register_parametrization(module, tensor_name, state, unsafe=True)
     type(module).__reduce_ex__ = _reduce_parametrized
+    if isinstance(module, nn.RNNBase):
+        plain_rnn_cache(module)
+        if not any(getattr(h, "__self__", None) is state
+                   for h in module._forward_hooks.values()):
+            module.register_forward_hook(state.release_rnn_cache)
     state.tensor_names = sorted(set(getattr(state, "tensor_names", ())) | {tensor_name})
     hooks = module._load_state_dict_pre_hooks.values()
     if not any(_hook_owner(h) is state for h in hooks):

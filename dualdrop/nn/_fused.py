@@ -119,6 +119,7 @@ import torch
 import torch.nn.functional as F
 from numba import njit
 
+from dualdrop.nn._base import compiling
 from dualdrop.nn._noise import _check_key, normal, u01_f32, uniform
 from dualdrop.nn.penalty import TORCH_FORMS, logsum_dual
 from dualdrop.nn.vardrop import K1, K2, K3
@@ -139,8 +140,9 @@ ENABLED = os.environ.get("DUALDROP_FUSED", "1") != "0"
 
 
 def active(*tensors) -> bool:
-    """Whether the methods take the fused path for ``tensors`` (enabled, float32/float64)."""
-    if not ENABLED:
+    """Whether the methods take the fused path for ``tensors`` (enabled, float32/float64, not
+    under ``torch.compile``)."""
+    if not ENABLED or compiling():
         return False
     for t in tensors:
         if t.dtype not in _NP_TYPES:

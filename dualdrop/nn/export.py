@@ -40,8 +40,21 @@ from dualdrop.nn.targets import all_targets, default_weight_names
 
 CSR_MAX_DENSITY = 0.1
 
+def _module_path_only(module, args):
+    """A no-op forward pre-hook (see ``CSRLinear``)."""
+    return None
+
+
 class CSRLinear(nn.Module):
-    """Inference-only linear layer with a sparse CSR weight, computed as ``W_csr @ x^T``."""
+    """Inference-only linear layer with a sparse CSR weight, computed as ``W_csr @ x^T``.
+
+    torch's Transformer layers have fused inference kernels (``nn.TransformerEncoderLayer``'s
+    no-grad fast path) that read ``linear1.weight`` / ``linear2.weight`` directly and have no
+    sparse CSR kernels. They are skipped when a submodule carries a forward hook, so a
+    ``CSRLinear`` carries a no-op pre-hook: the layer then calls its submodules' forwards, the
+    sparse products included. (``export_sparse`` also turns off ``nn.TransformerEncoder``'s
+    nested-tensor conversion around CSR layers, which would hand them nested inputs.)
+    """
 
     sparsify_weights = ("weight",)   # counted as a weight by sparsity_report
 
@@ -56,6 +69,7 @@ class CSRLinear(nn.Module):
             self.register_parameter("bias", None)
         else:
             self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.register_forward_pre_hook(_module_path_only)
 
     @classmethod
     def from_dense(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "CSRLinear":
@@ -149,6 +163,10 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
         for name, module in list(out.named_modules()):
             if type(module) is nn.Linear and name and not _is_tied(out, module.weight):
                 _set_submodule(out, name, CSRLinear.from_dense(module.weight, module.bias))
+        for module in out.modules():
+            if isinstance(module, nn.TransformerEncoder) and any(
+                    isinstance(m, CSRLinear) for m in module.modules()):
+                module.use_nested_tensor = False
     return out.eval()
 
 

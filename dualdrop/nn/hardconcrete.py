@@ -127,6 +127,7 @@ class HardConcreteState(NoiseState):
 
     def train_weight(self, w):
         if self.axis is not None:
+            self.note_read()
             return w  # neuron gates are sampled per example in the hooks
         if self._use_fused(w):
             return self._fused_gate(w)
@@ -142,6 +143,7 @@ class HardConcreteState(NoiseState):
         """Linear: gate the input units, one sample per example."""
         if not self.training:
             return None
+        self.note_hook()
         x = args[0]
         if self._use_fused(x):
             return (self._fused_gate(x),) + args[1:]
@@ -151,6 +153,7 @@ class HardConcreteState(NoiseState):
         """Convolution: gate the output channels (bias included), one sample per example."""
         if not self.training:
             return None
+        self.note_hook()
         shape = (out.shape[0], self.gate_logits.numel())
         if self._use_fused(out):  # the gates themselves: the fused gate of a tensor of ones
             z = self._fused_gate(out.new_ones(shape))

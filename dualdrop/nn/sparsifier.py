@@ -58,6 +58,11 @@ class Sparsifier:
         self.skipped = list(skipped)   # [(target name, reason)]
         self._checked_opt = None
         self._removed = False
+        #: weights whose layer's forward hook never ran although they were read in training
+        #: (used through ``F.linear(x, layer.weight)`` or similar): the method's noise or gates
+        #: do not act on them, only its regularizer does; each is named in a warning
+        self.bypassed: list[str] = []
+        self._watch = [(t, st) for t, st in self._pairs if record.needs_linear_map]
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":
@@ -99,9 +104,34 @@ class Sparsifier:
         n_train = check_int("n_train", n_train, low=1)
         if not isinstance(value, bool):
             raise TypeError(f"value must be True or False, got {type(value).__name__}")
+        self._check_bypass()
         terms = [st.regularizer_term(t.param, n_train, value) for t, st in self.states()]
         total = torch.stack(terms).sum()
         return total if value else total - total.detach()
+
+    def _check_bypass(self) -> None:
+        """Warn once per weight used in training without its layer's forward (see ``bypassed``).
+
+        Runs until every watched weight's hook has been seen (the first step of a normal run),
+        then costs nothing."""
+        if not self._watch:
+            return
+        keep = []
+        for t, st in self._watch:
+            if st.hook_seen:
+                continue
+            if st.read_seen:
+                self.bypassed.append(t.key)
+                warnings.warn(
+                    f"sparsify: {t.key} was used in training without calling its layer's forward "
+                    f"(e.g. F.linear(x, layer.weight) in a parent module), so {self.method}'s "
+                    "noise/gates, which act in the layer's forward hook, do not apply to it and "
+                    "only the regularizer does; call the layer itself, exclude the weight, or "
+                    "use a method that acts through the weight (vardrop, hardconcrete, the "
+                    "penalty methods)", RuntimeWarning, stacklevel=3)
+                continue
+            keep.append((t, st))
+        self._watch = keep
 
     def check_balance(self, data_loss, n_train: int, ratio: float = 10.0) -> float:
         """``regularizer / data loss`` now; warns when it exceeds ``ratio`` (call it at the
@@ -154,6 +184,7 @@ class Sparsifier:
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
+        self._check_bypass()
         if optimizer is not None and self._checked_opt is not optimizer:
             self.check_optimizer(optimizer)
             self._checked_opt = optimizer

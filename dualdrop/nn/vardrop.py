@@ -165,6 +165,7 @@ class VarDropState(NoiseState):
 
     def train_weight(self, w):
         if self.variant != "none":
+            self.note_read()
             return w  # the noise is sampled on the pre-activations (lr_hook)
         if self._use_fused(w):  # one loop each way, counter-based normals; the KL's gradient too
             from dualdrop.nn import _fused
@@ -179,6 +180,7 @@ class VarDropState(NoiseState):
         """Local reparameterization: add ``sqrt(x^2 var_w) e`` to the layer's mean output."""
         if not self.training:
             return None
+        self.note_hook()
         w = original_of(module, "weight")
         x = args[0]
         if self._use_fused(w, x, out):
