@@ -77,6 +77,22 @@ def check_choice(name, value, choices):
     return value
 
 
+def check_lam(lam, *, none_ok: bool = False):
+    """The one rule for a method's strength ``lam``: a finite real number > 0 (a strength of 0
+    sparsifies nothing: use the plain model), or None where the method has a per-dataset
+    default (variational dropout, hard-concrete)."""
+    if lam is None and none_ok:
+        return None
+    if lam is None:
+        raise TypeError("lam must be a real number > 0, got None")
+    try:
+        return check_float("lam", lam, low=0.0, low_open=True)
+    except ValueError:
+        hint = " or None for the per-dataset default c/n_train" if none_ok else ""
+        raise ValueError(f"lam must be > 0{hint}, got {lam!r}; a strength of 0 sparsifies "
+                         "nothing (train the plain model instead)") from None
+
+
 def check_tol(tol):
     return check_float("tol", tol, low=0.0, high=1.0, low_open=True, high_open=True)
 
@@ -285,6 +301,7 @@ def _rebuild_parametrized(plain_cls, names):
     for name in names:
         parametrize._inject_property(obj, name)
     type(obj).__reduce_ex__ = _reduce_parametrized
+    type(obj).__getattr__ = _moved_attribute
     return obj
 
 
@@ -318,6 +335,24 @@ def plain_rnn_cache(module: nn.Module) -> None:
                                             for w in flat]
 
 
+def _moved_attribute(self, name):
+    """``__getattr__`` of a sparsified module: the usual lookup, and for a name that now lives
+    on the weight's state (``layer.gate_logits``, ``layer.log_alpha`` of dualdrop's earlier layer
+    classes) an AttributeError that names the new access."""
+    try:
+        return type(self).__bases__[0].__getattr__(self, name)
+    except AttributeError:
+        if not name.startswith("__") and "parametrizations" in self.__dict__.get("_modules", {}):
+            for tname, plist in self._modules["parametrizations"].items():
+                for p in plist:
+                    if isinstance(p, WeightState) and hasattr(p, name):
+                        raise AttributeError(
+                            f"{type(self).__name__} has no attribute {name!r}: the method's "
+                            f"state moved to the weight's parametrization; use "
+                            f"dualdrop.nn.state_of(module, {tname!r}).{name}") from None
+        raise
+
+
 def _hook_owner(fn):
     """The object a registered hook is a bound method of (torch wraps state-dict pre-hooks in an
     object holding the function as ``.hook``)."""
@@ -333,6 +368,7 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
                          "exclude this tensor)")
     parametrize.register_parametrization(module, tensor_name, state, unsafe=True)
     type(module).__reduce_ex__ = _reduce_parametrized
+    type(module).__getattr__ = _moved_attribute
     if isinstance(module, nn.RNNBase):
         plain_rnn_cache(module)
         if not any(getattr(h, "__self__", None) is state

@@ -35,7 +35,7 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import Method, NoiseState, check_float, linear_map_reason
+from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, linear_map_reason
 
 _U_EPS = 1e-6
 
@@ -188,8 +188,7 @@ class HardConcrete(Method):
 
     def validate(self, hp):
         out = dict(hp)
-        if hp["lam"] is not None:
-            out["lam"] = check_float("lam", hp["lam"], low=0.0)
+        out["lam"] = check_lam(hp["lam"], none_ok=True)
         out["beta"] = check_float("beta", hp["beta"], low=0.0, low_open=True)
         out["gamma"] = check_float("gamma", hp["gamma"], high=0.0, high_open=True)
         out["zeta"] = check_float("zeta", hp["zeta"], low=1.0, low_open=True)

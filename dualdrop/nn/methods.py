@@ -10,6 +10,8 @@ plus one line in ``_RECORDS``. ``"penalty:<name>"`` names any separable penalty 
 
 from __future__ import annotations
 
+import difflib
+
 from dualdrop.nn import hardconcrete, magnitude, penalty, vardrop
 from dualdrop.nn._base import Method
 
@@ -45,8 +47,18 @@ def method_class(method: str) -> type[Method]:
         return REGISTRY[method]
     if method.startswith(PENALTY_PREFIX) and len(method) > len(PENALTY_PREFIX):
         return penalty.CatalogPenalty.for_catalog(method[len(PENALTY_PREFIX):])
-    raise ValueError(f"unknown method {method!r}; choose one of {list(METHODS)} or "
-                     "'penalty:<name>' with a penalties catalog name (e.g. 'penalty:mcp')")
+    raise ValueError(f"unknown method {method!r}{_did_you_mean(method)}; choose one of "
+                     f"{list(METHODS)} or 'penalty:<name>' with a penalties catalog name "
+                     "(e.g. 'penalty:mcp')")
+
+
+def _did_you_mean(method: str) -> str:
+    """`` (did you mean 'vardrop-lr'?)`` for a near miss (case, '_' for '-', a typo), else ''."""
+    norm = method.strip().lower().replace("_", "-").replace(" ", "-")
+    if norm in REGISTRY:
+        return f" (did you mean {norm!r}?)"
+    close = difflib.get_close_matches(norm, METHODS, n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def is_method(method) -> bool:

@@ -76,7 +76,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import _kernels
-from dualdrop.nn._base import Method, WeightState, check_choice, check_float, check_tol
+from dualdrop.nn._base import Method, WeightState, check_choice, check_float, check_lam, check_tol
 
 _ALGORITHMS = ("gradient", "adatikhonov", "adaprox")
 _HELP = {
@@ -266,6 +266,8 @@ def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool, need_value: 
     wc = w.detach()
     if wc.device.type != "cpu":
         wc = wc.cpu()
+    if wc.dtype not in (torch.float32, torch.float64):  # bfloat16 / half: no NumPy type
+        wc = wc.to(torch.float32)
     wc = wc.contiguous()
     if layer._kernel is not None:
         code, params = layer._kernel
@@ -284,7 +286,7 @@ def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool, need_value: 
         else:
             value = float(np.sum(layer.penalty.omega(w64)))
         grad = torch.from_numpy(d).to(wc.dtype)
-    return value, grad.to(w.device)
+    return value, grad.to(device=w.device, dtype=w.dtype)
 
 
 class _PenaltyFunction(torch.autograd.Function):
@@ -532,7 +534,7 @@ class _PenaltyMethod(Method):
 
     def validate(self, hp):
         out = dict(hp)
-        out["lam"] = check_float("lam", hp["lam"], low=0.0, low_open=True)
+        out["lam"] = check_lam(hp["lam"])
         out["tol"] = check_tol(hp["tol"])
         if "eps" in hp:
             out["eps"] = check_float("eps", hp["eps"], low=0.0, low_open=True)
@@ -599,7 +601,7 @@ class CatalogPenalty(_PenaltyMethod):
 
     def validate(self, hp):
         out = dict(hp)
-        out["lam"] = check_float("lam", hp["lam"], low=0.0, low_open=True)
+        out["lam"] = check_lam(hp["lam"])
         out["tol"] = check_tol(hp["tol"])
         out["algorithm"] = check_choice("algorithm", hp["algorithm"], set(_ALGORITHMS))
         out["penalty"] = make_penalty(self.penalty_name, hp["penalty_params"])
@@ -615,6 +617,11 @@ class CatalogPenalty(_PenaltyMethod):
         if self.hparams["algorithm"] == "adaprox":
             adaprox_step([(t.param, st) for t, st in sp.states()], optimizer)
 
+    def __reduce__(self):
+        # the class is made per catalog name at run time: pickle the name and hyperparameters
+        hp = {k: v for k, v in self.hparams.items() if k != "penalty"}
+        return _catalog_record, (self.penalty_name, hp)
+
     @classmethod
     def for_catalog(cls, catalog_name: str) -> type:
         """The record of ``penalty:<catalog_name>`` (checked against the catalog)."""
@@ -624,3 +631,8 @@ class CatalogPenalty(_PenaltyMethod):
                              f"names are {available}")
         return type(f"CatalogPenalty_{catalog_name}", (cls,),
                     {"name": f"penalty:{catalog_name}", "penalty_name": catalog_name})
+
+
+def _catalog_record(catalog_name: str, hparams: dict) -> CatalogPenalty:
+    """Unpickle a ``penalty:<name>`` record (see ``CatalogPenalty.__reduce__``)."""
+    return CatalogPenalty.for_catalog(catalog_name)(**hparams)

@@ -15,17 +15,43 @@ strong prior. ``Sparsifier.check_balance`` warns when the regularizer dominates 
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 import torch.nn as nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from dualdrop.nn import methods as _methods
 from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import check_choice, check_int, register_state, state_of
 from dualdrop.nn.export import export_sparse, fold, sparsity_report
-from dualdrop.nn.targets import all_targets, select
+from dualdrop.nn.targets import all_targets, plain_class, select
 
 METHODS = _methods.METHODS
+
+# An optimizer built before ``sparsify`` holds the weights but not the method's new parameters
+# (log-alpha, gates, p); it is refused before its first step, through one global step pre-hook
+# that looks at each optimizer once.
+_LIVE: "weakref.WeakSet[Sparsifier]" = weakref.WeakSet()
+_CHECKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_STEP_HOOK = []
+
+
+def _check_before_first_step(optimizer, args, kwargs):
+    if optimizer in _CHECKED:
+        return
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    for sp in list(_LIVE):
+        if not sp._removed and any(id(t.param) in held for t, _ in sp._pairs):
+            sp.check_optimizer(optimizer)
+    _CHECKED[optimizer] = True
+
+
+def _watch_optimizers(sp) -> None:
+    _LIVE.add(sp)
+    if not _STEP_HOOK:
+        _STEP_HOOK.append(register_optimizer_step_pre_hook(
+            _check_before_first_step))
 
 
 def default_hparams(method: str) -> dict:
@@ -63,6 +89,8 @@ class Sparsifier:
         #: do not act on them, only its regularizer does; each is named in a warning
         self.bypassed: list[str] = []
         self._watch = [(t, st) for t, st in self._pairs if record.needs_linear_map]
+        if any(True for _, st in self._pairs for _ in st.parameters()):
+            _watch_optimizers(self)
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":
@@ -85,7 +113,15 @@ class Sparsifier:
 
     @property
     def layers(self) -> list:
-        """``(name, state)`` of every sparsified weight."""
+        """Deprecated name of :meth:`named_states` (it yielded layer modules before 0.2)."""
+        warnings.warn("Sparsifier.layers is deprecated: it yields (name, WeightState) pairs, no "
+                      "longer layer modules; use sp.named_states() (or sp.targets for the names "
+                      "and dualdrop.nn.state_of(module, 'weight') for one layer's state)",
+                      DeprecationWarning, stacklevel=2)
+        return self.named_states()
+
+    def named_states(self) -> list:
+        """``(name, WeightState)`` of every sparsified weight (names as in ``targets``)."""
         return [(t.key, st) for t, st in self.states()]
 
     def _check_live(self):
@@ -297,7 +333,12 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
         raise ValueError("model is already sparsified; call sparsify once per model (or "
                          "export_sparse(model) / Sparsifier.remove() first to get a plain model)")
     tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
-    chosen, _ = select(model, include, exclude)
+    foreign = []
+    chosen, _ = select(model, include, exclude, foreign=foreign)
+    if foreign:
+        lines = "\n".join(f"  {q} ({plain_class(m).__name__}): {r}" for q, m, r in foreign)
+        warnings.warn(f"sparsify: {len(foreign)} tensor(s) transformed by another tool are left "
+                      f"as they are:\n{lines}", UserWarning, stacklevel=2)
     acted, skipped = [], []
     for t in chosen:
         reason = record.skip_reason(t)

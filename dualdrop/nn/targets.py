@@ -23,10 +23,11 @@ default weights), a module type (its default weights), or a list of those.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from dataclasses import dataclass, field
 
 import torch.nn as nn
-from torch.nn.utils import parametrize
+from torch.nn.utils import parametrize, prune
 
 from dualdrop.nn._base import WeightState
 
@@ -91,12 +92,56 @@ def plain_class(module: nn.Module) -> type:
 
 
 def _tensors(module: nn.Module) -> dict:
-    """The module's own parameters, parametrized ones by their original tensor."""
+    """The module's own parameters, parametrized ones by their original tensor.
+
+    A parametrization with several originals (``weight_norm``'s ``original0``/``original1``)
+    lists them under their state-dict names (``parametrizations.weight.original0``)."""
     out = {}
     if parametrize.is_parametrized(module):  # the weights (parametrized first: before biases)
         for name, plist in module.parametrizations.items():
-            out[name] = plist.original
+            if hasattr(plist, "original"):
+                out[name] = plist.original
+            else:
+                for i in itertools.count():
+                    if not hasattr(plist, f"original{i}"):
+                        break
+                    out[f"parametrizations.{name}.original{i}"] = getattr(plist, f"original{i}")
     out.update(module._parameters)
+    return out
+
+
+def foreign_reason(module: nn.Module, tensor_name: str) -> str | None:
+    """Why ``module.<tensor_name>`` is another tool's to transform, or None.
+
+    ``sparsify`` acts on plain tensors: a tensor already parametrized by something else
+    (``weight_norm``, ``orthogonal``, a user's parametrization) or pruned with
+    ``torch.nn.utils.prune`` is left alone and named."""
+    if parametrize.is_parametrized(module, tensor_name):
+        plist = module.parametrizations[tensor_name]
+        if not any(isinstance(p, WeightState) for p in plist):
+            kinds = ", ".join(type(p).__name__ for p in plist)
+            return (f"already parametrized ({kinds}); remove it with torch.nn.utils.parametrize."
+                    "remove_parametrizations(module, name) first, or exclude the tensor")
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, prune.BasePruningMethod) and hook._tensor_name == tensor_name:
+            return (f"pruned with torch.nn.utils.prune ({type(hook).__name__}); call "
+                    "torch.nn.utils.prune.remove(module, name) first, or exclude it")
+    return None
+
+
+def foreign_weights(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
+    """``(qualified name, module, reason)`` of every tensor of ``model`` another tool
+    transforms (see :func:`foreign_reason`)."""
+    out = []
+    for mname, mod in _model_modules(model):
+        names = list(mod.parametrizations.keys()) if parametrize.is_parametrized(mod) else []
+        names += [h._tensor_name for h in mod._forward_pre_hooks.values()
+                  if isinstance(h, prune.BasePruningMethod)]
+        for name in dict.fromkeys(names):
+            reason = foreign_reason(mod, name)
+            if reason is not None:
+                qual = f"{mname}.{name}" if mname else name
+                out.append((qual, mod, reason))
     return out
 
 
@@ -163,12 +208,27 @@ def _matches(target: Target, item) -> bool:
                for a in target.aliases)
 
 
-def select(model: nn.Module, include=None, exclude=None) -> tuple[list[Target], list[Target]]:
-    """``(selected, others)``: the targets to sparsify and every other parameter of the model."""
+def _matches_foreign(qual: str, module: nn.Module, item) -> bool:
+    if isinstance(item, type):
+        return isinstance(module, item)
+    return (fnmatch.fnmatchcase(qual, item)
+            or fnmatch.fnmatchcase(qual.rpartition(".")[0], item))
+
+
+def select(model: nn.Module, include=None, exclude=None, *,
+           foreign: list | None = None) -> tuple[list[Target], list[Target]]:
+    """``(selected, others)``: the targets to sparsify and every other parameter of the model.
+
+    Tensors another tool transforms (:func:`foreign_weights`) are never selected; pass a list
+    as ``foreign`` to receive ``(qualified name, module, reason)`` of those that the selection
+    would otherwise have taken (``exclude`` may name them, which keeps them out of the list)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     inc, exc = _as_list(include, "include"), _as_list(exclude, "exclude")
     targets = all_targets(model)
+    others_foreign = foreign_weights(model)
+    foreign_ids = {id(t.param) for t in targets for st in t.sites
+                   if foreign_reason(st.module, st.tensor_name) is not None}
     if inc is None:
         chosen = [t for t in targets if any(s.default for s in t.sites)]
     else:
@@ -180,8 +240,21 @@ def select(model: nn.Module, include=None, exclude=None) -> tuple[list[Target], 
                 raise ValueError(f"include: {getattr(item, '__name__', item)!r} matches no "
                                  f"parameter of the model; parameter names are {names}")
         chosen = [t for t in targets if any(_matches(t, it) for it in inc)]
+    if exc is not None and not exc:
+        raise ValueError("exclude is empty; pass None to exclude nothing")
+    for item in exc or ():
+        if not any(_matches(t, item) for t in targets) and not any(
+                _matches_foreign(q, m, item) for q, m, _ in others_foreign):
+            names = [a for t in targets for a in t.aliases]
+            raise ValueError(f"exclude: {getattr(item, '__name__', item)!r} matches no "
+                             f"parameter of the model; parameter names are {names}")
     if exc:
         chosen = [t for t in chosen if not any(_matches(t, it) for it in exc)]
+    if foreign is not None:
+        foreign.extend((q, m, r) for q, m, r in others_foreign
+                       if not any(_matches_foreign(q, m, it) for it in exc or ())
+                       and (inc is None or any(_matches_foreign(q, m, it) for it in inc)))
+    chosen = [t for t in chosen if id(t.param) not in foreign_ids]
     if not chosen:
         raise ValueError("nothing to sparsify: the model has no weight of a known layer type "
                          "(Linear, Conv*, ConvTranspose*, Embedding, RNN/LSTM/GRU, "

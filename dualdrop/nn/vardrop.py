@@ -45,7 +45,7 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import Method, NoiseState, check_float, check_tol, linear_op, original_of
+from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, check_tol, linear_op, original_of
 
 K1, K2, K3 = 0.63576, 1.87320, 1.48695
 _LOG_EPS = 1e-8  # inside log(theta^2 + eps) and sqrt(var + eps)
@@ -213,7 +213,7 @@ class VarDropState(NoiseState):
 
 
 def _check(lam, tol, clip):
-    lam = None if lam is None else check_float("lam", lam, low=0.0)
+    lam = check_lam(lam, none_ok=True)
     tol = check_tol(tol)
     clip = check_float("clip", clip, low=0.0, low_open=True)
     thr = math.log((1.0 - tol) / tol)

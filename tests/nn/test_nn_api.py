@@ -43,7 +43,7 @@ def test_defaults_are_accepted_and_stored(method, h):
     sp = sparsify(model, method, **hp)
     assert isinstance(sp, Sparsifier)
     assert sp.hparams["lr"] == hp["lr"]
-    assert [n for n, _ in sp.layers] == ["fc1", "fc2", "fc3"]
+    assert [n for n, _ in sp.named_states()] == ["fc1", "fc2", "fc3"]
     # same module objects, new classes, still instances of nn.Linear
     assert isinstance(model.fc1, nn.Linear) and type(model.fc1) is not nn.Linear
     assert "method=" in repr(model.fc1)
@@ -76,7 +76,7 @@ def test_new_tensors_are_parameters_state_is_buffers(h):
 def test_include_exclude(h):
     m = h.make_mlp()
     sp = sparsify(m, "logsum", include=["fc1", "fc3"])
-    assert [n for n, _ in sp.layers] == ["fc1", "fc3"]
+    assert [n for n, _ in sp.named_states()] == ["fc1", "fc3"]
     assert type(m.fc2) is nn.Linear
     assert set(sp.density()) == {"fc1", "fc3", "total"}
     assert sparsify(h.make_mlp(), "logsum", include="fc*.weight", exclude="fc2").targets == \
@@ -110,7 +110,7 @@ def test_bad_method(bad, exc, match, h):
     ("vardrop", {"tol": 0.0}, ValueError, "tol must be > 0"),
     ("vardrop", {"tol": 1.5}, ValueError, "tol must be < 1"),
     ("vardrop", {"clip": 2.0}, ValueError, "raise clip"),
-    ("vardrop-lr", {"lam": -1.0}, ValueError, "lam must be >= 0"),
+    ("vardrop-lr", {"lam": -1.0}, ValueError, "lam must be > 0"),
     ("vardrop-lr", {"lam": "big"}, TypeError, "lam must be a real number"),
     ("vardrop-lr-ar", {"init_log_alpha": -3.0}, TypeError, "init_log_alpha"),
     ("hardconcrete", {"gamma": 0.1}, ValueError, "gamma must be < 0"),

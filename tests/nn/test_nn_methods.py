@@ -180,7 +180,7 @@ def test_conv2d_layers(method, h):
     y = (X[:, 0].mean((1, 2)) > 0).long() + (X[:, 1].mean((1, 2)) > 0).long()
     model = h.make_cnn()
     sp = sparsify(model, method, **h.FAST_HPARAMS[method])
-    assert {n for n, _ in sp.layers} == {"conv", "fc"}
+    assert {n for n, _ in sp.named_states()} == {"conv", "fc"}
     h.train(model, sp, X, y, epochs=2, batch=16, lr=h.FAST_LR.get(method, 1e-2))
     model.eval()
     with torch.no_grad():

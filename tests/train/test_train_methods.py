@@ -131,7 +131,7 @@ def test_tol_sweep_and_selection(tmp_path, tiny_data, method, lr):
     sweep = rep["val_tol_sweep"]
     assert [r["tol"] for r in sweep] == sorted(r["tol"] for r in sweep) and len(sweep) >= 5
     for r in sweep:
-        for _, state in sp.layers:
+        for _, state in sp.named_states():
             state.set_tol(r["tol"])
         with torch.no_grad():
             err = float((model(Xva).argmax(1) != yva).double().mean())
