@@ -280,6 +280,27 @@ def start(x0, dim: int, paths: int, dtype) -> torch.Tensor:
     raise ValueError(f"x0 must have shape ({dim},) or (paths={paths}, {dim}), got {tuple(x0.shape)}")
 
 
+def setup_run(optimizer, loss, lr, steps, paths, burn_in, betas, eps, weight_decay, noise,
+              sigma, x0, f_star, dtype):
+    """Checks shared by the SDE and discrete runners; returns ``(objective, noise model, lr,
+    betas, eps, start (P, d))``."""
+    check_optimizer(optimizer, weight_decay)
+    lr = check_positive("lr", lr)
+    check_count("steps", steps)
+    paths = check_count("paths", paths)
+    check_count("burn_in", burn_in, low=0)
+    betas = check_betas(betas)
+    eps = check_positive("eps", eps, allow_zero=True)
+    obj = as_objective(loss, f_star)
+    nz = as_noise(noise, sigma)
+    d = obj.dim if obj.dim is not None else (torch.as_tensor(x0).shape[-1] if x0 is not None
+                                            else None)
+    if d is None:
+        raise ValueError("x0 is required with a callable loss (it gives the dimension)")
+    nz.width(d)                                            # checks a covariance's size
+    return obj, nz, lr, betas, eps, start(x0, d, paths, dtype)
+
+
 class TimeAverage:
     """Per-path running mean of the excess loss over the steps after burn-in."""
 

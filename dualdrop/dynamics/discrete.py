@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from dualdrop.dynamics._core import (TimeAverage, as_noise, as_objective, check_betas,
-                                     check_count, check_optimizer, check_positive, start)
+from dualdrop.dynamics._core import TimeAverage, check_optimizer, check_positive, setup_run
 
 
 class SignSGD(torch.optim.Optimizer):
@@ -66,20 +65,10 @@ def run_discrete(optimizer: str, loss, lr: float, steps: int, *, noise="isotropi
     result keys as :func:`dualdrop.dynamics.simulate_sde` (the loss is averaged over the
     iterates ``x_k`` with ``k > burn_in``).  ``z_source(k) -> (P, width)``: the standard normals
     of step ``k`` (default: a generator seeded with ``seed``)."""
-    check_optimizer(optimizer, weight_decay)
-    lr = check_positive("lr", lr)
-    steps = check_count("steps", steps)
-    paths = check_count("paths", paths)
-    burn_in = check_count("burn_in", burn_in, low=0)
-    betas = check_betas(betas)
-    eps = check_positive("eps", eps, allow_zero=True)
-    obj = as_objective(loss, f_star)
-    nz = as_noise(noise, sigma)
-    d = obj.dim if obj.dim is not None else (torch.as_tensor(x0).shape[-1] if x0 is not None
-                                            else None)
-    if d is None:
-        raise ValueError("x0 is required with a callable loss (it gives the dimension)")
-    x = torch.nn.Parameter(start(x0, d, paths, dtype))
+    obj, nz, lr, betas, eps, x0 = setup_run(optimizer, loss, lr, steps, paths, burn_in, betas,
+                                            eps, weight_decay, noise, sigma, x0, f_star, dtype)
+    x = torch.nn.Parameter(x0)
+    d = x.shape[1]
     opt = make_optimizer(optimizer, [x], lr, weight_decay, betas, eps)
     width = nz.width(d)
     gen = torch.Generator().manual_seed(seed)

@@ -45,8 +45,7 @@ import math
 
 import torch
 
-from dualdrop.dynamics._core import (TimeAverage, as_noise, as_objective, check_betas,
-                                     check_count, check_optimizer, check_positive, start)
+from dualdrop.dynamics._core import TimeAverage, check_count, setup_run
 
 
 def simulate_sde(optimizer: str, loss, lr: float, steps: int, *, noise="isotropic",
@@ -68,24 +67,12 @@ def simulate_sde(optimizer: str, loss, lr: float, steps: int, *, noise="isotropi
     ``burn_in >= steps``), ``times``/``trace`` (mean excess loss over paths every
     ``record_every`` optimizer steps, when asked).
     """
-    check_optimizer(optimizer, weight_decay)
-    lr = check_positive("lr", lr)
-    steps = check_count("steps", steps)
     substeps = check_count("substeps", substeps)
-    paths = check_count("paths", paths)
-    burn_in = check_count("burn_in", burn_in, low=0)
-    b1, b2 = check_betas(betas)
-    eps = check_positive("eps", eps, allow_zero=True)
+    obj, nz, lr, (b1, b2), eps, X = setup_run(optimizer, loss, lr, steps, paths, burn_in, betas,
+                                              eps, weight_decay, noise, sigma, x0, f_star, dtype)
     gamma = float(weight_decay)
-    obj = as_objective(loss, f_star)
-    nz = as_noise(noise, sigma)
-    d = obj.dim if obj.dim is not None else (torch.as_tensor(x0).shape[-1] if x0 is not None
-                                            else None)
-    if d is None:
-        raise ValueError("x0 is required with a callable loss (it gives the dimension)")
-    X = start(x0, d, paths, dtype)
+    d = X.shape[1]
     width = d if optimizer == "signsgd" else nz.width(d)   # sign noise lives in R^d
-    nz.width(d)                                                # checks a covariance's size
     gen = torch.Generator().manual_seed(seed)
     dt = lr / substeps
     sq = math.sqrt(lr * dt)                 # sqrt(eta) * sqrt(dt): diffusion per unit z
