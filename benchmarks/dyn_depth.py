@@ -131,7 +131,8 @@ def main():
             print(f"{init:6s} L={L:4d}  Lip init {row['lip_init']:8.2f}  trained {row['lip']:8.2f}"
                   f"  (bias {row['lip_bias']:7.2f}; of the change {row['lip_delta']:6.2f}, max "
                   f"||dW_l|| {row['delta_norm_max']:.3f})  acc {row['test_acc']:.3f}  | " +
-                  "  ".join(f"{m}: Lip {row[m]['lip']:8.2f} (/max||W|| {row[m]['lip_rel']:.2f}) dens {row[m]['density']:.2f} acc "
+                  "  ".join(f"{m}: Lip {row[m]['lip']:8.2f} (/max||W|| {row[m]['lip_rel']:.2f})"
+                            f" dens {row[m]['density']:.2f} acc "
                             f"{row[m]['test_acc']:.3f}" for m in methods)
                   + f"  [{time.time() - t0:.0f} s]", flush=True)
     FIG.mkdir(exist_ok=True)
@@ -148,7 +149,8 @@ def main():
     for init in ("smooth", "iid"):
         rs = [r for r in rows if r["init"] == init]
         Ls = [r["L"] for r in rs]
-        ax.plot(Ls, [r["lip_init"] / r["norm_init_max"] for r in rs], styles[init] + ":", color="0.5",
+        ax.plot(Ls, [r["lip_init"] / r["norm_init_max"] for r in rs], styles[init] + ":",
+                color="0.5",
                 label=f"{init}: init")
         ax.plot(Ls, [r["lip_rel"] for r in rs], styles[init] + "-", color="C0",
                 label=f"{init}: trained")

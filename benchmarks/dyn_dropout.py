@@ -8,7 +8,8 @@ weights multiplied by ``dualdrop.nn``'s variational-dropout noise ``(1 + sqrt(al
 since ``log alpha < 3``).  For Adam, Adam + L2 and AdamW at matched decay ``gamma`` the level is
 the noiseless training loss (eval mode) averaged over the second half of the run, mean and
 spread over seeds; the excess is that level minus the same optimizer's level at the weakest
-noise (``log alpha = -8``, its noiseless floor), and slopes are fitted to the excess.  The noise each level corresponds to is measured at the end of each Adam run
+noise (``log alpha = -8``, its noiseless floor), and slopes are fitted to the excess.  The noise
+each level corresponds to is measured at the end of each Adam run
 with ``dualdrop.diagnostics.dropout_noise_cov``: ``sigma_eff = sqrt(Tr Sigma / D)``.  Question:
 does decoupled decay also bound the loss level under dropout noise?  Writes
 ``figures/dyn_dropout.{png,json}``.

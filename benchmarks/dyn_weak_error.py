@@ -10,7 +10,8 @@ noise at step ``k`` is the normalized sum of the SDE's 16 increments over that s
 ``sign(g + sigma z_k)`` with that ``z_k``), which leaves each law unchanged and shrinks the
 Monte Carlo error of the difference (SignSGD gets 8x the paths: its sign noise couples
 loosely).  Prints the error, its standard error and the fitted order
-(log-log slope in lr, over all lrs and over the three smallest), and writes ``figures/dyn_weak_error.{png,json}``.
+(log-log slope in lr, over all lrs and over the three smallest), and writes
+``figures/dyn_weak_error.{png,json}``.
 
     OMP_NUM_THREADS=1 python3 benchmarks/dyn_weak_error.py           # ~6 min on one core
     OMP_NUM_THREADS=1 python3 benchmarks/dyn_weak_error.py --quick

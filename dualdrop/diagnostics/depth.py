@@ -51,7 +51,7 @@ class ResidualBlock(nn.Module):
 
 
 class ResidualMLP(nn.Module):
-    """``Linear(in, width) -> L residual blocks -> Linear(width, out)``; ``blocks`` in depth order."""
+    """``Linear(in, width) -> L residual blocks -> Linear(width, out)``; ``blocks`` in order."""
 
     def __init__(self, in_features, width, depth, out_features, scale, activation):
         super().__init__()

@@ -35,8 +35,8 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name}={value!r}; expected a finite real number")
     if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name}={value!r}; expected a {'non-negative' if allow_zero else 'positive'}"
-                         " number")
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name}={value!r}; expected a {kind} number")
     return float(value)
 
 
@@ -137,7 +137,7 @@ def as_objective(loss, f_star: float = 0.0) -> Objective:
 
 # --------------------------------------------------------------------------- noise models
 class GradientNoise:
-    """Base class: ``variance(f)`` is ``diag Sigma`` per path, ``sample(z, f)`` is ``Sigma^{1/2} z``.
+    """Base class: ``variance(f)`` is ``diag Sigma`` per path, ``sample(z, f)`` ``Sigma^{1/2} z``.
 
     ``f`` is the excess loss ``f - f_*`` per path, shape ``(P,)``; ``z`` is standard normal of
     shape ``(P, width(d))``.
@@ -218,7 +218,8 @@ class Covariance(GradientNoise):
                 raise ValueError("cov must be symmetric")
             w, Q = torch.linalg.eigh(C)
             if float(w[0]) < -1e-8 * max(float(w[-1]), 0.0):
-                raise ValueError(f"cov must be positive semi-definite (eigenvalue {float(w[0]):.3g})")
+                raise ValueError("cov must be positive semi-definite (eigenvalue "
+                                 f"{float(w[0]):.3g})")
             U = Q * w.clamp_min(0).sqrt()
         else:
             raise TypeError("cov must be a torch.Tensor (d, d) or a "
@@ -277,7 +278,8 @@ def start(x0, dim: int, paths: int, dtype) -> torch.Tensor:
         return x0.expand(paths, dim).clone()
     if x0.shape == (paths, dim):
         return x0.clone()
-    raise ValueError(f"x0 must have shape ({dim},) or (paths={paths}, {dim}), got {tuple(x0.shape)}")
+    raise ValueError(f"x0 must have shape ({dim},) or (paths={paths}, {dim}), got "
+                     f"{tuple(x0.shape)}")
 
 
 def setup_run(optimizer, loss, lr, steps, paths, burn_in, betas, eps, weight_decay, noise,

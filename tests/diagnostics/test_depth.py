@@ -41,7 +41,8 @@ def test_tied_init_is_constant_and_scale_is_one_over_depth():
 def test_smooth_bounded_iid_growing_in_depth():
     lip = {(init, L): depth_regularity(residual_mlp(8, 16, L, 2, init=init, seed=1))["lipschitz"]
            for init in ("smooth", "iid") for L in (16, 256)}
-    # smooth: L max ||W(s + 1/L) - W(s)|| -> max ||W'|| <= pi sqrt(||A||^2 + ||B||^2), about pi*sqrt(2)*4
+    # smooth: L max ||W(s + 1/L) - W(s)|| -> max ||W'|| <= pi sqrt(||A||^2 + ||B||^2),
+    # about pi * sqrt(2) * 4
     assert lip["smooth", 256] == pytest.approx(lip["smooth", 16], rel=0.1)
     assert lip["smooth", 256] < math.pi * math.sqrt(2) * 4 * 1.5
     # iid: consecutive differences have norm ~ sqrt(2) * ||W||_F = sqrt(2) * 4: Lip grows like L
