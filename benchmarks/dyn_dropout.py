@@ -12,9 +12,10 @@ noise (``log alpha = -8``, its noiseless floor), and slopes are fitted to the ex
 each level corresponds to is measured at the end of each Adam run
 with ``dualdrop.diagnostics.dropout_noise_cov``: ``sigma_eff = sqrt(Tr Sigma / D)``.  Question:
 does decoupled decay also bound the loss level under dropout noise?  Writes
-``figures/dyn_dropout.{png,json}``.
+``figures/dyn_dropout.{png,json}`` (``dyn_dropout_gamma<g>`` for another ``--gamma``).
 
-    OMP_NUM_THREADS=1 python3 benchmarks/dyn_dropout.py           # ~4 min on one core
+    OMP_NUM_THREADS=1 python3 benchmarks/dyn_dropout.py           # ~2.5 min on one core
+    OMP_NUM_THREADS=1 python3 benchmarks/dyn_dropout.py --gamma 0.1
     OMP_NUM_THREADS=1 python3 benchmarks/dyn_dropout.py --quick
 """
 
@@ -121,7 +122,8 @@ def main():
     print("log-log slope of the excess level in sigma_eff over the upper half:",
           ", ".join(f"{o} {v:.2f}" for o, v in slopes.items()))
     FIG.mkdir(exist_ok=True)
-    (FIG / "dyn_dropout.json").write_text(json.dumps(
+    name = "dyn_dropout" if args.gamma == 0.01 else f"dyn_dropout_gamma{args.gamma:g}"
+    (FIG / f"{name}.json").write_text(json.dumps(
         {"steps": args.steps, "lr": args.lr, "gamma": args.gamma, "seeds": seeds, "rows": rows,
          "slopes_upper_half": slopes}, indent=1))
     import matplotlib
@@ -141,8 +143,8 @@ def main():
     ax.set_title(f"MLP on digits, vardrop noise, lr {args.lr}, decay {args.gamma}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(FIG / "dyn_dropout.png", dpi=130)
-    print("wrote", FIG / "dyn_dropout.png", f"total {time.time() - t0:.0f} s")
+    fig.savefig(FIG / f"{name}.png", dpi=130)
+    print("wrote", FIG / f"{name}.png", f"total {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ def test_sgd_one_dimensional_ou_process():
     h, sigma, lr = 2.0, 1.5, 0.25
     H = torch.tensor([[h]])
     sde = dy.stationary_loss("sgd", H, sigma, lr, method="sde", substeps=32, paths=1024,
-                             steps=2000, burn_in=200)
+                             steps=1200, burn_in=150)
     disc = dy.stationary_loss("sgd", H, sigma, lr, method="discrete", paths=1024, steps=2000,
                               burn_in=200)
     exact_sde = lr * sigma ** 2 / 4
@@ -191,3 +191,25 @@ def test_validation(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         dy.stationary_loss(**args)
+
+
+def test_measured_minibatch_covariance_as_noise():
+    # SGD's SDE with any constant Sigma: H C + C H = eta Sigma, so E f = Tr(H C)/2 = eta Tr(Sigma)/4
+    from dualdrop.diagnostics import hessian, sgd_noise_cov
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    y = X @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) + 0.3 * torch.randn(
+        40, generator=g, dtype=torch.float64)
+    model = torch.nn.Linear(3, 1, bias=False).double()
+
+    def loss_fn(out, t):
+        return 0.5 * ((out.squeeze(-1) - t) ** 2).mean()
+
+    H = hessian(model, loss_fn, X, y)
+    for dense in (True, False):
+        S = sgd_noise_cov(model, loss_fn, X, y, batch_size=4, dense=dense)
+        trace = float(torch.trace(S)) if dense else S.trace()
+        r = dy.stationary_loss("sgd", H, 1.0, 0.02, noise=S, substeps=2, paths=512, seed=5)
+        exact = 0.02 * trace / 4
+        assert abs(r["loss"] - exact) < 4 * r["stderr"] + 0.02 * exact
