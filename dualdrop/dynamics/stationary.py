@@ -92,7 +92,8 @@ def stationary_loss(optimizer: str, hessian, sigma: float, lr: float, method: st
                          "explicitly or raise max_steps")
     if burn_in >= steps:
         raise ValueError(f"burn_in={burn_in} must be below steps={steps}")
-    if x0 is None and noise == "loss-scaled":
+    named = noise if isinstance(noise, str) else None
+    if x0 is None and named == "loss-scaled":
         x0 = torch.full((d,), 1 / math.sqrt(d), dtype=torch.float64)
     common = dict(noise=nz, weight_decay=weight_decay, betas=betas, eps=eps, paths=paths,
                   burn_in=burn_in, x0=x0, seed=seed)
@@ -101,7 +102,7 @@ def stationary_loss(optimizer: str, hessian, sigma: float, lr: float, method: st
     else:
         res = run_discrete(optimizer, H, lr, steps, **common)
     bound = (stationary_bound(optimizer, H, sigma, lr, weight_decay)
-             if noise == "isotropic" else float("nan"))
+             if named == "isotropic" else float("nan"))
     return {"loss": res["loss"], "stderr": res["stderr"], "bound": bound, "steps": steps,
             "burn_in": burn_in, "paths": paths, "optimizer": optimizer, "method": method,
             "sigma": sigma, "lr": lr, "weight_decay": float(weight_decay)}
