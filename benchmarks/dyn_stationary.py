@@ -26,9 +26,10 @@ import torch
 from dualdrop.dynamics import OPTIMIZERS, stationary_bound, stationary_loss
 
 FIG = Path(__file__).resolve().parent / "figures"
-DECAY = {"sgd": 0.0, "signsgd": 0.0, "adam": 0.0, "adam-l2": 0.5, "adamw": 0.5}
+DECAY = {"sgd": 0.0, "signsgd": 0.0, "adam": 0.0, "adam-l2": 0.5, "adamw": 0.5,
+         "rmsprop": 0.0}
 LABEL = {"sgd": "SGD", "signsgd": "SignSGD", "adam": "Adam", "adam-l2": "Adam + L2 (0.5)",
-         "adamw": "AdamW (0.5)"}
+         "adamw": "AdamW (0.5)", "rmsprop": "RMSprop"}
 
 
 def slope(sig, val, lo, hi):

@@ -31,7 +31,8 @@ import torch
 from dualdrop.dynamics import OPTIMIZERS, run_discrete, simulate_sde
 
 FIG = Path(__file__).resolve().parent / "figures"
-DECAY = {"sgd": 0.0, "signsgd": 0.0, "adam": 0.0, "adam-l2": 0.5, "adamw": 0.5}
+DECAY = {"sgd": 0.0, "signsgd": 0.0, "adam": 0.0, "adam-l2": 0.5, "adamw": 0.5,
+         "rmsprop": 0.0}
 RHO = (2.0, 1.0)
 SUB = 16
 

@@ -1,5 +1,5 @@
-"""SDEs of SGD, SignSGD, Adam, Adam + L2 and AdamW, their stationary loss levels, and the
-optimizers themselves under injected gradient noise.
+"""SDEs of SGD, SignSGD, Adam, Adam + L2, AdamW and RMSprop, their stationary loss levels, and
+the optimizers themselves under injected gradient noise.
 
 Near a minimum an optimizer with learning rate ``eta`` and gradient noise ``xi ~ N(0, Sigma)``
 does not converge: its iterates settle into a stationary distribution whose loss level

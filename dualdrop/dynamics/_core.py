@@ -27,7 +27,7 @@ import numbers
 import torch
 
 #: the optimizers whose SDE and discrete versions this package provides
-OPTIMIZERS = ("sgd", "signsgd", "adam", "adam-l2", "adamw")
+OPTIMIZERS = ("sgd", "signsgd", "adam", "adam-l2", "adamw", "rmsprop")
 
 
 # --------------------------------------------------------------------------- argument checks

@@ -16,6 +16,11 @@ SDEs in ``dualdrop.dynamics.sde``:
 * AdamW: ``(eta L_tau sigma / 2) L / (2 mu L + sigma gamma (L + mu))`` -- tends to
   ``eta L_tau L / (2 gamma (L + mu))`` as ``sigma -> infinity``: decoupled decay bounds the level.
 
+RMSprop is given the Adam + L2 expression: linearized at the minimum (``V -> sigma^2``) its SDE
+is the Ornstein--Uhlenbeck process ``dX = -(H + gamma I) X / sigma dt - sqrt(eta) dW``, whose level
+``(eta sigma / 4) sum_i h_i / (h_i + gamma)`` is the one Adam + L2's linearization has (this
+extension is ours, not the paper's).
+
 In one dimension (``mu = L = L_tau = h``) the Adam, Adam + L2 and AdamW expressions are the
 exact stationary levels of the SDEs linearized at the minimum (``V -> sigma^2``, ``rho_1 >>
 gamma``): ``eta h sigma / (4 (h + gamma))`` and ``eta h sigma / (4 (h + gamma sigma))``.
@@ -55,7 +60,7 @@ def stationary_bound(optimizer: str, hessian, sigma: float, lr: float,
     if optimizer == "signsgd":
         inv_delta = math.pi * sigma ** 2 / (math.sqrt(2 * math.pi) * sigma + eta * mu)
         return eta / 2 * Lt / (2 * mu) * inv_delta
-    if optimizer in ("adam", "adam-l2"):
+    if optimizer in ("adam", "adam-l2", "rmsprop"):
         return eta * Lt * sigma / 2 * L / (2 * mu * L + gam * (L + mu))
     return eta * Lt * sigma / 2 * L / (2 * mu * L + sigma * gam * (L + mu))
 

@@ -1,9 +1,9 @@
 """The discrete optimizers themselves, run on many paths with injected gradient noise.
 
 ``run_discrete`` drives ``torch.optim.SGD``, ``Adam`` (``weight_decay = gamma``: the L2 term
-``gamma x`` added to the gradient, i.e. Adam on ``f + gamma ||x||^2 / 2``) and ``AdamW``
-(decoupled decay ``x <- x (1 - eta gamma)``), and :class:`SignSGD` (``x <- x - eta sign(g)``;
-torch has no SignSGD) on a ``(P, d)`` parameter.  Each step the exact gradient of the objective
+``gamma x`` added to the gradient, i.e. Adam on ``f + gamma ||x||^2 / 2``), ``AdamW``
+(decoupled decay ``x <- x (1 - eta gamma)``), ``RMSprop`` and :class:`SignSGD`
+(``x <- x - eta sign(g)``; torch has no SignSGD) on a ``(P, d)`` parameter.  Each step the exact gradient of the objective
 gets ``xi ~ N(0, Sigma(x))`` added before ``optimizer.step()``.  All four updates act
 coordinate-wise, so the rows of the one parameter are ``P`` independent runs of the optimizer.
 """
@@ -45,7 +45,8 @@ class SignSGD(torch.optim.Optimizer):
 
 def make_optimizer(optimizer: str, params, lr: float, weight_decay: float = 0.0,
                    betas=(0.9, 0.999), eps: float = 1e-8) -> torch.optim.Optimizer:
-    """The torch optimizer behind each name (``"adam"`` and ``"adam-l2"`` are both ``Adam``)."""
+    """The torch optimizer behind each name (``"adam"`` and ``"adam-l2"`` are both ``Adam``;
+    ``"rmsprop"`` is ``RMSprop`` with ``alpha = betas[1]``)."""
     check_optimizer(optimizer, weight_decay)
     if optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
@@ -53,6 +54,9 @@ def make_optimizer(optimizer: str, params, lr: float, weight_decay: float = 0.0,
         return SignSGD(params, lr=lr)
     if optimizer in ("adam", "adam-l2"):
         return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=betas[1], eps=eps,
+                                   weight_decay=weight_decay)
     return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 

@@ -1,4 +1,4 @@
-"""Euler--Maruyama simulation of the SDEs of SGD, SignSGD, Adam, Adam + L2 and AdamW.
+"""Euler--Maruyama simulation of the SDEs of SGD, SignSGD, Adam, Adam + L2, AdamW and RMSprop.
 
 Time is measured in units of the learning rate ``eta``: optimizer step ``k`` sits at
 ``t = k eta``, and an SDE step of ``dt = eta / substeps`` is one ``substeps``-th of it.  The
@@ -27,6 +27,12 @@ Adam, ``beta_i = 1 - eta rho_i``, ``gamma_i(t) = 1 - exp(-rho_i t)`` (the bias c
 with ``G = grad f`` for Adam and AdamW and ``G = grad f + gamma X`` for Adam on the L2-regularized
 loss ``f + gamma ||x||^2 / 2`` (what ``torch.optim.Adam(weight_decay=gamma)`` does).  AdamW's
 decoupled decay ``x <- x (1 - eta gamma)`` per step is the drift ``-gamma X``.
+
+RMSprop (``torch.optim.RMSprop``: ``alpha = beta_2``, no momentum, no bias correction;
+``G = grad f + gamma X``), the noise entering the step itself::
+
+    dX = -P^{-1} (G dt + sqrt(eta) Sigma^{1/2} dW),   P = diag(sqrt V) + eps I
+    dV = rho_2 (G^2 + diag Sigma - V) dt
 
 The scheme is Euler--Maruyama with one ordering choice: ``V`` and the bias corrections are taken
 at the end of the step (``V_{n+1}``, ``t_{n+1}``), as the algorithm does (its update uses
@@ -95,6 +101,10 @@ def simulate_sde(optimizer: str, loss, lr: float, steps: int, *, noise="isotropi
                 m = torch.erf(g / (math.sqrt(2.0) * s.clamp_min(1e-300)))
                 w = z if nz.correlation is None else z @ nz.correlation.T.to(dtype)
                 X = X - m * dt + sq * (1 - m * m).clamp_min(0).sqrt() * w
+            elif optimizer == "rmsprop":
+                G = g + gamma * X
+                V = V + rho2 * (G * G + nz.variance(f, d) - V) * dt
+                X = X - (G * dt + sq * nz.sample(z, f)) / (V.sqrt() + eps)
             else:
                 G = g + gamma * X if optimizer == "adam-l2" else g
                 t_next = t + dt

@@ -39,7 +39,7 @@ def relaxation_time(optimizer: str, mu: float, scale: float, lr: float, weight_d
     tau_x = scale / mu
     if optimizer == "adamw" and gam > 0:
         tau_x = min(tau_x, 1.0 / gam)
-    if optimizer == "adam-l2":
+    if optimizer in ("adam-l2", "rmsprop"):
         tau_x = scale / (mu + gam)
     return tau_x + lr / (1 - b1) + lr / (1 - b2)
 
@@ -52,7 +52,8 @@ def stationary_loss(optimizer: str, hessian, sigma: float, lr: float, method: st
     """Stationary ``E[f - f_*]`` of ``optimizer`` on ``f(x) = x^T H x / 2``.
 
     ``optimizer``: ``"sgd"``, ``"signsgd"``, ``"adam"``, ``"adam-l2"`` (``torch.optim.Adam`` with
-    ``weight_decay``: Adam on ``f + weight_decay ||x||^2 / 2``) or ``"adamw"``.  ``hessian``: a
+    ``weight_decay``: Adam on ``f + weight_decay ||x||^2 / 2``), ``"adamw"`` or ``"rmsprop"``
+    (``alpha = betas[1]``, L2 ``weight_decay``).  ``hessian``: a
     symmetric positive-definite ``(d, d)`` tensor.  ``sigma``: standard deviation of the gradient
     noise -- ``N(0, sigma^2 I)`` by default; ``noise="loss-scaled"`` takes ``sigma^2 f(x) I``; a
     covariance ``C`` (tensor or ``dualdrop.diagnostics.LowRankCov``) takes ``sigma^2 C``.

@@ -122,7 +122,7 @@ def test_signsgd_optimizer_step():
 def test_callable_loss_equals_hessian_form():
     H = torch.tensor([[2.0, 0.3], [0.3, 1.0]], dtype=torch.float64)
     kw = dict(sigma=0.7, paths=64, burn_in=5, x0=torch.tensor([1.0, -1.0]), seed=3)
-    for opt in ("sgd", "signsgd", "adam"):
+    for opt in ("sgd", "signsgd", "adam", "rmsprop"):
         a = dy.simulate_sde(opt, H, 0.05, 40, **kw)
         b = dy.simulate_sde(opt, lambda x: 0.5 * ((x @ H) * x).sum(-1), 0.05, 40, **kw)
         torch.testing.assert_close(a["x"], b["x"])
@@ -175,7 +175,7 @@ def test_loss_scaled_sgd_converges_below_threshold():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(optimizer="rmsprop"), "optimizer="),
+    (dict(optimizer="rmsprop-w"), "optimizer="),
     (dict(hessian=torch.ones(2, 3)), "hessian must be a square"),
     (dict(hessian=torch.tensor([[1.0, 0.0], [0.0, -1.0]])), "positive definite"),
     (dict(sigma=-1.0), "sigma="),
@@ -213,3 +213,16 @@ def test_measured_minibatch_covariance_as_noise():
         r = dy.stationary_loss("sgd", H, 1.0, 0.02, noise=S, substeps=2, paths=512, seed=5)
         exact = 0.02 * trace / 4
         assert abs(r["loss"] - exact) < 4 * r["stderr"] + 0.02 * exact
+
+
+def test_rmsprop_levels_against_linearization():
+    # v -> sigma^2: x' = x - eta (h x + sigma z) / sigma, variance eta sigma / (h (2 - eta h/sigma));
+    # the SDE's OU level eta sigma / 4
+    h, sigma, eta = 1.0, 2.0, 0.05
+    H = torch.tensor([[h]])
+    disc = dy.stationary_loss("rmsprop", H, sigma, eta, method="discrete", betas=(0.9, 0.99))
+    sde = dy.stationary_loss("rmsprop", H, sigma, eta, substeps=2, betas=(0.9, 0.99), seed=4)
+    exact_disc = h / 2 * eta * sigma / (h * (2 - eta * h / sigma))
+    assert abs(disc["loss"] - exact_disc) < 4 * disc["stderr"] + 0.03 * exact_disc
+    assert abs(sde["loss"] - eta * sigma / 4) < 4 * sde["stderr"] + 0.03 * eta * sigma / 4
+    assert sde["bound"] == pytest.approx(eta * sigma / 4)
