@@ -3,9 +3,10 @@
 ``run_discrete`` drives ``torch.optim.SGD``, ``Adam`` (``weight_decay = gamma``: the L2 term
 ``gamma x`` added to the gradient, i.e. Adam on ``f + gamma ||x||^2 / 2``), ``AdamW``
 (decoupled decay ``x <- x (1 - eta gamma)``), ``RMSprop`` and :class:`SignSGD`
-(``x <- x - eta sign(g)``; torch has no SignSGD) on a ``(P, d)`` parameter.  Each step the exact gradient of the objective
-gets ``xi ~ N(0, Sigma(x))`` added before ``optimizer.step()``.  All four updates act
-coordinate-wise, so the rows of the one parameter are ``P`` independent runs of the optimizer.
+(``x <- x - eta sign(g)``; torch has no SignSGD) on a ``(P, d)`` parameter.  Each step the
+exact gradient of the objective gets ``xi ~ N(0, Sigma(x))`` added before ``optimizer.step()``.
+All these updates act coordinate-wise, so the rows of the one parameter are ``P`` independent
+runs of the optimizer.
 """
 
 from __future__ import annotations

@@ -216,8 +216,8 @@ def test_measured_minibatch_covariance_as_noise():
 
 
 def test_rmsprop_levels_against_linearization():
-    # v -> sigma^2: x' = x - eta (h x + sigma z) / sigma, variance eta sigma / (h (2 - eta h/sigma));
-    # the SDE's OU level eta sigma / 4
+    # v -> sigma^2: x' = x - eta (h x + sigma z) / sigma, variance
+    # eta sigma / (h (2 - eta h / sigma)); the SDE's OU level eta sigma / 4
     h, sigma, eta = 1.0, 2.0, 0.05
     H = torch.tensor([[h]])
     disc = dy.stationary_loss("rmsprop", H, sigma, eta, method="discrete", betas=(0.9, 0.99))
