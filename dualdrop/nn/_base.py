@@ -162,6 +162,19 @@ class WeightState(nn.Module):
         if not self.hook_seen and not compiling():
             self.hook_seen = True
 
+    def watch_weight(self, weight) -> None:
+        """Remember (weakly) the original weight, for the optimizer check of ``sparsify``."""
+        self.__dict__["_weight_ref"] = weakref.ref(weight)
+
+    def __getstate__(self):  # a weak reference is neither pickled nor copied
+        state = super().__getstate__()
+        state.pop("_weight_ref", None)
+        return state
+
+    def watched_weight(self):
+        ref = self.__dict__.get("_weight_ref")
+        return ref() if ref is not None else None
+
     def release_rnn_cache(self, module, args, output):
         """Forward hook of a recurrent layer: drop the parametrized weights it cached."""
         plain_rnn_cache(module)

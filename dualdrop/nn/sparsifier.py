@@ -31,8 +31,8 @@ METHODS = _methods.METHODS
 
 # An optimizer built before ``sparsify`` holds the weights but not the method's new parameters
 # (log-alpha, gates, p); it is refused before its first step, through one global step pre-hook
-# that looks at each optimizer once.
-_LIVE: "weakref.WeakSet[Sparsifier]" = weakref.WeakSet()
+# that looks at each optimizer once. States are watched weakly (they live as long as the model).
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
 _CHECKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _STEP_HOOK = []
 
@@ -41,17 +41,27 @@ def _check_before_first_step(optimizer, args, kwargs):
     if optimizer in _CHECKED:
         return
     held = {id(p) for g in optimizer.param_groups for p in g["params"]}
-    for sp in list(_LIVE):
-        if not sp._removed and any(id(t.param) in held for t, _ in sp._pairs):
-            sp.check_optimizer(optimizer)
+    missing = []
+    for st in list(_LIVE):
+        weight = st.watched_weight()
+        if weight is not None and id(weight) in held:
+            missing += [f"{n} {tuple(p.shape)}" for n, p in st.named_parameters()
+                        if id(p) not in held]
+    if missing:
+        raise ValueError(
+            f"the optimizer holds sparsified weights but not {len(missing)} parameter(s) the "
+            f"method added ({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); "
+            "build the optimizer after sparsify(model, ...) from model.parameters()")
     _CHECKED[optimizer] = True
 
 
-def _watch_optimizers(sp) -> None:
-    _LIVE.add(sp)
-    if not _STEP_HOOK:
-        _STEP_HOOK.append(register_optimizer_step_pre_hook(
-            _check_before_first_step))
+def _watch_optimizers(pairs) -> None:
+    for t, st in pairs:
+        if any(True for _ in st.parameters()):
+            st.watch_weight(t.param)
+            _LIVE.add(st)
+    if _LIVE and not _STEP_HOOK:
+        _STEP_HOOK.append(register_optimizer_step_pre_hook(_check_before_first_step))
 
 
 def default_hparams(method: str) -> dict:
@@ -89,8 +99,7 @@ class Sparsifier:
         #: do not act on them, only its regularizer does; each is named in a warning
         self.bypassed: list[str] = []
         self._watch = [(t, st) for t, st in self._pairs if record.needs_linear_map]
-        if any(True for _, st in self._pairs for _ in st.parameters()):
-            _watch_optimizers(self)
+        _watch_optimizers(self._pairs)
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":

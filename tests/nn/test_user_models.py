@@ -262,3 +262,106 @@ def test_methods_acting_through_the_weight_cover_functional_use(method):
         warnings.simplefilter("error")
         _train_steps(model, sp, lambda m: m(x).pow(2).mean(), steps=2)
     assert sp.bypassed == []
+
+
+# ---- the smaller items found on users' models --------------------------------------------------
+
+def test_weight_norm_layer_is_named_and_left_alone():
+    from torch.nn.utils.parametrizations import weight_norm
+
+    from dualdrop.nn import sparsity_report
+
+    model = nn.Sequential(weight_norm(nn.Linear(8, 16)), nn.ReLU(), nn.Linear(16, 4))
+    rows = sparsity_report(model)                       # reports list weight_norm's originals
+    assert {"0.parametrizations.weight.original0", "0.parametrizations.weight.original1"} <= \
+        {r["layer"] for r in rows}
+    with pytest.warns(UserWarning, match=r"0\.weight \(Linear\): already parametrized"):
+        sp = sparsify(model, "logsum")
+    assert sp.targets == ["2"]
+    model2 = nn.Sequential(weight_norm(nn.Linear(8, 16)), nn.ReLU(), nn.Linear(16, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # excluded by name: no warning
+        assert sparsify(model2, "logsum", exclude=["0"]).targets == ["2"]
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(export_sparse(model2)(x), model2.eval()(x))
+
+
+def test_pruned_layer_is_named():
+    from torch.nn.utils import prune
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    prune.l1_unstructured(model[0], "weight", 0.5)
+    with pytest.warns(UserWarning, match=r"0\.weight \(Linear\): pruned with torch.nn.utils.prune"):
+        sp = sparsify(model, "vardrop")
+    assert sp.targets == ["2"]
+
+
+@pytest.mark.parametrize("arg", ["include", "exclude"])
+def test_include_and_exclude_matching_nothing_are_refused_alike(arg):
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    with pytest.raises(ValueError, match=rf"{arg}: 'fc9' matches no parameter"):
+        sparsify(model, "logsum", **{arg: ["fc9"]})
+    with pytest.raises(ValueError, match=rf"{arg} is empty"):
+        sparsify(model, "logsum", **{arg: []})
+
+
+def test_catalog_penalty_handle_pickles():
+    import pickle
+
+    model = nn.Sequential(nn.Linear(4, 3))
+    sp = sparsify(model, "penalty:mcp", lam=0.01, penalty_params={"a": 3.0, "lam": 0.1})
+    sp2 = pickle.loads(pickle.dumps(sp))
+    assert sp2.method == "penalty:mcp" and sp2.hparams["lam"] == 0.01
+    assert sp2.hparams["penalty_params"] == {"a": 3.0, "lam": 0.1}
+    torch.testing.assert_close(sp2.regularizer(10), sp.regularizer(10))
+
+
+@pytest.mark.parametrize("method", ["vardrop", "hardconcrete", "logsum", "eta-trick",
+                                    "penalty:mcp"])
+@pytest.mark.parametrize("lam", [0, 0.0, -1.0])
+def test_one_lam_rule(method, lam):
+    with pytest.raises(ValueError, match=r"lam must be > 0"):
+        sparsify(nn.Linear(4, 3), method, lam=lam)
+
+
+@pytest.mark.parametrize("name,suggested", [("vardrop_lr", "vardrop-lr"), ("LogSum", "logsum"),
+                                            ("hardconcret", "hardconcrete")])
+def test_near_miss_method_names(name, suggested):
+    with pytest.raises(ValueError, match=rf"did you mean '{suggested}'"):
+        sparsify(nn.Linear(4, 3), name)
+
+
+def test_optimizer_built_before_sparsify_is_refused_before_its_first_step():
+    model = nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    sparsify(model, "vardrop")
+    before = model.parametrizations.weight.original.detach().clone()
+    model(torch.randn(2, 4)).sum().backward()
+    with pytest.raises(ValueError, match="build the optimizer after sparsify"):
+        opt.step()
+    assert torch.equal(model.parametrizations.weight.original, before)   # no step taken
+    torch.optim.Adam(model.parameters()).step()         # one built after: fine
+
+
+def test_previous_api_names_point_to_the_new_access():
+    model = nn.Sequential(nn.Linear(4, 3))
+    sp = sparsify(model, "hardconcrete-neuron")
+    with pytest.raises(AttributeError, match=r"state_of\(module, 'weight'\)\.gate_logits"):
+        model[0].gate_logits
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        model[0].nothing_here
+    with pytest.warns(DeprecationWarning, match="named_states"):
+        assert sp.layers == sp.named_states()
+
+
+@pytest.mark.parametrize("method", ["penalty:vardrop_exact", "penalty:hardconcrete", "logsum"])
+def test_bfloat16_models_with_table_penalties(method):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(torch.bfloat16)
+    sp = sparsify(model, method)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    reg = sp.regularizer(10)
+    (model(x).float().pow(2).mean() + reg).backward()
+    w = model[0].parametrizations.weight.original
+    assert w.grad.dtype == torch.bfloat16 and torch.isfinite(w.grad.float()).all()
+    assert sp.density()
