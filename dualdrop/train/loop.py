@@ -71,7 +71,6 @@ from dualdrop.train.config import (
     device_of,
     resolve_hparams,
     run_config,
-    set_lams,
 )
 from dualdrop.train import diagnose_hook
 from dualdrop.train.distributed import Dist
@@ -83,7 +82,7 @@ from dualdrop.train.evaluate import (
     tol_sweep,
     unpruned_error,
 )
-from dualdrop.train.export import architecture, init_weights, save_model
+from dualdrop.train.export import architecture, init_weights, save_model, set_lams
 from dualdrop.train.models import build_model
 
 
@@ -432,7 +431,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.validate()
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
-    check_hparams(cfg.method, hp)
+    check_hparams(cfg.method, hp, cfg.model)
     check_lam_schedule(cfg, hp)
     if cfg.threads != 0:
         torch.set_num_threads(cfg.threads or default_threads())
