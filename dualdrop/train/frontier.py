@@ -376,6 +376,7 @@ def _run_trial(study, plan: _Plan, out: Path, data, ctx: dict) -> str:
     """Ask one trial, train it, tell the study; return a one-line summary."""
     optuna = _optuna()
     from dualdrop.train import TrainConfig, train
+    from dualdrop.train.command import sparsify_command
 
     trial = study.ask()
     hp, warm, tid = _suggest(trial, plan)
@@ -390,7 +391,7 @@ def _run_trial(study, plan: _Plan, out: Path, data, ctx: dict) -> str:
         batch_size=plan.batch_size, val_fraction=plan.val_fraction, resume=True,
         progress=False, threads=ctx["threads"], init_from=plan.init_from if warm else None)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "sparsify_command.txt").write_text(_sparsify_command(cfg) + "\n")
+    (run_dir / "sparsify_command.txt").write_text(sparsify_command(cfg) + "\n")
     try:
         with _Heartbeat(run_dir, ctx["heartbeat"]):
             report = train(cfg, data=data)
@@ -416,26 +417,6 @@ def _run_trial(study, plan: _Plan, out: Path, data, ctx: dict) -> str:
     study.tell(trial, [float(report["val_error"]), float(report["nonzero_total"])])
     return (f"{plan.method} {tid}: val {100 * report['val_error']:.2f}% at "
             f"{report['nonzero_total']:.4f}")
-
-
-def _sparsify_command(cfg) -> str:
-    """The ``dualdrop sparsify`` command that continues (or reproduces) a trial's run."""
-    import shlex
-
-    args = ["dualdrop", "sparsify", "--method", cfg.method, "--epochs", str(cfg.epochs),
-            "--seed", str(cfg.seed), "--batch-size", str(cfg.batch_size), "--out", cfg.out,
-            "--resume"]
-    if cfg.data_dir:
-        args += ["--data-dir", cfg.data_dir]
-    if cfg.lr is not None:
-        args += ["--lr", repr(cfg.lr)]
-    for k, v in cfg.hparams.items():
-        args += ["--hp", f"{k}={v}"]
-    if cfg.init_from:
-        args += ["--init-from", cfg.init_from]
-    extra = f"  # and val_fraction={cfg.val_fraction} (Python API)" if cfg.val_fraction != 0.2 \
-        else ""
-    return shlex.join(args) + extra
 
 
 def _counts(study) -> tuple[int, int, int]:
