@@ -52,7 +52,7 @@ from dualdrop.train.checkpoint import (
     FORMAT_VERSION,
     acquire_lock,
     atomic_save,
-    atomic_write_text,
+    atomic_write_json,
     jsonable,
     load_checkpoint,
     rng_state,
@@ -460,8 +460,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
             with open(final_path) as fh:
                 return json.load(fh)
         if dist_.main:  # what this folder's run is, readable before it finishes
-            atomic_write_text(out / "config.json", json.dumps(
-                {**run_cfg, "data_summary": data.summary()}, indent=1, default=repr) + "\n")
+            atomic_write_json(out / "config.json", {**run_cfg, "data_summary": data.summary()},
+                              default=repr)
         run = None
         try:
             run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
@@ -477,7 +477,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
             saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
             raise TrainingInterrupted(str(out), saved) from None
         if dist_.main:
-            atomic_write_text(final_path, json.dumps(report, indent=1) + "\n")
+            atomic_write_json(final_path, report)
         dist_.barrier()
         return report
     finally:

@@ -177,7 +177,7 @@ def test_cli_embedded_digits_default(tmp_path, capsys):
 
 
 def test_compare_dense_only(tmp_path, tiny_data):
-    from dualdrop.train.compare import run_comparison
+    from dualdrop.train.experiments.compare import run_comparison
 
     out = tmp_path / "cmp"
     run_comparison(["dense"], epochs=1, out=out, progress=False, threads=1, data=tiny_data)
@@ -189,7 +189,7 @@ def test_compare_dense_only(tmp_path, tiny_data):
 
 
 def test_compare_report_only_on_unfinished_run(tmp_path, tiny_data, capsys):
-    from dualdrop.train.compare import run_dir
+    from dualdrop.train.experiments.compare import run_dir
 
     out = tmp_path / "cmp"
     train(_cfg(tmp_path, epochs=3, stop_after=1, out=str(run_dir(out, "none"))), data=tiny_data)
@@ -207,7 +207,7 @@ def test_run_lock(tmp_path, tiny_data):
     import subprocess
     import sys
 
-    from dualdrop.train.compare import run_comparison, run_dir
+    from dualdrop.train.experiments.compare import run_comparison, run_dir
     from dualdrop.train.checkpoint import RunLockedError
 
     out = tmp_path / "run"
@@ -249,7 +249,7 @@ def _fake_runs(data):
 
 
 def test_paper_numbers_only_beside_full_mnist(tmp_path):
-    from dualdrop.train.compare import comparison_table
+    from dualdrop.train.report import comparison_table
 
     mnist = "mnist: 48000 train / 12000 validation / 10000 test, 784 features, 10 classes"
     md = comparison_table(_fake_runs(mnist), tmp_path)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dualdrop.train import TrainConfig, train
-from dualdrop.train.compare import run_comparison
+from dualdrop.train.experiments.compare import run_comparison
 
 dnn = pytest.importorskip("dualdrop.nn")
 if not hasattr(dnn, "METHODS"):  # pragma: no cover - while dualdrop.nn is being written

@@ -16,7 +16,9 @@ optuna = pytest.importorskip("optuna")
 
 from dualdrop.data import load_dataset  # noqa: E402
 from dualdrop.train import TrainConfig, train  # noqa: E402
-from dualdrop.train import frontier as fr  # noqa: E402
+from dualdrop.train.experiments import frontier as fr  # noqa: E402
+from dualdrop.train.experiments.frontier import evaluation, search  # noqa: E402
+from dualdrop.train.experiments.frontier.storage import Plan  # noqa: E402
 
 FAST = dict(epochs=2, threads=1, progress=False)
 
@@ -94,13 +96,13 @@ def test_study_selection_against_brute_force(study_dir):
 def test_test_set_read_once_per_selected_point(study_dir, digits, monkeypatch):
     (study_dir / fr.TEST_CACHE).unlink()
     calls = []
-    real = fr._test_error
+    real = evaluation.test_error
 
     def counting(run_dir, tol, data):
         calls.append((run_dir.relative_to(study_dir).as_posix(), tol))
         return real(run_dir, tol, data)
 
-    monkeypatch.setattr(fr, "_test_error", counting)
+    monkeypatch.setattr(evaluation, "test_error", counting)
     res = fr.frontier_report(study_dir, progress=False, data=digits)
     selected = [(p["run_dir"], p["tol"]) for r in res["methods"].values() for p in r["frontier"]]
     assert sorted(calls, key=str) == sorted(selected, key=str)
@@ -118,11 +120,11 @@ def test_test_error_of_a_point_matches_the_trained_run(study_dir, digits):
     the density at another tolerance equals the validation sweep's (same network)."""
     d = next((study_dir / "trials" / "logsum").iterdir())
     final = json.loads((d / "final.json").read_text())
-    ev = fr._test_error(d, final["hparams"]["tol"], digits)
+    ev = evaluation.test_error(d, final["hparams"]["tol"], digits)
     assert ev["test_error"] == final["test_error"]
     assert ev["nonzero_total"] == pytest.approx(final["nonzero_total"])
     row = final["val_tol_sweep"][-1]
-    assert fr._test_error(d, row["tol"], digits)["nonzero_total"] == \
+    assert evaluation.test_error(d, row["tol"], digits)["nonzero_total"] == \
         pytest.approx(row["nonzero_total"])
 
 
@@ -193,9 +195,9 @@ def test_killed_trial_is_requeued_and_resumes(tmp_path, digits):
     study = optuna.load_study(study_name="frontier:logsum", storage=storage)
     trial = study.ask({"lam": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)})
     lam = trial.params["lam"]
-    hp, _, tid = fr._suggest(trial, fr._Plan(**{**study.user_attrs["plan"],
-                                                "knob": fr.Knob(**study.user_attrs["plan"]
-                                                                ["knob"])}))
+    hp, _, tid = search.suggest(trial, Plan(**{**study.user_attrs["plan"],
+                                        "knob": fr.Knob(**study.user_attrs["plan"]
+                                                        ["knob"])}))
     run_dir = out / "trials" / "logsum" / tid
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

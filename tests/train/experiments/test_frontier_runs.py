@@ -16,9 +16,9 @@ import torch
 from dualdrop.data import load_dataset
 from dualdrop.train import TrainConfig, error_rate, train
 from dualdrop.train.checkpoint import read_checkpoint
-from dualdrop.train.compare import run_comparison, run_dir
+from dualdrop.train.experiments.compare import run_comparison, run_dir
 from dualdrop.train.export import training_network
-from dualdrop.train.frontier_runs import find_runs, frontier_of_runs
+from dualdrop.train.experiments.frontier.runs import find_runs, frontier_of_runs
 
 TOLS = (0.02, 0.05, 0.2, 0.5, 0.9)
 

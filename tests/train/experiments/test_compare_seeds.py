@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from dualdrop.train.compare import check_seeds, load_runs, run_comparison, run_dir
+from dualdrop.train.experiments.compare import check_seeds, load_runs, run_comparison, run_dir
 
 
 def test_seeds_layout_and_statistics(tmp_path):
