@@ -15,7 +15,7 @@ with ``H`` the Hessian at the sharp minimum.  A run has escaped when it sits in 
 (``q_2 < q_1``).  Printed: the escape fraction over ``--runs`` runs after each of the horizons and
 the indicator ratio ``Tr(H Sigma) / Tr(H Sigma_bar)`` of ``dualdrop.diagnostics.escape_indicator``.
 
-    python3 benchmarks/diag_escape2d.py     # ~1 min; figure figures/diag_escape2d.png
+    python3 benchmarks/diagnostics/diag_escape2d.py     # ~1 min; figure figures/diag_escape2d.png
 """
 
 from __future__ import annotations

@@ -6,15 +6,15 @@ batch 128, linear decay to 0 over ``--epochs``), measured every ``--every`` epoc
 on the same fixed validation subset of ``--samples`` points.  The runs go one after the other
 (one torch thread) into ``--runs/<method>`` and are resumable: rerunning the command continues
 an interrupted run (``--resume``) and skips finished ones.  ``--plot-only`` redraws the figure
-from the histories, also of the controlled pair of ``benchmarks/diag_twin.py`` when its runs
+from the histories, also of the controlled pair of ``benchmarks/diagnostics/diag_twin.py`` when its runs
 are in ``--runs``.
 
-    python3 benchmarks/diag_methods.py --data-dir data/mnist --epochs 4 --every 1 \\
+    python3 benchmarks/diagnostics/diag_methods.py --data-dir data/mnist --epochs 4 --every 1 \\
         --samples 256 --runs results/diag_mnist      # ~1 h on a loaded 2-core machine
-    python3 benchmarks/diag_methods.py --runs results/diag_mnist --plot-only
+    python3 benchmarks/diagnostics/diag_methods.py --runs results/diag_mnist --plot-only
 
-Writes ``benchmarks/figures/diag_methods.png`` ("methods along training") and
-``benchmarks/figures/diag_methods.json`` (the diagnosed history rows of every run).
+Writes ``benchmarks/diagnostics/figures/diag_methods.png`` ("methods along training") and
+``benchmarks/diagnostics/figures/diag_methods.json`` (the diagnosed history rows of every run).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 FIG = Path(__file__).resolve().parent / "figures"
 METHODS = ["eta-trick", "vardrop", "vardrop-lr", "hardconcrete", "logsum", "none"]
-#: run folders of benchmarks/diag_twin.py drawn with the methods when present
+#: run folders of benchmarks/diagnostics/diag_twin.py drawn with the methods when present
 TWINS = ["twin-eta-trick", "twin-dropout"]
 
 

@@ -16,8 +16,8 @@ matrix square root).  The "naive" SDE has drift ``grad L`` (no dropout correctio
 diffusion.  For each lr the weak error ``|E phi(theta_T^alg) - E phi(X_T)|`` is averaged over
 ``R`` independent runs simulated as one batch, for phi in {theta_1, |theta|^2, L(theta)}.
 
-    python3 benchmarks/diag_sde.py            # ~10 min on a loaded core; figure diag_weak_error.png
-    python3 benchmarks/diag_sde.py --quick    # fewer runs, a smoke test
+    python3 benchmarks/diagnostics/diag_sde.py            # ~10 min on a loaded core; figure diag_weak_error.png
+    python3 benchmarks/diagnostics/diag_sde.py --quick    # fewer runs, a smoke test
 """
 
 from __future__ import annotations

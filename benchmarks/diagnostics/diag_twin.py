@@ -21,11 +21,11 @@ Both arms are measured every ``--every`` epochs (and at the end) by the training
 the dropout-noise columns ``diag_drop_*`` describe the noise above at the current weights (for
 the noiseless arm: the noise its twin would draw there).  Outputs: ``--runs/twin-eta-trick`` and
 ``--runs/twin-dropout`` with ``history.json`` in the format of ``dualdrop sparsify`` (drawn by
-``benchmarks/diag_methods.py``) and a resumable ``checkpoint.pt`` per epoch.
+``benchmarks/diagnostics/diag_methods.py``) and a resumable ``checkpoint.pt`` per epoch.
 
-    python3 benchmarks/diag_twin.py --data-dir data/mnist --epochs 10 --every 2 \\
+    python3 benchmarks/diagnostics/diag_twin.py --data-dir data/mnist --epochs 10 --every 2 \\
         --samples 256 --runs results/diag_mnist          # ~15 min on a loaded 2-core machine
-    python3 benchmarks/diag_twin.py --summary results/diag_mnist results/diag_mnist_seed1
+    python3 benchmarks/diagnostics/diag_twin.py --summary results/diag_mnist results/diag_mnist_seed1
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and the minibatch-noise covariance ``Sigma_SGD`` (batch ``--batch``, sampling wi
 ``Tr(H Sigma) / Tr(H Sigma_bar)`` with ``Sigma_bar = Tr(Sigma)/D I``.  The paper's claim: the ratio
 is well above 1 and grows with width (more parameters, same few sharp directions).
 
-    python3 benchmarks/diag_width.py     # ~3 min on one core; figure figures/diag_width.png
+    python3 benchmarks/diagnostics/diag_width.py     # ~3 min on one core; figure figures/diag_width.png
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the chosen ``alpha_`` (same index?), the largest relative difference of the test
 the fit times (median of ``--repeats``; one BLAS thread, first call excluded: numba compiles once).
 The ratio is ours / scikit-learn (below 1: we are faster).
 
-Run:  nice -n 10 python3 benchmarks/bench_cv.py --repeats 3 --markdown out.md
+Run:  nice -n 10 python3 benchmarks/linear/bench_cv.py --repeats 3 --markdown out.md
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 from sklearn.datasets import load_diabetes  # noqa: E402

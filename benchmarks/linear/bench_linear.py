@@ -20,7 +20,7 @@ Protocol (every method on the same data, same objective, same alpha):
 - first-fit overhead: a fresh Python process times its first fit of a small MCP problem (numba
   compilation or cache loading included), for us and for skglm.
 
-Run:  python3 benchmarks/bench_linear.py --sizes 500x5000 --repeats 3
+Run:  python3 benchmarks/linear/bench_linear.py --sizes 500x5000 --repeats 3
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import penalties  # noqa: E402
@@ -348,7 +348,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args(argv)
-    cmd = "python3 benchmarks/bench_linear.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    cmd = "python3 benchmarks/linear/bench_linear.py " + " ".join(sys.argv[1:] if argv is None else argv)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average: {load}", flush=True)
     if args.logistic_only:

@@ -18,7 +18,7 @@ scan stops once a fit takes over ``--budget`` s). The timed runs are interleaved
 (one run of every method per round), so a change of machine load hits all of them alike; the
 load average is printed. Ratios are ours / peer (below 1: we are faster). One BLAS thread.
 
-Run:  nice -n 10 python3 benchmarks/bench_linear_real.py --repeats 5 --markdown out.md
+Run:  nice -n 10 python3 benchmarks/linear/bench_linear_real.py --repeats 5 --markdown out.md
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dualdrop.linear import (SparseLinearRegression, SparseLogisticRegression,  # noqa: E402
@@ -228,7 +228,7 @@ def main(argv=None):
         r = bench_row(name, kind, X, y, args)
         results.append(r)
         print(r, flush=True)
-    md = to_markdown(results, "python3 " + " ".join(["benchmarks/bench_linear_real.py"]
+    md = to_markdown(results, "python3 " + " ".join(["benchmarks/linear/bench_linear_real.py"]
                                                      + (argv if argv is not None else sys.argv[1:])),
                      args.rtol, load)
     print(md)

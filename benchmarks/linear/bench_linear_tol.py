@@ -7,7 +7,7 @@ tol 1e-12 (Lasso rows), skglm's ``SparseLogisticRegression`` at tol 1e-12 (logis
 stopping criterion is relative to the data's scale (``dualdrop.linear._problem``), so the gaps
 do not depend on the units of y (the "y * 1e-3" row).
 
-Run:  nice -n 10 python3 benchmarks/bench_linear_tol.py
+Run:  nice -n 10 python3 benchmarks/linear/bench_linear_tol.py
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dualdrop.linear import SparseLinearRegression, SparseLogisticRegression, alpha_max  # noqa: E402

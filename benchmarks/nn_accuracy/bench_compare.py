@@ -12,8 +12,8 @@ skipped), then print the table. Equivalent to ``dualdrop compare``.
 
 Examples::
 
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_compare.py --estimate --data-dir data/mnist
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_compare.py --epochs 200 \
+    PYTHONPATH=. nice -n 10 python3 benchmarks/nn_accuracy/bench_compare.py --estimate --data-dir data/mnist
+    PYTHONPATH=. nice -n 10 python3 benchmarks/nn_accuracy/bench_compare.py --epochs 200 \
         --data-dir data/mnist --out results/compare200
 """
 

@@ -4,7 +4,7 @@ The digits defaults (``dualdrop.train.config.DATASET_DEFAULTS``) were chosen on 
 split of seed 0; this script reports validation and test error, the fraction of nonzero weights
 and the seconds per run for several seeds, so that the README's quick-start claims are checked.
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 10 python3 benchmarks/digits_defaults.py --seeds 0 1 2
+    PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 10 python3 benchmarks/nn_accuracy/digits_defaults.py --seeds 0 1 2
 """
 
 from __future__ import annotations

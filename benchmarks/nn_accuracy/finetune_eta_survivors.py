@@ -14,7 +14,7 @@ only reports the test error at the validation-chosen tolerance (no training).
 
 Usage (from the repository root)::
 
-    python3 benchmarks/finetune_eta_survivors.py results/eta_released_dual/seed0 \
+    python3 benchmarks/nn_accuracy/finetune_eta_survivors.py results/eta_released_dual/seed0 \
         --data-dir data/mnist --epochs 20 --lr 1e-4 --out results/finetune_eta.json
 """
 
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

@@ -9,8 +9,8 @@ the checkpoint for runs written before the sweep existed, which needs ``--data-d
 
 Usage (from the repository root)::
 
-    python3 benchmarks/plot_goal.py results/goal_mnist/* --data-dir data/mnist \
-        --out benchmarks/figures/issue3_goal.png
+    python3 benchmarks/nn_accuracy/plot_goal.py results/goal_mnist/* --data-dir data/mnist \
+        --out benchmarks/nn_accuracy/figures/issue3_goal.png
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dualdrop.train.compare import PAPER_TABLE  # noqa: E402
 
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders (with final.json)")
     ap.add_argument("--data-dir", default=None, help="MNIST folder, to recompute missing sweeps")
-    ap.add_argument("--out", default="benchmarks/figures/issue3_goal.png")
+    ap.add_argument("--out", default="benchmarks/nn_accuracy/figures/issue3_goal.png")
     args = ap.parse_args(argv)
     import matplotlib
 

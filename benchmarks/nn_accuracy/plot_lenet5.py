@@ -9,7 +9,7 @@ LeNet-5-Caffe's 430,500 weights.
 
 Usage (from the repository root)::
 
-    python3 benchmarks/plot_lenet5.py results/lenet5_mnist --out benchmarks/figures/lenet5_mnist.png
+    python3 benchmarks/nn_accuracy/plot_lenet5.py results/lenet5_mnist --out benchmarks/nn_accuracy/figures/lenet5_mnist.png
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def plot(runs: dict, out: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("root", type=Path, help="folder of run folders (results/lenet5_mnist)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/figures/lenet5_mnist.png"))
+    p.add_argument("--out", type=Path, default=Path("benchmarks/nn_accuracy/figures/lenet5_mnist.png"))
     args = p.parse_args(argv)
     runs = load(args.root)
     print(table(runs))

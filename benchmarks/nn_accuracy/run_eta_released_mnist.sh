@@ -3,11 +3,11 @@
 # the paper's 200-epoch protocol on real MNIST, one run at a time. Resumable: rerun the same
 # command; finished runs (final.json present) are skipped, interrupted ones continue (--resume).
 # Usage (from the repository root):
-#   SEEDS="0 1 2" nohup nice -n 10 benchmarks/run_eta_released_mnist.sh > results/eta_released.log 2>&1 &
+#   SEEDS="0 1 2" nohup nice -n 10 benchmarks/nn_accuracy/run_eta_released_mnist.sh > results/eta_released.log 2>&1 &
 # Results: results/eta_released_dual/seed<k>/final.json (benchmarks/RESULTS.md, "eta-Trick against
 # the paper's released code").
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 SEEDS=${SEEDS:-"0 1 2"}

@@ -11,14 +11,14 @@
 # trials. Cost: about 200 x 3 s = 10 CPU-minutes per trial on this machine's cores, so 9 methods x
 # 8 trials is about 12 CPU-hours (the closest-to-goal methods come first).
 # Usage (from the repository root):
-#   nohup nice -n 10 benchmarks/run_frontier_mnist.sh > results/frontier_mnist.log 2>&1 &
-# Smoke test of the whole pipeline (minutes):  EPOCHS=2 N_TRIALS=2 OUT=/tmp/fsmoke benchmarks/run_frontier_mnist.sh
+#   nohup nice -n 10 benchmarks/nn_accuracy/run_frontier_mnist.sh > results/frontier_mnist.log 2>&1 &
+# Smoke test of the whole pipeline (minutes):  EPOCHS=2 N_TRIALS=2 OUT=/tmp/fsmoke benchmarks/nn_accuracy/run_frontier_mnist.sh
 # The reduced frontier of benchmarks/RESULTS.md (10-epoch trials, 2 per method, warm starts from a
 # 20-epoch dense network; 38 min wall on the shared 2-core machine at load ~6):
 #   DENSE_EPOCHS=20 DENSE=results/frontier_mnist_reduced/dense EPOCHS=10 N_TRIALS=2 WORKERS=1 \
-#     OUT=results/frontier_mnist_e10 benchmarks/run_frontier_mnist.sh
+#     OUT=results/frontier_mnist_e10 benchmarks/nn_accuracy/run_frontier_mnist.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 EPOCHS=${EPOCHS:-200}

@@ -4,10 +4,10 @@
 # Every run is a full 200-epoch schedule on real MNIST, seed 0, one thread; selection (the
 # tolerance chosen with --select-tol-margin) sees the validation split only.
 # Usage (from the repository root; two runs at a time fit the 2-core machine):
-#   nohup nice -n 10 benchmarks/run_goal_mnist.sh > results/goal_mnist.log 2>&1 &
+#   nohup nice -n 10 benchmarks/nn_accuracy/run_goal_mnist.sh > results/goal_mnist.log 2>&1 &
 # Rerunning skips finished runs (--resume returns their final.json) and continues unfinished ones.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 OUT=${OUT:-results/goal_mnist}

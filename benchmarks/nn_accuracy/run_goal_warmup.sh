@@ -3,14 +3,14 @@
 # (--lam-warmup), the paper's 200-epoch protocol otherwise, one run per seed into
 # OUT/seed<k>; the no-warm-up runs to compare with are those of run_seeds_mnist.sh.
 # Resumable: rerun the same command (finished seeds are skipped).
-#   nohup nice -n 10 benchmarks/run_goal_warmup.sh > results/goal_warmup.log 2>&1 &
-#   METHOD=eta-trick HP="dual=released" SEEDS=0 benchmarks/run_goal_warmup.sh
-#   LAYERS="fc1=2 fc2=0.5 fc3=0.25" SEEDS=0 benchmarks/run_goal_warmup.sh   # per-layer lam too
+#   nohup nice -n 10 benchmarks/nn_accuracy/run_goal_warmup.sh > results/goal_warmup.log 2>&1 &
+#   METHOD=eta-trick HP="dual=released" SEEDS=0 benchmarks/nn_accuracy/run_goal_warmup.sh
+#   LAYERS="fc1=2 fc2=0.5 fc3=0.25" SEEDS=0 benchmarks/nn_accuracy/run_goal_warmup.sh   # per-layer lam too
 # Frontier (tolerance swept on validation, seeds averaged) beside the plain runs:
 #   python3 -m dualdrop frontier --from-runs results/seeds_mnist/runs/logsum results/goal \
 #       --data-dir ../shared/mnist --out results/goal/frontier
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 WARMUP=${WARMUP:-100}

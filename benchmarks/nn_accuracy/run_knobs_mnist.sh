@@ -4,11 +4,11 @@
 # run_seeds_mnist.sh's runs with `dualdrop frontier --from-runs ... --by method`.
 # Resumable: rerun the same command (finished runs are skipped).
 #   METHOD=magnitude KNOB=sparsity VALUES="0.95 0.99" SEEDS=0 \
-#       nohup nice -n 10 benchmarks/run_knobs_mnist.sh > results/knobs.log 2>&1 &
+#       nohup nice -n 10 benchmarks/nn_accuracy/run_knobs_mnist.sh > results/knobs.log 2>&1 &
 #   python3 -m dualdrop frontier --from-runs results/seeds_mnist/runs results/knobs_mnist \
 #       --data-dir ../shared/mnist --by method --out results/frontier_mnist_runs
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 METHOD=${METHOD:?set METHOD, e.g. magnitude}

@@ -7,10 +7,10 @@
 # The variational-dropout runs start from the dense run (as sparse VD starts from a pretrained
 # network); the others from scratch. The methods' defaults, except where noted.
 # Usage (from the repository root), one run after another with one thread:
-#   nohup nice -n 10 benchmarks/run_lenet5_mnist.sh > results/lenet5_mnist.log 2>&1 &
+#   nohup nice -n 10 benchmarks/nn_accuracy/run_lenet5_mnist.sh > results/lenet5_mnist.log 2>&1 &
 # Rerunning skips finished runs (--resume returns their final.json) and continues unfinished ones.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 OUT=${OUT:-results/lenet5_mnist}

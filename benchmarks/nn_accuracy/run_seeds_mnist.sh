@@ -4,12 +4,12 @@
 # Method by method (each method's error bars complete before the next starts), one run at a time.
 # Resumable: rerun the same command; finished runs are skipped, interrupted ones continue exactly.
 # Usage (from the repository root):
-#   nohup nice -n 10 benchmarks/run_seeds_mnist.sh > results/seeds_mnist.log 2>&1 &
-#   METHODS="eta-trick" SEEDS="0 1 2" benchmarks/run_seeds_mnist.sh      # a subset
+#   nohup nice -n 10 benchmarks/nn_accuracy/run_seeds_mnist.sh > results/seeds_mnist.log 2>&1 &
+#   METHODS="eta-trick" SEEDS="0 1 2" benchmarks/nn_accuracy/run_seeds_mnist.sh      # a subset
 # Table of whatever has finished so far (while it runs):
 #   python3 -m dualdrop compare --report-only --out results/seeds_mnist --methods $METHODS
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 DATA=${DATA:-../shared/mnist}
 EPOCHS=${EPOCHS:-200}

@@ -44,9 +44,9 @@ method's step splits into measured parts: ``floor + API + per-weight loops + reg
 
 Usage (from the repository root)::
 
-    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --rounds 7 --steps 30 --clock cpu
-    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --sizes 784,1200,1200,10 --steps 10
-    OMP_NUM_THREADS=1 python3 benchmarks/bench_floors.py --model lenet5 --steps 5
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_floors.py --rounds 7 --steps 30 --clock cpu
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_floors.py --sizes 784,1200,1200,10 --steps 10
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_floors.py --model lenet5 --steps 5
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from numba import njit
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dualdrop.nn import _fused, _noise, sparsify  # noqa: E402
 from dualdrop.nn._base import linear_op  # noqa: E402

@@ -17,7 +17,7 @@
 
 Usage (from the repository root)::
 
-    python3 benchmarks/bench_nn_overhead.py --data-dir data/mnist --rounds 3 --threads 1
+    python3 benchmarks/nn_speed/bench_nn_overhead.py --data-dir data/mnist --rounds 3 --threads 1
 
 Torch runs on ``--threads`` intra-op threads (1 by default: the reference machine has 2 cores
 shared with other jobs). Results go to stdout as a markdown table (and JSON with ``--json``).
@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dualdrop.nn import METHODS, export_sparse, sparsify  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402

@@ -8,7 +8,7 @@ split, so one epoch is 50 steps of batch 128) for ``--threads 1`` and ``--thread
 machine is found, and with one extra training process (dense, 1 thread) running beside it.
 Each configuration runs in a fresh process, interleaved, ``--repeats`` times; medians reported.
 
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_threads.py --data-dir /path/to/mnist
+    PYTHONPATH=. nice -n 10 python3 benchmarks/nn_speed/bench_threads.py --data-dir /path/to/mnist
 """
 
 from __future__ import annotations

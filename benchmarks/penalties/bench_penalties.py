@@ -6,7 +6,7 @@ Measured in one process: the first call (JIT compile, or load from numba's on-di
 ``scipy.optimize.minimize_scalar`` per point on ``1/2 (w^2/eta + f(eta))`` (timed on
 ``--baseline-points`` points and scaled to 1e6), plus our generic vectorized ``from_dual`` numerics.
 
-    python benchmarks/bench_penalties.py [--n 1000000] [--markdown]
+    python benchmarks/penalties/bench_penalties.py [--n 1000000] [--markdown]
 """
 
 from __future__ import annotations
