@@ -35,11 +35,13 @@ from dualdrop.train.report.tables import comparison_table
 DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
                    "adatikhonov", "logsum", "hardconcrete", "magnitude")
 
+
 def run_dir(out: str | os.PathLike, method: str, seed: int | None = None) -> Path:
     """Folder of one method's run inside a comparison folder (``seed``: a multi-seed comparison's
     run of that seed)."""
     d = Path(out) / "runs" / method.replace(":", "_").replace("/", "_")
     return d if seed is None else d / f"seed{seed}"
+
 
 def check_seeds(seeds) -> list[int] | None:
     """``seeds`` as a list of distinct non-negative ints (None: a single-seed comparison)."""
@@ -54,6 +56,7 @@ def check_seeds(seeds) -> list[int] | None:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds={seeds!r} lists a seed twice")
     return seeds
+
 
 def run_comparison(
     methods=DEFAULT_METHODS,
@@ -131,6 +134,7 @@ def run_comparison(
         comparison_table(runs, out)
     return reports
 
+
 def _load_run(d: Path) -> dict | None:
     hist = d / "history.json"
     if not hist.exists():
@@ -140,6 +144,7 @@ def _load_run(d: Path) -> dict | None:
     if data is None and (d / "config.json").exists():
         data = json.loads((d / "config.json").read_text()).get("data_summary")
     return {"history": json.loads(hist.read_text()), "final": final, "data": data}
+
 
 def load_runs(out: str | os.PathLike, methods) -> dict:
     """``{method: {"history": [...], "final": {...} or None, "data": summary or None}}`` for the

@@ -83,6 +83,7 @@ def plot_comparison(runs: dict, out: str | os.PathLike) -> list[Path]:
     plt.close(fig)
     return paths
 
+
 def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
                   seeds: bool = False) -> list[Path]:
     """``frontier.png`` and ``frontier.pdf``: test error (%) vs fraction nonzero (log x).
@@ -185,6 +186,7 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
         fig.savefig(p, dpi=130, bbox_inches="tight")  # the legend outside the axes included
     plt.close(fig)
     return paths
+
 
 def plot_diagnostics(records: list[dict], path: Path) -> None:
     """Per run: isotropic ratios, cosines (log scale, null means dotted) and top eigenvalues."""

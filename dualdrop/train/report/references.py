@@ -28,12 +28,14 @@ PUBLISHED_POINTS: dict[str, tuple[float, float]] = {
 #: The accuracy goals on MNIST, as (test error, fraction nonzero) upper bounds.
 GOALS: tuple[tuple[float, float], ...] = ((0.016, 0.015), (0.014, 0.05))
 
+
 def method_label(m: str) -> str:
     """A method's display name (the paper's label where it has one)."""
     if m in PAPER_TABLE:
         return PAPER_TABLE[m][0]
     return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
             "hardconcrete-neuron": "HardConcrete (neuron)"}.get(m, m)
+
 
 def reference_rows() -> list[str]:
     """Markdown lines: the paper's table, the published points and the goals (MNIST,

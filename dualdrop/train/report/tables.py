@@ -42,18 +42,23 @@ def schedule_text(result: dict, mnist: bool, unit: str = "finished trials per me
                if mnist and max(epochs) < 200 else "")
     return f"\n{reduced}{e_txt} epochs per {per}, {t_txt} {unit}"
 
+
 def data_title(runs: dict) -> str:
+    """The data sets of ``runs`` by name, for a title."""
     names = sorted({(r.get("data") or "data unknown").split(",")[0] for r in runs.values()})
     return "; ".join(names)
+
 
 def md_cell(text) -> str:
     """A Markdown table cell: ``|`` escaped, no line breaks."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
+
 def selected_field(final, key):
     """A field of ``final["selected_tol"]`` (None when absent)."""
     sel = (final or {}).get("selected_tol") or {}
     return sel.get(key) if "test_error" in sel else None
+
 
 def comparison_table(runs: dict, out: str | os.PathLike) -> str:
     """Markdown (``table.md``) and CSV (``table.csv``) of the runs; returns the Markdown.
@@ -147,15 +152,19 @@ def comparison_table(runs: dict, out: str | os.PathLike) -> str:
     (out / "table.md").write_text(md)
     return md
 
+
 def knob_text(row: dict, plan: dict) -> str:
+    """``name=value`` of the plan\'s knob in a frontier row (empty when the row lacks it)."""
     name = (plan.get("knob") or {}).get("name")
     return f"{name}={row['hparams'][name]:g}" if name in row["hparams"] else ""
+
 
 def entry_label(name: str, r: dict) -> str:
     """Display name of a frontier entry: the method's label plus what distinguishes the entry
     (``eta-trick [dual=released]`` -> ``eta-Trick [dual=released]``)."""
     m = r.get("method", name)
     return method_label(m) + name[len(m):] if name.startswith(m) else name
+
 
 def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) -> str:
     """``frontier.md`` and ``frontier.csv``: every selected point with its knob, start,
@@ -199,19 +208,32 @@ def frontier_table(result: dict, out: str | os.PathLike, mnist: bool = False) ->
               " tol | val. error | fraction nonzero | test error |",
               "| --- | --- |" + (" --- |" if warm_col else "") + " --- | --- | --- | --- |"]
     for r in rows:
-        tol = "—" if r["tol"] is None else f"{r['tol']:g}"
+        tol = tol_cell(r["tol"])
         start = (" warm |" if r["warm_start"] else " random |") if warm_col else ""
         lines.append(f"| {r['label']} | {r['knob']} |{start} {tol} | "
                      f"{100 * r['val_error']:.2f}% | {r['nonzero_total']:.4f} | "
                      f"{100 * r['test_error']:.2f}% |")
+    return _write_frontier_md(out, lines, mnist)
+
+
+def tol_cell(tol: float | None) -> str:
+    """A tolerance as a table shows it (a dash for a method without one)."""
+    return "—" if tol is None else f"{tol:g}"
+
+
+def _write_frontier_md(out: Path, lines: list[str], mnist: bool) -> str:
+    """``frontier.md`` from ``lines``, with the reference rows on MNIST; returns the Markdown."""
     if mnist:
-        lines += reference_rows()
+        lines = lines + reference_rows()
     md = "\n".join(lines) + "\n"
     (out / "frontier.md").write_text(md)
     return md
 
+
 def pm(mean: float, sd: float | None, scale: float, fmt: str) -> str:
+    """``mean ± sd`` scaled by ``scale`` in format ``fmt`` (the mean alone when ``sd`` is None)."""
     return f"{mean * scale:{fmt}}" + ("" if sd is None else f" ± {sd * scale:{fmt}}")
+
 
 def runs_table(result: dict, out: str | os.PathLike, mnist: bool, tols) -> str:
     """``frontier.md`` / ``frontier.csv`` of
@@ -242,16 +264,12 @@ def runs_table(result: dict, out: str | os.PathLike, mnist: bool, tols) -> str:
         m = r["method"]
         for p in sorted(r["frontier"], key=lambda p: -p["test_nonzero_total"]):
             label = method_label(m) + p["config"][len(m):]
-            tol = "—" if p["tol"] is None else f"{p['tol']:g}"
+            tol = tol_cell(p["tol"])
             lines.append(f"| {label} | {p['n_seeds']} | {r['plan']['epochs']} | {tol} | "
                          f"{100 * p['val_error']:.2f}% | "
                          f"{pm(p['test_error'], p['test_error_std'], 100, '.2f')}% | "
                          f"{pm(p['test_nonzero_total'], p['nonzero_std'], 1, '.4f')} |")
-    if mnist:
-        lines += reference_rows()
-    md = "\n".join(lines) + "\n"
-    (out / "frontier.md").write_text(md)
-    return md
+    return _write_frontier_md(out, lines, mnist)
 
 
 __all__ = ["comparison_table", "data_title", "entry_label", "frontier_table", "mean_std",

@@ -40,6 +40,7 @@ How it runs:
   point is computed here from the trial's checkpoint at the point's tolerance, once, and cached in
   ``OUT/test_errors.json``.
 
+
 Outputs: ``frontier.png``/``frontier.pdf`` (test error vs fraction nonzero, log x, one line per
 method through its frontier; on MNIST also the paper's table, the published points and the goal
 boxes), ``frontier.md`` and ``frontier.csv``.

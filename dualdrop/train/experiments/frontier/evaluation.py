@@ -25,7 +25,9 @@ from dualdrop.train.experiments.frontier.storage import (
 from dualdrop.train.report.figures import plot_frontier
 from dualdrop.train.report.tables import frontier_table
 
+#: the test errors of the selected points, keyed by folder and tolerance, with the checkpoint's mtime
 TEST_CACHE = "test_errors.json"
+
 
 def test_error(run_dir: Path, tol: float | None, data) -> dict:
     """Test error and density of a finished run's network at tolerance ``tol``: the one place
@@ -48,6 +50,7 @@ def test_error(run_dir: Path, tol: float | None, data) -> dict:
     nonzero = float(sp.density()["total"])
     X, y = torch.from_numpy(data.X_test), torch.from_numpy(data.y_test)
     return {"test_error": float(error_rate(model, X, y)), "nonzero_total": nonzero}
+
 
 def collect(out: str | os.PathLike) -> dict:
     """``{method: {"plan", "points", "failed", "n_complete", "n_running", "n_waiting"}}`` from
@@ -83,8 +86,10 @@ def collect(out: str | os.PathLike) -> dict:
                        "n_waiting": sum(t.state == S.WAITING for t in trials)}
     return res
 
+
 def _cache_key(p: dict) -> str:
     return f"{p['run_dir']}|tol={p['tol']}"
+
 
 def _cached(cache: dict, p: dict, out: Path) -> dict | None:
     """The cached evaluation of ``p``, unless its checkpoint was written again since."""
@@ -93,6 +98,7 @@ def _cached(cache: dict, p: dict, out: Path) -> dict | None:
     if ev is None or not ck.exists() or ev.get("checkpoint_mtime_ns") != ck.stat().st_mtime_ns:
         return None
     return ev
+
 
 def frontier_report(out: str | os.PathLike, data_dir: str | None = None, progress: bool = True,
                     verify_data: bool = True, data=None) -> dict:

@@ -36,6 +36,7 @@ from dualdrop.train.experiments.frontier.storage import (
     trial_counts,
 )
 
+
 def run_trial(study, plan: Plan, out: Path, data, ctx: dict) -> str:
     """Ask one trial, train it, tell the study; return a one-line summary."""
     optuna = optuna_module()
@@ -82,6 +83,7 @@ def run_trial(study, plan: Plan, out: Path, data, ctx: dict) -> str:
     return (f"{plan.method} {tid}: val {100 * report['val_error']:.2f}% at "
             f"{report['nonzero_total']:.4f}")
 
+
 def _worker(spec: dict, rank: int) -> None:
     """One process: add trials to each method's study until each has ``n_trials``."""
     from dualdrop.data import load_dataset
@@ -126,11 +128,13 @@ def _worker(spec: dict, rank: int) -> None:
         if bar is not None:
             bar.close()
 
+
 def _worker_entry(spec: dict, rank: int) -> None:  # pragma: no cover - runs in a child
     try:
         _worker(spec, rank)
     except KeyboardInterrupt:
         sys.exit(130)
+
 
 def run_frontier(
     methods=DEFAULT_METHODS,

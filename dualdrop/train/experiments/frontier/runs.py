@@ -42,6 +42,7 @@ RUN_TOLS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 #: validation sweeps and test errors, per run, split and tolerance, with the checkpoint's mtime
 EVAL_CACHE = "evaluations.json"
 
+
 def find_runs(paths) -> list[Path]:
     """Folders under ``paths`` (each a run folder or a folder of them, searched recursively)
     holding a finished run: ``final.json`` with status ``finished`` and ``checkpoint.pt``.
@@ -72,6 +73,7 @@ def find_runs(paths) -> list[Path]:
                                 "folder holds final.json and checkpoint.pt)")
     return sorted(set(found))
 
+
 def _with_defaults(conf: dict) -> dict:
     """``conf`` with the method's hyperparameters completed by their defaults, so that a run
     written before an option existed equals one that sets it to its default."""
@@ -85,12 +87,14 @@ def _with_defaults(conf: dict) -> dict:
         base = {}
     return {**conf, "hparams": with_new_defaults(conf.get("hparams", {}), base, conf["method"])}
 
+
 def _config_key(conf: dict) -> str:
     """What makes two runs seeds of one configuration: everything in the config but the seed
     (and the bookkeeping that differs between seeds: the data split's fingerprint)."""
     skip = {"seed", "data_fingerprint", "threads", "device", "world_size", "data_summary"}
     return json.dumps({k: v for k, v in _with_defaults(conf).items() if k not in skip},
                       sort_keys=True, default=str)
+
 
 def _group_names(groups: dict) -> dict:
     """``{key: name}``: the method, plus the hyperparameters in which configurations of the
@@ -114,6 +118,7 @@ def _group_names(groups: dict) -> dict:
                                             for n in varying) + "]"
     return names
 
+
 def _short(v) -> str:
     """A value as a label shows it: ``{"fc1": 2.0}`` -> ``fc1:2``, None -> ``off``."""
     if v is None:
@@ -122,6 +127,7 @@ def _short(v) -> str:
         return ",".join(f"{k}:{x:g}" if isinstance(x, float) else f"{k}:{x}"
                         for k, x in v.items())
     return f"{v:g}" if isinstance(v, float) else str(v)
+
 
 class _Data:
     """MNIST/digits splits loaded once per (seed, validation fraction) and checked against the
@@ -143,6 +149,7 @@ class _Data:
             raise ValueError(f"{run} was trained on {conf.get('data', 'other data')}, not on the "
                              f"data loaded with {where}; pass the folder it was trained on")
         return data
+
 
 def _evaluate(run: Path, tols, data_of, cache: dict, cache_path: Path, nets: dict,
               selected=None):
@@ -188,6 +195,7 @@ def _evaluate(run: Path, tols, data_of, cache: dict, cache_path: Path, nets: dic
             sp.set_tol(own)
     atomic_write_json(cache_path, cache)  # a kill loses at most this run's evaluations
     return res
+
 
 def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS,
                      by: str = "config", progress: bool = True,

@@ -55,6 +55,7 @@ class Knob:
         q = float(f"{sampled:.3g}")
         return float(f"{1 - q:.6g}") if self.complement else q
 
+
 def default_knob(method: str, hparams: dict, n_train: int | None = None) -> Knob:
     """The sparsity knob of ``method`` given its default ``hparams``: a decade either side of the
     default ``lam`` (KL weight of variational dropout, L0 weight of hard-concrete, penalty weight
@@ -74,9 +75,11 @@ def default_knob(method: str, hparams: dict, n_train: int | None = None) -> Knob
                      f"{', '.join(sorted(hparams)) or 'none'}); give one, e.g. "
                      f"knobs={{{method!r}: Knob('name', low, high)}}")
 
+
 def method_slug(method: str) -> str:
     """Folder name of a method (``penalty:mcp`` -> ``penalty_mcp``)."""
     return method.replace(":", "_").replace("/", "_")
+
 
 def pareto_front(points: list[dict], error: str = "val_error",
                  density: str = "nonzero_total") -> list[dict]:
@@ -96,6 +99,7 @@ def pareto_front(points: list[dict], error: str = "val_error",
             best = points[i][error]
     return front
 
+
 def suggest(trial, plan) -> tuple[dict, bool, str]:
     """Ask ``trial`` for the knob (and the start): ``(hparams, warm, trial id)``; the id spells
     the rounded knob value and the start, and names the trial's folder."""
@@ -106,6 +110,7 @@ def suggest(trial, plan) -> tuple[dict, bool, str]:
     if plan.init_from:
         tid += "-warm" if warm else "-cold"
     return {**plan.fixed, plan.knob.name: value}, warm, tid
+
 
 def validation_points(report: dict) -> list[dict]:
     """The candidates of one finished run, from validation numbers only.

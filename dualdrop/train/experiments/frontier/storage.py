@@ -24,13 +24,16 @@ from pathlib import Path
 from dualdrop.train.checkpoint import pid_alive
 from dualdrop.train.experiments.frontier.search import Knob
 
+#: the journal file of a frontier folder, shared by every process that adds trials
 JOURNAL = "study.journal"
-
+#: touched by a training trial every few seconds; an old one marks the trial abandoned
 HEARTBEAT = ".frontier-heartbeat"
-
+#: study names are STUDY_PREFIX + method
 STUDY_PREFIX = "frontier:"
 
+
 def optuna_module():
+    """Optuna, its log quieted, or an ImportError naming the extra that installs it."""
     try:
         import optuna
     except ImportError as exc:  # pragma: no cover - depends on the installation
@@ -38,6 +41,7 @@ def optuna_module():
             from exc
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
+
 
 def open_storage(out: str | os.PathLike, create: bool = True):
     """The Optuna journal storage of a frontier folder (``OUT/study.journal``)."""
@@ -52,6 +56,7 @@ def open_storage(out: str | os.PathLike, create: bool = True):
     # the open(O_EXCL) lock works on NFS too: several machines may share the folder
     return optuna.storages.JournalStorage(
         JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+
 
 class Heartbeat:
     """Touch ``folder/.frontier-heartbeat`` every ``interval`` seconds while training."""
@@ -76,6 +81,7 @@ class Heartbeat:
         self._stop.set()
         self._thread.join()
 
+
 def _stale_reason(t, out: Path, stale_after: float) -> str | None:
     """Why the RUNNING trial ``t`` is abandoned (its process is gone), or None."""
     host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
@@ -93,6 +99,7 @@ def _stale_reason(t, out: Path, stale_after: float) -> str | None:
     if age > stale_after:
         return f"no heartbeat for {age:.0f} s (> stale_after={stale_after:g} s)"
     return None
+
 
 def requeue_stale(study, out: str | os.PathLike, stale_after: float) -> list[int]:
     """Mark abandoned RUNNING trials failed and enqueue each again with the same parameters.
@@ -117,6 +124,7 @@ def requeue_stale(study, out: str | os.PathLike, stale_after: float) -> list[int
         done.append(t.number)
     return done
 
+
 @dataclass
 class Plan:
     """Everything one method's trials share (stored in its study; must not change)."""
@@ -140,6 +148,7 @@ class Plan:
         d["knob"] = dataclasses.asdict(self.knob)
         return d
 
+
 def make_sampler(name: str, seed: int, rank: int):
     """The sampler ``name`` (qmc, tpe, random) of process ``rank``."""
     optuna = optuna_module()
@@ -156,7 +165,10 @@ def make_sampler(name: str, seed: int, rank: int):
         return optuna.samplers.RandomSampler(seed=seed + 7919 * rank)
     raise ValueError(f"sampler={name!r}; choose 'qmc', 'tpe' or 'random'")
 
+
 def open_study(storage, plan: Plan, rank: int):
+    """The study of ``plan.method`` in ``storage`` (created, or loaded and checked against
+    ``plan``: a study made with other settings is refused by name) with process ``rank``\'s sampler."""
     optuna = optuna_module()
     study = optuna.create_study(
         storage=storage, study_name=STUDY_PREFIX + plan.method, load_if_exists=True,
@@ -175,6 +187,7 @@ def open_study(storage, plan: Plan, rank: int):
                          f"other settings ({diff}); use the same settings to add trials, or "
                          "another --out")
     return study
+
 
 def trial_counts(study) -> tuple[int, int, int]:
     """Numbers of complete, running and waiting trials of ``study``."""
