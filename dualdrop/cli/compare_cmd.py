@@ -50,7 +50,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from dualdrop.train.compare import (
+    from dualdrop.train.experiments.compare import (
         DEFAULT_METHODS,
         comparison_table,
         load_runs,

@@ -93,40 +93,8 @@ def run(args) -> int:
               f"SGD Tr(H S)/iso={res['sgd_ratio']:.1f} cos={res['sgd_cosine']:.3f} | dropout "
               f"Tr(H S)/iso={res['drop_ratio']:.1f} cos={res['drop_cosine']:.3f}", flush=True)
         (out / "diagnostics.json").write_text(json.dumps(records, indent=1))
-    plot(records, out / "diagnostics.png")
+    from dualdrop.train.report.figures import plot_diagnostics
+
+    plot_diagnostics(records, out / "diagnostics.png")
     print(f"wrote {out / 'diagnostics.json'} and {out / 'diagnostics.png'}")
     return 0
-
-
-def plot(records: list[dict], path: Path) -> None:
-    """Per run: isotropic ratios, cosines (log scale, null means dotted) and top eigenvalues."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    labels = [f"{r['method']}\n(ep {r['epoch']})" for r in records]
-    x = np.arange(len(records))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for ax, key, title in ((axes[0], "ratio", "Tr(H Σ) / Tr(H Σ_iso)"),
-                           (axes[1], "cosine", "cos(H, Σ) (null mean: dots)")):
-        for j, (noise, col) in enumerate((("sgd", "C0"), ("drop", "C1"))):
-            vals = [r[f"{noise}_{key}"] for r in records]
-            ax.bar(x + (j - 0.5) * 0.38, vals, 0.38, color=col,
-                   label="SGD noise" if noise == "sgd" else "dropout noise")
-            if key == "cosine":
-                ax.plot(x + (j - 0.5) * 0.38, [r[f"{noise}_null_cosine"] for r in records], "k.")
-        ax.set_yscale("log")
-        ax.set_title(title, fontsize=10)
-        ax.set_xticks(x, labels, fontsize=7)
-        ax.legend(fontsize=8)
-    ks = sorted(int(k.split("_")[1]) for k in records[0] if k.startswith("lambda_"))
-    for i in ks:
-        axes[2].plot(x, [r[f"lambda_{i}"] for r in records], "o-", label=f"λ{i}")
-    axes[2].set_title("top Hessian eigenvalues", fontsize=10)
-    axes[2].set_xticks(x, labels, fontsize=7)
-    axes[2].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -20,7 +20,7 @@ import sys
 
 def _parse_ranges(items) -> dict:
     """``["logsum:lam=1e-4:1e-2"]`` -> ``{"logsum": Knob("lam", 1e-4, 1e-2)}``."""
-    from dualdrop.train.frontier import Knob
+    from dualdrop.train.experiments.frontier import Knob
 
     out = {}
     for item in items or []:
@@ -130,7 +130,7 @@ def register(subparsers) -> None:
 def _from_runs(args) -> dict:
     from pathlib import Path
 
-    from dualdrop.train.frontier_runs import RUN_TOLS, frontier_of_runs
+    from dualdrop.train.experiments.frontier.runs import RUN_TOLS, frontier_of_runs
 
     parser = args.parser  # every training option set away from its default is refused
     ignored = [f"--{n.replace('_', '-')}" for n in
@@ -148,7 +148,7 @@ def _from_runs(args) -> dict:
 
 def run(args) -> int:
     from dualdrop.train.checkpoint import CheckpointError
-    from dualdrop.train.frontier import DEFAULT_METHODS, run_frontier
+    from dualdrop.train.experiments.frontier import DEFAULT_METHODS, run_frontier
 
     try:
         if args.from_runs:

@@ -166,32 +166,6 @@ def list_hparams(method: str | None, dataset: str) -> str:
     return "\n".join(blocks)
 
 
-def resume_command(args, prog: str = "dualdrop sparsify", to_the_end: bool = False) -> str:
-    """The command line that continues the run of ``args``: every option that differs from its
-    default (``--out`` always), plus ``--resume``; without ``--stop-after`` if ``to_the_end``."""
-    import shlex
-
-    parser = args.parser
-    skip = {"help", "resume", "list_hparams"} | ({"stop_after"} if to_the_end else set())
-    words = []
-    for action in parser._actions:
-        if not action.option_strings or action.dest in skip:
-            continue
-        value = getattr(args, action.dest, None)
-        if action.dest != "out" and value == action.default:
-            continue
-        flag = action.option_strings[-1]
-        if isinstance(action, argparse._StoreTrueAction):
-            words.append(flag)
-        elif isinstance(value, list):
-            for v in value:
-                words += [flag, str(v)]
-        elif value is not None:
-            text = str(value)
-            words += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
-    return " ".join([prog] + [shlex.quote(w) for w in words] + ["--resume"])
-
-
 def _parse_lam_layers(items) -> dict | None:
     """``["fc1=2", "fc3=0.25"]`` -> ``{"fc1": 2.0, "fc3": 0.25}`` (None when empty)."""
     out = {}
@@ -212,10 +186,12 @@ def _parse_lam_layers(items) -> dict | None:
 
 def run(args) -> int:
     from dualdrop.train import TrainConfig, check_method, train
+    from dualdrop.train.command import sparsify_command
     from dualdrop.train.config import dataset_of
 
     if args.method is None and not args.list_hparams:
         args.parser.error("the following argument is required: --method (or --list-hparams)")
+    cfg = None
     try:
         if args.list_hparams:
             method = check_method(args.method) if args.method else None
@@ -241,8 +217,9 @@ def run(args) -> int:
         epoch = getattr(exc, "epoch", None)
         saved = (f"epoch {epoch} is checkpointed in {args.out}" if epoch
                  else "no epoch had finished")
-        print(f"dualdrop sparsify: interrupted; {saved}; continue with: "
-              f"{resume_command(args)}", file=sys.stderr)
+        again = sparsify_command(cfg) if cfg is not None else "the same command and --resume"
+        print(f"dualdrop sparsify: interrupted; {saved}; continue with: {again}",
+              file=sys.stderr)
         return 130
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
             FloatingPointError) as exc:
@@ -250,7 +227,7 @@ def run(args) -> int:
         return 2
     if report.get("status") == "stopped":
         print(f"stopped after epoch {report['epoch']} (outputs in {report['out']}); continue "
-              f"with: {resume_command(args, to_the_end=True)}")
+              f"with: {sparsify_command(cfg, to_the_end=True)}")
         return 0
     import os
 

@@ -6,23 +6,22 @@
   configuration and hyperparameters), :mod:`~dualdrop.train.distributed` (``torchrun``),
   :mod:`~dualdrop.train.checkpoint` (run files, exact resume), :mod:`~dualdrop.train.evaluate`
   (errors, densities, tolerances), :mod:`~dualdrop.train.export` (the trained network,
-  :func:`load_run`), :mod:`~dualdrop.train.loop` (the loop).
-- :func:`run_comparison`, :func:`plot_comparison`, :func:`comparison_table`: several methods, the
-  paper's Figure 2 and its table (LeJeune, Javadi, Baraniuk, NeurIPS 2021).
+  :func:`load_run`), :mod:`~dualdrop.train.loop` (the loop),
+  :mod:`~dualdrop.train.command` (the command line of a run, rebuilt from its configuration).
+- :mod:`~dualdrop.train.experiments`: many runs, one question each: :func:`run_comparison`
+  (several methods, the paper's Figure 2 and its table; LeJeune, Javadi, Baraniuk, NeurIPS 2021)
+  and the accuracy–sparsity frontier (:mod:`~dualdrop.train.experiments.frontier`).
+- :mod:`~dualdrop.train.report`: the figures and tables of the experiments
+  (:func:`plot_comparison`, :func:`comparison_table`, the frontier's and the diagnostics').
 """
 
-from dualdrop.train.compare import (
-    PAPER_TABLE,
-    comparison_table,
-    load_runs,
-    plot_comparison,
-    run_comparison,
-)
 from dualdrop.train.config import TrainConfig, available_methods, check_method, resolve_hparams
 from dualdrop.train.evaluate import error_rate
+from dualdrop.train.experiments.compare import load_runs, run_comparison
 from dualdrop.train.export import load_run
 from dualdrop.train.loop import epoch_order, train
 from dualdrop.train.models import LeNet300100, lenet_300_100
+from dualdrop.train.report import PAPER_TABLE, comparison_table, plot_comparison
 
 __all__ = [
     "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",

@@ -93,11 +93,17 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def atomic_write_json(path: str | os.PathLike, obj: Any, default=None) -> None:
+    """``obj`` as indented JSON (one trailing newline), written by :func:`atomic_write_text`:
+    the one writer of the JSON files of runs, comparisons and frontiers."""
+    atomic_write_text(path, json.dumps(obj, indent=1, default=default) + "\n")
+
+
 class RunLockedError(FileExistsError):
     """Another live process is training into the same output folder."""
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -126,7 +132,7 @@ def acquire_lock(out: Path) -> Path:
                 pid = int(pid_s)
             except (OSError, ValueError):
                 continue  # being written or removed right now: retry
-            if owner.strip() == host and not _pid_alive(pid):
+            if owner.strip() == host and not pid_alive(pid):
                 path.unlink(missing_ok=True)  # stale: its process is gone
                 continue
             raise RunLockedError(
@@ -232,7 +238,7 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
     ckpt = read_checkpoint(path, fix="delete it to start the run again (or restore it from a "
                            "copy), or choose another output folder")
     saved = dict(ckpt["config"])
-    saved["hparams"] = _with_new_defaults(saved.get("hparams"), run_cfg.get("hparams"),
+    saved["hparams"] = with_new_defaults(saved.get("hparams"), run_cfg.get("hparams"),
                                           run_cfg.get("method"))
     # both ways: an option the checkpoint has and the command now lacks (--model, --init-from,
     # --lam-warmup) differs as much as a changed value
@@ -247,7 +253,7 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
     return ckpt
 
 
-def _with_new_defaults(saved, now, method):
+def with_new_defaults(saved, now, method):
     """``saved`` hyperparameters plus every one a later dualdrop added (absent from ``saved``)
     whose value now is the method's default: such a run was trained with that default's
     behaviour, so it stays resumable (and a finished run stays finished) across the upgrade."""

@@ -171,18 +171,20 @@ def resolve_hparams(
     return float(lr), hp
 
 
-def check_hparams(method: str, hp: dict) -> None:
+def check_hparams(method: str, hp: dict, model: str = "lenet300") -> None:
     """Raise ``ValueError`` now if ``sparsify`` would refuse ``hp`` (e.g. ``tol=2``).
 
     The method's own validation decides (one home for it): ``hp`` is applied to a throwaway
-    one-input network, before any data is loaded or any folder created.
+    copy of the network ``model`` at its constructor's default sizes
+    (:func:`~dualdrop.train.models.example_model`), before any data is loaded or any folder
+    created.
     """
     if method == DENSE:
         return
-    from dualdrop.train.models import lenet_300_100
+    from dualdrop.train.models import example_model
 
     try:
-        _nn().sparsify(lenet_300_100(1, 2), method, **hp)
+        _nn().sparsify(example_model(model), method, **hp)
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"method {method!r}: {exc}") from None
 
@@ -363,21 +365,13 @@ def check_lam_schedule(cfg: TrainConfig, hp: dict) -> None:
             raise ValueError(f"{name}: method {cfg.method!r} has lam={lam!r}; {flag} acts on a "
                              f"numeric lam: set one (--hp lam=...) or drop {flag}")
     if cfg.lam_layers:
-        from dualdrop.train.models import build_model
+        from dualdrop.train.models import example_model
 
-        sp = _nn().sparsify(build_model(cfg.model, 784, 10), cfg.method, **hp)
+        # the layer names do not depend on the data's sizes: a throwaway copy at the
+        # constructor's defaults names them before any data is loaded
+        sp = _nn().sparsify(example_model(cfg.model), cfg.method, **hp)
         known = [t.key for t, _ in sp.states()]
         bad = sorted(set(cfg.lam_layers) - set(known))
         if bad:
             raise ValueError(f"lam_layers: no sparsified layer {', '.join(map(repr, bad))} in "
                              f"{cfg.model}; its layers: {', '.join(known)}")
-
-
-def set_lams(sp, lam: float, layers: dict | None = None, ramp: float = 1.0) -> None:
-    """Every sparsified layer's strength: ``lam * layers.get(layer, 1) * ramp``; the test-time
-    thresholds follow (a penalty method's keep ratio ``eta/(eta + lam)`` depends on ``lam``).
-    The one place where the training loop and a rebuilt network set per-layer strengths."""
-    for target, st in sp.states():
-        st.lam = float(lam) * float((layers or {}).get(target.key, 1.0)) * ramp
-    if sp.has_tol:
-        sp.set_tol(sp.hparams["tol"])

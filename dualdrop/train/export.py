@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint
-from dualdrop.train.config import DENSE, _nn, set_lams
+from dualdrop.train.config import DENSE, _nn
 from dualdrop.train.models import DEFAULT_MODEL, build_model
 
 MODEL = "model.pt"
@@ -39,6 +39,16 @@ def build(arch: dict) -> nn.Module:
     name = arch.get("name", DEFAULT_MODEL)
     return build_model(_LEGACY_NAMES.get(name, name), int(arch["n_features"]),
                        int(arch.get("n_classes", 10)))
+
+
+def set_lams(sp, lam: float, layers: dict | None = None, ramp: float = 1.0) -> None:
+    """Every sparsified layer's strength: ``lam * layers.get(layer, 1) * ramp``; the test-time
+    thresholds follow (a penalty method's keep ratio ``eta/(eta + lam)`` depends on ``lam``).
+    The one place where the training loop and a rebuilt network set per-layer strengths."""
+    for target, st in sp.states():
+        st.lam = float(lam) * float((layers or {}).get(target.key, 1.0)) * ramp
+    if sp.has_tol:
+        sp.set_tol(sp.hparams["tol"])
 
 
 def training_network(ck: dict):

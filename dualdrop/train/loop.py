@@ -52,7 +52,7 @@ from dualdrop.train.checkpoint import (
     FORMAT_VERSION,
     acquire_lock,
     atomic_save,
-    atomic_write_text,
+    atomic_write_json,
     jsonable,
     load_checkpoint,
     rng_state,
@@ -71,7 +71,6 @@ from dualdrop.train.config import (
     device_of,
     resolve_hparams,
     run_config,
-    set_lams,
 )
 from dualdrop.train import diagnose_hook
 from dualdrop.train.distributed import Dist
@@ -83,7 +82,7 @@ from dualdrop.train.evaluate import (
     tol_sweep,
     unpruned_error,
 )
-from dualdrop.train.export import architecture, init_weights, save_model
+from dualdrop.train.export import architecture, init_weights, save_model, set_lams
 from dualdrop.train.models import build_model
 
 
@@ -432,7 +431,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.validate()
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
-    check_hparams(cfg.method, hp)
+    check_hparams(cfg.method, hp, cfg.model)
     check_lam_schedule(cfg, hp)
     if cfg.threads != 0:
         torch.set_num_threads(cfg.threads or default_threads())
@@ -461,8 +460,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
             with open(final_path) as fh:
                 return json.load(fh)
         if dist_.main:  # what this folder's run is, readable before it finishes
-            atomic_write_text(out / "config.json", json.dumps(
-                {**run_cfg, "data_summary": data.summary()}, indent=1, default=repr) + "\n")
+            atomic_write_json(out / "config.json", {**run_cfg, "data_summary": data.summary()},
+                              default=repr)
         run = None
         try:
             run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
@@ -478,7 +477,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
             saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
             raise TrainingInterrupted(str(out), saved) from None
         if dist_.main:
-            atomic_write_text(final_path, json.dumps(report, indent=1) + "\n")
+            atomic_write_json(final_path, report)
         dist_.barrier()
         return report
     finally:

@@ -96,3 +96,12 @@ def build_model(name: str, n_features: int, n_classes: int) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"model={name!r}; expected one of {sorted(MODELS)}")
     return MODELS[name](n_features, n_classes)
+
+
+def example_model(name: str) -> nn.Module:
+    """A throwaway network ``name`` at its constructor's default sizes, to check options that
+    depend on the architecture alone (the names of its layers, whether a method accepts its
+    hyperparameters) before any data is loaded."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r}; expected one of {sorted(MODELS)}")
+    return MODELS[name]()
