@@ -129,10 +129,11 @@ def torch_table(penalty, params: np.ndarray) -> TorchTable:
     return table
 
 
-def of_kernel(penalty, kernel) -> TorchTable | None:
-    """The :class:`TorchTable` of a penalty whose kernel ``(code, params)`` is a ``TABLE``, else
-    None (closed forms keep their own paths)."""
-    if kernel is None:
+def of_kernel(penalty, kernel, w: torch.Tensor) -> TorchTable | None:
+    """The :class:`TorchTable` for weights ``w`` of a penalty whose kernel ``(code, params)`` is a
+    ``TABLE``, else None: closed forms keep their own paths, and float64 CPU weights keep the
+    exact Chebyshev kernel (the precision float64 was chosen for; no dtype copy is needed)."""
+    if kernel is None or (w.dtype == torch.float64 and w.device.type == "cpu"):
         return None
     from penalties import kernels as K
 

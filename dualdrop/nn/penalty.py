@@ -11,7 +11,7 @@ the weight (its test-time mask), so it acts on any weight tensor.
     a custom autograd function: forward returns ``lam sum Omega(w)``, backward
     ``lam Omega'(w) = lam w / eta_hat(w)``. The tabulated penalties (``vardrop``,
     ``vardrop_exact``, ``hardconcrete``) are interpolated in torch on the weight's device
-    (``dualdrop.nn._table``). Otherwise evaluation runs on the CPU (numba loop over
+    (``dualdrop.nn._table``), except float64 CPU weights, which keep the exact kernel. Otherwise evaluation runs on the CPU (numba loop over
     ``penalties.kernels`` when ``P.kernel_spec()`` exists, else ``P.omega``/``P.derivative`` in
     numpy); CUDA weights are copied to the host and back each step. For the closed forms
     ``l1``, ``logsum``, ``mcp`` and ``scad``, when only the gradient is asked (``value=False``,
@@ -265,7 +265,7 @@ def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool, need_value: 
         else:
             value = TORCH_FORMS[form].omega(wd, a, prm).sum()
         return value, d
-    table = _table.of_kernel(layer.penalty, layer._kernel)
+    table = _table.of_kernel(layer.penalty, layer._kernel, w)
     if table is not None:  # tabulated penalty: torch interpolation, no host round trip
         wd = w.detach()
         if need_value and not tikhonov:
