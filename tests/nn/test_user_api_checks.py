@@ -182,3 +182,28 @@ def test_previous_api_gets_a_pointer_to_the_new_access():
     assert pairs == sp.named_states()
     with pytest.raises(AttributeError, match=r"state_of\(module, 'weight'\)\.gate_logits"):
         model[0].gate_logits
+
+
+# ---- the report's own reproduction of the CSR export of a Transformer layer ------------------
+
+def test_default_export_of_a_bare_transformer_encoder_layer_runs_its_inference():
+    """``nn.Sequential(TransformerEncoderLayer, Linear)``: the layer's no-grad fast path reads
+    ``linear1.weight`` directly; with CSR layers the exported model must take the module path."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.TransformerEncoderLayer(32, 2, 64, batch_first=True, dropout=0.0),
+                        nn.Linear(32, 4))
+    sp = sparsify(net, "magnitude", sparsity=0.95, prune_every=1, end=0.5)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x = torch.randn(8, 16, 32)
+    for s in range(1, 11):
+        loss = net(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sp.after_step(opt, s, 10)
+    net.eval()
+    plain = export_sparse(net)                             # the README's default: "auto"
+    assert type(plain[0].linear1).__name__ == "CSRLinear"
+    assert type(plain[0].self_attn.out_proj).__name__ != "CSRLinear"  # read by MHA directly
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), net(x), atol=1e-5, rtol=1e-5)
