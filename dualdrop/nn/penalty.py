@@ -9,7 +9,9 @@ the weight (its test-time mask), so it acts on any weight tensor.
 ``logsum`` / ``penalty:<name>`` (``algorithm="gradient"``)
     gradient descent on ``L + lam sum Omega(w)``. ``Omega`` and ``Omega'`` come from ``P`` through
     a custom autograd function: forward returns ``lam sum Omega(w)``, backward
-    ``lam Omega'(w) = lam w / eta_hat(w)``. Evaluation runs on the CPU (numba loop over
+    ``lam Omega'(w) = lam w / eta_hat(w)``. The tabulated penalties (``vardrop``,
+    ``vardrop_exact``, ``hardconcrete``) are interpolated in torch on the weight's device
+    (``dualdrop.nn._table``), except float64 CPU weights, which keep the exact kernel. Otherwise evaluation runs on the CPU (numba loop over
     ``penalties.kernels`` when ``P.kernel_spec()`` exists, else ``P.omega``/``P.derivative`` in
     numpy); CUDA weights are copied to the host and back each step. For the closed forms
     ``l1``, ``logsum``, ``mcp`` and ``scad``, when only the gradient is asked (``value=False``,
@@ -75,7 +77,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from dualdrop.nn import _kernels
+from dualdrop.nn import _kernels, _table
 from dualdrop.nn._base import Method, WeightState, check_choice, check_float, check_lam, check_tol
 
 _ALGORITHMS = ("gradient", "adatikhonov", "adaprox")
@@ -263,6 +265,16 @@ def _penalty_value_and_grad(layer, w: torch.Tensor, tikhonov: bool, need_value: 
         else:
             value = TORCH_FORMS[form].omega(wd, a, prm).sum()
         return value, d
+    table = _table.of_kernel(layer.penalty, layer._kernel, w)
+    if table is not None:  # tabulated penalty: torch interpolation, no host round trip
+        wd = w.detach()
+        if need_value and not tikhonov:
+            om, d = table.derivative(wd, with_omega=True)
+            value = om.sum()
+        else:
+            d = table.derivative(wd)
+            value = 0.5 * (wd.to(d.dtype) * d).sum() if need_value else 0.0
+        return value, d.to(w.dtype)
     wc = w.detach()
     if wc.device.type != "cpu":
         wc = wc.cpu()
