@@ -26,8 +26,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .datafits import normalized_sample_weight
-from .estimators import (SparseLinearRegression, SparseLogisticRegression, _SparseLinearBase,
-                         _validate_data)
+from ._validation import validate_data
+from .estimators import SparseLinearRegression, SparseLogisticRegression, _SparseLinearBase
 from .path import _run_chunk, _warn_unconverged, alpha_grid, check_alphas
 
 __all__ = ["SparseLinearRegressionCV", "SparseLogisticRegressionCV"]
@@ -120,7 +120,7 @@ class _SparseLinearCVBase(BaseEstimator):
 
     def _validated(self, X, y, sample_weight, **kw):
         """Checked ``X`` (CSR when sparse: folds index rows), ``y`` and ``sample_weight``."""
-        X, y = _validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
                               **kw)
         if not isinstance(self.alphas, Integral) and np.ndim(self.alphas) != 1:
             raise ValueError(f"alphas must be an integer (the number of alphas) or a 1-D array "

@@ -53,14 +53,9 @@ from sklearn.utils.validation import check_is_fitted
 from . import _penalty
 from ._design import Design
 from ._problem import Problem
+from ._validation import validate_data
 from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
 from .solvers import SOLVERS, get_solver
-
-try:  # scikit-learn >= 1.6
-    from sklearn.utils.validation import validate_data as _validate_data
-except ImportError:  # pragma: no cover - older scikit-learn
-    def _validate_data(est, *args, **kwargs):
-        return est._validate_data(*args, **kwargs)
 
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression"]
 
@@ -408,7 +403,7 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
     def _prepare(self, X, y, sample_weight):
         """Checked data and what the solvers receive, ``(data, dtype)``: the fits along a path
         reuse it (only ``alpha`` changes, see ``path._run_chunk``)."""
-        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
+        X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True)
         dtype = X.dtype
         X, y = X.astype(np.float64, copy=False), np.asarray(y, dtype=np.float64)
@@ -432,7 +427,7 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
 
     def predict(self, X):
         check_is_fitted(self)
-        X = _validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                            reset=False)
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
@@ -477,7 +472,7 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
 
     def _prepare(self, X, y, sample_weight):
         """Checked data, classes and what the solvers receive (see the regressor's)."""
-        X, y = _validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
+        X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
         check_classification_targets(y)
@@ -519,7 +514,7 @@ class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
 
     def decision_function(self, X):
         check_is_fitted(self)
-        X = _validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                            reset=False)
         d = np.asarray(X @ self.coef_.T) + self.intercept_
         return d.ravel() if d.shape[1] == 1 else d

@@ -34,7 +34,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._jit import block_scores, penalty_sum, row_norms
 from ._problem import Problem
 from .datafits import Quadratic
-from .estimators import _scaled_design, _SparseLinearBase, _validate_data
+from ._validation import validate_data
+from .estimators import _scaled_design, _SparseLinearBase
 from .path import alpha_max_from_gradient
 from .solvers import get_solver
 
@@ -177,7 +178,7 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
         return tags
 
     def _check_data(self, X, Y, reset):
-        X, Y = _validate_data(self, X, Y, accept_sparse="csc", dtype=[np.float64, np.float32],
+        X, Y = validate_data(self, X, Y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True, multi_output=True, reset=reset)
         if Y.ndim != 2:
             raise ValueError(
@@ -224,6 +225,6 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
 
     def predict(self, X):
         check_is_fitted(self)
-        X = _validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                            reset=False)
         return np.asarray(X @ self.coef_.T) + self.intercept_

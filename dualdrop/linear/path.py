@@ -23,6 +23,7 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 
 from . import _penalty
+from ._validation import check_path_data
 from .datafits import normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
@@ -35,16 +36,8 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
     a multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class).
     The problem is the one the estimator hands its solver (scaled columns, sample weights, the
     intercept at its best value for ``w = 0``)."""
-    from sklearn.utils import check_array
-
     est = _estimator(datafit, penalty, penalty_params, 1.0, fit_intercept, scaling)
-    X = check_array(X, accept_sparse="csc", dtype=np.float64)
-    y = np.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D, got an array of shape {y.shape}")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}; pass one target per "
-                         "row of X")
+    X, y = check_path_data(X, y, y_numeric=datafit != "logistic")
     sw = normalized_sample_weight(sample_weight, X.shape[0])
     if datafit == "logistic":
         classes = np.unique(y)
