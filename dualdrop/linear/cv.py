@@ -79,6 +79,12 @@ class _SparseLinearCVBase(BaseEstimator):
         self.positive = positive
         self.penalty_weights = penalty_weights
 
+    def _sample_weight_equivalence_failure(self):
+        """Why the sample-weight equivalence checks fail (see
+        :func:`~dualdrop.linear.estimators.expected_failed_checks`)."""
+        return ("cross-validation: repeated rows move between folds, so the two fits are "
+                "cross-validated on different splits (as for scikit-learn's LassoCV)")
+
     def _single_estimator(self):
         return self._single(**{k: getattr(self, k) for k in _SHARED})
 
