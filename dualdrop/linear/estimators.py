@@ -350,14 +350,17 @@ class _SparseLinearBase(BaseEstimator):
             kwargs["max_iter"] = int(self.max_iter)
         res = mod.solve(problem, w0, b0, tol=float(self.tol), verbose=bool(self.verbose), **kwargs)
         if not res.converged:
-            warnings.warn(
-                f"{type(self).__name__} (solver={name!r}) did not converge after {res.n_iter} "
-                f"iterations: final optimality criterion {res.criterion:.3e} > tol={self.tol:g}. "
-                "Increase max_iter, loosen tol, or try another solver.",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+            self._warn_unconverged(name, res.n_iter, res.criterion)
         return res, name
+
+    def _warn_unconverged(self, name, n_iter, criterion):
+        warnings.warn(
+            f"{type(self).__name__} (solver={name!r}) did not converge after {n_iter} "
+            f"iterations: final optimality criterion {criterion:.3e} > tol={self.tol:g}. "
+            "Increase max_iter, loosen tol, or try another solver.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
 
 
 class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
@@ -462,6 +465,44 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         self.criterion_ = float(res.criterion)
         self.solver_ = name
         return self
+
+    def _path_prepared(self, prep, P, alphas, callback=None):
+        """The fits at every ``alpha`` of ``alphas`` (decreasing, warm-started along the grid) in
+        one compiled call of the ``cd`` solver (:func:`.solvers.cd.quadratic_path`), or ``None``
+        when this configuration is not one it runs (another solver, a callback among the
+        solver options): the caller then fits alpha by alpha. The estimator ends fitted at the
+        last alpha; ``callback(self)`` runs after each fit is set on it (the path's scoring)."""
+        from .solvers import cd
+
+        if self.solver not in ("auto", "cd") or not set(self.solver_params or {}) <= set(
+                cd.SOLVER.options) - {"callback"}:
+            return None
+        data, dtype = prep
+        problem = Problem(data.design, data.y, data.datafit, P, float(alphas[0]),
+                          data.fit_intercept, weights=data.penalty_weights,
+                          positive=self.positive)
+        if cd.SOLVER.supports(problem) is not None:
+            return None
+        W, B, n_iter, crit, conv = cd.quadratic_path(
+            problem, alphas, tol=float(self.tol), max_iter=self.max_iter,
+            **(self.solver_params or {}))
+        fits = []
+        for k, a in enumerate(alphas):
+            coef, intercept = data.from_solver(W[k], float(B[k]))
+            self.alpha = float(a)
+            self.coef_ = coef.astype(dtype, copy=False)
+            self.intercept_ = dtype.type(intercept)
+            self.n_iter_ = int(n_iter[k])
+            self.objective_ = None  # not recorded along a compiled path
+            self.criterion_ = float(crit[k])
+            self.solver_ = "cd"
+            if not conv[k]:
+                self._warn_unconverged("cd", self.n_iter_, self.criterion_)
+            fits.append((np.array(self.coef_, copy=True), np.copy(self.intercept_),
+                         self.n_iter_, self.criterion_))
+            if callback is not None:
+                callback(self)
+        return fits
 
     def predict(self, X):
         check_is_fitted(self)

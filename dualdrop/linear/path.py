@@ -153,6 +153,12 @@ def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     out = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        compiled = getattr(est, "_path_prepared", None)
+        if P is not None and compiled is not None:  # the whole path in compiled code
+            out = compiled(prep, P, alphas, callback)
+            if out is not None:
+                return out, [str(w.message) for w in caught]
+            out = []
         for a in alphas:
             est.alpha = float(a)
             est._fit_prepared(prep, P)
