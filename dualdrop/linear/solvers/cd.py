@@ -70,6 +70,7 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
         maxd = 0.0
         c = 0.0  # the residual is r + c
         n_feats = nws if full else n_act
+        pass_full = full
         for jj in range(n_feats):
             j = ws[jj] if full else act[jj]
             L = Lin[j]
@@ -109,7 +110,9 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
             full = n_act == nws
         elif maxd <= tol_in:
             full = True
-        if K > 0:
+        if K > 0 and pass_full:
+            n_hist = 0  # extrapolate along passes of one map: those over the nonzeros only
+        elif K > 0:
             for jj in range(nws):
                 hist[n_hist, jj] = w[ws[jj]]
             rhist[n_hist] = r
