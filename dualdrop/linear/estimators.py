@@ -51,25 +51,16 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _penalty
-from ._design import Design
+from ._design import Design, scaled_design
 from ._problem import Problem
 from ._validation import validate_data
 from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
-from .solvers import SOLVERS, get_solver
+from .solvers import SOLVERS, UnsupportedProblem, get_solver
 
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression", "expected_failed_checks"]
 
 _NESTED = "penalty_params__"
 _NESTED_OBJ = "penalty__"
-
-
-def _scaled_design(X, s):
-    """The design with columns divided by ``s`` (the solver's variables are ``u = s w``)."""
-    if np.all(np.abs(s - 1.0) <= 1e-12):
-        return Design(X)
-    if sp.issparse(X):
-        return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
-    return Design(np.asfortranarray(X) * (1.0 / s))
 
 
 class _LogisticData:
@@ -81,7 +72,7 @@ class _LogisticData:
 
     def __init__(self, X, s, sw, fit_intercept, penalty_weights):
         self.s = s
-        self.design = _scaled_design(X, s)
+        self.design = scaled_design(X, s)
         self.datafit = Logistic(sw)
         self.fit_intercept = bool(fit_intercept)
         self.penalty_weights = penalty_weights
@@ -125,7 +116,7 @@ class _LeastSquaresData:
         self.penalty_weights = penalty_weights
         self.fit_intercept = bool(fit_intercept) and sw is None
         if sw is None:
-            self.design, self.y = _scaled_design(X, s), y
+            self.design, self.y = scaled_design(X, s), y
             return
         n, p = X.shape
         d = np.sqrt(sw)
@@ -196,7 +187,12 @@ def expected_failed_checks(estimator):
     return {name: reason for name in _SAMPLE_WEIGHT_CHECKS}
 
 
-class _SparseLinearBase(BaseEstimator):
+class SparseLinearBase(BaseEstimator):
+    """What the single-output (here), multi-output (:mod:`.multitask`) and cross-validated
+    (:mod:`.cv`) estimators share: parameters and their constraints, nested penalty
+    parameters, the column scales, and the one resolve -> solve -> warn path
+    (:meth:`_solve_problem`)."""
+
     _datafit = None
 
     # checked by scikit-learn's validation on every fit (``_fit_context``): a wrong type or value
@@ -329,29 +325,37 @@ class _SparseLinearBase(BaseEstimator):
         return pw
 
     def _solve_one(self, data, y, P, w0, b0):
-        datafit = data.datafit
-        problem = Problem(data.design, y, datafit, P, float(self.alpha), data.fit_intercept,
+        problem = Problem(data.design, y, data.datafit, P, float(self.alpha), data.fit_intercept,
                           weights=data.penalty_weights, positive=self.positive)
-        name = self.solver
-        if name == "auto":
-            name = "cd" if get_solver("cd").supports(problem) is None else "adaprox"
-        mod = get_solver(name)
-        reason = mod.supports(problem)
-        if reason:
-            from .solvers import capable_solvers
+        return self._solve_problem(problem, self.solver, w0, b0)
 
-            raise ValueError(
-                f"solver={name!r} cannot handle penalty {P!r} with the {datafit.name} datafit: "
-                f"{reason}. Solvers that can: {capable_solvers(problem)}"
-            )
+    def _solve_problem(self, problem, name, w0, b0):
+        """Resolve the solver, solve, warn: the one path of every estimator (single- and
+        multi-output). The solver checks the problem and the options once
+        (``BaseSolver.solve``); ``"auto"`` is ``cd``, or ``adaprox`` when ``cd`` cannot handle
+        the problem. Returns ``(result, solver name)``."""
         kwargs = dict(self.solver_params or {})
-        mod.check_options(kwargs)
+        if "max_iter" in kwargs or "tol" in kwargs or "verbose" in kwargs:
+            get_solver("cd" if name == "auto" else name).check_options(kwargs)  # names them
         if self.max_iter is not None:
             kwargs["max_iter"] = int(self.max_iter)
-        res = mod.solve(problem, w0, b0, tol=float(self.tol), verbose=bool(self.verbose), **kwargs)
+        for cand in (("cd", "adaprox") if name == "auto" else (name,)):
+            try:
+                res = get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
+                                             verbose=bool(self.verbose), **kwargs)
+                break
+            except UnsupportedProblem as err:
+                if name == "auto" and cand == "cd":
+                    continue
+                from .solvers import capable_solvers
+
+                raise ValueError(
+                    f"solver={cand!r} cannot handle penalty {problem.penalty!r} with the "
+                    f"{problem.datafit.name} datafit: {err.reason}. Solvers that can: "
+                    f"{capable_solvers(problem)}") from None
         if not res.converged:
-            self._warn_unconverged(name, res.n_iter, res.criterion)
-        return res, name
+            self._warn_unconverged(cand, res.n_iter, res.criterion)
+        return res, cand
 
     def _warn_unconverged(self, name, n_iter, criterion):
         warnings.warn(
@@ -363,7 +367,7 @@ class _SparseLinearBase(BaseEstimator):
         )
 
 
-class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
+class SparseLinearRegression(RegressorMixin, SparseLinearBase):
     """Least squares with any effective penalty: ``(1/2n)||y - Xw - b||^2 + alpha sum Omega(s_j w_j)``.
 
     ``fit(X, y, sample_weight=None)``: with weights ``v`` the datafit is
@@ -443,7 +447,7 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
 
     def _prepare(self, X, y, sample_weight):
         """Checked data and what the solvers receive, ``(data, dtype)``: the fits along a path
-        reuse it (only ``alpha`` changes, see ``path._run_chunk``)."""
+        reuse it (only ``alpha`` changes, see ``path.fit_path_chunk``)."""
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True)
         dtype = X.dtype
@@ -481,11 +485,12 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         problem = Problem(data.design, data.y, data.datafit, P, float(alphas[0]),
                           data.fit_intercept, weights=data.penalty_weights,
                           positive=self.positive)
-        if cd.SOLVER.supports(problem) is not None:
+        try:
+            W, B, n_iter, crit, conv = cd.quadratic_path(
+                problem, alphas, tol=float(self.tol), max_iter=self.max_iter,
+                **(self.solver_params or {}))
+        except UnsupportedProblem:
             return None
-        W, B, n_iter, crit, conv = cd.quadratic_path(
-            problem, alphas, tol=float(self.tol), max_iter=self.max_iter,
-            **(self.solver_params or {}))
         fits = []
         for k, a in enumerate(alphas):
             coef, intercept = data.from_solver(W[k], float(B[k]))
@@ -511,7 +516,7 @@ class SparseLinearRegression(RegressorMixin, _SparseLinearBase):
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
 
-class SparseLogisticRegression(ClassifierMixin, _SparseLinearBase):
+class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
     """Logistic regression with any effective penalty:
     ``(1/n) sum log(1 + exp(-y_i z_i)) + alpha sum Omega(s_j w_j)``.
 

@@ -142,7 +142,7 @@ def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, 
                fit_intercept=fit_intercept, scaling=scaling, **kw)
 
 
-def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
+def fit_path_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     """Fit ``est`` at each alpha of ``alphas`` (decreasing), each fit warm-started at the previous
     one; ``callback(fitted_est)`` runs after each fit. Returns the fits and the warnings."""
     est = clone(est).set_params(warm_start=True, alpha=float(alphas[0]))
@@ -169,7 +169,7 @@ def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     return out, [str(w.message) for w in caught]
 
 
-def _warn_unconverged(msgs, n_fits, what="path"):
+def warn_unconverged(msgs, n_fits, what="path"):
     """One ConvergenceWarning summarizing the fits of a path that did not converge."""
     if msgs:
         from sklearn.exceptions import ConvergenceWarning
@@ -225,12 +225,12 @@ def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None,
     n_jobs = 1 if n_jobs is None else int(n_jobs)
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
-        results = [_run_chunk(est, X, y, chunks[0], sample_weight)]
+        results = [fit_path_chunk(est, X, y, chunks[0], sample_weight)]
     else:
         results = Parallel(n_jobs=len(chunks))(
-            delayed(_run_chunk)(est, X, y, c, sample_weight) for c in chunks)
+            delayed(fit_path_chunk)(est, X, y, c, sample_weight) for c in chunks)
     fits = [f for r, _ in results for f in r]
-    _warn_unconverged([m for _, ms in results for m in ms], alphas.size)
+    warn_unconverged([m for _, ms in results for m in ms], alphas.size)
     return {
         "alphas": alphas,
         "coefs": np.array([f[0] for f in fits]),

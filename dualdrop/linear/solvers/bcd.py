@@ -25,7 +25,7 @@ from numba import njit
 
 from ._base import BaseSolver
 from ._common import progress, single_thread_blas
-from .._jit import block_prox, block_scores, penalty_sum, row_norms, select_ws
+from .._jit import block_prox, block_scores, penalty_sum, select_ws
 from .anderson import extrapolate
 
 NAME = "bcd"

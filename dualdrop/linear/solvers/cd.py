@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._base import BaseSolver
+from ._base import BaseSolver, UnsupportedProblem
 from ._common import check_tol_iter, progress, single_thread_blas, start_point
 from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, prox_steps,
                     score_thresholds, scores_from_grad, select_ws, zero_thresholds)
@@ -70,7 +70,6 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
         maxd = 0.0
         c = 0.0  # the residual is r + c
         n_feats = nws if full else n_act
-        pass_full = full
         for jj in range(n_feats):
             j = ws[jj] if full else act[jj]
             L = Lin[j]
@@ -110,9 +109,7 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
             full = n_act == nws
         elif maxd <= tol_in:
             full = True
-        if K > 0 and pass_full:
-            n_hist = 0  # extrapolate along passes of one map: those over the nonzeros only
-        elif K > 0:
+        if K > 0:
             for jj in range(nws):
                 hist[n_hist, jj] = w[ws[jj]]
             rhist[n_hist] = r
@@ -544,7 +541,7 @@ def quadratic_path(problem, alphas, w0=None, b0=None, *, tol, max_iter=None, wor
     alpha."""
     reason = SOLVER.supports(problem)
     if reason or problem.datafit.code != 0:
-        raise ValueError(reason or "quadratic_path solves least-squares problems only")
+        raise UnsupportedProblem(reason or "quadratic_path solves least-squares problems only")
     tol, max_iter = check_tol_iter(tol, SOLVER.default_max_iter if max_iter is None else max_iter)
     w, b = start_point(problem, w0, b0)
     st = _QuadraticSetup(problem)
