@@ -18,8 +18,10 @@ form too (``alignment``'s docstring), which gives a p-value bound without sampli
 Above the dense limit ``||H||_F`` is estimated exactly on ``range(Sigma)`` and by Hutchinson off
 it, which keeps the cosine in ``[-1, 1]`` (``docs/diagnostics.md``, section 1).
 
-``H`` may be a dense tensor or a :class:`~dualdrop.diagnostics.HessianOperator`; ``Sigma`` a dense
-tensor or a :class:`~dualdrop.diagnostics.LowRankCov`.
+``H`` may be a dense matrix or a :class:`~dualdrop.diagnostics.HessianOperator`; ``Sigma`` a dense
+matrix or a :class:`~dualdrop.diagnostics.LowRankCov`. A dense matrix is a ``torch.Tensor`` or any
+array-like of numbers (a NumPy array, a SciPy sparse matrix, nested lists), converted once to a
+float64 tensor: the computations are torch's either way.
 """
 
 from __future__ import annotations
@@ -30,6 +32,22 @@ import numpy as np
 import torch
 
 from dualdrop.diagnostics._core import DENSE_LIMIT, HessianOperator, LowRankCov, hessian_eigs
+
+
+def _as_matrix(M, name):
+    """``M`` itself when it is a tensor or an operator, else a float64 tensor of the array-like
+    (converted once here, so that the rest of the module sees tensors and operators only)."""
+    if isinstance(M, (torch.Tensor, HessianOperator, LowRankCov)):
+        return M
+    if hasattr(M, "toarray"):  # a SciPy sparse matrix
+        M = M.toarray()
+    try:
+        arr = np.asarray(M, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a square matrix (a torch.Tensor or an array-like of "
+                        f"numbers, e.g. a NumPy array), a HessianOperator or a LowRankCov, got "
+                        f"{type(M).__name__}") from err
+    return torch.from_numpy(np.ascontiguousarray(arr))
 
 
 def _dim(M, name):
@@ -44,6 +62,8 @@ def _dim(M, name):
 
 
 def _check_pair(H, Sigma):
+    """``(H, Sigma, D)``: array-likes converted to tensors, kinds and shapes checked."""
+    H, Sigma = _as_matrix(H, "H"), _as_matrix(Sigma, "Sigma")
     if isinstance(H, LowRankCov):
         raise TypeError("H must be a dense tensor or a HessianOperator (a LowRankCov is PSD "
                         "noise, not a Hessian)")
@@ -52,7 +72,7 @@ def _check_pair(H, Sigma):
     D, D2 = _dim(H, "H"), _dim(Sigma, "Sigma")
     if D != D2:
         raise ValueError(f"H is {D} x {D} but Sigma is {D2} x {D2}")
-    return D
+    return H, Sigma, D
 
 
 def _trace(M, probes=30):
@@ -89,7 +109,7 @@ def escape_indicator(H, Sigma, *, probes: int = 30, trace_h: float | None = None
     pass ``trace_h`` (and ``tr_h_sigma``, e.g. ``alignment(...)["inner"]``) to reuse values already
     computed.
     """
-    D = _check_pair(H, Sigma)
+    H, Sigma, D = _check_pair(H, Sigma)
     tr_hs = _inner(H, Sigma) if tr_h_sigma is None else float(tr_h_sigma)
     tr_s = _trace(Sigma)
     tr_h = _trace(H, probes) if trace_h is None else float(trace_h)
@@ -142,7 +162,7 @@ def alignment(H, Sigma, *, k: int = 5, null_samples: int = 200, seed: int = 0,
     ``h_eigs=(values, vectors)`` (from :func:`hessian_eigs`), ``h_frob2`` (the exact value) and
     ``trace_h`` reuse quantities of ``H`` already computed.
     """
-    D = _check_pair(H, Sigma)
+    H, Sigma, D = _check_pair(H, Sigma)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < D:
         raise ValueError(f"k={k!r}; expected an int in [1, D={D})")
     if isinstance(null_samples, bool) or not isinstance(null_samples, int) or null_samples < 0:

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from ._jit import col_sums, csc_rmatvec
 
-__all__ = ["Design"]
+__all__ = ["Design", "scaled_design"]
 
 _DUMMY_2D = np.zeros((2, 2), order="F")
 _DUMMY_F = np.zeros(1)
@@ -85,3 +85,13 @@ class Design:
                 break
             s = s_new
         return s * 1.0001  # a hair above: it is used as a Lipschitz bound
+
+
+def scaled_design(X, s):
+    """The :class:`Design` of ``X`` with columns divided by ``s`` (the solvers' variables are
+    ``u = s w``); ``X`` itself when every scale is 1."""
+    if np.all(np.abs(s - 1.0) <= 1e-12):
+        return Design(X)
+    if sp.issparse(X):
+        return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
+    return Design(np.asfortranarray(X) * (1.0 / s))

@@ -298,3 +298,56 @@ def csc_rmatvec(data, indices, indptr, v, out):
         for k in range(indptr[j], indptr[j + 1]):
             s += data[k] * v[indices[k]]
         out[j] = s
+
+
+@njit(cache=True)
+def select_ws(score, nz, size):
+    """A working set: the nonzero features (``nz``) first, then the largest positive scores; at
+    most ``size`` features, sorted. Features scoring 0 (optimal at 0) are left out: they only
+    cost passes. Ties at the cut keep the lower index."""
+    p = score.shape[0]
+    cand = np.empty(p, dtype=np.int64)
+    n_cand = 0
+    for j in range(p):
+        if score[j] > 0.0 or nz[j]:
+            cand[n_cand] = j
+            n_cand += 1
+    cand = cand[:n_cand]
+    if n_cand <= size:
+        return cand
+    key = np.empty(n_cand)
+    for k in range(n_cand):
+        key[k] = np.inf if nz[cand[k]] else score[cand[k]]
+    order = np.argsort(-key, kind="mergesort")
+    return np.sort(cand[order[:size]])
+
+
+@njit(cache=True)
+def prox_steps(lam_w, L, out):
+    """``out_j = lam_j / L_j`` (0 where ``L_j = 0``): the step of each coordinate prox."""
+    for j in range(L.shape[0]):
+        out[j] = lam_w[j] / L[j] if L[j] > 0.0 else 0.0
+
+
+@njit(cache=True)
+def score_thresholds(code, params, lam_w, lips, out):
+    """Zero thresholds of the outer scores in gradient units (``L_j T(lam_j / L_j)``, see
+    :func:`scores_from_grad`), where they cost nothing: a closed form, or one bisection when
+    every step is the same (standardized columns); ``-1`` (unknown: the score calls the prox)
+    otherwise."""
+    p = lips.shape[0]
+    t = np.empty(p)
+    prox_steps(lam_w, lips, t)
+    if not threshold_closed_form(code, params):
+        first = np.nan
+        for j in range(p):
+            if lips[j] > 0.0:
+                if np.isnan(first):
+                    first = t[j]
+                elif t[j] != first:
+                    out[:] = -1.0
+                    return
+    out[:] = np.nan
+    zero_thresholds(code, params, t, np.arange(p), out)
+    for j in range(p):
+        out[j] *= lips[j]

@@ -128,6 +128,22 @@ class Problem:
         viol = np.where(self.lips > 0, L * np.abs(w - new), 0.0)
         return max(float(np.max(viol, initial=0.0)), gb)
 
+    def centred_curvatures(self):
+        """``(Lin, means)``: the curvatures ``||x_j||^2 / n - means_j^2`` of the centred columns
+        and the column means (with an intercept; without: ``lips`` and zeros). Coordinate
+        descent with an intercept moves each coordinate on its centred column (the intercept
+        kept at its minimizer), see ``solvers.cd._inner_quadratic``; a constant column gets
+        ``Lin = 0`` (the intercept absorbs it)."""
+        des = self.design
+        if self.fit_intercept:
+            means = des.col_sums / des.n
+            Lin = self.lips - means * means
+            Lin[Lin <= 1e-12 * self.lips] = 0.0
+        else:
+            means = np.zeros(des.p)
+            Lin = self.lips.copy()
+        return Lin, means
+
     def zeros(self):
         """The null coefficients."""
         return np.zeros(self.p)

@@ -23,20 +23,18 @@ as :func:`dualdrop.linear.path.alpha_max` for the others.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from sklearn.base import MultiOutputMixin, RegressorMixin, _fit_context
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._jit import block_scores, penalty_sum, row_norms
 from ._problem import Problem
 from .datafits import Quadratic
-from .estimators import _scaled_design, _SparseLinearBase, _validate_data
+from ._validation import validate_data
+from ._design import scaled_design
+from .estimators import SparseLinearBase
 from .path import alpha_max_from_gradient
-from .solvers import get_solver
 
 __all__ = ["MultiTaskProblem", "SparseMultiTaskRegression", "multitask_alpha_max"]
 
@@ -127,11 +125,11 @@ def multitask_alpha_max(X, Y, penalty="l1", penalty_params=None, fit_intercept=T
                                     l1_ratio=l1_ratio)
     est._validate_params()
     X, Y = est._check_data(X, Y, reset=True)
-    g, L = _gradient_rows_at_zero(_scaled_design(X, est._scales(X)), Y, fit_intercept)
+    g, L = _gradient_rows_at_zero(scaled_design(X, est._scales(X)), Y, fit_intercept)
     return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
 
 
-class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearBase):
+class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBase):
     """Multi-output least squares with a row penalty:
     ``(1/2n) ||Y - X W - 1 b^T||_F^2 + alpha sum_j Omega(s_j ||W_j||_2)``.
 
@@ -149,7 +147,7 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
     """
 
     _parameter_constraints: dict = {
-        **{k: v for k, v in _SparseLinearBase._parameter_constraints.items() if k != "positive"},
+        **{k: v for k, v in SparseLinearBase._parameter_constraints.items() if k != "positive"},
         "solver": [StrOptions({"auto", "bcd"})],
     }
 
@@ -177,7 +175,7 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
         return tags
 
     def _check_data(self, X, Y, reset):
-        X, Y = _validate_data(self, X, Y, accept_sparse="csc", dtype=[np.float64, np.float32],
+        X, Y = validate_data(self, X, Y, accept_sparse="csc", dtype=[np.float64, np.float32],
                               y_numeric=True, multi_output=True, reset=reset)
         if Y.ndim != 2:
             raise ValueError(
@@ -192,28 +190,14 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
         dtype = X.dtype
         X, Y = X.astype(np.float64, copy=False), Y.astype(np.float64, copy=False)
         s = self._scales(X)
-        design = _scaled_design(X, s)
+        design = scaled_design(X, s)
         problem = MultiTaskProblem(design, Y, P, float(self.alpha), self.fit_intercept,
                                    weights=self._penalty_weights(design.p))
         W0 = b0 = None
         if self.warm_start and np.shape(getattr(self, "coef_", None)) == (Y.shape[1], X.shape[1]):
             W0 = (self.coef_ * s).T
             b0 = self.intercept_ if self.fit_intercept else None
-        solver = get_solver("bcd")
-        reason = solver.supports(problem)
-        if reason:
-            raise ValueError(f"SparseMultiTaskRegression cannot fit penalty {P!r}: {reason}")
-        kwargs = dict(self.solver_params or {})
-        solver.check_options(kwargs)
-        if self.max_iter is not None:
-            kwargs["max_iter"] = int(self.max_iter)
-        res = solver.solve(problem, W0, b0, tol=float(self.tol), verbose=bool(self.verbose),
-                           **kwargs)
-        if not res.converged:
-            warnings.warn(
-                f"SparseMultiTaskRegression did not converge after {res.n_iter} iterations: final "
-                f"optimality criterion {res.criterion:.3e} > tol={self.tol:g}. Increase max_iter "
-                "or loosen tol.", ConvergenceWarning, stacklevel=2)
+        res, _ = self._solve_problem(problem, "bcd", W0, b0)
         self.coef_ = (res.coef / s[:, None]).T.astype(dtype, copy=False)
         self.intercept_ = np.asarray(res.intercept, dtype=dtype)
         self.n_iter_ = int(res.n_iter)
@@ -224,6 +208,6 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, _SparseLinearB
 
     def predict(self, X):
         check_is_fitted(self)
-        X = _validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
+        X = validate_data(self, X, accept_sparse="csr", dtype=[np.float64, np.float32],
                            reset=False)
         return np.asarray(X @ self.coef_.T) + self.intercept_

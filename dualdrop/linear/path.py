@@ -23,6 +23,7 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 
 from . import _penalty
+from ._validation import check_path_data
 from .datafits import normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
@@ -35,16 +36,8 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
     a multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class).
     The problem is the one the estimator hands its solver (scaled columns, sample weights, the
     intercept at its best value for ``w = 0``)."""
-    from sklearn.utils import check_array
-
     est = _estimator(datafit, penalty, penalty_params, 1.0, fit_intercept, scaling)
-    X = check_array(X, accept_sparse="csc", dtype=np.float64)
-    y = np.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D, got an array of shape {y.shape}")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}; pass one target per "
-                         "row of X")
+    X, y = check_path_data(X, y, y_numeric=datafit != "logistic")
     sw = normalized_sample_weight(sample_weight, X.shape[0])
     if datafit == "logistic":
         classes = np.unique(y)
@@ -149,7 +142,7 @@ def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, 
                fit_intercept=fit_intercept, scaling=scaling, **kw)
 
 
-def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
+def fit_path_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     """Fit ``est`` at each alpha of ``alphas`` (decreasing), each fit warm-started at the previous
     one; ``callback(fitted_est)`` runs after each fit. Returns the fits and the warnings."""
     est = clone(est).set_params(warm_start=True, alpha=float(alphas[0]))
@@ -160,6 +153,12 @@ def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     out = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        compiled = getattr(est, "_path_prepared", None)
+        if P is not None and compiled is not None:  # the whole path in compiled code
+            out = compiled(prep, P, alphas, callback)
+            if out is not None:
+                return out, [str(w.message) for w in caught]
+            out = []
         for a in alphas:
             est.alpha = float(a)
             est._fit_prepared(prep, P)
@@ -170,7 +169,7 @@ def _run_chunk(est, X, y, alphas, sample_weight=None, callback=None):
     return out, [str(w.message) for w in caught]
 
 
-def _warn_unconverged(msgs, n_fits, what="path"):
+def warn_unconverged(msgs, n_fits, what="path"):
     """One ConvergenceWarning summarizing the fits of a path that did not converge."""
     if msgs:
         from sklearn.exceptions import ConvergenceWarning
@@ -226,12 +225,12 @@ def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None,
     n_jobs = 1 if n_jobs is None else int(n_jobs)
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
-        results = [_run_chunk(est, X, y, chunks[0], sample_weight)]
+        results = [fit_path_chunk(est, X, y, chunks[0], sample_weight)]
     else:
         results = Parallel(n_jobs=len(chunks))(
-            delayed(_run_chunk)(est, X, y, c, sample_weight) for c in chunks)
+            delayed(fit_path_chunk)(est, X, y, c, sample_weight) for c in chunks)
     fits = [f for r, _ in results for f in r]
-    _warn_unconverged([m for _, ms in results for m in ms], alphas.size)
+    warn_unconverged([m for _, ms in results for m in ms], alphas.size)
     return {
         "alphas": alphas,
         "coefs": np.array([f[0] for f in fits]),

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import importlib
 
+from ._base import UnsupportedProblem
+
+__all__ = ["SOLVERS", "UnsupportedProblem", "capable_solvers", "get_solver"]
+
 # name -> module (imported lazily: cvxpy is slow to import)
 SOLVERS = {
     "cd": "cd",

@@ -48,6 +48,15 @@ REQUIREMENTS = {
 }
 
 
+class UnsupportedProblem(ValueError):
+    """Raised by :meth:`BaseSolver.solve` for a problem the solver cannot handle; ``reason``
+    says why (the estimators add the solvers that can)."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class BaseSolver:
     """Subclasses set ``name``, ``requires``, ``default_tol``, ``default_max_iter`` and define
     ``_solve``; the keyword-only parameters of ``_solve`` beyond ``tol``, ``max_iter`` and
@@ -98,7 +107,7 @@ class BaseSolver:
               verbose=False, **opts) -> SolverResult:
         reason = self.supports(problem)
         if reason:
-            raise ValueError(reason)
+            raise UnsupportedProblem(reason)
         self.check_options(opts)
         tol, max_iter = check_tol_iter(self.default_tol if tol is None else tol,
                                        self.default_max_iter if max_iter is None else max_iter)

@@ -19,19 +19,30 @@ from numba import njit
 def extrapolate(hist):
     """``hist``: ``(K + 1) x m`` array of the last iterates (oldest first). Returns
     ``(ok, x_acc)``; ``ok`` is False when the differences vanish or the system is singular."""
+    ok, c = weights(hist)
+    if not ok:
+        return False, hist[hist.shape[0] - 1].copy()
+    return True, c @ hist[1:]
+
+
+@njit(cache=True)
+def weights(hist):
+    """``(ok, c)``: the extrapolation weights of ``hist[1:]`` (summing to 1). Any quantity
+    affine in the iterate (a residual ``y - X w - b``) extrapolates with the same weights, at
+    the cost of a combination instead of a recomputation."""
     K = hist.shape[0] - 1
+    c = np.zeros(K)
     U = hist[1:] - hist[:-1]
     C = U @ U.T
     tr = 0.0
     for k in range(K):
         tr += C[k, k]
     if tr == 0.0:
-        return False, hist[K].copy()
+        return False, c
     for k in range(K):
         C[k, k] += 1e-10 * tr
     c = np.linalg.solve(C, np.ones(K))
     sc = c.sum()
     if sc == 0.0 or not np.isfinite(sc):
-        return False, hist[K].copy()
-    c /= sc
-    return True, c @ hist[1:]
+        return False, c
+    return True, c / sc

@@ -25,9 +25,8 @@ from numba import njit
 
 from ._base import BaseSolver
 from ._common import progress, single_thread_blas
-from .._jit import block_prox, block_scores, penalty_sum, row_norms
+from .._jit import block_prox, block_scores, penalty_sum, select_ws
 from .anderson import extrapolate
-from .cd import _quadratic_curvatures, _select_ws
 
 NAME = "bcd"
 
@@ -203,7 +202,7 @@ class BCD(BaseSolver):
         des = problem.design
         Y = problem.y
         lips, lam_w = problem.lips, problem.lam_w
-        Lin, means, _ = _quadratic_curvatures(problem)
+        Lin, means = problem.centred_curvatures()
         Z = problem.z(W, b)
         history = [problem.objective(W, b, Z)]
         score = np.zeros(problem.p)
@@ -222,7 +221,7 @@ class BCD(BaseSolver):
                     break
                 if working_set:
                     nz = np.any(W != 0.0, axis=1)
-                    ws = _select_ws(score, nz, min(problem.p, max(p0, 2 * int(nz.sum()))))
+                    ws = select_ws(score, nz, min(problem.p, max(p0, 2 * int(nz.sum()))))
                 else:
                     ws = all_rows
                 tol_in = max(0.3 * crit, 0.1 * tol) * scale

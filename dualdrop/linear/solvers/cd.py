@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._base import BaseSolver
-from ._common import progress, single_thread_blas
-from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, scores_from_grad,
-                    threshold_closed_form, zero_thresholds)
-from .anderson import extrapolate
+from ._base import BaseSolver, UnsupportedProblem
+from ._common import check_tol_iter, progress, single_thread_blas, start_point
+from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, prox_steps,
+                    score_thresholds, scores_from_grad, select_ws, zero_thresholds)
+from .anderson import weights as anderson_weights
 
 NAME = "cd"
 
@@ -52,6 +52,8 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
     n = r.shape[0]
     nws = ws.shape[0]
     hist = np.zeros((K + 1, nws))
+    rhist = np.zeros((K + 1, n) if K > 0 else (0, n))
+    bhist = np.zeros(K + 1)
     n_hist = 0
     ep = 0
     # Passes alternate between the whole working set and its nonzero part ("active set
@@ -110,18 +112,21 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
         if K > 0:
             for jj in range(nws):
                 hist[n_hist, jj] = w[ws[jj]]
+            rhist[n_hist] = r
+            bhist[n_hist] = b
             n_hist += 1
             if n_hist == K + 1:
                 n_hist = 0
-                ok, w_acc = extrapolate(hist)
-                if not ok or (positive and np.any(w_acc < 0.0)):
+                ok, cw = anderson_weights(hist)
+                if not ok:
                     continue
-                r_acc = r.copy()
-                for jj in range(nws):
-                    delta = w_acc[jj] - w[ws[jj]]
-                    if delta != 0.0:
-                        col_axpy(X, data, indices, indptr, is_sparse, ws[jj], -delta, r_acc)
-                b_acc = b
+                w_acc = cw @ hist[1:]
+                if positive and np.any(w_acc < 0.0):
+                    continue
+                # r is affine in (w, b): the extrapolated residual is the same combination of
+                # the stored ones (O(K n), where recomputing it costs a pass over the columns)
+                r_acc = cw @ rhist[1:]
+                b_acc = cw @ bhist[1:]
                 if fit_intercept:
                     m = r_acc.mean()
                     b_acc += m
@@ -139,6 +144,112 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
                     for jj in range(nws):
                         w[ws[jj]] = w_old[jj]
     return ep + 1, b
+
+
+@njit(cache=True)
+def _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F, fit_intercept, lips,
+                         lam_w, code, params, positive, Tg, f_null, lbar, grad, score):
+    """``(criterion, scale)`` at the point with residual ``r`` and objective ``F``: the largest
+    gradient mapping (scores into ``score``) and ``|dL/db|``, divided by ``scale =
+    sqrt(2 max(F, 1e-10 f_null) Lbar)`` (``Problem.criterion``, computed here without leaving
+    compiled code)."""
+    n = r.shape[0]
+    for j in range(w.shape[0]):
+        grad[j] = -col_dot(X, data, indices, indptr, is_sparse, j, r) / n
+    m = scores_from_grad(grad, w, lips, lam_w, code, params, positive, Tg, score)
+    if fit_intercept:
+        gb = abs(r.sum()) / n
+        if gb > m:
+            m = gb
+    f = max(F, 1e-10 * f_null)
+    scale = np.sqrt(2.0 * f * lbar) if f > 0.0 else 1.0
+    return m / scale, scale
+
+
+@njit(cache=True)
+def _outer_quadratic(X, data, indices, indptr, is_sparse, y, w, r, b, fit_intercept, lips, Lin,
+                     means, lam_w, t_in, Tg, T, code, params, positive, tol, max_iter,
+                     max_epochs, K, p0, working_set, f_null, lbar, hist):
+    """The working-set outer loop for least squares, from ``(w, b)`` with residual ``r = y - X w
+    - b`` (both updated in place): score every feature, stop when the criterion is below ``tol``,
+    else solve the working set (nonzeros plus the worst violators, twice the support) with
+    :func:`_inner_quadratic` to a fraction of the current violation. ``hist[k]``: the objective
+    after ``k`` working-set solves. Returns ``(n_iter, b, criterion, converged, inner passes,
+    len(history))``; ``n_iter`` counts the outer iterations, the final check included (as a
+    Python ``for it in range(1, max_iter + 1)`` loop that breaks on convergence)."""
+    n = y.shape[0]
+    p = w.shape[0]
+    grad = np.empty(p)
+    score = np.empty(p)
+    all_feats = np.arange(p)
+    F = 0.5 * (r @ r) / n + penalty_sum(w, all_feats, lam_w, code, params)
+    hist[0] = F
+    n_hist = 1
+    total = 0
+    crit = np.inf
+    for it in range(1, max_iter + 1):
+        crit, scale = _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F,
+                                           fit_intercept, lips, lam_w, code, params, positive,
+                                           Tg, f_null, lbar, grad, score)
+        if crit <= tol:
+            return it, b, crit, True, total, n_hist
+        if working_set:
+            nnz = 0
+            for j in range(p):
+                if w[j] != 0.0:
+                    nnz += 1
+            ws = select_ws(score, w != 0.0, min(p, max(p0, 2 * nnz)))
+        else:
+            ws = all_feats
+        tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
+        zero_thresholds(code, params, t_in, ws, T)
+        n_in, b = _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b,
+                                   fit_intercept, Lin, means, T, lam_w, code, params, positive,
+                                   tol_in, max_epochs, K)
+        total += n_in
+        F = 0.5 * (r @ r) / n + penalty_sum(w, all_feats, lam_w, code, params)
+        hist[n_hist] = F
+        n_hist += 1
+    # max_iter reached: the criterion at the returned point
+    crit, scale = _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F,
+                                       fit_intercept, lips, lam_w, code, params, positive, Tg,
+                                       f_null, lbar, grad, score)
+    return max_iter, b, crit, crit <= tol, total, n_hist
+
+
+@njit(cache=True)
+def _path_quadratic(X, data, indices, indptr, is_sparse, y, w, b, fit_intercept, lips, Lin,
+                    means, weights, alphas, code, params, positive, tol, max_iter, max_epochs, K,
+                    p0, working_set, f_null, lbar, W, B, n_iter, crit, converged):
+    """:func:`_outer_quadratic` along ``alphas`` (decreasing), each fit warm-started at the
+    previous one, from ``(w, b)``; fit ``k`` into ``W[k], B[k], n_iter[k], crit[k],
+    converged[k]``. Nothing between two fits leaves compiled code: on small problems the Python
+    set-up of a fit (about 1 ms) would cost more than the fit."""
+    p = w.shape[0]
+    r = y - b
+    for j in range(p):
+        if w[j] != 0.0:
+            col_axpy(X, data, indices, indptr, is_sparse, j, -w[j], r)
+    hist = np.empty(max_iter + 1)
+    lam_w = np.empty(p)
+    t_in = np.empty(p)
+    Tg = np.empty(p)
+    T = np.empty(p)
+    for k in range(alphas.shape[0]):
+        for j in range(p):
+            lam_w[j] = alphas[k] * weights[j]
+        prox_steps(lam_w, Lin, t_in)
+        score_thresholds(code, params, lam_w, lips, Tg)
+        T[:] = np.nan
+        it, b, c, conv, _, _ = _outer_quadratic(
+            X, data, indices, indptr, is_sparse, y, w, r, b, fit_intercept, lips, Lin, means,
+            lam_w, t_in, Tg, T, code, params, positive, tol, max_iter, max_epochs, K, p0,
+            working_set, f_null, lbar, hist)
+        W[k] = w
+        B[k] = b
+        n_iter[k] = it
+        crit[k] = c
+        converged[k] = conv
 
 
 @njit(cache=True)
@@ -283,51 +394,10 @@ def _inner_logistic(X, data, indices, indptr, is_sparse, y, sw, ws, w, z, b, fit
 # ----------------------------------------------------------------------------------------------
 
 
-def _quadratic_curvatures(problem):
-    """``(Lin, means, t)`` of :func:`_inner_quadratic`: curvatures of the (implicitly) centred
-    columns, the column means (zeros without intercept) and the coordinate prox steps
-    ``lam_j / Lin_j`` (their zero thresholds are filled per working set, see
-    ``_jit.zero_thresholds``)."""
-    des = problem.design
-    if problem.fit_intercept:
-        means = des.col_sums / des.n
-        Lin = problem.lips - means * means
-        Lin[Lin <= 1e-12 * problem.lips] = 0.0  # constant columns: absorbed by the intercept
-    else:
-        means = np.zeros(des.p)
-        Lin = problem.lips.copy()
-    return Lin, means, _steps(problem.lam_w, Lin)
-
-
-def _steps(lam_w, L):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(L > 0, lam_w / np.where(L > 0, L, 1.0), 0.0)
-
-
-def _score_thresholds(code, params, lam_w, lips):
-    """Zero thresholds of the outer scores in gradient units (``L_j T(lam_j / L_j)``), where
-    they cost nothing: a closed form, or one bisection when every step is the same (standardized
-    columns); ``-1`` (unknown: the score calls the prox) otherwise."""
-    t = _steps(lam_w, lips)
-    p = t.shape[0]
-    pos = t[lips > 0]
-    if not (threshold_closed_form(code, params) or pos.size == 0 or np.all(pos == pos[0])):
-        return np.full(p, -1.0)
-    T = np.full(p, np.nan)
-    zero_thresholds(code, params, t, np.arange(p, dtype=np.int64), T)
-    return T * lips
-
-
-def _select_ws(score, nz, size):
-    """Nonzero features (``nz``) first, then the largest positive scores; at most ``size``
-    features. Features scoring 0 (optimal at 0) are left out: they only cost passes."""
-    cand = np.flatnonzero((score > 0.0) | nz)
-    if cand.size <= size:
-        return cand.astype(np.int64)
-    key = score[cand].copy()
-    key[nz[cand]] = np.inf
-    sub = np.argpartition(key, cand.size - size)[cand.size - size:]
-    return np.sort(cand[sub]).astype(np.int64)
+def _null_objective(problem):
+    """Objective of the null model (``w = 0``, best intercept): the floor of the criterion's
+    scale (``Problem.criterion_scale``)."""
+    return problem.datafit.value(problem.y, np.full(problem.n, problem.initial_intercept()))
 
 
 class CD(BaseSolver):
@@ -350,24 +420,23 @@ class CD(BaseSolver):
 
 def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_epochs, p0,
               callback):
+    if problem.datafit.code == 0:
+        return _solve_quadratic(problem, w, b, tol, max_iter, verbose, working_set, anderson,
+                                max_epochs, p0, callback)
     code, params = problem.spec
     positive = problem.positive
     des = problem.design
     arrs = des.arrays
     y = problem.y
-    quad = problem.datafit.code == 0
     sw = problem.datafit.sample_weight
     sw = np.ones(problem.n) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
     z = problem.z(w, b)
     history = [problem.objective(w, b, z)]
     score = np.zeros(problem.p)
-    all_feats = np.arange(problem.p, dtype=np.int64)
     lips, lam_w = problem.lips, problem.lam_w
-    if quad:
-        Lin, means, t_in = _quadratic_curvatures(problem)
-        T = np.full(problem.p, np.nan)  # zero thresholds of the inner steps, filled per ws
     # the interval of gradients the prox maps to 0: lets CD skip prox calls for zeros that stay 0
-    Tg = _score_thresholds(code, params, lam_w, lips)
+    Tg = np.empty(problem.p)
+    score_thresholds(code, params, lam_w, lips, Tg)
     converged = False
     crit = np.inf
     it = 0
@@ -384,23 +453,14 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
                 converged = True
                 break
             if working_set:
-                nnz = int(np.count_nonzero(w))
-                size = min(problem.p, max(p0, 2 * nnz))
-                ws = _select_ws(score, w != 0.0, size)
+                size = min(problem.p, max(p0, 2 * int(np.count_nonzero(w))))
+                ws = select_ws(score, w != 0.0, size)
             else:
-                ws = all_feats
+                ws = np.arange(problem.p, dtype=np.int64)
             tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
-            if quad:
-                zero_thresholds(code, params, t_in, ws, T)
-                r = np.ascontiguousarray(y - z)
-                n_in, b = _inner_quadratic(*arrs, ws, w, r, float(b), problem.fit_intercept, Lin,
-                                           means, T, lam_w, code, params, positive, tol_in,
-                                           max_epochs, int(anderson))
-                z = y - r
-            else:
-                z = np.ascontiguousarray(z)
-                n_in, b = _inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
-                                          lips, lam_w, code, params, positive, tol_in, 50, 50)
+            z = np.ascontiguousarray(z)
+            n_in, b = _inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
+                                      lips, lam_w, code, params, positive, tol_in, 50, 50)
             total_inner += int(n_in)
             if verbose == 2:
                 print(f"it {it}: crit {crit:.3e} ws {len(ws)} nnz {np.count_nonzero(w)} inner {n_in}")
@@ -414,6 +474,86 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
             crit = problem.criterion(w, b, z)
             converged = crit <= tol
     return w, b, it, history, crit, converged, {"inner_iterations": total_inner}
+
+
+class _QuadraticSetup:
+    """What the compiled least-squares loop needs besides ``alpha``, computed once per problem
+    (a path reuses it for every ``alpha``)."""
+
+    def __init__(self, problem):
+        self.Lin, self.means = problem.centred_curvatures()
+        self.f_null = _null_objective(problem)
+        self.lbar = problem._lbar
+        self.code, self.params = problem.spec
+
+
+def _solve_quadratic(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_epochs, p0,
+                     callback):
+    """Least squares: the compiled outer loop :func:`_outer_quadratic`, in one call; with a
+    ``callback`` or ``verbose``, one outer iteration per call (the loop's state is ``(w, r, b)``,
+    so consecutive calls continue it)."""
+    st = _QuadraticSetup(problem)
+    p = problem.p
+    lam_w = problem.lam_w
+    t_in, Tg = np.empty(p), np.empty(p)
+    prox_steps(lam_w, st.Lin, t_in)
+    score_thresholds(st.code, st.params, lam_w, problem.lips, Tg)
+    T = np.full(p, np.nan)  # zero thresholds of the inner steps, filled per working set
+    r = np.ascontiguousarray(problem.y - problem.z(w, b))
+    hist = np.empty(max_iter + 1)
+
+    def run(n):
+        return _outer_quadratic(*problem.design.arrays, problem.y, w, r, float(b),
+                                problem.fit_intercept, problem.lips, st.Lin, st.means, lam_w,
+                                t_in, Tg, T, st.code, st.params, problem.positive, tol, n,
+                                max_epochs, int(anderson), p0, bool(working_set), st.f_null,
+                                st.lbar, hist)
+
+    if callback is None and not verbose:
+        it, b, crit, converged, total, n_hist = run(max_iter)
+        return w, b, it, hist[:n_hist].copy(), crit, converged, {"inner_iterations": total}
+    history, total, it, converged, crit = [], 0, 0, False, np.inf
+    with progress(max_iter, verbose, "cd") as bar:
+        for it in range(1, max_iter + 1):
+            n_done, b, crit, converged, n_in, n_hist = run(1)
+            if not history:
+                history.append(float(hist[0]))
+            if converged and n_hist == 1:
+                break
+            total += n_in
+            history.append(float(hist[1]))
+            if verbose == 2:
+                print(f"it {it}: crit {crit:.3e} nnz {np.count_nonzero(w)} inner {n_in}")
+            if callback is not None:
+                callback(w, b)
+            bar.update(1)
+            bar.set_postfix(crit=f"{crit:.2e}")
+    return w, b, it, np.asarray(history), crit, converged, {"inner_iterations": total}
+
+
+def quadratic_path(problem, alphas, w0=None, b0=None, *, tol, max_iter=None, working_set=True,
+                   anderson=5, max_epochs=5000, p0=10):
+    """The least-squares fits of ``problem`` at every ``alpha`` of ``alphas`` (decreasing),
+    warm-started along the grid from ``(w0, b0)`` (``None``: zeros and the best intercept), in
+    one compiled call (:func:`_path_quadratic`): the same fits as :meth:`CD.solve` at each
+    ``alpha`` from the previous solution. ``problem.alpha`` is not used; its penalty must not
+    depend on ``alpha``. Returns ``(W, B, n_iter, criterion, converged)``, one row / entry per
+    alpha."""
+    reason = SOLVER.supports(problem)
+    if reason or problem.datafit.code != 0:
+        raise UnsupportedProblem(reason or "quadratic_path solves least-squares problems only")
+    tol, max_iter = check_tol_iter(tol, SOLVER.default_max_iter if max_iter is None else max_iter)
+    w, b = start_point(problem, w0, b0)
+    st = _QuadraticSetup(problem)
+    k, p = len(alphas), problem.p
+    W, B = np.empty((k, p)), np.empty(k)
+    n_iter, crit, conv = np.empty(k, dtype=np.int64), np.empty(k), np.empty(k, dtype=np.bool_)
+    _path_quadratic(*problem.design.arrays, problem.y, w, float(b), problem.fit_intercept, problem.lips, st.Lin, st.means,
+                    problem.weights, np.ascontiguousarray(alphas, dtype=np.float64), st.code,
+                    st.params, problem.positive, float(tol), int(max_iter), int(max_epochs),
+                    int(anderson), int(p0), bool(working_set), st.f_null, st.lbar, W, B, n_iter,
+                    crit, conv)
+    return W, B, n_iter, crit, conv
 
 
 SOLVER = CD()
