@@ -30,7 +30,7 @@ nor counted), a tied weight once, with each method's deterministic test-time rul
 from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import Method, state_of
 from dualdrop.nn.export import CSRLinear, export_sparse, fold, format_report, sparsity_report
-from dualdrop.nn.methods import REGISTRY, describe, method_class
+from dualdrop.nn.registry import REGISTRY, describe, method_class
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",

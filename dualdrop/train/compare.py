@@ -27,13 +27,13 @@ from pathlib import Path
 
 from dualdrop.data import is_full_mnist
 
-from dualdrop.nn.methods import paper_table
+from dualdrop.nn.registry import paper_table
 from dualdrop.train.checkpoint import RunLockedError
 from dualdrop.train.config import DENSE, TrainConfig, check_method
 from dualdrop.train.loop import train
 
 # The paper's reported results after 200 epochs on MNIST, from each method's record in
-# dualdrop.nn.methods: method -> (label, test error, fraction nonzero)
+# dualdrop.nn.registry: method -> (label, test error, fraction nonzero)
 PAPER_TABLE: dict[str, tuple[str, float, float]] = paper_table()
 # The comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
 DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",

@@ -307,7 +307,7 @@ def test_regularizer_dominating_the_data_loss_warns(h):
 
 def test_method_records():
     from dualdrop.nn import REGISTRY, describe, method_class
-    from dualdrop.nn.methods import paper_table
+    from dualdrop.nn.registry import paper_table
 
     assert tuple(REGISTRY) == METHODS
     for name, cls in REGISTRY.items():

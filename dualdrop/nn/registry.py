@@ -1,6 +1,7 @@
 """The registry of sparsification methods: one ``Method`` record per method.
 
-Each record (a ``dualdrop.nn._base.Method`` subclass, in its family's module) carries the
+Each record (a ``dualdrop.nn._base.Method`` subclass, in its family's module under
+``dualdrop.nn.methods``) carries the
 method's family, what it can act on, its defaults (``lr`` included), a one-line description of
 each hyperparameter, its validation, the per-weight state it builds, its post-step hook, whether
 it has a test-time tolerance and the paper's LeNet-300-100 numbers. Adding a method is one class
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import difflib
 
-from dualdrop.nn import hardconcrete, magnitude, penalty, vardrop
 from dualdrop.nn._base import Method
+from dualdrop.nn.methods import magnitude
+from dualdrop.nn.methods.hardconcrete import method as hardconcrete
+from dualdrop.nn.methods.penalty import method as penalty
+from dualdrop.nn.methods.vardrop import method as vardrop
 
 _RECORDS = (
     vardrop.VarDrop,
