@@ -30,6 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
+from dualdrop.nn._noise import make_key
+
 _EXTRA_STATE_VERSION = 2
 
 
@@ -215,8 +217,6 @@ class NoiseState(WeightState):
         self._term = None
 
     def next_key(self) -> int:
-        from dualdrop.nn._noise import make_key
-
         dist = torch.distributed
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         key = make_key(self.noise_seed, rank, self.noise_count)

@@ -357,11 +357,11 @@ def adaprox_step(pairs, optimizer) -> None:
         if v is None:
             v = state.get("exp_avg_sq")
         if v is not None and "step" in state:
-
             step = state["step"]
             beta2 = float(group["betas"][1])
             if not _numba.is_cpu(w) and isinstance(step, torch.Tensor):
-                sqrt_bc2 = (1.0 - beta2 ** step).sqrt()  # on the device: no host read
+                # on the device: no host read; in w's dtype (Adam keeps step in float32)
+                sqrt_bc2 = (1.0 - beta2 ** step.to(w.dtype)).sqrt()
             else:
                 bc2 = 1.0 - beta2 ** float(step)
                 sqrt_bc2 = math.sqrt(bc2)
