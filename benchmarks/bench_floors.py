@@ -72,35 +72,20 @@ from dualdrop.nn.methods.hardconcrete import fused as _hc_fused  # noqa: E402
 from dualdrop.nn.methods.penalty import fused as _pen_fused  # noqa: E402
 from dualdrop.nn.methods.vardrop import fused as _vd_fused  # noqa: E402
 from dualdrop.nn._base import linear_op  # noqa: E402
+from dualdrop.nn.registry import REGISTRY, method_class  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
 from dualdrop.train.models import build_model  # noqa: E402
 
-_PENALTY = {"pass": 1}  # grad += lam Omega'(w) (or the prox): one fused pass, no transcendental
-#: extra work per step of each method beyond the dense step (see the module docstring); ``r``
-#: stands for the number of neuron gates per step over the number of weights
+#: the catalog penalties timed beside the registered methods
+CATALOG = ("penalty:mcp", "penalty:l1")
+#: extra work per step of each method beyond the dense step (see the module docstring), from
+#: each method's record (``Method.floor``); ``r`` stands for the number of neuron gates per step
+#: over the number of weights
 FLOOR_COUNTS: dict[str, dict[str, object]] = {
-    "magnitude": {"pass": 2},  # mask forward, mask the gradient backward
-    "logsum": _PENALTY,
-    "adatikhonov": _PENALTY,  # grad += lam w/eta_hat(w): the same work as logsum
-    "adaprox": _PENALTY,  # w <- w eta/(eta + rho lam), rho from Adam's v
-    "penalty:mcp": _PENALTY,
-    "penalty:l1": _PENALTY,
-    "eta-trick": {"pass": 1, "trans": 1, "adam": 1},  # w/eta and f'(eta) with eta = lam e^p
-    "hardconcrete": {"rand_cb": 1, "trans": 2, "pass": 3, "adam": 1},
-    # a gate per input unit (Linear) or output channel (conv) and example: r gates per weight,
-    # each a random number, two transcendental passes (sample, derivative), three passes
-    "hardconcrete-neuron": {"rand_cb": "r", "trans": "2r", "pass": "3r"},
-    # w (1 + sqrt(a) e) forward (sqrt(a) = exp(la/2): one transcendental pass); backward the
-    # noise's and the KL's slopes (sigmoid(k2 + k3 la) needs a^-k3: a second transcendental pass)
-    "vardrop": {"normal_cb": 1, "trans": 2, "pass": 3, "adam": 1},
-    # the variance a w^2 (one exp pass) and its slopes with the KL's (a second one), the
-    # variance path's matmuls and one normal per pre-activation
-    "vardrop-lr": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
-    "vardrop-lr-ar": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
-}
-TARGETS = {"magnitude": 1.05, "logsum": 1.15, "adatikhonov": 1.15, "adaprox": 1.15,
-           "penalty:mcp": 1.15, "penalty:l1": 1.15, "eta-trick": 1.15, "hardconcrete": 1.5,
-           "vardrop": 1.5, "hardconcrete-neuron": 1.5, "vardrop-lr": 2.2, "vardrop-lr-ar": 2.2}
+    m: dict(method_class(m).floor) for m in (*REGISTRY, *CATALOG) if method_class(m).floor}
+#: the ratio to the floor each method's fused step is expected to stay under (``floor_target``)
+TARGETS = {m: method_class(m).floor_target for m in FLOOR_COUNTS
+           if method_class(m).floor_target is not None}
 
 
 def lenet(sizes) -> nn.Sequential:

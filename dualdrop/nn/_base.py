@@ -446,6 +446,30 @@ class Method:
     torch_forms: tuple = ()
     paper: tuple | None = None
     lam_per_dataset: float | None = None
+    #: display name (None: the paper's label where it has one, else the method's name)
+    label: str | None = None
+    #: whether training draws noise (a ``NoiseState``): the runs of a seed differ by method
+    stochastic: bool = False
+    #: per dataset (``dualdrop.train``'s dataset names): hyperparameters (and ``"lr"``) replacing
+    #: the defaults there, chosen on that dataset's validation split
+    dataset_defaults: dict = {}
+    #: the frontier's sweep knob ``(hparam, low, high, Knob options)``; None: ``lam`` a decade
+    #: either side of its default
+    knob: tuple | None = None
+    #: position in ``dualdrop.train.compare``'s default list (None: not in it)
+    compare_rank: int | None = None
+    #: speed floor: the least extra work per step beyond the dense step, in the components of
+    #: ``benchmarks/bench_floors.py`` (``r``: neuron gates per step over weights), and the ratio
+    #: to that floor the fused step is expected to stay under
+    floor: dict = {}
+    floor_target: float | None = None
+
+    @classmethod
+    def display_label(cls) -> str:
+        """The method's display name: ``label``, else the paper's label, else its name."""
+        if cls.label is not None:
+            return cls.label
+        return cls.paper[0] if cls.paper is not None else cls.name
 
     def __init__(self, **hparams):
         hp = self.default_hparams()

@@ -92,3 +92,21 @@ def describe(method: str) -> dict:
 def paper_table() -> dict:
     """``{method: (label, test error, fraction nonzero)}``: the paper's LeNet-300-100 table."""
     return {name: cls.paper for name, cls in REGISTRY.items() if cls.paper is not None}
+
+
+def compare_defaults() -> tuple[str, ...]:
+    """The methods ``dualdrop.train.compare`` runs by default, in their ``compare_rank`` order."""
+    ranked = [(cls.compare_rank, name) for name, cls in REGISTRY.items()
+              if cls.compare_rank is not None]
+    return tuple(name for _, name in sorted(ranked))
+
+
+def dataset_hparams(dataset: str) -> dict:
+    """``{method: {hparam: value}}``: each registered method's defaults for ``dataset``."""
+    return {name: dict(cls.dataset_defaults[dataset]) for name, cls in REGISTRY.items()
+            if dataset in cls.dataset_defaults}
+
+
+def stochastic() -> tuple[str, ...]:
+    """The registered methods whose training draws noise."""
+    return tuple(name for name, cls in REGISTRY.items() if cls.stochastic)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from dualdrop.data import is_full_mnist
 
-from dualdrop.nn.registry import paper_table
+from dualdrop.nn.registry import compare_defaults, method_class, paper_table
 from dualdrop.train.checkpoint import RunLockedError
 from dualdrop.train.config import DENSE, TrainConfig, check_method
 from dualdrop.train.loop import train
@@ -36,8 +36,8 @@ from dualdrop.train.loop import train
 # dualdrop.nn.registry: method -> (label, test error, fraction nonzero)
 PAPER_TABLE: dict[str, tuple[str, float, float]] = paper_table()
 # The comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
-DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
-                   "adatikhonov", "logsum", "hardconcrete", "magnitude")
+# (each method's record: Method.compare_rank)
+DEFAULT_METHODS = compare_defaults()
 
 
 def run_dir(out: str | os.PathLike, method: str, seed: int | None = None) -> Path:
@@ -186,10 +186,12 @@ def _mean_std(values) -> tuple[float | None, float | None]:
 
 def method_label(m: str) -> str:
     """A method's display name (the paper's label where it has one)."""
-    if m in PAPER_TABLE:
-        return PAPER_TABLE[m][0]
-    return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
-            "hardconcrete-neuron": "HardConcrete (neuron)"}.get(m, m)
+    if m == DENSE:
+        return "dense"
+    try:
+        return method_class(m).display_label()
+    except (TypeError, ValueError):
+        return m
 
 
 def _data_title(runs: dict) -> str:

@@ -13,9 +13,10 @@ from dualdrop.nn.methods.hardconcrete import fused as HCF
 from dualdrop.nn import sparsify
 from dualdrop.nn._base import NoiseState
 
-STOCHASTIC = ["vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete", "hardconcrete-neuron"]
-ALL = STOCHASTIC + ["magnitude", "logsum", "adatikhonov", "adaprox", "eta-trick", "penalty:mcp",
-                    "penalty:l1"]
+from dualdrop.nn.registry import REGISTRY, stochastic
+
+STOCHASTIC = list(stochastic())
+ALL = STOCHASTIC + [m for m in REGISTRY if m not in STOCHASTIC] + ["penalty:mcp", "penalty:l1"]
 HP = {"penalty:mcp": {"penalty_params": {"lam": 0.1}}, "magnitude": {"prune_every": 2}}
 
 

@@ -60,6 +60,13 @@ class Magnitude(Method):
     """Gradual magnitude pruning with a cubic sparsity schedule (any weight tensor)."""
 
     name = "magnitude"
+    label = "Magnitude (GMP)"
+    compare_rank = 8
+    dataset_defaults = {"digits": {"sparsity": 0.95}}
+    #: the frontier sweeps the target sparsity (log-spaced in 1 - s), not a strength
+    knob = ("sparsity", 0.8, 0.995, {"log": True, "complement": True})
+    floor = {"pass": 2}  # mask forward, mask the gradient backward
+    floor_target = 1.05
     family = "magnitude"
     defaults = {"lr": 1e-3, "sparsity": 0.98, "begin": 0.0, "end": 0.75, "prune_every": 100,
                 "scope": "global", "min_layer_density": 0.01}

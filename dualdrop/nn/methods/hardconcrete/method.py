@@ -173,6 +173,12 @@ class HardConcrete(Method):
     """L0 hard-concrete gates, one per weight (any weight tensor)."""
 
     name = "hardconcrete"
+    stochastic = True
+    label = "HardConcrete"
+    compare_rank = 7
+    dataset_defaults = {"digits": {"lam": 1.0 / 1150, "lr": 3e-2}}
+    floor = {"rand_cb": 1, "trans": 2, "pass": 3, "adam": 1}
+    floor_target = 1.5
     family = "hardconcrete"
     defaults = {"lr": 1e-3, "lam": None, "beta": 2.0 / 3.0, "gamma": -0.1, "zeta": 1.1,
                 "droprate_init": 0.2}
@@ -205,6 +211,12 @@ class HardConcreteNeuron(HardConcrete):
     """Group gates: Linear input units, convolution output channels."""
 
     name = "hardconcrete-neuron"
+    label = "HardConcrete (neuron)"
+    compare_rank = None
+    dataset_defaults = {}
+    # a gate per input unit (Linear) or output channel (conv) and example: r gates per weight,
+    # each a random number, two transcendental passes (sample, derivative), three passes
+    floor = {"rand_cb": "r", "trans": "2r", "pass": "3r"}
     acts_on = "Linear weights (input units) and Conv1d/2d/3d kernels (output channels)"
     needs_linear_map = True
 

@@ -409,6 +409,9 @@ class _PenaltyMethod(Method):
     torch_forms = tuple(TORCH_FORMS)
     defaults = {"lr": 1e-4, "lam": 1e-3, "eps": 2.0, "tol": 0.05}
     help = _HELP
+    # grad += lam Omega'(w) (or the prox): one fused pass, no transcendental
+    floor = {"pass": 1}
+    floor_target = 1.15
 
     def validate(self, hp):
         out = dict(hp)
@@ -427,12 +430,16 @@ class _PenaltyMethod(Method):
 class LogSum(_PenaltyMethod):
     """Gradient descent on ``L + lam sum log(1 + |w|/eps)``."""
     name = "logsum"
+    compare_rank = 6
+    dataset_defaults = {"digits": {"lam": 3e-3}}
     paper = ("LogSum", 0.0293, 0.0190)
 
 
 class AdaTikhonov(_PenaltyMethod):
     """Gradient descent on ``L + lam/2 sum w^2/eta_hat(w)`` (eta held fixed)."""
     name = "adatikhonov"
+    compare_rank = 5
+    dataset_defaults = {"digits": {"lam": 3e-3}}
     algorithm = "adatikhonov"
     paper = ("AdaTikhonov", 0.0288, 0.0183)
 
@@ -440,6 +447,8 @@ class AdaTikhonov(_PenaltyMethod):
 class AdaProx(_PenaltyMethod):
     """Adaptive Tikhonov prox after every optimizer step."""
     name = "adaprox"
+    compare_rank = 4
+    dataset_defaults = {"digits": {"lam": 3e-3}}
     algorithm = "adaprox"
     paper = ("AdaProx", 0.0294, 0.0276)
 
@@ -453,6 +462,8 @@ class EtaTrick(_PenaltyMethod):
     ``p = 5`` at the start, LogSum's dual ``f`` (eps = 2), keep ratio ``alpha = sigmoid(p)``
     (module docstring; ``decay="quadratic"`` for the earlier form)."""
     name = "eta-trick"
+    compare_rank = 3
+    floor = {"pass": 1, "trans": 1, "adam": 1}  # w/eta and f'(eta) with eta = lam e^p
     algorithm = "eta"
     defaults = {"lr": 1e-3, "lam": 1e-3, "eps": 2.0, "tol": 0.05, "eta_weight_decay": 1e-3,
                 "decay": "linear", "init_log_ratio": 5.0, "eta_init": "constant",

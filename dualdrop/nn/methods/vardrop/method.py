@@ -227,6 +227,12 @@ class VarDrop(Method):
     """Variational dropout without reparameterization (any weight tensor)."""
 
     name = "vardrop"
+    stochastic = True
+    compare_rank = 2
+    # w (1 + sqrt(a) e) forward (sqrt(a) = exp(la/2): one transcendental pass); backward the
+    # noise's and the KL's slopes (sigmoid(k2 + k3 la) needs a^-k3: a second transcendental pass)
+    floor = {"normal_cb": 1, "trans": 2, "pass": 3, "adam": 1}
+    floor_target = 1.5
     family = "vardrop"
     variant = "none"
     defaults = {"lr": 1e-3, **_COMMON, "init_log_alpha": -4.0}
@@ -257,6 +263,11 @@ class VarDropLR(VarDrop):
     """Variational dropout with local reparameterization (Linear and convolution layers)."""
 
     name = "vardrop-lr"
+    compare_rank = 1
+    # the variance a w^2 (one exp pass) and its slopes with the KL's (a second one), the
+    # variance path's matmuls and one normal per pre-activation
+    floor = {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1}
+    floor_target = 2.2
     variant = "lr"
     acts_on = "Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d weights (a linear map)"
     needs_linear_map = True
@@ -267,6 +278,9 @@ class VarDropLRAR(VarDropLR):
     """Local + additive reparameterization: learn ``(theta, log sigma^2)``."""
 
     name = "vardrop-lr-ar"
+    compare_rank = 0
+    # strength chosen on the digits' validation split (0.1 / n_train)
+    dataset_defaults = {"digits": {"lam": 0.1 / 1150}}
     variant = "lr-ar"
     defaults = {"lr": 1e-4, **_COMMON, "init_log_sigma2": -10.0}
     paper = ("VarDrop+LR+AR", 0.0321, 0.0238)
