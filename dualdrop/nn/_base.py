@@ -448,6 +448,9 @@ class Method:
     lam_per_dataset: float | None = None
     #: display name (None: the paper's label where it has one, else the method's name)
     label: str | None = None
+    #: whether ``regularizer(n_train)`` puts a term in the loss (False: the method acts in
+    #: ``after_step`` alone, e.g. magnitude pruning, AdaProx's prox)
+    loss_term: bool = True
     #: whether training draws noise (a ``NoiseState``): the runs of a seed differ by method
     stochastic: bool = False
     #: per dataset (``dualdrop.train``'s dataset names): hyperparameters (and ``"lr"``) replacing

@@ -61,6 +61,7 @@ class Magnitude(Method):
 
     name = "magnitude"
     label = "Magnitude (GMP)"
+    loss_term = False
     compare_rank = 8
     dataset_defaults = {"digits": {"sparsity": 0.95}}
     #: the frontier sweeps the target sparsity (log-spaced in 1 - s), not a strength

@@ -447,6 +447,7 @@ class AdaTikhonov(_PenaltyMethod):
 class AdaProx(_PenaltyMethod):
     """Adaptive Tikhonov prox after every optimizer step."""
     name = "adaprox"
+    loss_term = False  # the prox after the optimizer step
     compare_rank = 4
     dataset_defaults = {"digits": {"lam": 3e-3}}
     algorithm = "adaprox"
