@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import numbers
 import weakref
 
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
 from dualdrop.nn._noise import make_key
+from penalties.checks import check_choice, check_float, check_int  # noqa: F401 (re-exported)
 
 _EXTRA_STATE_VERSION = 2
 
@@ -47,37 +47,6 @@ def compiling() -> bool:
 
 
 # ---- argument checks: clear errors naming the argument and the fix ----------------------------
-
-def check_float(name, value, *, low=None, high=None, low_open=False, high_open=False):
-    """Return ``value`` as float after checking its type and range (no silent coercion)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if low is not None and (value < low or (low_open and value == low)):
-        op = ">" if low_open else ">="
-        raise ValueError(f"{name} must be {op} {low}, got {value!r}")
-    if high is not None and (value > high or (high_open and value == high)):
-        op = "<" if high_open else "<="
-        raise ValueError(f"{name} must be {op} {high}, got {value!r}")
-    return value
-
-
-def check_int(name, value, *, low=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value!r}")
-    return value
-
-
-def check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
-    return value
-
 
 def check_lam(lam, *, none_ok: bool = False):
     """The one rule for a method's strength ``lam``: a finite real number > 0 (a strength of 0
@@ -483,6 +452,7 @@ class Method:
         hp.update(hparams)
         lr = hp.pop("lr")
         if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
+            # the optimizer's rate: ValueError for any bad value (its documented error)
             raise ValueError(f"lr must be a positive number, got {lr!r}")
         hp = self.validate(hp)
         hp["lr"] = float(lr)

@@ -53,7 +53,7 @@ def logsum_dual(eta: torch.Tensor, eps: float) -> torch.Tensor:
 
 # ---- torch forms of the closed-form catalog penalties ------------------------------------------
 # Speed path. The formulas are the catalog's (the penalties package) and each one is checked
-# against the penalties object (P.omega, P.derivative, P.eta_hat) in tests/nn/test_nn_layers.py.
+# against the penalties object (P.omega, P.derivative, P.eta_hat) in tests/nn/test_nn_states.py.
 # Measured reason (benchmarks/RESULTS.md): the generic numba loop over penalties.kernels costs
 # ~40 ns per weight (a 266k-weight LeNet step grows from ~3 ms to ~14 ms), the vectorized torch
 # form ~2 ns; it also runs on CUDA without copying weights to the host.
