@@ -73,6 +73,7 @@ from dualdrop.nn.methods.penalty import fused as _pen_fused  # noqa: E402
 from dualdrop.nn.methods.vardrop import fused as _vd_fused  # noqa: E402
 from dualdrop.nn._base import linear_op  # noqa: E402
 from dualdrop.nn.registry import REGISTRY, method_class  # noqa: E402
+from penalties.kernels import LOGSUM as _LOGSUM  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
 from dualdrop.train.models import build_model  # noqa: E402
 
@@ -206,11 +207,11 @@ def make_hand(kind, args, data):
             for i, w in enumerate(weights.values()):
                 wf = w.detach().view(-1).numpy()
                 if "loop" in kind:
-                    _pen_fused._penalty_slope_add(wf, 1, np.float32(lam), np.float32(eps),
+                    _pen_fused._penalty_slope_add(wf, _LOGSUM, np.float32(lam), np.float32(eps),
                                               np.float32(0.0), w.grad.view(-1).numpy())
                 if extra and "var" not in kind:
                     extra[i].grad = torch.empty_like(w)
-                    _pen_fused._penalty_slope(wf, 1, np.float32(lam), np.float32(eps),
+                    _pen_fused._penalty_slope(wf, _LOGSUM, np.float32(lam), np.float32(eps),
                                           np.float32(0.0), extra[i].grad.view(-1).numpy())
         opt.step()
 
@@ -253,7 +254,7 @@ def _fixed(kind: str, shape, dtype=torch.float32) -> torch.Tensor:
 def _floor_extra_grad(x: torch.Tensor) -> torch.Tensor:
     """The floor's gradient of the extra parameter: LogSum's slope of ``x`` from one loop."""
     out = torch.empty_like(x)
-    _pen_fused._penalty_slope(x.detach().reshape(-1).numpy(), 1, np.float32(1e-3), np.float32(2.0),
+    _pen_fused._penalty_slope(x.detach().reshape(-1).numpy(), _LOGSUM, np.float32(1e-3), np.float32(2.0),
                           np.float32(0.0), out.view(-1).numpy())
     return out
 
@@ -298,8 +299,8 @@ def _hc_forward_fixed_u(x, e, u, mode, inv_beta, gamma, span, out, z):
 def _eta_floor_loops(w, ep, p, lam, eps, c, quadratic, log_lam, g, gw, gp, add_p):
     """The floor's two loops in the eta-trick's hook: LogSum's slope into ``w.grad`` and into a
     fresh ``p.grad``."""
-    _pen_fused._penalty_slope_add(w, 1, lam, eps, np.float32(0.0), gw)
-    _pen_fused._penalty_slope(w, 1, lam, eps, np.float32(0.0), gp)
+    _pen_fused._penalty_slope_add(w, _LOGSUM, lam, eps, np.float32(0.0), gw)
+    _pen_fused._penalty_slope(w, _LOGSUM, lam, eps, np.float32(0.0), gp)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import torch
@@ -29,6 +28,7 @@ from numba import njit
 from dualdrop.nn import _numba
 from dualdrop.nn._noise import check_key, u01_f32, uniform
 from dualdrop.nn._numba import NUMBA, NUMBA_SUM, check_inputs, flat, np_type
+from penalties.dropout import hc_l0_shift
 
 def _pow_mode(beta: float) -> int:
     """1 for the paper's beta = 2/3 (``v^1.5 = v sqrt(v)``), else 0 (a scalar ``pow``)."""
@@ -175,7 +175,7 @@ def _hc_torch(x2d, log_alpha, u, beta, gamma, zeta):
     """The same gate in torch expressions (other devices; and the reference in the tests)."""
     s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / beta)
     z = (s * (zeta - gamma) + gamma).clamp(0.0, 1.0)
-    l0 = torch.sigmoid(log_alpha - beta * math.log(-gamma / zeta)).sum()
+    l0 = torch.sigmoid(log_alpha - hc_l0_shift(beta, gamma, zeta)).sum()
     return x2d * z, l0
 
 

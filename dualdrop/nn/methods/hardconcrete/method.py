@@ -38,6 +38,7 @@ import torch.nn as nn
 from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, linear_map_reason
 from dualdrop.nn import _numba
 from dualdrop.nn.methods.hardconcrete import fused
+from penalties.dropout import HC_BETA, HC_GAMMA, HC_ZETA, hc_l0_shift
 
 _U_EPS = 1e-6
 
@@ -114,7 +115,7 @@ class HardConcreteState(NoiseState):
 
     def prob_nonzero(self) -> torch.Tensor:
         """``P(z != 0)`` per gate."""
-        return torch.sigmoid(self.gate_logits - self.beta * math.log(-self.gamma / self.zeta))
+        return torch.sigmoid(self.gate_logits - hc_l0_shift(self.beta, self.gamma, self.zeta))
 
     def _broadcast(self, z, t):
         if self.axis is None:
@@ -180,7 +181,7 @@ class HardConcrete(Method):
     floor = {"rand_cb": 1, "trans": 2, "pass": 3, "adam": 1}
     floor_target = 1.5
     family = "hardconcrete"
-    defaults = {"lr": 1e-3, "lam": None, "beta": 2.0 / 3.0, "gamma": -0.1, "zeta": 1.1,
+    defaults = {"lr": 1e-3, "lam": None, "beta": HC_BETA, "gamma": HC_GAMMA, "zeta": HC_ZETA,
                 "droprate_init": 0.2}
     help = {
         "lr": "Adam learning rate (Louizos et al. 2018)",

@@ -33,10 +33,12 @@ from dualdrop.nn._gradhook import GradHook, hook_term
 from dualdrop.nn._numba import NP_TYPES, NUMBA, check_inputs, check_same_shape, flat, np_type
 from dualdrop.nn import _numba
 from dualdrop.nn.methods.penalty.torch_forms import TORCH_FORMS, logsum_dual
+from penalties.kernels import L1, LOGSUM, MCP, SCAD
 
 # ---- penalty methods: lam Omega'(w) in one loop ------------------------------------------------
 
-PENALTY_KINDS = {"l1": 0, "logsum": 1, "mcp": 2, "scad": 3}
+#: the closed forms with a loop here, numbered as ``penalties.kernels`` numbers its kernels
+PENALTY_KINDS = {"l1": L1, "logsum": LOGSUM, "mcp": MCP, "scad": SCAD}
 
 
 @njit(inline="always", **NUMBA)
@@ -47,11 +49,11 @@ def _slope(kind, wi, p0, p1):
     T = type(wi)
     a = abs(wi)
     sgn = T(1.0) if wi > T(0.0) else (T(-1.0) if wi < T(0.0) else T(0.0))
-    if kind == 0:
+    if kind == L1:
         return sgn
-    if kind == 1:
+    if kind == LOGSUM:
         return sgn / (a + p0)
-    if kind == 2:
+    if kind == MCP:
         return sgn * max(T(0.0), T(1.0) - a / (p0 * p1))
     if a <= p1:
         return sgn
@@ -61,35 +63,35 @@ def _slope(kind, wi, p0, p1):
 @njit(**NUMBA)
 def _penalty_slope(w, kind, scale, p0, p1, out):
     """``out = scale Omega'(w)`` (one loop per kind: the branch on ``kind`` is outside)."""
-    if kind == 0:
+    if kind == L1:
         for i in range(w.size):
-            out[i] = scale * _slope(0, w[i], p0, p1)
-    elif kind == 1:
+            out[i] = scale * _slope(L1, w[i], p0, p1)
+    elif kind == LOGSUM:
         for i in range(w.size):
-            out[i] = scale * _slope(1, w[i], p0, p1)
-    elif kind == 2:
+            out[i] = scale * _slope(LOGSUM, w[i], p0, p1)
+    elif kind == MCP:
         for i in range(w.size):
-            out[i] = scale * _slope(2, w[i], p0, p1)
+            out[i] = scale * _slope(MCP, w[i], p0, p1)
     else:
         for i in range(w.size):
-            out[i] = scale * _slope(3, w[i], p0, p1)
+            out[i] = scale * _slope(SCAD, w[i], p0, p1)
 
 
 @njit(**NUMBA)
 def _penalty_slope_add(w, kind, scale, p0, p1, grad):
     """``grad += scale Omega'(w)``."""
-    if kind == 0:
+    if kind == L1:
         for i in range(w.size):
-            grad[i] += scale * _slope(0, w[i], p0, p1)
-    elif kind == 1:
+            grad[i] += scale * _slope(L1, w[i], p0, p1)
+    elif kind == LOGSUM:
         for i in range(w.size):
-            grad[i] += scale * _slope(1, w[i], p0, p1)
-    elif kind == 2:
+            grad[i] += scale * _slope(LOGSUM, w[i], p0, p1)
+    elif kind == MCP:
         for i in range(w.size):
-            grad[i] += scale * _slope(2, w[i], p0, p1)
+            grad[i] += scale * _slope(MCP, w[i], p0, p1)
     else:
         for i in range(w.size):
-            grad[i] += scale * _slope(3, w[i], p0, p1)
+            grad[i] += scale * _slope(SCAD, w[i], p0, p1)
 
 
 def _penalty_args(kind: str, params: dict):
@@ -187,11 +189,11 @@ def add_penalty_grad_(grad: torch.Tensor, w: torch.Tensor, kind: str, lam: float
 def _eta_hat(kind, a, p0, p1):
     """``eta_hat(|w|)`` of the closed forms (``inf`` where ``Omega`` is flat)."""
     T = type(a)
-    if kind == 0:
+    if kind == L1:
         return a
-    if kind == 1:
+    if kind == LOGSUM:
         return a * (a + p0)
-    if kind == 2:
+    if kind == MCP:
         A = p0 * p1
         return A * a / (A - a) if a < A else T(np.inf)
     if a <= p1:
@@ -212,14 +214,14 @@ def _prox_loop(w, v, kind, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps):
 def _adaptive_prox(w, v, kind, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps):
     """In place ``w <- w eta_hat(w) / (eta_hat(w) + rho lam)``, ``rho = lr/(sqrt(v/bc2) + eps)``;
     one loop per kind (the branch on ``kind`` stays outside the loops)."""
-    if kind == 0:
-        _prox_loop(w, v, 0, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
-    elif kind == 1:
-        _prox_loop(w, v, 1, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
-    elif kind == 2:
-        _prox_loop(w, v, 2, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+    if kind == L1:
+        _prox_loop(w, v, L1, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+    elif kind == LOGSUM:
+        _prox_loop(w, v, LOGSUM, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+    elif kind == MCP:
+        _prox_loop(w, v, MCP, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
     else:
-        _prox_loop(w, v, 3, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
+        _prox_loop(w, v, SCAD, p0, p1, lr_lam, inv_sqrt_bc2, adam_eps)
 
 
 @torch.no_grad()
