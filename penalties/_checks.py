@@ -11,6 +11,8 @@ import numbers
 
 import numpy as np
 
+from . import checks
+
 
 def as_real_array(x, name: str, *, allow_inf: bool = False) -> np.ndarray:
     """Return ``x`` as a float64 ndarray, rejecting non-real dtypes, NaN and (by default) inf."""
@@ -53,24 +55,15 @@ def as_positive_array(x, name: str) -> np.ndarray:
 
 
 def check_param(value, name: str, *, low=None, high=None, low_open=True, high_open=True, integer=False):
-    """Validate a scalar hyperparameter and return it as float (or int when ``integer``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}.")
-    if integer:
-        if not isinstance(value, numbers.Integral):
-            raise ValueError(f"{name} must be an integer, got {value!r}.")
-        value = int(value)
-    else:
-        value = float(value)
-    if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
-    if low is not None and (value <= low if low_open else value < low):
-        op = ">" if low_open else ">="
-        raise ValueError(f"{name} must be {op} {low}, got {value!r}.")
-    if high is not None and (value >= high if high_open else value > high):
-        op = "<" if high_open else "<="
-        raise ValueError(f"{name} must be {op} {high}, got {value!r}.")
-    return value
+    """A scalar hyperparameter as float (or int when ``integer``): :mod:`penalties.checks` with
+    this package's conventions (bounds of a penalty's parameter are open unless said otherwise;
+    every bad input is a ``ValueError``)."""
+    check = checks.check_int if integer else checks.check_float
+    if integer and isinstance(value, numbers.Real) and not isinstance(value, bool) \
+            and not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}.")
+    return check(name, value, low=low, high=high, low_open=low_open, high_open=high_open,
+                 type_error=ValueError)
 
 
 def finish(out: np.ndarray, like: np.ndarray):

@@ -191,6 +191,12 @@ class VarDropExact(_TablePenalty):
 # Hard-concrete L0 gates
 # ----------------------------------------------------------------------------------------------
 HC_BETA, HC_GAMMA, HC_ZETA = 2.0 / 3.0, -0.1, 1.1
+
+
+def hc_l0_shift(beta: float = HC_BETA, gamma: float = HC_GAMMA, zeta: float = HC_ZETA) -> float:
+    """The hard-concrete L0 shift ``beta log(-gamma/zeta)``: ``P(z != 0) = sigmoid(log a -
+    shift)`` (Louizos, Welling, Kingma 2018, eq. 12); the one copy for numpy, torch and numba."""
+    return beta * math.log(-gamma / zeta)
 _GL32 = gauss_legendre(32)
 
 
@@ -221,7 +227,7 @@ class _HardConcreteMoments:
         sig = special.expit(self.r / beta)
         self.z = gamma + (zeta - gamma) * sig
         self.dz = (zeta - gamma) * sig * (1.0 - sig) / beta
-        self.l0_shift = beta * math.log(-gamma / zeta)
+        self.l0_shift = hc_l0_shift(beta, gamma, zeta)
 
     def all(self, theta):
         """Return dict of E[z], E[z^2], Var(z) and their theta-derivatives (arrays)."""

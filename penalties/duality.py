@@ -28,178 +28,15 @@ import warnings
 import numpy as np
 
 from ._checks import check_param
+from ._numerics import (  # noqa: F401 (grid_golden_min, richardson_derivative, numeric_prox: public here)
+    NumericPenalty, call_checked, check_range, chunked, grid_golden_min, log_grid, numeric_prox,
+    richardson_derivative)
 from .base import Penalty
 
-_GOLD = (math.sqrt(5.0) - 1.0) / 2.0
 _CHUNK = 1 << 15
 _GL10 = np.polynomial.legendre.leggauss(10)
 
 
-# ----------------------------------------------------------------------------------------------
-# Shared vectorized numerics
-# ----------------------------------------------------------------------------------------------
-def _call(fn, x, name):
-    """Call a user callable on an array and insist on a same-shape finite float result."""
-    try:
-        out = np.asarray(fn(x), dtype=float)
-    except Exception as exc:  # surface the user's error with context
-        raise ValueError(f"{name} raised {type(exc).__name__}: {exc} (it must accept numpy arrays)") from exc
-    if out.shape != np.shape(x):
-        try:
-            out = np.broadcast_to(out, np.shape(x)).astype(float)
-        except ValueError:
-            raise ValueError(
-                f"{name} must be vectorized: for an input of shape {np.shape(x)} it returned shape {out.shape}"
-            ) from None
-    return out
-
-
-def grid_golden_min(obj, n_points, lo, hi, n_grid=97, iters=64):
-    """Minimize obj(i, P) over a scalar parameter in [lo, hi] for each of n_points rows.
-
-    ``obj(P)`` receives an (n, k) array of parameters (row i belongs to point i) and returns (n, k)
-    values. A grid scan locates the best cell (several local minima are handled), golden-section
-    search refines within its two neighbouring cells. Returns (argmin, min) arrays of length n.
-    """
-    grid = np.linspace(lo, hi, n_grid)
-    vals = obj(np.broadcast_to(grid, (n_points, n_grid)))
-    vals = np.where(np.isnan(vals), np.inf, vals)
-    i = np.argmin(vals, axis=1)
-    a = grid[np.maximum(i - 1, 0)]
-    b = grid[np.minimum(i + 1, n_grid - 1)]
-    c = b - _GOLD * (b - a)
-    d = a + _GOLD * (b - a)
-    fc = obj(c[:, None])[:, 0]
-    fd = obj(d[:, None])[:, 0]
-    for _ in range(iters):
-        left = fc <= fd
-        a_n = np.where(left, a, c)
-        b_n = np.where(left, d, b)
-        c_n = np.where(left, b_n - _GOLD * (b_n - a_n), d)
-        d_n = np.where(left, c, a_n + _GOLD * (b_n - a_n))
-        f_new = obj(np.where(left, c_n, d_n)[:, None])[:, 0]
-        fc, fd = np.where(left, f_new, fd), np.where(left, fc, f_new)
-        a, b, c, d = a_n, b_n, c_n, d_n
-    x = 0.5 * (a + b)
-    # one parabolic step on a fixed stencil: golden section leaves x at ~sqrt(machine eps)
-    h = 1e-4 * max(1.0, abs(hi - lo) / 50.0)
-    f3 = obj(np.stack([x - h, x, x + h], axis=1))
-    curv = f3[:, 0] - 2.0 * f3[:, 1] + f3[:, 2]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        step = 0.5 * h * (f3[:, 0] - f3[:, 2]) / curv
-    ok = np.isfinite(step) & (curv > 0) & (np.abs(step) < h)
-    xp = x + np.where(ok, step, 0.0)
-    fp = obj(xp[:, None])[:, 0]
-    better = ok & (fp <= f3[:, 1])  # keep the step only where it does not make things worse
-    x = np.where(better, xp, x)
-    fx = np.where(better, fp, f3[:, 1])
-    gmin = vals[np.arange(n_points), i]
-    use_grid = gmin < fx
-    x = np.where(use_grid, grid[i], x)
-    fx = np.where(use_grid, gmin, fx)
-    return x, fx
-
-
-def _chunked(fn, arr, *extra):
-    """Apply fn to 1-D chunks of arr (bounding the memory of grid scans)."""
-    flat = arr.ravel()
-    outs = [fn(flat[s : s + _CHUNK], *extra) for s in range(0, flat.size, _CHUNK)]
-    if not outs:
-        return tuple(np.empty(0) for _ in range(2))
-    return tuple(np.concatenate(parts).reshape(arr.shape) for parts in zip(*outs))
-
-
-def richardson_derivative(fn, x, name):
-    """d fn / dx at x > 0 by central differences in log x with one Richardson step (~1e-10)."""
-    h = 1e-3
-    def d(hh):
-        return (_call(fn, x * math.exp(hh), name) - _call(fn, x * math.exp(-hh), name)) / (2.0 * hh)
-    dlog = (4.0 * d(h / 2.0) - d(h)) / 3.0  # d fn / d log x
-    return dlog / x
-
-
-def numeric_prox(omega, derivative, v, t, n_cells=24, iters=70):
-    """Vectorized 1-D prox ``argmin_x 1/2 (x-v)^2 + t Omega(x)`` for even, nondecreasing Omega.
-
-    Every sign change (- to +) of ``phi(x) = x + t Omega'(x) - |v|`` on a grid of [0, |v|] is a
-    local minimizer; each is refined by bisection and the best is compared with x = 0.
-    """
-    a = np.abs(v).ravel()
-    tt = np.broadcast_to(t, np.shape(v)).ravel()
-    grid = np.linspace(0.0, 1.0, n_cells + 1)
-    grid[0] = 1e-14
-    xs = a[:, None] * grid[None, :]
-    phi = xs + tt[:, None] * derivative(xs) - a[:, None]
-    brk = (phi[:, :-1] < 0.0) & (phi[:, 1:] >= 0.0)
-    rows, cols = np.nonzero(brk)
-    best = np.zeros_like(a)
-    hbest = 0.5 * a * a
-    if rows.size:
-        lo = xs[rows, cols].copy()
-        hi = xs[rows, cols + 1].copy()
-        ar, tr = a[rows], tt[rows]
-        for _ in range(iters):
-            mid = 0.5 * (lo + hi)
-            neg = mid + tr * derivative(mid) - ar < 0.0
-            lo = np.where(neg, mid, lo)
-            hi = np.where(neg, hi, mid)
-        r = 0.5 * (lo + hi)
-        hr = 0.5 * (r - ar) ** 2 + tr * omega(r)
-        order = np.lexsort((hr, rows))  # per row, smallest objective first
-        first = np.ones(order.size, dtype=bool)
-        first[1:] = rows[order][1:] != rows[order][:-1]
-        sel = order[first]
-        improve = hr[sel] < hbest[rows[sel]]
-        best[rows[sel][improve]] = r[sel][improve]
-    return (np.sign(v).ravel() * best).reshape(np.shape(v))
-
-
-class NumericPenalty(Penalty):
-    """A penalty defined by vectorized callables, with generic numerics for the rest."""
-
-    name = "numeric"
-
-    def _omega(self, w):
-        raise NotImplementedError
-
-    def _derivative(self, w):
-        a = np.abs(w)
-        eta = self._eta_hat(a)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            d = np.where(a == 0, 0.0, np.where(np.isinf(eta), 0.0, a / eta))
-        return np.sign(w) * d
-
-    def _prox(self, v, t):
-        return numeric_prox(self._omega, self._derivative, v, t)
-
-    def get_params(self, deep=True):
-        return {}
-
-    def __eq__(self, other):
-        return self is other
-
-    def __hash__(self):
-        return id(self)
-
-    def __reduce__(self):  # callables may be lambdas: pickle by value is not possible in general
-        return object.__reduce__(self)
-
-    def __repr__(self):
-        return f"{type(self).__name__}({self.description})"
-
-    description = ""
-
-
-def _log_grid(lo, hi, n=801):
-    return np.exp(np.linspace(math.log(lo), math.log(hi), n))
-
-
-def _check_range(rng, name):
-    if not (isinstance(rng, (tuple, list)) and len(rng) == 2):
-        raise ValueError(f"{name} must be a (low, high) pair, got {rng!r}")
-    lo = check_param(rng[0], f"{name}[0]", low=0.0)
-    hi = check_param(rng[1], f"{name}[1]", low=lo)
-    return lo, hi
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,12 +49,12 @@ class DualPenalty(NumericPenalty):
         if not callable(f):
             raise ValueError("f must be a vectorized callable eta -> f(eta)")
         self._fn = f
-        self.eta_range = _check_range(eta_range, "eta_range")
+        self.eta_range = check_range(eta_range, "eta_range")
         self.description = getattr(f, "__name__", "f")
         self.name = name
         lo, hi = self.eta_range
-        grid = _log_grid(lo, hi)
-        vals = _call(f, grid, "f")
+        grid = log_grid(lo, hi)
+        vals = call_checked(f, grid, "f")
         if not np.all(np.isfinite(vals)):
             raise ValueError(f"f is not finite at eta = {grid[~np.isfinite(vals)][0]:.6g}")
         # Omega(0) = 1/2 f(0+): 0 in the unit convention, or estimated as inf f over the range
@@ -225,14 +62,14 @@ class DualPenalty(NumericPenalty):
         self._llo, self._lhi = math.log(lo), math.log(hi)
 
     def _f(self, eta):
-        return _call(self._fn, eta, "f")
+        return call_checked(self._fn, eta, "f")
 
     def _solve(self, a):
         w2 = (a * a)[:, None]
 
         def obj(le):
             eta = np.exp(le)
-            return w2 / eta + _call(self._fn, eta, "f")
+            return w2 / eta + call_checked(self._fn, eta, "f")
 
         le, val = grid_golden_min(obj, a.size, self._llo, self._lhi)
         if np.any((le <= self._llo + 1e-6) & (a > 0)):
@@ -248,11 +85,11 @@ class DualPenalty(NumericPenalty):
 
     def _omega(self, w):
         a = np.abs(w)
-        return np.where(a == 0, 0.0, _chunked(self._solve, a)[1])
+        return np.where(a == 0, 0.0, chunked(self._solve, a)[1])
 
     def _eta_hat(self, w):
         a = np.abs(w)
-        eta = _chunked(self._solve, a)[0]
+        eta = chunked(self._solve, a)[0]
         return np.where(a == 0, 0.0, eta)
 
 
@@ -272,8 +109,8 @@ def from_dual(f, eta_range=(1e-12, 1e12), f0=0.0) -> Penalty:
 def _verify_subquadratic(omega_fn, w_range, name="omega"):
     """Omega(sqrt z) must be nondecreasing and concave in z: check on a log grid of w."""
     lo, hi = w_range
-    w = _log_grid(lo, hi, 1601)
-    om = _call(omega_fn, w, name)
+    w = log_grid(lo, hi, 1601)
+    om = call_checked(omega_fn, w, name)
     if not np.all(np.isfinite(om)):
         raise ValueError(f"{name} is not finite at w = {w[~np.isfinite(om)][0]:.6g}")
     z = w * w
@@ -301,17 +138,17 @@ class PrimalPenalty(NumericPenalty):
         if not callable(omega):
             raise ValueError("omega must be a vectorized callable w -> Omega(w)")
         self._fn = omega
-        self.w_range = _check_range(w_range, "w_range")
+        self.w_range = check_range(w_range, "w_range")
         self.description = getattr(omega, "__name__", "omega")
         self.name = name
-        om0 = float(_call(omega, np.zeros(1), "omega")[0])
+        om0 = float(call_checked(omega, np.zeros(1), "omega")[0])
         if abs(om0) > 1e-12:
             raise ValueError(f"omega(0) must be 0 (got {om0:.6g}); subtract omega(0) from your function")
         if verify:
             _verify_subquadratic(omega, self.w_range)
 
     def _omega(self, w):
-        return _call(self._fn, np.abs(w), "omega")
+        return call_checked(self._fn, np.abs(w), "omega")
 
     def _derivative(self, w):
         a = np.abs(w)
@@ -332,7 +169,7 @@ class PrimalPenalty(NumericPenalty):
         def solve(e):
             def obj(lw):
                 w = np.exp(lw)
-                return -(2.0 * _call(self._fn, w, "omega") - w * w / e[:, None])
+                return -(2.0 * call_checked(self._fn, w, "omega") - w * w / e[:, None])
 
             _, val = grid_golden_min(obj, e.size, math.log(lo), math.log(hi))
             return (np.maximum(-val, 0.0),)
@@ -364,12 +201,12 @@ class RulePenalty(NumericPenalty):
         if not callable(eta_hat):
             raise ValueError("eta_hat must be a vectorized callable w -> eta_hat(w)")
         self._fn = eta_hat
-        self.w_range = _check_range(w_range, "w_range")
+        self.w_range = check_range(w_range, "w_range")
         self.description = getattr(eta_hat, "__name__", "eta_hat")
         self.name = name
         lo, hi = self.w_range
-        grid = _log_grid(lo, hi, 2001)
-        eta = _call(eta_hat, grid, "eta_hat")
+        grid = log_grid(lo, hi, 2001)
+        eta = call_checked(eta_hat, grid, "eta_hat")
         if np.any(np.isnan(eta)) or np.any(eta < 0):
             bad = grid[np.isnan(eta) | (eta < 0)][0]
             raise ValueError(f"eta_hat must be >= 0 (or +inf); got {eta[grid == bad][0]} at w = {bad:.6g}")
@@ -404,13 +241,13 @@ class RulePenalty(NumericPenalty):
         x, wts = _GL10
         h = right - left
         s = left[:, None] + 0.5 * h[:, None] * (x[None, :] + 1.0)
-        eta = _call(self._fn, np.exp(s), "eta_hat")
+        eta = call_checked(self._fn, np.exp(s), "eta_hat")
         cut = np.isinf(eta).any(axis=1) & np.isfinite(eta).any(axis=1)
         if np.any(cut):
             lo, hi = left[cut].copy(), right[cut].copy()
             for _ in range(60):
                 mid = 0.5 * (lo + hi)
-                fin = np.isfinite(_call(self._fn, np.exp(mid), "eta_hat"))
+                fin = np.isfinite(call_checked(self._fn, np.exp(mid), "eta_hat"))
                 lo = np.where(fin, mid, lo)
                 hi = np.where(fin, hi, mid)
             right = right.copy()
@@ -441,7 +278,7 @@ class RulePenalty(NumericPenalty):
 
     def _integrand(self, s):
         t = np.exp(s)
-        eta = _call(self._fn, t, "eta_hat")
+        eta = call_checked(self._fn, t, "eta_hat")
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(np.isinf(eta), 0.0, t * t / eta)
 
@@ -470,7 +307,7 @@ class RulePenalty(NumericPenalty):
 
     def _eta_hat(self, w):
         a = np.abs(w)
-        return _call(self._fn, a, "eta_hat")
+        return call_checked(self._fn, a, "eta_hat")
 
     def _f(self, eta):
         # max_w 2 Omega(w) - w^2/eta is attained where eta_hat(w) = eta (bisection in log w)
@@ -480,11 +317,11 @@ class RulePenalty(NumericPenalty):
         lhi = np.full_like(e, math.log(hi))
         for _ in range(70):
             mid = 0.5 * (llo + lhi)
-            below = _call(self._fn, np.exp(mid), "eta_hat") < e
+            below = call_checked(self._fn, np.exp(mid), "eta_hat") < e
             llo = np.where(below, mid, llo)
             lhi = np.where(below, lhi, mid)
         w = np.exp(0.5 * (llo + lhi))
-        w = np.where(_call(self._fn, np.full(1, lo), "eta_hat")[0] >= e, 0.0, w)
+        w = np.where(call_checked(self._fn, np.full(1, lo), "eta_hat")[0] >= e, 0.0, w)
         val = 2.0 * self._omega(w) - w * w / e
         return np.maximum(val, 0.0).reshape(eta.shape)
 
@@ -511,7 +348,7 @@ def from_keep_ratio(alpha_hat, lam, w_range=(1e-12, 1e8)) -> Penalty:
     lam = check_param(lam, "lam", low=0.0)
 
     def eta_hat(w):
-        al = _call(alpha_hat, w, "alpha_hat")
+        al = call_checked(alpha_hat, w, "alpha_hat")
         if np.any((al <= 0) | (al > 1)):
             bad = np.asarray(w)[(al <= 0) | (al > 1)].flat[0]
             raise ValueError(f"alpha_hat must lie in (0, 1]; at w = {bad:.6g} it is outside")
@@ -520,8 +357,8 @@ def from_keep_ratio(alpha_hat, lam, w_range=(1e-12, 1e8)) -> Penalty:
 
     eta_hat.__name__ = f"keep_ratio[{getattr(alpha_hat, '__name__', 'alpha_hat')}, lam={lam:g}]"
     # monotonicity is checked on alpha itself: lam alpha/(1-alpha) amplifies rounding near alpha = 1
-    grid = _log_grid(*_check_range(w_range, "w_range"), 2001)
-    al = _call(alpha_hat, grid, "alpha_hat")
+    grid = log_grid(*check_range(w_range, "w_range"), 2001)
+    al = call_checked(alpha_hat, grid, "alpha_hat")
     dal = np.diff(al)
     if np.any(dal < -1e-12):
         i = int(np.argmax(dal < -1e-12))
@@ -559,7 +396,7 @@ class MaskPenalty(NumericPenalty):
                 f"1/eta~ = m2/mean^2 - 1 must decrease as the mask parameter grows; it does not near "
                 f"theta = {th[i]:.6g} (reorder or restrict theta_range)"
             )
-        pv = _call(penalty, th, "penalty")
+        pv = call_checked(penalty, th, "penalty")
         if np.any(np.diff(pv) < -1e-12 * np.max(np.abs(pv))):
             i = int(np.argmax(np.diff(pv) < 0))
             raise ValueError(f"penalty(theta) must be nondecreasing; it decreases near theta = {th[i]:.6g}")
@@ -575,30 +412,30 @@ class MaskPenalty(NumericPenalty):
 
     def rho(self, theta):
         """1/eta~ = m2/mu^2 - 1 (lambda = 1)."""
-        mu = _call(self._mean, theta, "mean")
-        m2 = _call(self._m2, theta, "second_moment")
+        mu = call_checked(self._mean, theta, "mean")
+        m2 = call_checked(self._m2, theta, "second_moment")
         return m2 / (mu * mu) - 1.0
 
     def _solve(self, a):
         w2 = (a * a)[:, None]
 
         def obj(th):
-            return w2 * self.rho(th) + _call(self._pen, th, "penalty")
+            return w2 * self.rho(th) + call_checked(self._pen, th, "penalty")
 
         return grid_golden_min(obj, a.size, *self.theta_range, n_grid=193)
 
     def theta_hat(self, w):
         """Optimal mask parameter for the effective weight w~."""
         a = np.abs(np.asarray(w, dtype=float))
-        return _chunked(self._solve, a)[0]
+        return chunked(self._solve, a)[0]
 
     def _omega(self, w):
         a = np.abs(w)
-        return np.where(a == 0, 0.0, 0.5 * _chunked(self._solve, a)[1] - self._offset)
+        return np.where(a == 0, 0.0, 0.5 * chunked(self._solve, a)[1] - self._offset)
 
     def _eta_hat(self, w):
         a = np.abs(w)
-        th = _chunked(self._solve, a)[0]
+        th = chunked(self._solve, a)[0]
         eta = 1.0 / self.rho(th)
         eta = np.where(th >= self.theta_range[1] - 1e-9 * max(1.0, abs(self.theta_range[1])), np.inf, eta)
         return np.where(a == 0, 0.0, eta)
@@ -613,7 +450,7 @@ class MaskPenalty(NumericPenalty):
             below = 1.0 / self.rho(mid) < e
             tlo = np.where(below, mid, tlo)
             thi = np.where(below, thi, mid)
-        return (_call(self._pen, 0.5 * (tlo + thi), "penalty") - 2.0 * self._offset).reshape(eta.shape)
+        return (call_checked(self._pen, 0.5 * (tlo + thi), "penalty") - 2.0 * self._offset).reshape(eta.shape)
 
 
 def from_mask_moments(mean, second_moment, penalty, theta_range=(-30.0, 30.0), f0=0.0) -> Penalty:

@@ -30,7 +30,7 @@ preallocated buffers), so the floor is what a fused implementation on this CPU c
 
 Each round times, interleaved: the dense step, every component, and every method's real step as
 ``dualdrop.train`` runs it (fused Adam, the regularizer's gradient only, ``after_step``) twice:
-``before`` with ``dualdrop.nn._fused.ENABLED = False`` (the torch expressions and torch's
+``before`` with ``dualdrop.nn._numba.ENABLED = False`` (the torch expressions and torch's
 generator) and ``after`` with the fused paths (the default). Figures are medians over rounds,
 ratios to the dense median of the same run; spreads are min-max over rounds; the load average is
 printed at the start and the end because the machine may be shared.
@@ -67,37 +67,26 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dualdrop.nn import _fused, _noise, sparsify  # noqa: E402
+from dualdrop.nn import _noise, _numba, sparsify  # noqa: E402
+from dualdrop.nn.methods.hardconcrete import fused as _hc_fused  # noqa: E402
+from dualdrop.nn.methods.penalty import fused as _pen_fused  # noqa: E402
+from dualdrop.nn.methods.vardrop import fused as _vd_fused  # noqa: E402
 from dualdrop.nn._base import linear_op  # noqa: E402
+from dualdrop.nn.registry import REGISTRY, method_class  # noqa: E402
+from penalties.kernels import LOGSUM as _LOGSUM  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
 from dualdrop.train.models import build_model  # noqa: E402
 
-_PENALTY = {"pass": 1}  # grad += lam Omega'(w) (or the prox): one fused pass, no transcendental
-#: extra work per step of each method beyond the dense step (see the module docstring); ``r``
-#: stands for the number of neuron gates per step over the number of weights
+#: the catalog penalties timed beside the registered methods
+CATALOG = ("penalty:mcp", "penalty:l1")
+#: extra work per step of each method beyond the dense step (see the module docstring), from
+#: each method's record (``Method.floor``); ``r`` stands for the number of neuron gates per step
+#: over the number of weights
 FLOOR_COUNTS: dict[str, dict[str, object]] = {
-    "magnitude": {"pass": 2},  # mask forward, mask the gradient backward
-    "logsum": _PENALTY,
-    "adatikhonov": _PENALTY,  # grad += lam w/eta_hat(w): the same work as logsum
-    "adaprox": _PENALTY,  # w <- w eta/(eta + rho lam), rho from Adam's v
-    "penalty:mcp": _PENALTY,
-    "penalty:l1": _PENALTY,
-    "eta-trick": {"pass": 1, "trans": 1, "adam": 1},  # w/eta and f'(eta) with eta = lam e^p
-    "hardconcrete": {"rand_cb": 1, "trans": 2, "pass": 3, "adam": 1},
-    # a gate per input unit (Linear) or output channel (conv) and example: r gates per weight,
-    # each a random number, two transcendental passes (sample, derivative), three passes
-    "hardconcrete-neuron": {"rand_cb": "r", "trans": "2r", "pass": "3r"},
-    # w (1 + sqrt(a) e) forward (sqrt(a) = exp(la/2): one transcendental pass); backward the
-    # noise's and the KL's slopes (sigmoid(k2 + k3 la) needs a^-k3: a second transcendental pass)
-    "vardrop": {"normal_cb": 1, "trans": 2, "pass": 3, "adam": 1},
-    # the variance a w^2 (one exp pass) and its slopes with the KL's (a second one), the
-    # variance path's matmuls and one normal per pre-activation
-    "vardrop-lr": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
-    "vardrop-lr-ar": {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1},
-}
-TARGETS = {"magnitude": 1.05, "logsum": 1.15, "adatikhonov": 1.15, "adaprox": 1.15,
-           "penalty:mcp": 1.15, "penalty:l1": 1.15, "eta-trick": 1.15, "hardconcrete": 1.5,
-           "vardrop": 1.5, "hardconcrete-neuron": 1.5, "vardrop-lr": 2.2, "vardrop-lr-ar": 2.2}
+    m: dict(method_class(m).floor) for m in (*REGISTRY, *CATALOG) if method_class(m).floor}
+#: the ratio to the floor each method's fused step is expected to stay under (``floor_target``)
+TARGETS = {m: method_class(m).floor_target for m in FLOOR_COUNTS
+           if method_class(m).floor_target is not None}
 
 
 def lenet(sizes) -> nn.Sequential:
@@ -139,7 +128,7 @@ def dense_step(model, opt, data):
 
 def make_method(method, args, data, steps_total, fused: bool, ablation: str | None = None):
     """The training step of ``method`` as ``dualdrop.train`` runs it, with the fused paths on or
-    off (``dualdrop.nn._fused.ENABLED``) while it runs; ``ablation`` (``ABLATIONS``) changes one
+    off (``dualdrop.nn._numba.ENABLED``) while it runs; ``ablation`` (``ABLATIONS``) changes one
     part of the fused step (the returned step's ``patches`` applies it around a timed run)."""
     torch.manual_seed(0)
     model = make_model(args)
@@ -150,7 +139,7 @@ def make_method(method, args, data, steps_total, fused: bool, ablation: str | No
     keep_reg = ablation not in ("fixed_noreg",)
 
     def step():
-        _fused.ENABLED = fused
+        _numba.ENABLED = fused
         try:
             x, y = data.next()
             loss = F.cross_entropy(model(x), y)
@@ -162,7 +151,7 @@ def make_method(method, args, data, steps_total, fused: bool, ablation: str | No
             state["step"] += 1
             sp.after_step(opt, state["step"], steps_total)
         finally:
-            _fused.ENABLED = True
+            _numba.ENABLED = True
 
     step.patches = lambda: ablation_patches(method, ablation)
     return step
@@ -218,11 +207,11 @@ def make_hand(kind, args, data):
             for i, w in enumerate(weights.values()):
                 wf = w.detach().view(-1).numpy()
                 if "loop" in kind:
-                    _fused._penalty_slope_add(wf, 1, np.float32(lam), np.float32(eps),
+                    _pen_fused._penalty_slope_add(wf, _LOGSUM, np.float32(lam), np.float32(eps),
                                               np.float32(0.0), w.grad.view(-1).numpy())
                 if extra and "var" not in kind:
                     extra[i].grad = torch.empty_like(w)
-                    _fused._penalty_slope(wf, 1, np.float32(lam), np.float32(eps),
+                    _pen_fused._penalty_slope(wf, _LOGSUM, np.float32(lam), np.float32(eps),
                                           np.float32(0.0), extra[i].grad.view(-1).numpy())
         opt.step()
 
@@ -265,7 +254,7 @@ def _fixed(kind: str, shape, dtype=torch.float32) -> torch.Tensor:
 def _floor_extra_grad(x: torch.Tensor) -> torch.Tensor:
     """The floor's gradient of the extra parameter: LogSum's slope of ``x`` from one loop."""
     out = torch.empty_like(x)
-    _fused._penalty_slope(x.detach().reshape(-1).numpy(), 1, np.float32(1e-3), np.float32(2.0),
+    _pen_fused._penalty_slope(x.detach().reshape(-1).numpy(), _LOGSUM, np.float32(1e-3), np.float32(2.0),
                           np.float32(0.0), out.view(-1).numpy())
     return out
 
@@ -300,9 +289,9 @@ class _ZeroTerm(torch.autograd.Function):
 
 @njit(cache=True, error_model="numpy")
 def _hc_forward_fixed_u(x, e, u, mode, inv_beta, gamma, span, out, z):
-    """``_fused._hc_forward`` with the uniforms read from ``u`` instead of hashed."""
+    """``_hc_fused._hc_forward`` with the uniforms read from ``u`` instead of hashed."""
     for i in range(x.size):
-        zi, _ = _fused._gate_u(u[i], e[i], mode, inv_beta, gamma, span)
+        zi, _ = _hc_fused._gate_u(u[i], e[i], mode, inv_beta, gamma, span)
         out[i] = x[i] * zi
         z[i] = zi
 
@@ -310,8 +299,8 @@ def _hc_forward_fixed_u(x, e, u, mode, inv_beta, gamma, span, out, z):
 def _eta_floor_loops(w, ep, p, lam, eps, c, quadratic, log_lam, g, gw, gp, add_p):
     """The floor's two loops in the eta-trick's hook: LogSum's slope into ``w.grad`` and into a
     fresh ``p.grad``."""
-    _fused._penalty_slope_add(w, 1, lam, eps, np.float32(0.0), gw)
-    _fused._penalty_slope(w, 1, lam, eps, np.float32(0.0), gp)
+    _pen_fused._penalty_slope_add(w, _LOGSUM, lam, eps, np.float32(0.0), gw)
+    _pen_fused._penalty_slope(w, _LOGSUM, lam, eps, np.float32(0.0), gp)
 
 
 @contextlib.contextmanager
@@ -322,23 +311,24 @@ def ablation_patches(method: str, ablation: str | None):
     if ablation is None:
         pass
     elif method == "eta-trick":
-        patches += [(_fused, "_eta_trick_grad_add", _eta_floor_loops),
-                    (_fused.EtaTrickGradHook, "_exp_p",
+        patches += [(_pen_fused, "_eta_trick_grad_add", _eta_floor_loops),
+                    (_pen_fused.EtaTrickGradHook, "_exp_p",
                      lambda self, p: _fixed("u", p.shape, p.dtype))]
     elif method in ("hardconcrete", "vardrop") and ablation == "floor_fn":
         name = "hard_concrete_gate" if method == "hardconcrete" else "vardrop_noise"
-        patches.append((_fused, name, lambda x, extra, *a: _MaskFloor.apply(x, extra)))
+        patches.append((_hc_fused if method == "hardconcrete" else _vd_fused, name,
+                        lambda x, extra, *a: _MaskFloor.apply(x, extra)))
     elif method == "hardconcrete" and fixed_noise:
-        patches.append((_fused, "_hc_forward", lambda x, e, key, *a: _hc_forward_fixed_u(
+        patches.append((_hc_fused, "_hc_forward", lambda x, e, key, *a: _hc_forward_fixed_u(
             x, e, _fixed("u", x.shape, torch.float32).numpy(), *a)))
     elif method.startswith("vardrop") and fixed_noise:
-        patches.append((_fused, "normal",
+        patches.append((_vd_fused, "normal",
                         lambda shape, key, dtype=torch.float32, device="cpu":
                         _fixed("normal", shape, dtype)))
     elif method.startswith("vardrop-lr") and ablation == "floor_fn":
         name = "lr_variance_kl" if method == "vardrop-lr" else "ar_variance_kl"
-        patches += [(_fused, name, lambda w, extra, *a: (extra, _ZeroTerm.apply(extra))),
-                    (_fused, "add_lr_noise",
+        patches += [(_vd_fused, name, lambda w, extra, *a: (extra, _ZeroTerm.apply(extra))),
+                    (_vd_fused, "add_lr_noise",
                      lambda out, var, key: out + var * _fixed("normal", out.shape, out.dtype))]
     else:
         raise ValueError(f"no ablation {ablation!r} for {method}")

@@ -82,7 +82,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    from dualdrop.nn.methods import METHODS
+    from dualdrop.nn.registry import METHODS
 
     p = _friendly(subparsers.add_parser(
         "sparsify",

@@ -13,12 +13,15 @@ Entry points::
     sp.finalize()                                 # or fold the pruning into the model in place
 
 Methods (``METHODS``, plus ``"penalty:<name>"`` for any separable ``penalties`` catalog name),
-one ``Method`` record each (``dualdrop.nn.methods``): variational dropout without / with local /
+one ``Method`` record each (``dualdrop.nn.registry``): variational dropout without / with local /
 with local + additive reparameterization (``vardrop``, ``vardrop-lr``, ``vardrop-lr-ar``),
 hard-concrete L0 gates per weight or per neuron (``hardconcrete``, ``hardconcrete-neuron``),
 gradual magnitude pruning (``magnitude``), and the eta-trick family (``eta-trick``, ``adaprox``,
-``adatikhonov``, ``logsum``). One module per family: ``vardrop``, ``hardconcrete``,
-``magnitude``, ``penalty``; ``targets`` (which tensors), ``export`` (export and reports).
+``adatikhonov``, ``logsum``). One folder or module per family under ``dualdrop.nn.methods``
+(``vardrop/``, ``hardconcrete/``, ``penalty/``: ``method.py`` records, state and the reference
+torch forms, ``fused.py`` the numba loops; ``magnitude.py``); shared machinery below them
+(``_numba``, ``_noise``, ``_gradhook``, ``_alloc``); ``targets`` (which tensors), ``export``
+(export and reports). Adding a method: docs/add-method.md.
 
 Every method is a ``torch.nn.utils.parametrize`` parametrization of each selected weight tensor
 (any module); the ones that change the forward (local reparameterization, neuron gates) also
@@ -30,7 +33,7 @@ nor counted), a tied weight once, with each method's deterministic test-time rul
 from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import Method, state_of
 from dualdrop.nn.export import CSRLinear, export_sparse, fold, format_report, sparsity_report
-from dualdrop.nn.methods import REGISTRY, describe, method_class
+from dualdrop.nn.registry import REGISTRY, describe, method_class
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import numbers
 import weakref
 
@@ -29,6 +28,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
+
+from dualdrop.nn._noise import make_key
+from penalties.checks import check_choice, check_float, check_int  # noqa: F401 (re-exported)
 
 _EXTRA_STATE_VERSION = 2
 
@@ -45,37 +47,6 @@ def compiling() -> bool:
 
 
 # ---- argument checks: clear errors naming the argument and the fix ----------------------------
-
-def check_float(name, value, *, low=None, high=None, low_open=False, high_open=False):
-    """Return ``value`` as float after checking its type and range (no silent coercion)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if low is not None and (value < low or (low_open and value == low)):
-        op = ">" if low_open else ">="
-        raise ValueError(f"{name} must be {op} {low}, got {value!r}")
-    if high is not None and (value > high or (high_open and value == high)):
-        op = "<" if high_open else "<="
-        raise ValueError(f"{name} must be {op} {high}, got {value!r}")
-    return value
-
-
-def check_int(name, value, *, low=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value!r}")
-    return value
-
-
-def check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
-    return value
-
 
 def check_lam(lam, *, none_ok: bool = False):
     """The one rule for a method's strength ``lam``: a finite real number > 0 (a strength of 0
@@ -228,8 +199,6 @@ class NoiseState(WeightState):
         self._term = None
 
     def next_key(self) -> int:
-        from dualdrop.nn._noise import make_key
-
         dist = torch.distributed
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         key = make_key(self.noise_seed, rank, self.noise_count)
@@ -459,6 +428,33 @@ class Method:
     torch_forms: tuple = ()
     paper: tuple | None = None
     lam_per_dataset: float | None = None
+    #: display name (None: the paper's label where it has one, else the method's name)
+    label: str | None = None
+    #: whether ``regularizer(n_train)`` puts a term in the loss (False: the method acts in
+    #: ``after_step`` alone, e.g. magnitude pruning, AdaProx's prox)
+    loss_term: bool = True
+    #: whether training draws noise (a ``NoiseState``): the runs of a seed differ by method
+    stochastic: bool = False
+    #: per dataset (``dualdrop.train``'s dataset names): hyperparameters (and ``"lr"``) replacing
+    #: the defaults there, chosen on that dataset's validation split
+    dataset_defaults: dict = {}
+    #: the frontier's sweep knob ``(hparam, low, high, Knob options)``; None: ``lam`` a decade
+    #: either side of its default
+    knob: tuple | None = None
+    #: position in ``dualdrop.train.compare``'s default list (None: not in it)
+    compare_rank: int | None = None
+    #: speed floor: the least extra work per step beyond the dense step, in the components of
+    #: ``benchmarks/bench_floors.py`` (``r``: neuron gates per step over weights), and the ratio
+    #: to that floor the fused step is expected to stay under
+    floor: dict = {}
+    floor_target: float | None = None
+
+    @classmethod
+    def display_label(cls) -> str:
+        """The method's display name: ``label``, else the paper's label, else its name."""
+        if cls.label is not None:
+            return cls.label
+        return cls.paper[0] if cls.paper is not None else cls.name
 
     def __init__(self, **hparams):
         hp = self.default_hparams()
@@ -469,6 +465,7 @@ class Method:
         hp.update(hparams)
         lr = hp.pop("lr")
         if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
+            # the optimizer's rate: ValueError for any bad value (its documented error)
             raise ValueError(f"lr must be a positive number, got {lr!r}")
         hp = self.validate(hp)
         hp["lr"] = float(lr)

@@ -78,7 +78,7 @@ def make_key(seed: int, stream: int = 0, step: int = 0) -> int:
     return _splitmix(k ^ (int(step) * 0xD1B54A32D192ED03 & _M64))
 
 
-def _check_key(key) -> np.uint64:
+def check_key(key) -> np.uint64:
     if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
         raise TypeError(f"key must be an integer (see make_key), got {type(key).__name__}")
     if not 0 <= int(key) <= _M64:
@@ -208,7 +208,7 @@ def uniform_(t: torch.Tensor, key: int) -> torch.Tensor:
     """Fill ``t`` in place with uniforms in the open interval (0, 1), a function of ``key`` and
     the row-major index only; returns ``t``. See the module docstring for the exact values."""
     _check_tensor(t)
-    k = _check_key(key)
+    k = check_key(key)
     if t.device.type != "cpu":
         t.uniform_(generator=_device_generator(t, k))
         lo, hi = _FLOAT32_OPEN if t.dtype == torch.float32 else (2.0 ** -53, 1.0 - 2.0 ** -53)
@@ -230,7 +230,7 @@ def normal_(t: torch.Tensor, key: int) -> torch.Tensor:
     """Fill ``t`` in place with standard normals (Box-Muller over counter-based uniforms, see the
     module docstring), a function of ``key`` and the row-major index only; returns ``t``."""
     _check_tensor(t)
-    k = _check_key(key)
+    k = check_key(key)
     if t.device.type != "cpu":
         with torch.no_grad():
             return t.normal_(generator=_device_generator(t, k))

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from dualdrop.nn import methods as _methods
+from dualdrop.nn import registry as _methods
 from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import check_choice, check_int, register_state, state_of
 from dualdrop.nn.export import export_sparse, fold, sparsity_report

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from dualdrop.nn.registry import dataset_hparams
+
 #: Per-dataset defaults, below the user's overrides. MNIST: the paper's protocol (200 epochs,
 #: batch 128, each method's own learning rate and hyperparameters). The embedded 8x8 digits have
 #: 1,150 training samples, 42x fewer than MNIST's 48,000: at batch 128 an epoch is 9 steps, and
@@ -30,14 +32,9 @@ DATASET_DEFAULTS: dict[str, dict] = {
     "mnist": {"epochs": 200, "batch_size": 128},
     "digits": {
         "epochs": 30, "batch_size": 32, "lr": 1e-2,
-        # per method: hyperparameters (and "lr") replacing the paper's
-        "hparams": {
-            "logsum": {"lam": 3e-3}, "adatikhonov": {"lam": 3e-3}, "adaprox": {"lam": 3e-3},
-            # variational dropout / hard-concrete: lam is per weight (their paper default is
-            # c / n_train); these are 0.1 / 1150 and 1.0 / 1150, the strengths chosen on validation
-            "magnitude": {"sparsity": 0.95}, "vardrop-lr-ar": {"lam": 0.1 / 1150},
-            "hardconcrete": {"lam": 1.0 / 1150, "lr": 3e-2},
-        },
+        # per method: hyperparameters (and "lr") replacing the paper's, from each method's
+        # record (Method.dataset_defaults)
+        "hparams": dataset_hparams("digits"),
     },
 }
 

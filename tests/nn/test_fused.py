@@ -9,7 +9,11 @@ import pytest
 import torch
 from scipy import stats
 
-from dualdrop.nn import _fused as FU
+from dualdrop.nn import _numba
+from dualdrop.nn.methods.hardconcrete import fused as HCF
+from dualdrop.nn.methods.penalty import fused as PF
+from dualdrop.nn.methods.vardrop import fused as VDF
+import fused_test_only as TO
 from dualdrop.nn import _noise as N
 from dualdrop.nn.hardconcrete import _HardConcreteSample
 from dualdrop.nn.vardrop import _KLSum, _LRVariance, kl_approx
@@ -145,7 +149,7 @@ def test_hard_concrete_gate_matches_the_layer_for_the_same_uniforms(beta):
     torch.manual_seed(0)
     w = (torch.randn(30, 40) * 0.1).requires_grad_()
     la = (torch.randn(30, 40) * 2.0).requires_grad_()
-    out, l0 = FU.hard_concrete_gate(w, la, KEY, beta, GAMMA, ZETA)
+    out, l0 = HCF.hard_concrete_gate(w, la, KEY, beta, GAMMA, ZETA)
     (out * torch.randn(30, 40, generator=torch.Generator().manual_seed(1))).sum().add(
         0.3 * l0).backward()
     got = (out.detach(), l0.detach(), w.grad.clone(), la.grad.clone())
@@ -168,7 +172,7 @@ def test_hard_concrete_gate_gradcheck(beta, per_column):
     la = torch.randn(5 if per_column else (4, 5), dtype=F64, requires_grad=True)
 
     def f(x, la):
-        out, l0 = FU.hard_concrete_gate(x, la, KEY, beta, GAMMA, ZETA)
+        out, l0 = HCF.hard_concrete_gate(x, la, KEY, beta, GAMMA, ZETA)
         return out, 0.7 * l0
 
     assert torch.autograd.gradcheck(f, (x, la))
@@ -178,7 +182,7 @@ def test_hard_concrete_per_column_gates_vary_by_row_and_sum_their_gradients():
     torch.manual_seed(2)
     x = torch.randn(64, 8)
     la = torch.zeros(8, requires_grad=True)
-    out, l0 = FU.hard_concrete_gate(x, la, KEY, BETA, GAMMA, ZETA)
+    out, l0 = HCF.hard_concrete_gate(x, la, KEY, BETA, GAMMA, ZETA)
     u = N.uniform(x.shape, KEY)
     ref, l0r = _hc_reference(x, la.expand(64, 8), u)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
@@ -190,9 +194,9 @@ def test_hard_concrete_per_column_gates_vary_by_row_and_sum_their_gradients():
 
 def test_hard_concrete_gate_rejects_bad_shapes_and_hyperparameters():
     with pytest.raises(ValueError, match="log_alpha"):
-        FU.hard_concrete_gate(torch.ones(3, 4), torch.ones(3), KEY, BETA, GAMMA, ZETA)
+        HCF.hard_concrete_gate(torch.ones(3, 4), torch.ones(3), KEY, BETA, GAMMA, ZETA)
     with pytest.raises(ValueError, match="gamma"):
-        FU.hard_concrete_gate(torch.ones(3, 4), torch.ones(4), KEY, BETA, 0.1, ZETA)
+        HCF.hard_concrete_gate(torch.ones(3, 4), torch.ones(4), KEY, BETA, 0.1, ZETA)
 
 
 # ---- variational dropout ------------------------------------------------------------------------
@@ -201,7 +205,7 @@ def test_vardrop_noise_matches_the_formula_and_the_layers_kl():
     torch.manual_seed(3)
     w = (torch.randn(20, 30) * 0.1).requires_grad_()
     la = (torch.randn(20, 30) * 5.0).requires_grad_()         # some beyond the clip
-    out, kl = FU.vardrop_noise(w, la, KEY, 8.0, need_kl_value=True)
+    out, kl = VDF.vardrop_noise(w, la, KEY, 8.0, need_kl_value=True)
     gcoef = torch.randn(20, 30, generator=torch.Generator().manual_seed(4))
     ((out * gcoef).sum() + 0.5 * kl).backward()
     got = (out.detach(), kl.detach(), w.grad.clone(), la.grad.clone())
@@ -215,7 +219,7 @@ def test_vardrop_noise_matches_the_formula_and_the_layers_kl():
     torch.testing.assert_close(got[2], w.grad, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got[3], la.grad, atol=1e-5, rtol=1e-5)
     assert (la.abs() > 8).any() and (got[3][la.detach().abs() > 8] == 0).all()
-    _, kl0 = FU.vardrop_noise(w, la, KEY, 8.0, need_kl_value=False)
+    _, kl0 = VDF.vardrop_noise(w, la, KEY, 8.0, need_kl_value=False)
     assert kl0.item() == 0.0
 
 
@@ -223,26 +227,26 @@ def test_vardrop_noise_gradcheck():
     torch.manual_seed(5)
     w = torch.randn(4, 6, dtype=F64, requires_grad=True)
     la = (torch.randn(4, 6, dtype=F64) * 2).requires_grad_()
-    assert torch.autograd.gradcheck(lambda w, la: FU.vardrop_noise(w, la, KEY, 3.0), (w, la))
+    assert torch.autograd.gradcheck(lambda w, la: VDF.vardrop_noise(w, la, KEY, 3.0), (w, la))
 
 
 def test_kl_sums_gradcheck_and_match_the_closed_form():
     torch.manual_seed(6)
     la = (torch.randn(5, 7, dtype=F64) * 3).requires_grad_()
-    assert torch.autograd.gradcheck(lambda x: FU.kl_sum(x, 4.0), (la,))
-    torch.testing.assert_close(FU.kl_sum(la, 4.0), kl_approx(la.clamp(-4, 4)).sum())
+    assert torch.autograd.gradcheck(lambda x: VDF.kl_sum(x, 4.0), (la,))
+    torch.testing.assert_close(VDF.kl_sum(la, 4.0), kl_approx(la.clamp(-4, 4)).sum())
     w = torch.randn(5, 7, dtype=F64, requires_grad=True)
     ls2 = (torch.randn(5, 7, dtype=F64) - 2).requires_grad_()
 
     def ar(w, s):
-        var_w, kl = FU.ar_variance_kl(w, s, 4.0)
+        var_w, kl = VDF.ar_variance_kl(w, s, 4.0)
         return var_w, 0.3 * kl
 
     assert torch.autograd.gradcheck(ar, (w, ls2))
-    assert torch.autograd.gradcheck(lambda w, s: FU.ar_variance_kl(w, s, 4.0)[1], (w, ls2))
+    assert torch.autograd.gradcheck(lambda w, s: VDF.ar_variance_kl(w, s, 4.0)[1], (w, ls2))
     raw = ls2 - torch.log(w * w + 1e-8)
     assert (raw.abs() > 4).any() and (raw.abs() < 4).any()       # both sides of the clip
-    var_w, kl = FU.ar_variance_kl(w, ls2, 4.0)
+    var_w, kl = VDF.ar_variance_kl(w, ls2, 4.0)
     torch.testing.assert_close(var_w, torch.exp(ls2))
     torch.testing.assert_close(kl, kl_approx(raw.clamp(-4, 4)).sum())
     g = torch.autograd.grad(kl, (w, ls2))
@@ -250,15 +254,15 @@ def test_kl_sums_gradcheck_and_match_the_closed_form():
     for a, b in zip(g, gr):
         torch.testing.assert_close(a, b)
     # value-free form: exactly 0, same gradient
-    v = FU.kl_sum(la, 4.0, need_value=False)
+    v = VDF.kl_sum(la, 4.0, need_value=False)
     assert v.item() == 0.0
     torch.testing.assert_close(torch.autograd.grad(v, la)[0],
-                               torch.autograd.grad(FU.kl_sum(la, 4.0), la)[0])
+                               torch.autograd.grad(VDF.kl_sum(la, 4.0), la)[0])
 
 
 def test_kl_sum_matches_the_layers_fused_kl_in_float32():
     la = (torch.randn(50, 60) * 5).requires_grad_()
-    g1 = torch.autograd.grad(FU.kl_sum(la, 8.0), la)[0]
+    g1 = torch.autograd.grad(VDF.kl_sum(la, 8.0), la)[0]
     g2 = torch.autograd.grad(_KLSum.apply(la, 8.0, True), la)[0]
     torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-5)
 
@@ -273,13 +277,13 @@ def test_lr_variance_and_linear_gradcheck():
     la = (torch.randn(3, 4, dtype=F64) * 2).requires_grad_()
 
     def f(x, w, b, la):
-        var_w, kl = FU.lr_variance_kl(w, la, 2.0)
-        return FU.local_reparam_linear(x, w, b, var_w, KEY), 0.3 * kl
+        var_w, kl = VDF.lr_variance_kl(w, la, 2.0)
+        return TO.local_reparam_linear(x, w, b, var_w, KEY), 0.3 * kl
 
     assert torch.autograd.gradcheck(f, (x, w, b, la))
-    assert torch.autograd.gradcheck(lambda w, la: FU.lr_variance_kl(w, la, 2.0)[0], (w, la))
-    assert torch.autograd.gradcheck(lambda w, la: FU.lr_variance_kl(w, la, 2.0)[1], (w, la))
-    var_w, kl = FU.lr_variance_kl(w, la, 2.0)
+    assert torch.autograd.gradcheck(lambda w, la: VDF.lr_variance_kl(w, la, 2.0)[0], (w, la))
+    assert torch.autograd.gradcheck(lambda w, la: VDF.lr_variance_kl(w, la, 2.0)[1], (w, la))
+    var_w, kl = VDF.lr_variance_kl(w, la, 2.0)
     torch.testing.assert_close(var_w, torch.exp(la.clamp(-2, 2)) * w * w)
     torch.testing.assert_close(kl, kl_approx(la.clamp(-2, 2)).sum())
 
@@ -290,7 +294,7 @@ def test_local_reparam_linear_matches_the_layer_for_the_same_noise():
     w = (torch.randn(10, 30) * 0.1).requires_grad_()
     b = torch.randn(10).requires_grad_()
     la = (torch.randn(10, 30) * 3).requires_grad_()
-    out = FU.local_reparam_linear(x, w, b, FU.lr_variance_kl(w, la, 8.0)[0], KEY)
+    out = TO.local_reparam_linear(x, w, b, VDF.lr_variance_kl(w, la, 8.0)[0], KEY)
     g = torch.autograd.grad(out.square().sum(), (w, b, la))
     vw = _LRVariance.apply(w, la, 8.0)
     x2 = x.reshape(32, 30)
@@ -316,33 +320,33 @@ def test_penalty_grad_is_lam_times_the_catalog_derivative(kind, params, dtype):
     lam = 0.3
     P = penalties.get(kind, **params)
     want = lam * torch.from_numpy(np.asarray(P.derivative(w.detach().double().numpy())))
-    v = FU.penalty_grad(w, kind, lam, params)
+    v = TO.penalty_grad(w, kind, lam, params)
     assert v.item() == 0.0
     (2.0 * v).backward()                                        # upstream gradient scales it
     tol = 1e-6 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(w.grad.double(), 2.0 * want, atol=tol, rtol=tol)
     grad = torch.ones_like(w.detach())
-    FU.add_penalty_grad_(grad, w.detach(), kind, lam, params)
+    PF.add_penalty_grad_(grad, w.detach(), kind, lam, params)
     torch.testing.assert_close(grad.double(), 1.0 + want, atol=tol, rtol=tol)
 
 
 def test_penalty_grad_rejects_unknown_kinds_and_missing_parameters():
     with pytest.raises(ValueError, match="kind"):
-        FU.penalty_grad(torch.ones(3), "lp", 1.0, {"p": 0.5})
+        TO.penalty_grad(torch.ones(3), "lp", 1.0, {"p": 0.5})
     with pytest.raises(ValueError, match="eps"):
-        FU.penalty_grad(torch.ones(3), "logsum", 1.0, {})
+        TO.penalty_grad(torch.ones(3), "logsum", 1.0, {})
     with pytest.raises(ValueError, match="shape"):
-        FU.add_penalty_grad_(torch.ones(3), torch.ones(4), "l1", 1.0, {})
+        PF.add_penalty_grad_(torch.ones(3), torch.ones(4), "l1", 1.0, {})
 
 
 def test_fused_functions_are_bit_exact_for_a_key():
     torch.manual_seed(9)
     w, la = torch.randn(40, 50), torch.randn(40, 50)
-    a = FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[0]
-    assert torch.equal(a, FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[0])
-    assert not torch.equal(a, FU.hard_concrete_gate(w, la, KEY + 1, BETA, GAMMA, ZETA)[0])
-    b = FU.vardrop_noise(w, la, KEY, 8.0)[0]
-    assert torch.equal(b, FU.vardrop_noise(w, la, KEY, 8.0)[0])
+    a = HCF.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[0]
+    assert torch.equal(a, HCF.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[0])
+    assert not torch.equal(a, HCF.hard_concrete_gate(w, la, KEY + 1, BETA, GAMMA, ZETA)[0])
+    b = VDF.vardrop_noise(w, la, KEY, 8.0)[0]
+    assert torch.equal(b, VDF.vardrop_noise(w, la, KEY, 8.0)[0])
 
 
 # ---- AdaProx and the eta-trick ------------------------------------------------------------------
@@ -358,13 +362,13 @@ def test_adaptive_prox_matches_the_catalog_eta_hat(kind, params):
     with np.errstate(invalid="ignore"):
         want = np.where(np.isinf(eta), w0.numpy(), w0.numpy() * eta / (eta + rho_lam))
     w = w0.clone()
-    FU.adaptive_prox_(w, v, kind, params, lr_lam, bc2, eps)
+    PF.adaptive_prox_(w, v, kind, params, lr_lam, bc2, eps)
     np.testing.assert_allclose(w.numpy(), want, rtol=1e-12, atol=1e-15)
     w32 = w0.float()
-    FU.adaptive_prox_(w32, v.float(), kind, params, lr_lam, bc2, eps)
+    PF.adaptive_prox_(w32, v.float(), kind, params, lr_lam, bc2, eps)
     np.testing.assert_allclose(w32.double().numpy(), want, rtol=2e-6, atol=1e-7)
     with pytest.raises(ValueError, match="lr_lam"):
-        FU.adaptive_prox_(w, v, kind, params, 0.0, bc2, eps)
+        PF.adaptive_prox_(w, v, kind, params, 0.0, bc2, eps)
 
 
 @pytest.mark.parametrize("quadratic", [False, True])
@@ -375,9 +379,9 @@ def test_eta_trick_objective_gradcheck_and_matches_the_torch_function(quadratic)
     w = torch.randn(5, 6, dtype=F64, requires_grad=True)
     p = torch.randn(5, 6, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda w, p: FU.eta_trick_objective(w, p, 0.3, 2.0, 0.1, quadratic), (w, p))
+        lambda w, p: PF.eta_trick_objective(w, p, 0.3, 2.0, 0.1, quadratic), (w, p))
     for need in (True, False):
-        got = FU.eta_trick_objective(w, p, 0.3, 2.0, 0.1, quadratic, need)
+        got = PF.eta_trick_objective(w, p, 0.3, 2.0, 0.1, quadratic, need)
         ref = _EtaTrickObjective.apply(w, p, 0.3, 2.0, 0.1, quadratic, need)
         torch.testing.assert_close(got, ref)
         for a, b in zip(torch.autograd.grad(got, (w, p)), torch.autograd.grad(ref, (w, p))):
@@ -411,7 +415,7 @@ def test_eta_trick_hook_adds_the_torch_functions_gradients_in_place(quadratic, d
             torch.testing.assert_close(a, b, **tol)
 
     ref, data_only = want(3.0), want(0.0)[0]
-    hook = FU.EtaTrickGradHook(w, p, *args)
+    hook = PF.EtaTrickGradHook(w, p, *args)
     (3.0 * hook.term() + (x @ w.t()).square().sum()).backward()
     check((w.grad, p.grad), ref)
     ((x @ w.t()).square().sum() + 1.5 * hook.term() + 1.5 * hook.term()).backward()  # adds
@@ -426,10 +430,10 @@ def test_eta_trick_hook_adds_the_torch_functions_gradients_in_place(quadratic, d
     check((w.grad,), (data_only,))
     assert p.grad is None
     # the state's training path (value=False) takes the hook, and agrees with the value path
-    t1 = FU.eta_trick_grad_term(w, p, *args)
+    t1 = PF.eta_trick_grad_term(w, p, *args)
     assert t1.grad_fn is not None and t1.item() == 0.0
     with pytest.raises(TypeError, match="leaf"):
-        FU.EtaTrickGradHook(w, p.detach(), *args)
+        PF.EtaTrickGradHook(w, p.detach(), *args)
 
 
 def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss():
@@ -437,12 +441,12 @@ def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss()
     w = torch.nn.Parameter(torch.randn(6, 5))
     x = torch.randn(4, 5)
     params = {"eps": 0.5}
-    hook = FU.PenaltyGradHook(w, "logsum", 0.3, params)
+    hook = PF.PenaltyGradHook(w, "logsum", 0.3, params)
     data = (x @ w.t()).square().sum()
     (data + 3.0 * hook.term()).backward()
     got = w.grad.clone()
     w.grad = None
-    ((x @ w.t()).square().sum() + 3.0 * FU.penalty_grad(w, "logsum", 0.3, params)).backward()
+    ((x @ w.t()).square().sum() + 3.0 * TO.penalty_grad(w, "logsum", 0.3, params)).backward()
     torch.testing.assert_close(got, w.grad)
     w.grad = None
     (x @ w.t()).square().sum().backward()                          # term not in the loss
@@ -461,7 +465,7 @@ def test_penalty_grad_hook_adds_the_gradient_only_when_its_term_is_in_the_loss()
     ((x @ w.t()).square().sum() + hook.term()).backward()
     torch.testing.assert_close(w.grad, plain)
     with pytest.raises(TypeError, match="leaf"):
-        FU.PenaltyGradHook(torch.ones(3), "l1", 1.0, {})
+        PF.PenaltyGradHook(torch.ones(3), "l1", 1.0, {})
 
 
 def test_float32_cos_sin_polynomials_match_numpy():
@@ -484,11 +488,11 @@ def test_float32_cos_sin_polynomials_match_numpy():
 def test_functions_reject_other_dtypes_and_mixed_dtypes():
     w16 = torch.ones(3, 4, dtype=torch.float16)
     with pytest.raises(TypeError, match="float32 or float64"):
-        FU.hard_concrete_gate(w16, w16, KEY, BETA, GAMMA, ZETA)
+        HCF.hard_concrete_gate(w16, w16, KEY, BETA, GAMMA, ZETA)
     with pytest.raises(TypeError, match="one dtype"):
-        FU.vardrop_noise(torch.ones(3, 4), torch.ones(3, 4, dtype=F64), KEY, 8.0)
+        VDF.vardrop_noise(torch.ones(3, 4), torch.ones(3, 4, dtype=F64), KEY, 8.0)
     with pytest.raises(ValueError, match="var_w"):
-        FU.local_reparam_linear(torch.ones(2, 4), torch.ones(3, 4), None, torch.ones(4, 3), KEY)
+        TO.local_reparam_linear(torch.ones(2, 4), torch.ones(3, 4), None, torch.ones(4, 3), KEY)
 
 
 @pytest.mark.parametrize("method", ["logsum", "penalty:mcp", "penalty:scad", "penalty:l1"])
@@ -503,7 +507,7 @@ def test_penalty_grad_matches_the_torch_form_of_the_penalty_state(method):
     sparsify(model, method, lam=0.01, **extra)
     st, w = state_of(model[0]), original_of(model[0], "weight")
     ref = torch.autograd.grad(penalty_value(st, w, False), w)[0]
-    got = torch.autograd.grad(FU.penalty_grad(w, st.penalty.name, st.lam, st.penalty.params),
+    got = torch.autograd.grad(TO.penalty_grad(w, st.penalty.name, st.lam, st.penalty.params),
                               w)[0]
     torch.testing.assert_close(got, ref, atol=1e-7, rtol=1e-6)
 
@@ -524,14 +528,14 @@ def test_adaprox_step_takes_the_loop_and_matches_its_torch_form(monkeypatch):
         opt.step()
     w0 = w.detach().clone()
     calls = []
-    monkeypatch.setattr(FU, "adaptive_prox_",
-                        lambda *a, _f=FU.adaptive_prox_: calls.append(1) or _f(*a))
+    monkeypatch.setattr(PF, "adaptive_prox_",
+                        lambda *a, _f=PF.adaptive_prox_: calls.append(1) or _f(*a))
     adaprox_step([(w, st)], opt)
     got = w.detach().clone()
     assert calls and not torch.equal(got, w0)                         # the loop, and it acted
     with torch.no_grad():
         w.copy_(w0)
-    monkeypatch.setattr(FU, "ENABLED", False)                          # the torch form
+    monkeypatch.setattr(_numba, "ENABLED", False)                          # the torch form
     adaprox_step([(w, st)], opt)
     assert len(calls) == 1
     torch.testing.assert_close(got, w.detach(), atol=1e-7, rtol=1e-6)
@@ -554,27 +558,27 @@ def test_the_other_device_fallbacks_compute_the_same_as_the_loops(monkeypatch):
     la = (torch.randn(6, 7, dtype=F64) * 3).requires_grad_()
     x = torch.randn(5, 7, dtype=F64, requires_grad=True)
     cases = {
-        "hc": lambda w, la: FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA),
-        "vd": lambda w, la: FU.vardrop_noise(w, la, KEY, 4.0),
-        "kl": lambda w, la: FU.kl_sum(la, 4.0) + 0 * w.sum(),
-        "lrkl": lambda w, la: FU.lr_variance_kl(w, la, 4.0),
-        "arkl": lambda w, la: FU.ar_variance_kl(w, la, 4.0),
-        "lin": lambda w, la: FU.local_reparam_linear(x, w, None, torch.exp(la), KEY),
-        "eta": lambda w, la: FU.eta_trick_objective(w, la, 0.3, 2.0, 0.1, True),
-        "pen": lambda w, la: FU.penalty_grad(w, "scad", 0.3, {"a": 3.7, "lam": 0.2})
+        "hc": lambda w, la: HCF.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA),
+        "vd": lambda w, la: VDF.vardrop_noise(w, la, KEY, 4.0),
+        "kl": lambda w, la: VDF.kl_sum(la, 4.0) + 0 * w.sum(),
+        "lrkl": lambda w, la: VDF.lr_variance_kl(w, la, 4.0),
+        "arkl": lambda w, la: VDF.ar_variance_kl(w, la, 4.0),
+        "lin": lambda w, la: TO.local_reparam_linear(x, w, None, torch.exp(la), KEY),
+        "eta": lambda w, la: PF.eta_trick_objective(w, la, 0.3, 2.0, 0.1, True),
+        "pen": lambda w, la: TO.penalty_grad(w, "scad", 0.3, {"a": 3.7, "lam": 0.2})
         + 0 * la.sum(),
     }
     fused = {k: _outputs_and_grads(f, w, la) for k, f in cases.items()}
     v = torch.rand(6, 7, dtype=F64) * 1e-3
-    prox = FU.adaptive_prox_(w.detach().clone(), v, "mcp", {"a": 3.0, "lam": 0.3}, 0.01, 0.5,
+    prox = PF.adaptive_prox_(w.detach().clone(), v, "mcp", {"a": 3.0, "lam": 0.3}, 0.01, 0.5,
                              1e-8)
-    grad = FU.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
+    grad = PF.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
                                 {"eps": 0.5})
     wp = torch.nn.Parameter(w.detach().clone())
-    hook = FU.PenaltyGradHook(wp, "mcp", 0.3, {"a": 3.0, "lam": 0.3})
+    hook = PF.PenaltyGradHook(wp, "mcp", 0.3, {"a": 3.0, "lam": 0.3})
     (wp.square().sum() + 2.0 * hook.term()).backward()
     hooked = wp.grad.clone()
-    monkeypatch.setattr(FU, "_is_cpu", lambda *ts: False)
+    monkeypatch.setattr(_numba, "is_cpu", lambda *ts: False)
     wp.grad = None
     (wp.square().sum() + 2.0 * hook.term()).backward()
     torch.testing.assert_close(wp.grad, hooked)
@@ -588,10 +592,10 @@ def test_the_other_device_fallbacks_compute_the_same_as_the_loops(monkeypatch):
             else:
                 torch.testing.assert_close(a, b, msg=k)
     torch.testing.assert_close(
-        FU.adaptive_prox_(w.detach().clone(), v, "mcp", {"a": 3.0, "lam": 0.3}, 0.01, 0.5, 1e-8),
+        PF.adaptive_prox_(w.detach().clone(), v, "mcp", {"a": 3.0, "lam": 0.3}, 0.01, 0.5, 1e-8),
         prox)
     torch.testing.assert_close(
-        FU.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
+        PF.add_penalty_grad_(torch.ones(6, 7, dtype=F64), w.detach(), "logsum", 0.3,
                              {"eps": 0.5}), grad)
 
 
@@ -600,11 +604,11 @@ def test_second_outputs_alone_have_the_right_gradients():
     w = torch.randn(4, 5, dtype=F64, requires_grad=True)
     la = torch.randn(4, 5, dtype=F64, requires_grad=True)
     for f, ref in [
-        (lambda: FU.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[1],
+        (lambda: HCF.hard_concrete_gate(w, la, KEY, BETA, GAMMA, ZETA)[1],
          lambda: torch.sigmoid(la - BETA * math.log(-GAMMA / ZETA)).sum()),
-        (lambda: FU.vardrop_noise(w, la, KEY, 3.0)[1],
+        (lambda: VDF.vardrop_noise(w, la, KEY, 3.0)[1],
          lambda: kl_approx(la.clamp(-3, 3)).sum()),
-        (lambda: FU.lr_variance_kl(w, la, 3.0)[1], lambda: kl_approx(la.clamp(-3, 3)).sum()),
+        (lambda: VDF.lr_variance_kl(w, la, 3.0)[1], lambda: kl_approx(la.clamp(-3, 3)).sum()),
     ]:
         g = torch.autograd.grad(f(), (w, la), allow_unused=True)
         gr = torch.autograd.grad(ref(), la)[0]

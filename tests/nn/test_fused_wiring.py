@@ -8,13 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dualdrop.nn import _fused as FU
+from dualdrop.nn import _numba
+from dualdrop.nn.methods.hardconcrete import fused as HCF
 from dualdrop.nn import sparsify
 from dualdrop.nn._base import NoiseState
 
-STOCHASTIC = ["vardrop", "vardrop-lr", "vardrop-lr-ar", "hardconcrete", "hardconcrete-neuron"]
-ALL = STOCHASTIC + ["magnitude", "logsum", "adatikhonov", "adaprox", "eta-trick", "penalty:mcp",
-                    "penalty:l1"]
+from dualdrop.nn.registry import REGISTRY, stochastic
+
+STOCHASTIC = list(stochastic())
+ALL = STOCHASTIC + [m for m in REGISTRY if m not in STOCHASTIC] + ["penalty:mcp", "penalty:l1"]
 HP = {"penalty:mcp": {"penalty_params": {"lam": 0.1}}, "magnitude": {"prune_every": 2}}
 
 
@@ -103,12 +105,12 @@ def test_the_kept_term_has_the_fresh_regularizers_value_and_gradient(method):
 def test_the_fused_path_is_the_default_and_can_be_switched_off(monkeypatch):
     model, _ = _mlp("hardconcrete")
     calls = []
-    monkeypatch.setattr(FU, "hard_concrete_gate",
-                        lambda *a, _f=FU.hard_concrete_gate: calls.append(1) or _f(*a))
+    monkeypatch.setattr(HCF, "hard_concrete_gate",
+                        lambda *a, _f=HCF.hard_concrete_gate: calls.append(1) or _f(*a))
     model.train()
     model(torch.randn(2, 12))
     assert len(calls) == 2
-    monkeypatch.setattr(FU, "ENABLED", False)
+    monkeypatch.setattr(_numba, "ENABLED", False)
     model(torch.randn(2, 12))
     assert len(calls) == 2
 
@@ -135,7 +137,7 @@ def test_a_training_step_reads_nothing_back_on_another_device(method, monkeypatc
     """The other-device paths (taken for non-CPU tensors; run here on the CPU by pretending) read
     no tensor value to the host per step: 4 and 12 steps cost the same number of reads (the
     one-off ones: magnitude's first count of its masks). Untested on a GPU: none is available."""
-    monkeypatch.setattr(FU, "_is_cpu", lambda *ts: False)
+    monkeypatch.setattr(_numba, "is_cpu", lambda *ts: False)
     reads = []
     for n in (4, 12):
         model, sp = _mlp(method)

@@ -24,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from dualdrop.nn.registry import compare_defaults
 from dualdrop.train.checkpoint import RunLockedError
 from dualdrop.train.config import DENSE, TrainConfig, check_method
 from dualdrop.train.loop import train
@@ -32,8 +33,8 @@ from dualdrop.train.report.references import PAPER_TABLE, method_label
 from dualdrop.train.report.tables import comparison_table
 
 # The comparison: the paper's seven methods plus hard-concrete and magnitude pruning.
-DEFAULT_METHODS = ("vardrop-lr-ar", "vardrop-lr", "vardrop", "eta-trick", "adaprox",
-                   "adatikhonov", "logsum", "hardconcrete", "magnitude")
+# (each method's record: Method.compare_rank)
+DEFAULT_METHODS = compare_defaults()
 
 
 def run_dir(out: str | os.PathLike, method: str, seed: int | None = None) -> Path:

@@ -8,10 +8,10 @@ tables print it. Only reports on all of MNIST show the reference numbers.
 
 from __future__ import annotations
 
-from dualdrop.nn.methods import paper_table
+from dualdrop.nn.registry import method_class, paper_table
 
 # The paper's reported results after 200 epochs on MNIST, from each method's record in
-# dualdrop.nn.methods: method -> (label, test error, fraction nonzero)
+# dualdrop.nn.registry: method -> (label, test error, fraction nonzero)
 PAPER_TABLE: dict[str, tuple[str, float, float]] = paper_table()
 
 #: Published LeNet-300-100 MNIST points (label -> (test error, fraction of nonzero weights)):
@@ -31,10 +31,12 @@ GOALS: tuple[tuple[float, float], ...] = ((0.016, 0.015), (0.014, 0.05))
 
 def method_label(m: str) -> str:
     """A method's display name (the paper's label where it has one)."""
-    if m in PAPER_TABLE:
-        return PAPER_TABLE[m][0]
-    return {"none": "dense", "hardconcrete": "HardConcrete", "magnitude": "Magnitude (GMP)",
-            "hardconcrete-neuron": "HardConcrete (neuron)"}.get(m, m)
+    if m == "none":
+        return "dense"
+    try:
+        return method_class(m).display_label()
+    except (TypeError, ValueError):
+        return m
 
 
 def reference_rows() -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dualdrop.nn import method_class
+
 @dataclass(frozen=True)
 class Knob:
     """One sparsity knob: the hyperparameter ``name`` searched on ``[low, high]``.
@@ -61,12 +63,12 @@ def default_knob(method: str, hparams: dict, n_train: int | None = None) -> Knob
     default ``lam`` (KL weight of variational dropout, L0 weight of hard-concrete, penalty weight
     of the penalty methods; a default ``lam=None`` is the method record's
     ``lam_per_dataset / n_train``), or magnitude's target sparsity in [0.8, 0.995]."""
-    if method == "magnitude":
-        return Knob("sparsity", 0.8, 0.995, log=True, complement=True)
+    spec = method_class(method).knob if method != "none" else None
+    if spec is not None:  # the record's own knob (magnitude: its target sparsity)
+        name, low, high, options = spec
+        return Knob(name, low, high, **options)
     lam = hparams.get("lam")
     if lam is None and n_train and "lam" in hparams:
-        from dualdrop.nn import method_class
-
         per_dataset = method_class(method).lam_per_dataset
         lam = per_dataset / n_train if per_dataset else None
     if isinstance(lam, (int, float)) and not isinstance(lam, bool) and lam > 0:

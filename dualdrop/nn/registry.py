@@ -1,6 +1,7 @@
 """The registry of sparsification methods: one ``Method`` record per method.
 
-Each record (a ``dualdrop.nn._base.Method`` subclass, in its family's module) carries the
+Each record (a ``dualdrop.nn._base.Method`` subclass, in its family's module under
+``dualdrop.nn.methods``) carries the
 method's family, what it can act on, its defaults (``lr`` included), a one-line description of
 each hyperparameter, its validation, the per-weight state it builds, its post-step hook, whether
 it has a test-time tolerance and the paper's LeNet-300-100 numbers. Adding a method is one class
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import difflib
 
-from dualdrop.nn import hardconcrete, magnitude, penalty, vardrop
 from dualdrop.nn._base import Method
+from dualdrop.nn.methods import magnitude
+from dualdrop.nn.methods.hardconcrete import method as hardconcrete
+from dualdrop.nn.methods.penalty import method as penalty
+from dualdrop.nn.methods.vardrop import method as vardrop
 
 _RECORDS = (
     vardrop.VarDrop,
@@ -88,3 +92,21 @@ def describe(method: str) -> dict:
 def paper_table() -> dict:
     """``{method: (label, test error, fraction nonzero)}``: the paper's LeNet-300-100 table."""
     return {name: cls.paper for name, cls in REGISTRY.items() if cls.paper is not None}
+
+
+def compare_defaults() -> tuple[str, ...]:
+    """The methods ``dualdrop.train.compare`` runs by default, in their ``compare_rank`` order."""
+    ranked = [(cls.compare_rank, name) for name, cls in REGISTRY.items()
+              if cls.compare_rank is not None]
+    return tuple(name for _, name in sorted(ranked))
+
+
+def dataset_hparams(dataset: str) -> dict:
+    """``{method: {hparam: value}}``: each registered method's defaults for ``dataset``."""
+    return {name: dict(cls.dataset_defaults[dataset]) for name, cls in REGISTRY.items()
+            if dataset in cls.dataset_defaults}
+
+
+def stochastic() -> tuple[str, ...]:
+    """The registered methods whose training draws noise."""
+    return tuple(name for name, cls in REGISTRY.items() if cls.stochastic)

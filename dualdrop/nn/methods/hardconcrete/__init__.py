@@ -1,0 +1,1 @@
+"""The hardconcrete family: ``method`` (records, state, reference torch forms) and ``fused`` (numba loops)."""

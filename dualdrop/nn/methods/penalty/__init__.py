@@ -1,0 +1,1 @@
+"""The penalty family: ``method`` (records, state, reference torch forms) and ``fused`` (numba loops)."""

@@ -1,0 +1,1 @@
+"""The vardrop family: ``method`` (records, state, reference torch forms) and ``fused`` (numba loops)."""
