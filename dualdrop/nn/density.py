@@ -133,17 +133,7 @@ class DensityController:
         sp, D = self.sp, self.target
         self.natural_density = sp.density()["total"]
         if sp.has_tol:
-            lo, hi = -14.0, 14.0     # logit(tol): density falls as tol rises
-            for _ in range(40):
-                mid = 0.5 * (lo + hi)
-                sp.set_tol(1.0 / (1.0 + math.exp(-mid)))
-                if sp.density()["total"] > D:
-                    lo = mid
-                else:
-                    hi = mid
-            best = min((lo, hi), key=lambda x: (sp.set_tol(1.0 / (1.0 + math.exp(-x))),
-                                                abs(sp.density()["total"] - D))[1])
-            sp.set_tol(1.0 / (1.0 + math.exp(-best)))
+            _calibrate_tol(sp, D)
         elif hasattr(sp.states()[0][1], "gate_logits"):
             _calibrate_gates(sp, D)
         self.reached = sp.density()["total"]
@@ -168,6 +158,31 @@ class DensityController:
         self.natural_density, self.reached = state["natural_density"], state["reached"]
         if self.uses_multiplier:
             self.sp.set_strength(math.exp(self.log_m))
+
+
+def _density_at(sp, x: float):
+    """The density with ``tol = sigmoid(x)``, or None where the method refuses that tol
+    (variational dropout: a tol whose log-alpha cut lies beyond ``clip``)."""
+    try:
+        sp.set_tol(1.0 / (1.0 + math.exp(-x)))
+    except ValueError:
+        return None
+    return sp.density()["total"]
+
+
+def _calibrate_tol(sp, D: float) -> None:
+    """Bisection on ``logit(tol)`` (the density falls as tol rises) for the tol keeping ``D``;
+    the closer of the two brackets wins."""
+    lo, hi = -14.0, 14.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        d = _density_at(sp, mid)
+        if d is None or d > D:
+            lo = mid
+        else:
+            hi = mid
+    cand = [(abs(d - D), x) for x in (lo, hi) if (d := _density_at(sp, x)) is not None]
+    _density_at(sp, min(cand)[1])
 
 
 def _calibrate_gates(sp, D: float) -> None:
