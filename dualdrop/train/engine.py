@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 import os
-import random
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.nn as nn
+
+from dualdrop.train.checkpoint import atomic_save, rng_state, set_rng_state
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -51,10 +51,9 @@ class FitResult:
 
 
 def _rng_state(loader) -> dict:
-    np_state = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)),
-                       int(np_state[2]), int(np_state[3]), float(np_state[4])]}
+    """This process's RNG states (``dualdrop.train.checkpoint.rng_state``) and the loader's own
+    generator, if it has one."""
+    state = rng_state(_device_of(loader))
     gen = _loader_generator(loader)
     if gen is not None:
         state["loader"] = gen.get_state()
@@ -62,14 +61,14 @@ def _rng_state(loader) -> dict:
 
 
 def _set_rng_state(loader, state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
+    set_rng_state(state, _device_of(loader))
     gen = _loader_generator(loader)
     if gen is not None and "loader" in state:
         gen.set_state(state["loader"])
+
+
+def _device_of(loader) -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def _loader_generator(loader):
@@ -93,12 +92,6 @@ def _n_train(loader, n_train):
 
 def _linear_decay(opt, total_steps):
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / total_steps))
-
-
-def _save_atomic(obj, path) -> None:
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | None = None,
@@ -165,7 +158,7 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
     epoch, done_in_epoch, epoch_rng = 0, 0, None
     path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir else None
     if path and resume and os.path.exists(path):
-        ck = torch.load(path, weights_only=True)
+        ck = torch.load(path, weights_only=True)  # tensors and plain values only
         if ck["total_steps"] != total:
             raise ValueError(f"the checkpoint in {checkpoint_dir} is for a budget of "
                              f"{ck['total_steps']} steps, not {total}; use another "
@@ -185,7 +178,7 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
         if path is None:
             return
         os.makedirs(checkpoint_dir, exist_ok=True)
-        _save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(),
+        atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                       "scheduler": sched.state_dict() if sched is not None else None,
                       "sparsifier": sp.state_dict(), "step": step, "epoch": epoch,
                       "done_in_epoch": done_in_epoch, "total_steps": total,
