@@ -124,6 +124,10 @@ def register(subparsers) -> None:
     p.add_argument("--diagnose-samples", type=int, default=512, metavar="N",
                    help="size of the fixed validation subset of --diagnose-every, drawn from "
                    "--seed (default 512)")
+    p.add_argument("--target-density", type=float, default=None, metavar="D",
+                   help="fraction of nonzero weights the finished network keeps (0 < D <= 1), "
+                   "for any method: its strength is adjusted during training against the "
+                   "measured density (dualdrop.nn.density). Default: the method's own strength")
     p.add_argument("--lam-warmup", type=int, default=None, metavar="E",
                    help="ramp the regularizer strength lam linearly over the first E epochs "
                    "(epoch e uses lam * e/E; the paper's released code has such a per-epoch "
@@ -211,6 +215,7 @@ def run(args) -> int:
             model=args.model, diagnose_every=args.diagnose_every,
             diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
             lam_layers=_parse_lam_layers(args.lam_layer),
+            target_density=args.target_density,
         )
         report = train(cfg)  # checks every option before loading data or creating --out
     except KeyboardInterrupt as exc:

@@ -81,6 +81,9 @@ class WeightState(nn.Module):
     """
 
     method: str = ""
+    #: multiplier of the method's strength ``lam`` (the regularizer, the prox, the keep-ratio
+    #: cut of the penalty methods); set by ``Sparsifier.set_strength`` only, 1 otherwise
+    strength: float = 1.0
 
     def __init__(self, method: str):
         super().__init__()

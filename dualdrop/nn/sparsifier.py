@@ -100,6 +100,8 @@ class Sparsifier:
         self.bypassed: list[str] = []
         self._watch = [(t, st) for t, st in self._pairs if record.needs_linear_map]
         _watch_optimizers(self._pairs)
+        #: the ``dualdrop.nn.density.DensityController`` of ``sparsify(..., target_density=D)``
+        self.controller = None
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":
@@ -234,6 +236,41 @@ class Sparsifier:
             self.check_optimizer(optimizer)
             self._checked_opt = optimizer
         self.record.after_step(self, optimizer, step, total_steps)
+        if self.controller is not None:
+            self.controller.update(step, total_steps)
+
+    def set_strength(self, multiplier: float) -> None:
+        """Multiply every method's strength ``lam`` by ``multiplier`` (> 0; 1 = as given): the
+        regularizer and its gradient, adaprox's prox and the penalty methods' keep-ratio cut
+        follow. The one entry point of the target-density controller (``dualdrop.nn.density``);
+        magnitude pruning has no strength and refuses it."""
+        if self.method == "magnitude":
+            raise ValueError("magnitude pruning has no strength to multiply; set its sparsity")
+        m = float(multiplier)
+        if not (m > 0 and m < float("inf")):
+            raise ValueError(f"multiplier must be a finite number > 0, got {multiplier!r}")
+        for _, st in self.states():
+            st.strength = m
+            if self.has_tol:
+                st.set_tol(st.tol)  # the penalty methods' cut depends on lam * strength
+
+    def method_param_groups(self, lr: float, total_steps: int) -> list[dict]:
+        """Optimizer param groups with budget-aware rates for the method's own parameters
+        (``dualdrop.nn.density.method_param_groups``)."""
+        from dualdrop.nn.density import method_param_groups
+
+        return method_param_groups(self, lr, total_steps)
+
+    def state_dict(self) -> dict:
+        """State kept outside the model: the target-density controller's (empty without one)."""
+        return {} if self.controller is None else {"controller": self.controller.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "controller" in state:
+            if self.controller is None:
+                raise ValueError("the state has a target-density controller but this Sparsifier "
+                                 "was made without target_density")
+            self.controller.load_state_dict(state["controller"])
 
     @property
     def has_tol(self) -> bool:
@@ -300,7 +337,8 @@ def _find_states(model):
 
 
 def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
-             on_unsupported: str = "warn", **hparams) -> Sparsifier:
+             on_unsupported: str = "warn", target_density: float | None = None,
+             **hparams) -> Sparsifier:
     """Sparsify ``model`` in place with ``method``; returns the ``Sparsifier`` handle.
 
     Every selected weight tensor gets the method's state as its ``torch.nn.utils.parametrize``
@@ -312,6 +350,11 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     cannot act on (e.g. local reparameterization on an LSTM weight) is skipped with a warning
     naming it and why (``on_unsupported="error"``: raise instead). A weight tied to several
     modules gets one state.
+
+    ``target_density=D`` (in (0, 1]): the finished network keeps a fraction ``D`` of the
+    sparsified weights, whatever the method; its strength becomes a multiplier adjusted during
+    training by ``after_step`` (schedule per method: ``dualdrop.nn.density``; magnitude pruning
+    gets ``sparsity = 1 - D``). Pass the full budget as ``total_steps`` to ``after_step``.
 
     New learnable tensors become parameters of the model, so build the optimizer *after* this
     call (``after_step`` checks it). Hyperparameters not given take ``default_hparams(method)``;
@@ -334,6 +377,14 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     if "layers" in hparams:
         raise TypeError("sparsify(..., layers=...) was replaced by include=[...] (module names, "
                         "parameter name patterns or module types) and exclude=[...]")
+    if target_density is not None:
+        from dualdrop.nn.density import check_density
+
+        target_density = check_density(target_density)
+        if method == "magnitude":
+            if "sparsity" in hparams:
+                raise TypeError("give magnitude either sparsity or target_density, not both")
+            hparams["sparsity"] = 1.0 - target_density
     record = _methods.get(method, **hparams)
     check_choice("on_unsupported", on_unsupported, {"warn", "error"})
     if not isinstance(model, nn.Module):
@@ -375,4 +426,9 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     except Exception:
         fold(model, leave_sparse=False)
         raise
-    return Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
+    sp = Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
+    if target_density is not None:
+        from dualdrop.nn.density import DensityController
+
+        sp.controller = DensityController(sp, target_density)
+    return sp

@@ -8,6 +8,9 @@
   (errors, densities, tolerances), :mod:`~dualdrop.train.export` (the trained network,
   :func:`load_run`), :mod:`~dualdrop.train.loop` (the loop),
   :mod:`~dualdrop.train.command` (the command line of a run, rebuilt from its configuration).
+- :func:`fit` (:mod:`~dualdrop.train.engine`): any model, any DataLoader, a target density,
+  atomic checkpoints and exact resume; :mod:`~dualdrop.train.callbacks` for PyTorch Lightning
+  and ``transformers.Trainer``.
 - :mod:`~dualdrop.train.experiments`: many runs, one question each: :func:`run_comparison`
   (several methods, the paper's Figure 2 and its table; LeJeune, Javadi, Baraniuk, NeurIPS 2021)
   and the accuracy–sparsity frontier (:mod:`~dualdrop.train.experiments.frontier`).
@@ -15,6 +18,7 @@
   (:func:`plot_comparison`, :func:`comparison_table`, the frontier's and the diagnostics').
 """
 
+from dualdrop.train.engine import FitResult, fit
 from dualdrop.train.config import TrainConfig, available_methods, check_method, resolve_hparams
 from dualdrop.train.evaluate import error_rate
 from dualdrop.train.experiments.compare import load_runs, run_comparison
@@ -24,7 +28,7 @@ from dualdrop.train.models import LeNet300100, lenet_300_100
 from dualdrop.train.report import PAPER_TABLE, comparison_table, plot_comparison
 
 __all__ = [
-    "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
+    "FitResult", "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
     "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_run", "load_runs",
-    "plot_comparison", "resolve_hparams", "run_comparison", "train",
+    "fit", "plot_comparison", "resolve_hparams", "run_comparison", "train",
 ]

@@ -22,7 +22,7 @@ _VALUE_FLAGS = (
     ("batch_size", "--batch-size"), ("stop_after", "--stop-after"),
     ("init_from", "--init-from"), ("select_tol_margin", "--select-tol-margin"),
     ("diagnose_every", "--diagnose-every"), ("diagnose_samples", "--diagnose-samples"),
-    ("lam_warmup", "--lam-warmup"),
+    ("lam_warmup", "--lam-warmup"), ("target_density", "--target-density"),
 )
 #: TrainConfig field -> (value that the switch sets, switch)
 _SWITCHES = (("progress", False, "--no-progress"), ("verify_data", False, "--no-verify"),

@@ -236,6 +236,10 @@ class TrainConfig:
     # {"fc1": 2.0, "fc3": 0.25}; layers by the names of the density report. Same methods as
     # lam_warmup (a numeric lam). None: one lam for every layer. Part of the run's identity.
     lam_layers: dict | None = None
+    # Fraction of nonzero weights the finished network must have, for any method: its strength
+    # becomes a multiplier driven by the measured density (dualdrop.nn.density). None: the
+    # method's own strength. Part of the run's identity.
+    target_density: float | None = None
 
     def with_defaults(self, dataset: str | None) -> "TrainConfig":
         """A copy with ``epochs`` / ``batch_size`` left at None set to ``dataset``'s defaults."""
@@ -343,6 +347,7 @@ def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:
         **({"init_from": str(Path(cfg.init_from).resolve())} if cfg.init_from else {}),
         **({"model": cfg.model} if cfg.model != "lenet300" else {}),
         **({"lam_warmup": cfg.lam_warmup} if cfg.lam_warmup else {}),
+        **({"target_density": float(cfg.target_density)} if cfg.target_density else {}),
         **({"lam_layers": {k: float(v) for k, v in sorted(cfg.lam_layers.items())}}
            if cfg.lam_layers else {}),
     }

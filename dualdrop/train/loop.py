@@ -184,7 +184,8 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes,
                                           cfg.model)
         model.load_state_dict(init_sd)
-    sp = _nn().sparsify(model, cfg.method, **hp) if cfg.method != DENSE else None
+    sp = (_nn().sparsify(model, cfg.method, target_density=cfg.target_density, **hp)
+          if cfg.method != DENSE else None)
     model.to(dist_.device)
     dist_.broadcast_module(model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -206,6 +207,8 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
+        if sp is not None and "sparsifier" in ckpt:
+            sp.load_state_dict(ckpt["sparsifier"])
         run.history = list(ckpt["history"])
         run.start_epoch = run.saved_epoch = int(ckpt["epoch"])
         run.init_info = ckpt.get("init")
@@ -304,6 +307,7 @@ def _save(run: _Run, epoch: int) -> None:
             "model": run.model.state_dict(),
             "optimizer": run.optimizer.state_dict(),
             "scheduler": run.scheduler.state_dict(),
+            **({"sparsifier": run.sp.state_dict()} if run.sp is not None else {}),
             "rng": rngs,
             "data_order": {"seed": run.cfg.seed, "next_epoch": epoch + 1},
             "history": run.history,

@@ -166,7 +166,7 @@ class HardConcreteState(NoiseState):
         kept = self.take_term()  # the expected L0 from the forward's gates, if any
         l0 = kept[0] if kept is not None else self.prob_nonzero().sum()
         # one scalar multiplication per layer and step (the scale as a Python float)
-        lam = self.lam_per_dataset / n_train if self.lam is None else self.lam
+        lam = (self.lam_per_dataset / n_train if self.lam is None else self.lam) * self.strength
         return l0 * (lam * self.group_size())
 
 

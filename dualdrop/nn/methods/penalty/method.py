@@ -191,10 +191,10 @@ class _PenaltyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, w, layer, tikhonov, need_value=True):
         value, grad = _penalty_value_and_grad(layer, w, tikhonov, need_value)
-        ctx.save_for_backward(grad.mul_(layer.lam))  # lam Omega'(w), in place: a fresh tensor
+        ctx.save_for_backward(grad.mul_(layer.lam_eff))  # lam Omega'(w), in place: a fresh tensor
         if isinstance(value, torch.Tensor):
-            return (value * layer.lam).to(w.dtype)
-        return w.new_tensor(layer.lam * value)
+            return (value * layer.lam_eff).to(w.dtype)
+        return w.new_tensor(layer.lam_eff * value)
 
     @staticmethod
     def backward(ctx, g):
@@ -297,11 +297,17 @@ class PenaltyState(WeightState):
             return eta.reshape(w64.shape)
         return np.asarray(self.penalty.eta_hat(w64), dtype=np.float64)
 
+    @property
+    def lam_eff(self) -> float:
+        """The strength in use: ``lam`` times the multiplier ``strength`` (1 unless a target
+        density drives it, ``dualdrop.nn.density``)."""
+        return self.lam * self.strength
+
     def set_tol(self, tol: float) -> None:
         """Test-time pruning tolerance on the keep ratio (``alpha < tol`` is pruned)."""
         self.tol = check_tol(tol)
         # eta_hat(|w|) < c  <=>  alpha < tol
-        self._eta_cut = self.lam * self.tol / (1.0 - self.tol)
+        self._eta_cut = self.lam_eff * self.tol / (1.0 - self.tol)
         self._abs_cut = abs_threshold(self.penalty, self._eta_cut)
 
     def keep_mask(self, w) -> torch.Tensor:
@@ -311,7 +317,7 @@ class PenaltyState(WeightState):
         if self._abs_cut is not None:
             return w.abs() >= self._abs_cut
         w64 = w.detach().cpu().to(torch.float64).numpy()
-        alpha = np.asarray(self.penalty.keep_ratio(w64, self.lam))
+        alpha = np.asarray(self.penalty.keep_ratio(w64, self.lam_eff))
         return torch.from_numpy(alpha >= self.tol).to(w.device)
 
     def _fused_kind(self, w):
@@ -327,7 +333,7 @@ class PenaltyState(WeightState):
             kind = None if value else self._fused_kind(w)
             if kind is not None:  # the gradient alone, added in place into w.grad (one loop)
 
-                return fused.penalty_grad_term(w, kind, self.lam, self.penalty.params)
+                return fused.penalty_grad_term(w, kind, self.lam_eff, self.penalty.params)
             return penalty_value(self, w, self.algorithm == "adatikhonov", value)
         if self.algorithm == "eta":
 
@@ -335,13 +341,13 @@ class PenaltyState(WeightState):
             if (self.dual == "logsum" and _numba.active(w, self.log_ratio)
                     and w.dtype == self.log_ratio.dtype):
                 if not value:  # the gradients alone, added in place into w.grad and p.grad
-                    return fused.eta_trick_grad_term(w, self.log_ratio, self.lam, self.eps,
+                    return fused.eta_trick_grad_term(w, self.log_ratio, self.lam_eff, self.eps,
                                                       self.eta_weight_decay,
                                                       self.decay == "quadratic")
-                return fused.eta_trick_objective(w, self.log_ratio, self.lam, self.eps,
+                return fused.eta_trick_objective(w, self.log_ratio, self.lam_eff, self.eps,
                                                   self.eta_weight_decay,
                                                   self.decay == "quadratic", value)
-            return _EtaTrickObjective.apply(w, self.log_ratio, self.lam, self.eps,
+            return _EtaTrickObjective.apply(w, self.log_ratio, self.lam_eff, self.eps,
                                             self.eta_weight_decay, self.decay == "quadratic",
                                             value, self.dual == "released")
         return w.new_zeros(())  # adaprox: the penalty acts through the prox
@@ -363,7 +369,7 @@ def adaprox_step(pairs, optimizer) -> None:
             raise ValueError("adaprox: a sparsified weight is not in the optimizer; build the "
                              "optimizer after sparsify(model, ...) from model.parameters()")
         lr = float(group["lr"])
-        if lr * layer.lam == 0.0:  # a zero step: the prox is the identity (and 0/0 at w = 0)
+        if lr * layer.lam_eff == 0.0:  # a zero step: the prox is the identity (and 0/0 at w = 0)
             continue
         state = optimizer.state.get(w, {})
         v = state.get("max_exp_avg_sq") if group.get("amsgrad") else None
@@ -380,14 +386,14 @@ def adaprox_step(pairs, optimizer) -> None:
                 sqrt_bc2 = math.sqrt(bc2)
                 kind = layer._fused_kind(w) if w.is_contiguous() else None
                 if kind is not None:  # one loop over w and v
-                    fused.adaptive_prox_(w, v, kind, layer.penalty.params, lr * layer.lam,
+                    fused.adaptive_prox_(w, v, kind, layer.penalty.params, lr * layer.lam_eff,
                                           bc2, float(group["eps"]))
                     continue
             # rho lam = lr lam / (sqrt(v)/sqrt(bc2) + eps): Adam's own denominator, in place
             rho_lam = torch.sqrt(v).div_(sqrt_bc2).add_(float(group["eps"]))
-            rho_lam = rho_lam.reciprocal_().mul_(lr * layer.lam)
+            rho_lam = rho_lam.reciprocal_().mul_(lr * layer.lam_eff)
         else:
-            rho_lam = torch.full_like(w, lr * layer.lam)
+            rho_lam = torch.full_like(w, lr * layer.lam_eff)
         if layer._torch_form is not None:
             form = TORCH_FORMS[layer._torch_form]
             eta = form.eta(w, w.abs(), layer.penalty.params)

@@ -200,7 +200,7 @@ class VarDropState(NoiseState):
         return out + torch.sqrt(var + _LOG_EPS) * torch.randn_like(out)
 
     def regularizer_term(self, w, n_train, value=True):
-        scale = self.lam_per_dataset / n_train if self.lam is None else self.lam
+        scale = (self.lam_per_dataset / n_train if self.lam is None else self.lam) * self.strength
         kept = self.take_term()  # the KL's gradient from the forward's fused Function, if any
         if kept is None:
             return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)

@@ -1,0 +1,97 @@
+"""Thin callbacks that put a ``Sparsifier`` into PyTorch Lightning and ``transformers.Trainer``.
+
+Both frameworks own the loss, the backward and the optimizer step, so the callback does the two
+things a sparsified run needs around them, once per *optimizer* step (gradient accumulation
+included):
+
+- before the step, the gradient of ``sp.regularizer(n_train)`` is added to the parameters'
+  gradients (a separate backward of the regularizer: the same gradient as adding it to the loss,
+  since gradients add; the user's loss stays as it is);
+- after the step, ``sp.after_step(optimizer, step, total_steps)`` with the framework's step
+  counter and budget (Lightning: ``trainer.estimated_stepping_batches``; Trainer:
+  ``state.max_steps``), which drives the method's schedule and ``target_density``
+  (``dualdrop.nn.density``).
+
+Sparsify the model before the framework builds the optimizer; for the budget-aware rate of the
+method's own parameters build it from ``sp.method_param_groups(lr, total_steps)`` (Lightning:
+in ``configure_optimizers``; Trainer: ``optimizers=(Adam(groups), None)``). Install with
+``pip install dualdrop[lightning]`` / ``dualdrop[hf]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _add_regularizer_grad(sp, n_train: int) -> None:
+    """``backward()`` of the regularizer alone (terms kept by the last forward are dropped: the
+    data loss's backward has freed their graph, and the regularizer is recomputed afresh)."""
+    for _, st in sp.states():
+        if hasattr(st, "take_term"):
+            st.take_term()
+    with torch.enable_grad():
+        sp.regularizer(n_train, value=False).backward()
+
+
+def _after(sp, optimizer, step: int, total: int) -> None:
+    sp.after_step(optimizer, min(step, total), total)
+
+
+try:  # PyTorch Lightning (the ``lightning`` package)
+    from lightning.pytorch.callbacks import Callback as _LightningCallback
+except ImportError:  # pragma: no cover - optional extra
+    _LightningCallback = object
+
+
+class LightningSparsify(_LightningCallback):
+    """``Trainer(callbacks=[LightningSparsify(sp, n_train)])`` (module docstring)."""
+
+    def __init__(self, sp, n_train: int):
+        if _LightningCallback is object:
+            raise ImportError("LightningSparsify needs PyTorch Lightning: pip install "
+                              "dualdrop[lightning]")
+        super().__init__()
+        self.sp, self.n_train = sp, int(n_train)
+        self._seen = None
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        _add_regularizer_grad(self.sp, self.n_train)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if step != self._seen and step > 0:
+            self._seen = step
+            opt = trainer.optimizers[0]
+            _after(self.sp, getattr(opt, "optimizer", opt), step,
+                   int(trainer.estimated_stepping_batches))
+
+    def state_dict(self):
+        return {"sparsifier": self.sp.state_dict(), "seen": self._seen}
+
+    def load_state_dict(self, state):
+        self.sp.load_state_dict(state["sparsifier"])
+        self._seen = state["seen"]
+
+
+try:  # Hugging Face transformers
+    from transformers import TrainerCallback as _HFCallback
+except ImportError:  # pragma: no cover - optional extra
+    _HFCallback = object
+
+
+class TrainerSparsify(_HFCallback):
+    """``transformers.Trainer(..., callbacks=[TrainerSparsify(sp, n_train)])`` (module
+    docstring). The controller's state travels in ``sp.state_dict()``; save it next to the
+    Trainer's checkpoints to resume a target-density run."""
+
+    def __init__(self, sp, n_train: int):
+        if _HFCallback is object:
+            raise ImportError("TrainerSparsify needs transformers: pip install dualdrop[hf]")
+        self.sp, self.n_train = sp, int(n_train)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        _add_regularizer_grad(self.sp, self.n_train)
+
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        opt = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+        _after(self.sp, opt, state.global_step, int(state.max_steps))

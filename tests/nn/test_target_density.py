@@ -1,0 +1,153 @@
+"""Target density (dualdrop.nn.density): the strength multiplier, the controller, the budget."""
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dualdrop.nn import sparsify
+from dualdrop.nn.methods import METHODS
+
+ALL = list(METHODS) + ["penalty:mcp"]
+WITH_STRENGTH = [m for m in ALL if m != "magnitude"]
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(64, 100), nn.ReLU(), nn.Linear(100, 10))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from dualdrop.data.datasets import load_digits_dataset
+
+    d = load_digits_dataset(0)
+    return torch.from_numpy(d.X_train), torch.from_numpy(d.y_train)
+
+
+def _grads(model, sp, x, y, n_train):
+    model.zero_grad()
+    # the methods' noise: the same draws for both calls
+    st_noise = [(st, st.noise_count) for _, st in sp.states() if hasattr(st, "noise_count")]
+    loss = F.cross_entropy(model(x), y) + sp.regularizer(n_train)
+    loss.backward()
+    for st, c in st_noise:
+        st.noise_count = c
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("method", WITH_STRENGTH)
+def test_set_strength_scales_regularizer_gradient(method):
+    """grad(m) - grad(1) = (m - 1) * (grad of the regularizer at strength 1): the data part is
+    unchanged and the regularizer's gradient scales by m (the eta-trick: lam itself scales, so
+    only its p-gradient decay term is linear; checked as a change in the p gradient)."""
+    model = _mlp()
+    sp = sparsify(model, method)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    model.train()
+    g1 = _grads(model, sp, x, y, 1000)
+    sp.set_strength(3.0)
+    g3 = _grads(model, sp, x, y, 1000)
+    if method == "adaprox":  # no regularizer gradient: the prox step scales lr * lam
+        assert all(torch.equal(g1[k], g3[k]) for k in g1)
+        st = sp.states()[0][1]
+        assert st.lam_eff == pytest.approx(3 * st.lam)
+        return
+    sp.set_strength(5.0)
+    g5 = _grads(model, sp, x, y, 1000)
+    changed = [k for k in g1 if not torch.allclose(g1[k], g3[k])]
+    assert changed, "the multiplier did not change any gradient"
+    if method != "eta-trick":
+        for k in g1:  # linear in m: g5 - g3 == g3 - g1
+            torch.testing.assert_close(g5[k] - g3[k], g3[k] - g1[k], rtol=1e-3, atol=1e-6)
+
+
+def test_set_strength_validates():
+    sp = sparsify(_mlp(), "logsum")
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="multiplier"):
+            sp.set_strength(bad)
+    with pytest.raises(ValueError, match="magnitude"):
+        sparsify(_mlp(), "magnitude").set_strength(2.0)
+    with pytest.raises(ValueError, match="target_density"):
+        sparsify(_mlp(1), "logsum", target_density=0.0)
+    with pytest.raises(TypeError, match="target_density"):
+        sparsify(_mlp(2), "logsum", target_density="5%")
+
+
+def _train(method, digits, D, T, seed=0, stop=None, state=None):
+    X, y = digits
+    model = _mlp(seed)
+    sp = sparsify(model, method, target_density=D)
+    opt = torch.optim.Adam(sp.method_param_groups(1e-2, T))
+    g = torch.Generator().manual_seed(seed)
+    start = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sp.load_state_dict(state["sp"])
+        g.set_state(state["gen"])
+        start = state["step"]
+    for step in range(start + 1, T + 1):
+        idx = torch.randint(0, len(y), (32,), generator=g)
+        loss = F.cross_entropy(model(X[idx]), y[idx]) + sp.regularizer(len(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sp.after_step(opt, step, T)
+        if step == stop:
+            return model, sp, {"model": model.state_dict(), "opt": opt.state_dict(),
+                               "sp": sp.state_dict(), "gen": g.get_state(), "step": step}
+    return model, sp, None
+
+
+@pytest.mark.parametrize("method", ALL)
+def test_target_density_reached_on_digits(method, digits):
+    """Within a few hundred steps every method ends within 10% (relative) of the target."""
+    D = 0.05
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, sp, _ = _train(method, digits, D, 200)
+    reached = sp.density()["total"]
+    assert abs(reached / D - 1) <= 0.1, (method, reached)
+    assert sp.controller.reached == pytest.approx(reached)
+
+
+def test_controller_resume_is_exact(digits):
+    """Stopping after k steps and resuming from the state dicts gives the same network."""
+    full, sp_full, _ = _train("vardrop-lr", digits, 0.1, 60)
+    _, _, state = _train("vardrop-lr", digits, 0.1, 60, stop=25)
+    assert state["sp"]["controller"]["log_m"] != 0.0
+    resumed, sp_res, _ = _train("vardrop-lr", digits, 0.1, 60, state=state)
+    for (k, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b), k
+    assert sp_full.controller.state_dict() == sp_res.controller.state_dict()
+
+
+def test_unreachable_target_warns():
+    """Magnitude's per-layer floor (1%) keeps more than a 0.1% target: a warning names it."""
+    model = _mlp()
+    sp = sparsify(model, "magnitude", target_density=0.001, min_layer_density=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with pytest.warns(RuntimeWarning, match="not reached"):
+        for step in range(1, 11):
+            opt.step()
+            sp.after_step(opt, step, 10)
+    assert sp.controller.reached > 0.0011
+
+
+def test_method_param_groups_budget_rule():
+    sp = sparsify(_mlp(), "vardrop-lr")
+    groups = sp.method_param_groups(1e-3, 100)
+    rates = sorted(g["lr"] for g in groups)
+    assert rates == [1e-3, pytest.approx(12.0 / 50)]
+    n = sum(p.numel() for g in groups for p in g["params"])
+    assert n == sum(p.numel() for p in sp.model.parameters())
+    # a long budget: the rule never goes below lr
+    assert {g["lr"] for g in sp.method_param_groups(1e-3, 10 ** 6)} == {1e-3}
+    assert math.isclose(max(g["lr"] for g in sparsify(_mlp(), "hardconcrete")
+                            .method_param_groups(1e-3, 100)), 6.0 / 50)

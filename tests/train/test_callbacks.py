@@ -1,0 +1,111 @@
+"""Lightning and transformers.Trainer callbacks, each on a tiny model."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from dualdrop.nn import sparsify
+
+torch.set_num_threads(1)
+
+
+def _data(n=64):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, 10, generator=g)
+    return X, (X[:, 0] > 0).long()
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def test_lightning_callback(tmp_path):
+    L = pytest.importorskip("lightning")
+    from dualdrop.train.callbacks import LightningSparsify
+
+    X, y = _data()
+    net = _mlp()
+    sp = sparsify(net, "logsum", target_density=0.3)
+    steps = 24
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, _):
+            x, t = batch
+            return F.cross_entropy(self.net(x), t)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(sp.method_param_groups(1e-2, steps))
+
+    cb = LightningSparsify(sp, len(y))
+    trainer = L.Trainer(max_epochs=3, callbacks=[cb], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=str(tmp_path), accelerator="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Module(), DataLoader(TensorDataset(X, y), batch_size=8))
+    assert trainer.global_step == steps
+    assert sp.controller.reached is not None  # the final step ran the calibration
+    assert abs(sp.density()["total"] / 0.3 - 1) <= 0.1
+    assert sp.controller.log_m != 0.0  # the multiplier moved
+
+
+def test_regularizer_gradient_is_added_once_per_step():
+    from dualdrop.train.callbacks import _add_regularizer_grad
+
+    net = _mlp()
+    sp = sparsify(net, "logsum")
+    w = sp.states()[0][0].param
+    _add_regularizer_grad(sp, 100)
+    g1 = w.grad.clone()
+    net.zero_grad()
+    (sp.regularizer(100)).backward()
+    torch.testing.assert_close(g1, w.grad)
+
+
+def test_transformers_trainer_callback(tmp_path):
+    tr = pytest.importorskip("transformers")
+    from dualdrop.train.callbacks import TrainerSparsify
+
+    X, y = _data()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = _mlp()
+
+        def forward(self, x, labels=None):
+            logits = self.body(x)
+            return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(y)
+
+        def __getitem__(self, i):
+            return {"x": X[i], "labels": y[i]}
+
+    model = Net()
+    sp = sparsify(model, "hardconcrete", target_density=0.3)
+    steps = 20
+    opt = torch.optim.Adam(sp.method_param_groups(1e-2, steps))
+    args = tr.TrainingArguments(output_dir=str(tmp_path), max_steps=steps,
+                                per_device_train_batch_size=8, report_to=[], save_strategy="no",
+                                logging_strategy="no", use_cpu=True, disable_tqdm=True)
+    trainer = tr.Trainer(model=model, args=args, train_dataset=DS(),
+                         optimizers=(opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)),
+                         callbacks=[TrainerSparsify(sp, len(y))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert trainer.state.global_step == steps
+    assert sp.controller.reached is not None
+    assert abs(sp.density()["total"] / 0.3 - 1) <= 0.1
