@@ -77,35 +77,59 @@ def progress(total, verbose, desc):
         bar.close()
 
 
-def mm_loop(problem: Problem, w, b, update, *, tol, max_iter, verbose, name, stall_rtol):
-    """Outer loop shared by the majorization-minimization solvers (IRLS, reweighted l1).
+def descent_loop(problem: Problem, state, step, *, tol, max_iter, verbose, name, stall_rtol,
+                 record=None):
+    """The outer loop every iterative solver without its own compiled loop shares (IRLS,
+    reweighted l1, AdaTikhonov, eta-trick).
 
-    ``update(w, b) -> (w, b)`` is one MM step. Stops when the criterion reaches ``tol``, when the
-    objective stops moving (relative change <= ``stall_rtol``) or at ``max_iter``. Returns
-    ``(w, b, n_iter, history, criterion, converged)``.
+    ``state`` is a tuple ``(w, b, z, value, ...)``: the iterate, its linear predictor and the value
+    the steps decrease (the objective ``F``, or the eta-trick's joint ``J``). ``step(state)``
+    returns the next state, or ``None`` when no acceptable step exists. The loop stops when
+    ``Problem.criterion`` reaches ``tol`` (checked before each step), when a step moves the value
+    by at most ``stall_rtol`` relative (``|v_old - v_new| <= stall_rtol max(1, |v_new|)``), when
+    no step is accepted, or at ``max_iter``. ``record(state)`` gives the history entry of a state
+    (default: its value). Returns ``(state, n_iter, history, criterion, converged)``, the
+    criterion evaluated at the returned point.
     """
-    z = problem.z(w, b)
-    history = [problem.objective(w, b, z)]
-    converged, crit, it = False, np.inf, 0
+    record = (lambda st: st[3]) if record is None else record
+    history = [record(state)]
+    crit, it, done = np.inf, 0, False
     with progress(max_iter, verbose, name) as bar:
         for it in range(1, max_iter + 1):
-            crit = problem.criterion(w, b, z)
+            crit = problem.criterion(*state[:3])
             if crit <= tol:
-                converged = True
+                done = True
                 break
-            w, b = update(w, b)
-            z = problem.z(w, b)
-            history.append(problem.objective(w, b, z))
+            new = step(state)
+            if new is None:
+                break
+            stalled = abs(state[3] - new[3]) <= stall_rtol * max(1.0, abs(new[3]))
+            state = new
+            history.append(record(state))
             bar.update(1)
-            bar.set_postfix(obj=f"{history[-1]:.6g}")
-            if abs(history[-2] - history[-1]) <= stall_rtol * max(1.0, abs(history[-1])):
-                crit = problem.criterion(w, b, z)
-                converged = crit <= tol
+            bar.set_postfix(value=f"{state[3]:.6g}")
+            if stalled:
                 break
-        else:
-            crit = problem.criterion(w, b, z)
-            converged = crit <= tol
-    return w, b, it, np.asarray(history), float(crit), converged
+    if not done:
+        crit = problem.criterion(*state[:3])
+    return state, it, np.asarray(history), float(crit), crit <= tol
+
+
+def mm_loop(problem: Problem, w, b, update, *, tol, max_iter, verbose, name, stall_rtol):
+    """:func:`descent_loop` for majorization-minimization (IRLS, reweighted l1): ``update(w, b)
+    -> (w, b)`` is one MM step, the monitored value the objective. Returns ``(w, b, n_iter,
+    history, criterion, converged)``."""
+
+    def step(st):
+        w, b = update(st[0], st[1])
+        z = problem.z(w, b)
+        return w, b, z, problem.objective(w, b, z)
+
+    z = problem.z(w, b)
+    state, it, history, crit, converged = descent_loop(
+        problem, (w, b, z, problem.objective(w, b, z)), step, tol=tol, max_iter=max_iter,
+        verbose=verbose, name=name, stall_rtol=stall_rtol)
+    return state[0], state[1], it, history, crit, converged
 
 
 def armijo_step(trial, value, gn2, rho, *, c=1e-4, max_halvings=60):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._base import BaseSolver
-from ._common import armijo_step, progress
+from ._common import armijo_step, descent_loop
 
 NAME = "adatikhonov"
 
@@ -36,38 +36,29 @@ def _adatikhonov(problem, w, b, tol, max_iter, verbose, stall_rtol):
     lam = problem.lam_w
     L = problem.global_lipschitz()
     rho = 1.0 / L if L > 0 else 1.0
+
+    def step(state):
+        nonlocal rho
+        w, b, z, F = state
+        gw, gb = problem.gradient(w, b, z)
+        gw = gw + lam * np.asarray(P.derivative(w), dtype=np.float64)
+        gb = gb if problem.fit_intercept else 0.0
+
+        def trial(r):
+            w_t, b_t = w - r * gw, b - r * gb
+            z_t = problem.z(w_t, b_t)
+            return (w_t, b_t, z_t), problem.objective(w_t, b_t, z_t)
+
+        found = armijo_step(trial, F, gw @ gw + gb * gb, rho)
+        if found is None:
+            return None
+        (w, b, z), F, rho = found
+        return w, b, z, F
+
     z = problem.z(w, b)
-    F = problem.objective(w, b, z)
-    history = [F]
-    converged, crit, it = False, np.inf, 0
-    with progress(max_iter, verbose, NAME) as bar:
-        for it in range(1, max_iter + 1):
-            crit = problem.criterion(w, b, z)
-            if crit <= tol:
-                converged = True
-                break
-            gw, gb = problem.gradient(w, b, z)
-            gw = gw + lam * np.asarray(P.derivative(w), dtype=np.float64)
-            gb = gb if problem.fit_intercept else 0.0
-            gn2 = gw @ gw + gb * gb
-
-            def trial(r):
-                w_t, b_t = w - r * gw, b - r * gb
-                z_t = problem.z(w_t, b_t)
-                return (w_t, b_t, z_t), problem.objective(w_t, b_t, z_t)
-
-            step = armijo_step(trial, F, gn2, rho)
-            if step is None:
-                break
-            (w_new, b_new, z_new), F_new, rho = step
-            stalled = F - F_new <= stall_rtol * max(1.0, abs(F_new))
-            w, b, z, F = w_new, b_new, z_new, F_new
-            history.append(F)
-            bar.update(1)
-            if stalled:
-                break
-        crit = problem.criterion(w, b, z)
-        converged = crit <= tol
+    (w, b, _, _), it, history, crit, converged = descent_loop(
+        problem, (w, b, z, problem.objective(w, b, z)), step, tol=tol, max_iter=max_iter,
+        verbose=verbose, name=NAME, stall_rtol=stall_rtol)
     return w, b, it, history, crit, converged
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._base import BaseSolver
-from ._common import armijo_step, progress
+from ._common import armijo_step, descent_loop
 
 NAME = "eta_trick"
 _H = 1e-5
@@ -51,46 +51,41 @@ def _eta_trick(problem, w, b, tol, max_iter, verbose, eta0, stall_rtol, log_eta_
         eta = np.where((eta > 0) & np.isfinite(eta), eta, 1.0)
     else:
         eta = np.broadcast_to(np.asarray(eta0, dtype=np.float64), w.shape).copy()
-    s = np.log(eta)
     L = problem.global_lipschitz()
     rho = 1.0 / L if L > 0 else 1.0
+
+    def step(state):
+        nonlocal rho
+        w, b, z, Jv, s = state
+        eta = np.exp(s)
+        gw, gb = problem.gradient(w, b, z)
+        gw = gw + lam * w / eta
+        gs = 0.5 * lam * (-w * w / eta + _dfds(P, eta))
+        gb = gb if problem.fit_intercept else 0.0
+
+        def trial(r):
+            w_t, b_t = w - r * gw, b - r * gb
+            s_t = np.maximum(s - r * gs, log_eta_min)
+            z_t = problem.z(w_t, b_t)
+            return (w_t, b_t, z_t, s_t), _J(problem, w_t, s_t, b_t, z_t)
+
+        found = armijo_step(trial, Jv, gw @ gw + gs @ gs + gb * gb, rho)
+        if found is None:
+            return None
+        (w, b, z, s), Jv, rho = found
+        return w, b, z, Jv, s
+
+    Jhist = []
+
+    def record(state):  # the history holds F(w); J is kept beside it
+        Jhist.append(state[3])
+        return problem.objective(*state[:3])
+
+    s = np.log(eta)
     z = problem.z(w, b)
-    Jv = _J(problem, w, s, b, z)
-    history = [problem.objective(w, b, z)]
-    Jhist = [Jv]
-    converged, crit, it = False, np.inf, 0
-    with progress(max_iter, verbose, NAME) as bar:
-        for it in range(1, max_iter + 1):
-            crit = problem.criterion(w, b, z)
-            if crit <= tol:
-                converged = True
-                break
-            eta = np.exp(s)
-            gw, gb = problem.gradient(w, b, z)
-            gw = gw + lam * w / eta
-            gs = 0.5 * lam * (-w * w / eta + _dfds(P, eta))
-            gb = gb if problem.fit_intercept else 0.0
-            gn2 = gw @ gw + gs @ gs + gb * gb
-
-            def trial(r):
-                w_t, b_t = w - r * gw, b - r * gb
-                s_t = np.maximum(s - r * gs, log_eta_min)
-                z_t = problem.z(w_t, b_t)
-                return (w_t, s_t, b_t, z_t), _J(problem, w_t, s_t, b_t, z_t)
-
-            step = armijo_step(trial, Jv, gn2, rho)
-            if step is None:
-                break
-            (w_new, s_new, b_new, z_new), J_new, rho = step
-            stalled = Jv - J_new <= stall_rtol * max(1.0, abs(J_new))
-            w, s, b, z, Jv = w_new, s_new, b_new, z_new, J_new
-            history.append(problem.objective(w, b, z))
-            Jhist.append(Jv)
-            bar.update(1)
-            if stalled:
-                break
-        crit = problem.criterion(w, b, z)
-        converged = crit <= tol
+    (w, b, _, _, s), it, history, crit, converged = descent_loop(
+        problem, (w, b, z, _J(problem, w, s, b, z), s), step, tol=tol, max_iter=max_iter,
+        verbose=verbose, name=NAME, stall_rtol=stall_rtol, record=record)
     return w, b, it, history, crit, converged, {"J": np.asarray(Jhist), "eta": np.exp(s)}
 
 
