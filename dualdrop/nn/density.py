@@ -48,6 +48,8 @@ import warnings
 
 import torch
 
+from dualdrop.nn._base import check_float, check_int
+
 #: cap on |log m|
 LOG_CAP = 12.0
 #: fraction of the budget during which the multiplier moves
@@ -59,24 +61,16 @@ TRAVEL = {"log_alpha": 12.0, "log_sigma2": 12.0, "gate_logits": 6.0, "log_ratio"
 
 
 def check_density(target_density) -> float:
-    if isinstance(target_density, bool) or not isinstance(target_density, (int, float)):
-        raise TypeError(f"target_density must be a number in (0, 1], got "
-                        f"{type(target_density).__name__}")
-    d = float(target_density)
-    if not (0.0 < d <= 1.0):
-        raise ValueError(f"target_density must be in (0, 1] (the fraction of nonzero weights), "
-                         f"got {target_density!r}")
-    return d
+    """``target_density`` as a float in (0, 1] (the fraction of nonzero weights)."""
+    return check_float("target_density", target_density, low=0.0, high=1.0, low_open=True)
 
 
 def method_param_groups(sp, lr: float, total_steps: int) -> list[dict]:
     """Optimizer param groups for ``sp.model``: the method's own parameters (log-alpha, gate
     logits, ``p``) at ``max(lr, delta / (total_steps / 2))`` (module docstring), every other
     trainable parameter at ``lr``. Pass the list to any ``torch.optim`` optimizer."""
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
-    if int(total_steps) < 1:
-        raise ValueError(f"total_steps must be >= 1, got {total_steps!r}")
+    lr = check_float("lr", lr, low=0.0, low_open=True)
+    total_steps = check_int("total_steps", total_steps, low=1)
     fast: dict[float, list] = {}
     ids = set()
     for _, st in sp.states():
@@ -107,7 +101,7 @@ class DensityController:
 
     @property
     def uses_multiplier(self) -> bool:
-        return self.sp.method != "magnitude"
+        return self.sp.has_strength
 
     def update(self, step: int, total_steps: int) -> None:
         if not self.uses_multiplier:
@@ -187,25 +181,27 @@ def _calibrate_tol(sp, D: float) -> None:
 
 def _calibrate_gates(sp, D: float) -> None:
     """Move the hard-concrete gate logits at the border across the test gate's zero point so
-    that ``D`` of the weights are kept; open gates inside the budget are not changed."""
-    entries = []  # (logit, weights per gate, state, index)
-    for _, st in sp.states():
-        size = st.group_size()
-        for i, v in enumerate(st.gate_logits.detach().flatten().tolist()):
-            entries.append((v, size, st, i))
-    total = sum(e[1] for e in entries)
-    entries.sort(key=lambda e: -e[0])
-    keep, kept = set(), 0
-    for v, size, st, i in entries:
-        if kept + size > D * total and kept > 0 and abs(kept + size - D * total) > abs(kept - D * total):
-            break
-        keep.add((id(st), i))
-        kept += size
-    for _, st in sp.states():
-        zero = math.log(-st.gamma / st.zeta)  # sigmoid(zero) (zeta - gamma) + gamma = 0
+    that ``D`` of the weights are kept; open gates inside the budget are not changed.
+
+    The gates are ranked by logit (all layers together, each weighing its number of weights);
+    the kept prefix stops before the first gate that would overshoot ``D`` by more than leaving
+    it out would undershoot (at least one gate is kept)."""
+    states = [st for _, st in sp.states()]
+    logits = torch.cat([st.gate_logits.detach().flatten().double() for st in states])
+    sizes = torch.cat([torch.full((st.gate_logits.numel(),), float(st.group_size()),
+                                  dtype=torch.float64, device=logits.device) for st in states])
+    budget = D * float(sizes.sum())
+    order = torch.sort(logits, descending=True, stable=True).indices
+    after = torch.cumsum(sizes[order], 0)
+    before = after - sizes[order]
+    stop = (after > budget) & (before > 0) & ((after - budget).abs() > (before - budget).abs())
+    n_keep = int(stop.nonzero()[0]) if bool(stop.any()) else logits.numel()
+    keep = torch.zeros_like(logits, dtype=torch.bool)
+    keep[order[:n_keep]] = True
+    start = 0
+    for st in states:
         flat = st.gate_logits.data.view(-1)
-        for i in range(flat.numel()):
-            if (id(st), i) in keep:
-                flat[i] = max(float(flat[i]), zero + 0.05)
-            else:
-                flat[i] = min(float(flat[i]), zero - 0.05)
+        mask = keep[start:start + flat.numel()].to(flat.device)
+        start += flat.numel()
+        zero = math.log(-st.gamma / st.zeta)  # sigmoid(zero) (zeta - gamma) + gamma = 0
+        flat.copy_(torch.where(mask, flat.clamp(min=zero + 0.05), flat.clamp(max=zero - 0.05)))

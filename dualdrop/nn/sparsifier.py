@@ -21,9 +21,10 @@ import torch
 import torch.nn as nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from dualdrop.nn import density as _density
 from dualdrop.nn import registry as _methods
 from dualdrop.nn._alloc import tune_allocator
-from dualdrop.nn._base import check_choice, check_int, register_state, state_of
+from dualdrop.nn._base import check_choice, check_float, check_int, register_state, state_of
 from dualdrop.nn.export import export_sparse, fold, sparsity_report
 from dualdrop.nn.targets import all_targets, plain_class, select
 
@@ -239,16 +240,20 @@ class Sparsifier:
         if self.controller is not None:
             self.controller.update(step, total_steps)
 
+    @property
+    def has_strength(self) -> bool:
+        """Whether the method has a strength ``lam`` (every method but magnitude pruning)."""
+        return "lam" in self.hparams
+
     def set_strength(self, multiplier: float) -> None:
         """Multiply every method's strength ``lam`` by ``multiplier`` (> 0; 1 = as given): the
         regularizer and its gradient, adaprox's prox and the penalty methods' keep-ratio cut
         follow. The one entry point of the target-density controller (``dualdrop.nn.density``);
         magnitude pruning has no strength and refuses it."""
-        if self.method == "magnitude":
-            raise ValueError("magnitude pruning has no strength to multiply; set its sparsity")
-        m = float(multiplier)
-        if not (m > 0 and m < float("inf")):
-            raise ValueError(f"multiplier must be a finite number > 0, got {multiplier!r}")
+        if not self.has_strength:
+            raise ValueError(f"{self.method} has no strength lam to multiply (magnitude pruning: "
+                             "set its sparsity)")
+        m = check_float("multiplier", multiplier, low=0.0, low_open=True)
         for _, st in self.states():
             st.strength = m
             if self.has_tol:
@@ -257,9 +262,7 @@ class Sparsifier:
     def method_param_groups(self, lr: float, total_steps: int) -> list[dict]:
         """Optimizer param groups with budget-aware rates for the method's own parameters
         (``dualdrop.nn.density.method_param_groups``)."""
-        from dualdrop.nn.density import method_param_groups
-
-        return method_param_groups(self, lr, total_steps)
+        return _density.method_param_groups(self, lr, total_steps)
 
     def state_dict(self) -> dict:
         """State kept outside the model: the target-density controller's (empty without one)."""
@@ -378,12 +381,10 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
         raise TypeError("sparsify(..., layers=...) was replaced by include=[...] (module names, "
                         "parameter name patterns or module types) and exclude=[...]")
     if target_density is not None:
-        from dualdrop.nn.density import check_density
-
-        target_density = check_density(target_density)
-        if method == "magnitude":
+        target_density = _density.check_density(target_density)
+        if "lam" not in _methods.default_hparams(method):  # no strength: its final sparsity
             if "sparsity" in hparams:
-                raise TypeError("give magnitude either sparsity or target_density, not both")
+                raise TypeError(f"give {method} either sparsity or target_density, not both")
             hparams["sparsity"] = 1.0 - target_density
     record = _methods.get(method, **hparams)
     check_choice("on_unsupported", on_unsupported, {"warn", "error"})
@@ -428,7 +429,5 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
         raise
     sp = Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
     if target_density is not None:
-        from dualdrop.nn.density import DensityController
-
-        sp.controller = DensityController(sp, target_density)
+        sp.controller = _density.DensityController(sp, target_density)
     return sp
