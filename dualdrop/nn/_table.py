@@ -34,18 +34,19 @@ import math
 import numpy as np
 import torch
 
+from penalties import kernels as K
+
 #: intervals of the uniform resampling grid (see the module docstring for the error it gives)
 GRID = 65536
 
 _CACHE: dict = {}
+_BY_ARRAY: dict = {}  # id(params) -> (params, table); the array is kept so its id stays its own
 
 
 class TorchTable:
     """One tabulated penalty on a uniform grid in ``log |w|`` (see the module docstring)."""
 
     def __init__(self, penalty, params: np.ndarray):
-        from penalties import kernels as K
-
         p = np.asarray(params, dtype=np.float64)
         n = int(p[K.T_N])
         self.x_lo, self.x_hi = float(p[K.T_HEADER]), float(p[K.T_HEADER + n])
@@ -122,11 +123,20 @@ class TorchTable:
 
 
 def torch_table(penalty, params: np.ndarray) -> TorchTable:
-    """The (cached, one per distinct table) :class:`TorchTable` of a ``TABLE`` kernel."""
+    """The (cached, one per distinct table) :class:`TorchTable` of a ``TABLE`` kernel.
+
+    Looked up every training step: by the identity of the parameter array first (a state keeps
+    its array), by its content only the first time an array is seen."""
+    hit = _BY_ARRAY.get(id(params))
+    if hit is not None and hit[0] is params:
+        return hit[1]
     key = (type(penalty).__name__, params.tobytes())
     table = _CACHE.get(key)
     if table is None:
         table = _CACHE[key] = TorchTable(penalty, params)
+    if len(_BY_ARRAY) >= 256:  # states come and go: keep the memo small
+        _BY_ARRAY.clear()
+    _BY_ARRAY[id(params)] = (params, table)
     return table
 
 
@@ -136,7 +146,5 @@ def of_kernel(penalty, kernel, w: torch.Tensor) -> TorchTable | None:
     exact Chebyshev kernel (the precision float64 was chosen for; no dtype copy is needed)."""
     if kernel is None or (w.dtype == torch.float64 and w.device.type == "cpu"):
         return None
-    from penalties import kernels as K
-
     code, params = kernel
     return torch_table(penalty, params) if code == K.TABLE else None

@@ -330,6 +330,12 @@ class Sparsifier:
         return f"Sparsifier(method={self.method!r}, weights={len(self._pairs)}, hparams={hp})"
 
 
+def is_sparsified(model: nn.Module) -> bool:
+    """Whether ``model`` already carries dualdrop states (then ``Sparsifier.attach`` re-creates
+    its handle and ``sparsify`` refuses it)."""
+    return bool(_find_states(model))
+
+
 def _find_states(model):
     pairs = []
     for t in all_targets(model):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from penalties.checks import check_int
+
 
 def _add_regularizer_grad(sp, n_train: int) -> None:
     """``backward()`` of the regularizer alone (terms kept by the last forward are dropped: the
@@ -51,7 +53,7 @@ class LightningSparsify(_LightningCallback):
             raise ImportError("LightningSparsify needs PyTorch Lightning: pip install "
                               "dualdrop[lightning]")
         super().__init__()
-        self.sp, self.n_train = sp, int(n_train)
+        self.sp, self.n_train = sp, check_int("n_train", n_train, low=1)
         self._seen = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -87,7 +89,7 @@ class TrainerSparsify(_HFCallback):
     def __init__(self, sp, n_train: int):
         if _HFCallback is object:
             raise ImportError("TrainerSparsify needs transformers: pip install dualdrop[hf]")
-        self.sp, self.n_train = sp, int(n_train)
+        self.sp, self.n_train = sp, check_int("n_train", n_train, low=1)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         _add_regularizer_grad(self.sp, self.n_train)

@@ -30,8 +30,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+from tqdm.auto import tqdm
 
+from dualdrop.nn import Sparsifier, sparsify
+from dualdrop.nn.density import DensityController
+from dualdrop.nn.sparsifier import is_sparsified
 from dualdrop.train.checkpoint import atomic_save, rng_state, set_rng_state
+from penalties.checks import check_int
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -53,7 +58,7 @@ class FitResult:
 def _rng_state(loader) -> dict:
     """This process's RNG states (``dualdrop.train.checkpoint.rng_state``) and the loader's own
     generator, if it has one."""
-    state = rng_state(_device_of(loader))
+    state = rng_state(_rng_device())
     gen = _loader_generator(loader)
     if gen is not None:
         state["loader"] = gen.get_state()
@@ -61,13 +66,14 @@ def _rng_state(loader) -> dict:
 
 
 def _set_rng_state(loader, state: dict) -> None:
-    set_rng_state(state, _device_of(loader))
+    set_rng_state(state, _rng_device())
     gen = _loader_generator(loader)
     if gen is not None and "loader" in state:
         gen.set_state(state["loader"])
 
 
-def _device_of(loader) -> torch.device:
+def _rng_device() -> torch.device:
+    """The device whose generator is saved beside the CPU ones (CUDA where present)."""
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
@@ -80,9 +86,7 @@ def _loader_generator(loader):
 
 def _n_train(loader, n_train):
     if n_train is not None:
-        if int(n_train) < 1:
-            raise ValueError(f"n_train must be >= 1, got {n_train!r}")
-        return int(n_train)
+        return check_int("n_train", n_train, low=1)
     try:
         return len(loader.dataset)
     except (AttributeError, TypeError):
@@ -111,9 +115,6 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
     checkpoints, resumed from when present and ``resume``; ``stop_after``: stop after this many
     steps of this call (a planned interruption; the checkpoint lets a later call continue).
     """
-    from dualdrop.nn import sparsify
-    from dualdrop.nn.sparsifier import Sparsifier, _find_states
-
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not callable(loss_fn):
@@ -127,18 +128,13 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
     if steps is None:
         if per_epoch is None:
             raise ValueError("train_loader has no len(); give the budget as steps=...")
-        if int(epochs) < 1:
-            raise ValueError(f"epochs must be >= 1, got {epochs!r}")
-        total = int(epochs) * per_epoch
+        total = check_int("epochs", epochs, low=1) * per_epoch
     else:
-        total = int(steps)
-        if total < 1:
-            raise ValueError(f"steps must be >= 1, got {steps!r}")
+        total = check_int("steps", steps, low=1)
     n = _n_train(train_loader, n_train)
-    if _find_states(model):
+    if is_sparsified(model):
         sp = Sparsifier.attach(model, method, **(hparams or {}))
         if target_density is not None:
-            from dualdrop.nn.density import DensityController
             sp.controller = DensityController(sp, target_density)
     else:
         sp = sparsify(model, method, target_density=target_density, **(sparsify_kwargs or {}),
@@ -201,7 +197,6 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=total, initial=step, desc=f"fit {sp.method}", leave=False)
     model.train()
     ran = 0
