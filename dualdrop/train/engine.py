@@ -133,6 +133,10 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
         total = check_int("steps", steps, low=1)
     n = _n_train(train_loader, n_train)
     if is_sparsified(model):
+        if sparsify_kwargs:
+            raise ValueError(f"model is already sparsified, so sparsify_kwargs "
+                             f"{sorted(sparsify_kwargs)} would be ignored; pass a plain model "
+                             "or leave sparsify_kwargs out")
         sp = Sparsifier.attach(model, method, **(hparams or {}))
         if target_density is not None:
             sp.controller = DensityController(sp, target_density)
