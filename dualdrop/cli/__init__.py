@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> module (relative to dualdrop.cli)
@@ -54,7 +55,31 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    code = int(args.func(args) or 0)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "torch.distributed" in sys.modules:
+        _leave_process(code)
+    return code
+
+
+def _leave_process(code: int) -> None:
+    """End a ``torchrun`` worker once its work is saved and its process group destroyed.
+
+    Gloo keeps C++ worker threads whose last references can be released during interpreter
+    finalization; on a loaded machine this occasionally aborts a worker that has finished
+    correctly (``terminate called without an active exception``, SIGABRT), which ``torchrun``
+    reports as a failed run. Every output is already written (atomically) and the process group
+    destroyed when the subcommand returns, so the worker flushes its streams and leaves without
+    finalization.
+    """
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
