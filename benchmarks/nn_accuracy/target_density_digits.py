@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from dualdrop.data.datasets import load_digits_dataset
 from dualdrop.nn import sparsify
-from dualdrop.nn.methods import METHODS
+from dualdrop.nn.registry import METHODS
 
 
 def main():

@@ -102,6 +102,22 @@ class WeightState(nn.Module):
         """Deterministic test-time tensor (masks and gates folded in)."""
         return w * self.keep_mask(w)
 
+    # ---- ranking and holding, for a target density (``dualdrop.nn.density``) ----
+    def keep_score(self, w) -> torch.Tensor:
+        """The quantity the test-time rule thresholds, higher = kept, one entry per unit the
+        method prunes (a weight, or a gate's group): ``|w|`` unless a method says otherwise."""
+        return w.detach().abs()
+
+    def unit_mask(self, mask, w) -> torch.Tensor:
+        """A 0/1 mask over ``keep_score``'s units as a mask over ``w``'s entries."""
+        return mask
+
+    @torch.no_grad()
+    def hold_pruned(self, w, mask) -> None:
+        """Keep the entries outside ``mask`` (a bool tensor shaped like ``w``) pruned in
+        training: zero them (methods whose noise survives a zero weight also silence it)."""
+        w.mul_(mask)
+
     def regularizer_term(self, w, n_train: int, value: bool = True):
         return w.new_zeros(())
 

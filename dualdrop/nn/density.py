@@ -1,44 +1,59 @@
-"""Target density for every method: a strength multiplier driven by the measured density.
+"""Target density for every method: a schedule pruned by the method's own ranking, and a strength
+multiplier driven by the measured density.
 
 A method's strength ``lam`` maps to a density only through trial runs, and the map moves with the
-model, the data size and the budget. Asking for a density ``D`` instead turns the strength into
-``lam * m`` with a multiplier ``m = exp(u)`` that the library adjusts during training, the
-constrained form of sparse training (as in constrained formulations of L0 training, Gallego-Posada
-et al. 2022): minimize the loss subject to ``density <= D``, a Lagrange multiplier on the
-constraint, found by dual ascent. Here the ascent is on ``u = log m`` with the constraint in log
-form,
+model, the data size and the budget; in a short budget it barely moves at all (Adam moves
+log-alpha, a gate logit or ``p`` by about its learning rate per step). And a strength raised until
+the density responds overshoots: under Adam every weight whose regularizer gradient dominates
+its data gradient shrinks at the same speed, so a layer collapses in a few steps once ``lam`` is
+large enough, and the density is measured only after the fact. Asking for a density ``D``
+therefore does two things, both driven by ``Sparsifier.after_step(optimizer, step, T)``:
 
-    u  <-  clip(u + rate * (log d_t - log D), -U, U),
+1. **A pruning schedule ranked by the method.** The allowed density follows the cubic ramp of
+   gradual pruning (Zhu & Gupta 2017) from 1 at ``t0 = BEGIN * T`` to ``D`` at ``t1 = END * T``,
 
-every ``every`` steps, where ``d_t`` is the density the method's own test-time rule gives now
-(``Sparsifier.density()``, default ``tol``). ``m`` grows while the network is denser than asked
-and shrinks when it is sparser. ``rate = U / (n_updates * log(1/D))``: a network that stays
-fully dense reaches the cap ``m = e^U`` (``U = 12``) at the end of the moving phase.
+       d*(t) = 1 - (1 - D) (1 - (1 - (t - t0)/(t1 - t0))^3),
 
-Schedule (``T`` = total steps given to ``after_step``):
+   and every ``every = max(1, T // 100)`` steps the units the method ranks lowest are pruned so
+   that at most ``d*(t)`` of the weights remain. The ranking is the method's own test-time
+   quantity (``WeightState.keep_score``): log-alpha for variational dropout, the gate logit for
+   hard-concrete (whole groups for neuron gates), the keep ratio (monotone in ``|w|``) for the
+   penalty methods, ``p`` for the eta-trick's ``eta`` rule; ties (e.g. a constant initial
+   log-alpha) are broken by ``|w|``. One ranking over all layers, each layer keeping at least
+   ``max(1, ceil(MIN_LAYER_DENSITY * n))`` of its units. Pruned units stay pruned (masks only
+   shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational
+   dropout's additive variant also silences their noise) and the optimizer's first moments
+   there are zeroed. From ``t1`` to ``T`` the masks are fixed and the kept weights fine-tune.
 
-- steps ``1 .. freeze * T`` (``freeze = 0.75``): ``m`` moves every ``every = max(1, T // 200)``
-  steps;
-- steps after ``freeze * T``: ``m`` is frozen, the network settles under a fixed objective;
-- at step ``T``: the test-time rule is set so that exactly ``D`` of the weights are kept (the
-  method's own ranking decides which): methods with a keep-ratio tolerance (variational dropout,
-  the penalty methods, the eta-trick) get the ``tol`` that keeps ``D`` (bisection: the density is
-  monotone in ``tol``); hard-concrete (no tolerance) gets the gate logits at the border moved
-  just across the test gate's zero point ``log a = log(-gamma / (zeta - gamma))`` - the gates that
-  are open and inside the budget stay untouched; magnitude pruning keeps its own cubic schedule
-  with final sparsity ``1 - D`` and no multiplier. ``natural_density`` records the density the
-  method's rule gave before this step. A reached density more than 10% (relative) from ``D``
-  (e.g. a per-layer floor, or fewer nonzero weights than asked) gives a ``RuntimeWarning`` with
-  the reached density; so does a natural density more than 2x from ``D``: the budget was too
-  short for the method to choose, and the ranking did.
+2. **A strength multiplier** ``m = exp(u)`` on ``lam`` so that the method's *own* rule agrees with
+   the schedule (the constrained form of sparse training, as in constrained formulations of L0
+   training, Gallego-Posada et al. 2022: a Lagrange multiplier on ``density <= d*(t)``), by a
+   proportional-integral update on the log-density error ``e = log d_t - log d*(t)``,
+
+       I <- clip(I + K_I k e, -U, U),   u = clip(I + K_P e, -U, U),   k = U / (n log(1/D)),
+
+   every ``every`` steps up to ``t1`` (``n`` updates in all, ``U = 12``), where ``d_t`` is the
+   density the method's own rule gives now (``Sparsifier.density()``). ``m`` then stays frozen.
+   The schedule, not ``m``, guarantees the density: a multiplier that lags or overshoots costs
+   accuracy, never the target.
+
+At step ``T`` the test-time rule is set so that exactly ``D`` of the weights are kept (the
+method's ranking decides): methods with a keep-ratio tolerance (variational dropout, the penalty
+methods, the eta-trick) get the ``tol`` that keeps ``D`` (bisection: the density is monotone in
+``tol``); hard-concrete (no tolerance) gets the gate logits at the border moved just across the
+test gate's zero point ``log a = log(-gamma / (zeta - gamma))``; magnitude pruning keeps its own
+cubic schedule with final sparsity ``1 - D`` and no multiplier. ``natural_density`` records the
+density the method's rule gave before this step. A reached density more than 10% (relative)
+from ``D`` gives a ``RuntimeWarning`` with the reached density; so does a natural density more
+than 2x from ``D`` (the ranking chose, not the method's rule).
 
 Budget (``method_param_groups``): Adam moves a parameter by about its learning rate per step, so
 a method parameter that must travel a distance ``delta`` (log-alpha from its start to the pruning
 threshold, ~12; a gate logit, ~6; the eta-trick's ``p`` from 5 to ``logit(tol)``, ~8) within
 half of ``T`` steps needs ``lr_method = max(lr, delta / (T / 2))``; the weights keep ``lr``.
 
-The controller's state (``u``, the step of the last update, ``natural_density``) is in
-``Sparsifier.state_dict()``, so a resumed run continues exactly.
+The controller's state (``u``, the integral, the masks, the step of the last update,
+``natural_density``) is in ``Sparsifier.state_dict()``, so a resumed run continues exactly.
 """
 
 from __future__ import annotations
@@ -52,10 +67,14 @@ from dualdrop.nn._base import check_float, check_int
 
 #: cap on |log m|
 LOG_CAP = 12.0
-#: fraction of the budget during which the multiplier moves
-FREEZE = 0.75
-#: a network that stays fully dense reaches the cap ``e^LOG_CAP`` at the end of the moving phase
-RATE = 1.0
+#: the pruning ramp runs from BEGIN * T to END * T; the masks are fixed after END * T
+BEGIN, END = 0.05, 0.6
+#: the multiplier moves until FREEZE * T (past END: toward the method's rule agreeing with D)
+FREEZE = 0.9
+#: every layer keeps at least this fraction of its units (and at least one)
+MIN_LAYER_DENSITY = 0.005
+#: proportional and integral gains of the multiplier (module docstring)
+K_P, K_I = 0.5, 0.5
 #: distance each kind of method parameter must travel within half of the budget (see above)
 TRAVEL = {"log_alpha": 12.0, "log_sigma2": 12.0, "gate_logits": 6.0, "log_ratio": 8.0}
 
@@ -87,15 +106,16 @@ def method_param_groups(sp, lr: float, total_steps: int) -> list[dict]:
 
 
 class DensityController:
-    """Dual ascent of the strength multiplier of ``sp`` toward density ``target`` (module
-    docstring); ``Sparsifier.after_step`` calls :meth:`update`."""
+    """Target density ``target`` for ``sp`` (module docstring): the pruning schedule ranked by the
+    method and the strength multiplier; ``Sparsifier.after_step`` calls :meth:`update`."""
 
-    def __init__(self, sp, target: float, *, freeze: float = FREEZE):
+    def __init__(self, sp, target: float):
         self.sp = sp
         self.target = check_density(target)
-        self.freeze = freeze
         self.log_m = 0.0
+        self.integral = 0.0
         self.last = 0
+        self.masks = None  # one bool tensor per state (over its keep_score units), once pruning began
         self.natural_density = None
         self.reached = None
 
@@ -103,24 +123,92 @@ class DensityController:
     def uses_multiplier(self) -> bool:
         return self.sp.has_strength
 
-    def update(self, step: int, total_steps: int) -> None:
-        if not self.uses_multiplier:
+    def goal(self, step: int, total_steps: int) -> float:
+        """The allowed density ``d*(step)`` of the ramp."""
+        t0, t1 = BEGIN * total_steps, END * total_steps
+        if step <= t0:
+            return 1.0
+        frac = min(1.0, (step - t0) / max(t1 - t0, 1e-12))
+        return 1.0 - (1.0 - self.target) * (1.0 - (1.0 - frac) ** 3)
+
+    def update(self, step: int, total_steps: int, optimizer=None) -> None:
+        if not self.uses_multiplier:  # magnitude pruning: its own schedule does it all
             if step == total_steps:
                 self._finish()
             return
-        every = max(1, total_steps // 200)
-        moving_until = int(self.freeze * total_steps)
-        if step <= moving_until and step - self.last >= every:
-            n_updates = max(1, moving_until // every)
-            rate = RATE * LOG_CAP / (n_updates * math.log(1.0 / self.target)
-                                    if self.target < 1 else 1.0)
-            d = max(self.sp.density()["total"], 1e-12)
-            self.log_m = min(LOG_CAP, max(-LOG_CAP, self.log_m + rate * (
-                math.log(d) - math.log(self.target))))
+        every = max(1, total_steps // 100)
+        t1 = max(1, round(END * total_steps))
+        t_freeze = max(t1, round(FREEZE * total_steps))
+        if self.masks is not None:  # before measuring: the step may have moved held weights
+            self._hold(optimizer)
+        if step <= t_freeze and (step - self.last >= every or step == t1):
             self.last = step
+            goal = self.goal(step, total_steps)
+            d = max(self.sp.density()["total"], 1e-12)
+            e = math.log(d) - math.log(goal)
+            n_updates = max(1, t1 // every)
+            k = LOG_CAP / (n_updates * math.log(1.0 / self.target)) if self.target < 1 else 0.0
+            self.integral = _clip(self.integral + K_I * k * e)
+            self.log_m = _clip(self.integral + K_P * e)
             self.sp.set_strength(math.exp(self.log_m))
+            if goal < 1.0 and step <= t1:
+                self._prune_to(goal)
+                self._hold(optimizer)
         if step == total_steps:
             self._finish()
+
+    @torch.no_grad()
+    def _prune_to(self, goal: float) -> None:
+        """Masks keeping at most ``goal`` of the weights, the method's lowest-ranked units out."""
+        pairs = [(t.param, st) for t, st in self.sp.states()]
+        old = self.masks
+        scores, sizes, floors = [], [], []
+        for i, (w, st) in enumerate(pairs):
+            sc = st.keep_score(w).double()
+            if sc.shape == w.shape:  # one unit per weight: ties broken by |w|
+                wa = w.detach().abs().double()
+                sc = sc + 1e-9 * wa / float(wa.max().clamp(min=1e-30))
+            sc = sc.flatten()
+            if old is not None:
+                sc = torch.where(old[i].flatten(), sc, torch.full_like(sc, -math.inf))
+            scores.append(sc)
+            sizes.append(w.numel() // sc.numel())
+            floors.append(min(sc.numel(), max(1, math.ceil(MIN_LAYER_DENSITY * sc.numel()))))
+        # each layer's own best `floor` units first, then one ranking over all of them
+        forced = []
+        for sc, fl in zip(scores, floors):
+            sc = sc.clone()
+            sc[torch.topk(sc, fl, sorted=False).indices] = math.inf
+            forced.append(sc.cpu())
+        allsc = torch.cat(forced)
+        unit = torch.cat([torch.full((sc.numel(),), float(n), dtype=torch.float64)
+                          for sc, n in zip(scores, sizes)])
+        order = torch.sort(allsc, descending=True, stable=True).indices
+        budget = goal * float(unit.sum())
+        after = torch.cumsum(unit[order], 0)
+        n_keep = int((after <= budget).sum())
+        if n_keep < len(order) and after[n_keep] - budget < budget - (after[n_keep] - unit[order[n_keep]]):
+            n_keep += 1  # the border unit (a gate's group) when keeping it lands closer to goal
+        n_keep = max(n_keep, int(torch.isposinf(allsc).sum()))  # the floors, whatever the budget
+        keep = torch.zeros(allsc.numel(), dtype=torch.bool)
+        keep[order[:n_keep]] = True
+        masks = []
+        for i, part in enumerate(torch.split(keep, [sc.numel() for sc in scores])):
+            m = part.to(scores[i].device).view(pairs[i][1].keep_score(pairs[i][0]).shape)
+            masks.append(m if old is None else m & old[i])
+        self.masks = masks
+
+    @torch.no_grad()
+    def _hold(self, optimizer) -> None:
+        for (t, st), m in zip(self.sp.states(), self.masks):
+            w = t.param
+            mask = st.unit_mask(m.to(w.device), w)
+            st.hold_pruned(w, mask)
+            state = optimizer.state.get(w, {}) if optimizer is not None else {}
+            for key in ("exp_avg", "momentum_buffer"):
+                buf = state.get(key)
+                if isinstance(buf, torch.Tensor) and buf.shape == w.shape:
+                    buf.mul_(mask)
 
     @torch.no_grad()
     def _finish(self) -> None:
@@ -141,7 +229,8 @@ class DensityController:
                           "the method choose)", RuntimeWarning, stacklevel=4)
 
     def state_dict(self) -> dict:
-        return {"target": self.target, "log_m": self.log_m, "last": self.last,
+        return {"target": self.target, "log_m": self.log_m, "integral": self.integral,
+                "last": self.last, "masks": self.masks,
                 "natural_density": self.natural_density, "reached": self.reached}
 
     def load_state_dict(self, state: dict) -> None:
@@ -149,9 +238,23 @@ class DensityController:
             raise ValueError(f"controller state was saved for target_density={state['target']} "
                              f"but this run asks {self.target}")
         self.log_m, self.last = float(state["log_m"]), int(state["last"])
+        self.integral = float(state.get("integral", self.log_m))
+        masks = state.get("masks")
+        if masks is not None:
+            shapes = [tuple(st.keep_score(t.param).shape) for t, st in self.sp.states()]
+            if len(masks) != len(shapes) or any(tuple(m.shape) != s
+                                                for m, s in zip(masks, shapes)):
+                raise ValueError("controller state has masks for another model (their shapes "
+                                 "differ from this model's sparsified weights)")
+            masks = [m.to(torch.bool) for m in masks]
+        self.masks = masks
         self.natural_density, self.reached = state["natural_density"], state["reached"]
         if self.uses_multiplier:
             self.sp.set_strength(math.exp(self.log_m))
+
+
+def _clip(u: float) -> float:
+    return min(LOG_CAP, max(-LOG_CAP, u))
 
 
 def _density_at(sp, x: float):

@@ -238,7 +238,7 @@ class Sparsifier:
             self._checked_opt = optimizer
         self.record.after_step(self, optimizer, step, total_steps)
         if self.controller is not None:
-            self.controller.update(step, total_steps)
+            self.controller.update(step, total_steps, optimizer)
 
     @property
     def has_strength(self) -> bool:

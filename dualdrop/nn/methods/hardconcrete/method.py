@@ -140,6 +140,12 @@ class HardConcreteState(NoiseState):
     def keep_mask(self, w):
         return self.eval_weight(w) != 0
 
+    def keep_score(self, w) -> torch.Tensor:
+        return self.gate_logits.detach()  # the test gate is monotone in its logit
+
+    def unit_mask(self, mask, w) -> torch.Tensor:
+        return self._broadcast(mask, w).expand_as(w) if self.axis is not None else mask
+
     def input_gate_hook(self, module, args):
         """Linear: gate the input units, one sample per example."""
         if not self.training:

@@ -320,6 +320,12 @@ class PenaltyState(WeightState):
         alpha = np.asarray(self.penalty.keep_ratio(w64, self.lam_eff))
         return torch.from_numpy(alpha >= self.tol).to(w.device)
 
+    def keep_score(self, w) -> torch.Tensor:
+        # the keep ratio is monotone in |w| (eta_hat grows with |w|), or p = logit(alpha)
+        if self.algorithm == "eta" and self.prune_rule == "eta":
+            return self.log_ratio.detach()
+        return w.detach().abs()
+
     def _fused_kind(self, w):
         """The closed form of ``dualdrop.nn.methods.<family>.fused`` for ``w``, or None."""
 

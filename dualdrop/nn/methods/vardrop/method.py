@@ -52,6 +52,8 @@ from penalties.dropout import VD_K1, VD_K2, VD_K3
 
 K1, K2, K3 = VD_K1, VD_K2, VD_K3  # the KL fit of Molchanov et al. (2017), one copy
 _LOG_EPS = 1e-8  # inside log(theta^2 + eps) and sqrt(var + eps)
+#: log sigma^2 of a weight held at zero by a target density: no noise left (sigma ~ 5e-10)
+_HELD_LOG_SIGMA2 = -43.0
 
 _COMMON = {"lam": None, "tol": 0.05, "clip": 8.0}
 _HELP = {
@@ -164,6 +166,15 @@ class VarDropState(NoiseState):
 
     def keep_mask(self, w) -> torch.Tensor:
         return self.clipped_log_alpha(w) <= self.log_alpha_threshold()
+
+    def keep_score(self, w) -> torch.Tensor:
+        return -self.clipped_log_alpha(w).detach()
+
+    @torch.no_grad()
+    def hold_pruned(self, w, mask) -> None:
+        w.mul_(mask)
+        if hasattr(self, "log_sigma2"):  # the additive noise sigma * e survives theta = 0
+            self.log_sigma2.masked_fill_(~mask, _HELD_LOG_SIGMA2)
 
     def train_weight(self, w):
         if self.variant != "none":
