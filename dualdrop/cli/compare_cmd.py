@@ -42,6 +42,9 @@ def register(subparsers) -> None:
                    help="train nothing: draw the figure and table from the runs already in --out "
                    "(finished or not), e.g. while a long comparison is still running")
     add_common(p)
+    p.add_argument("--target-density", type=float, default=None, metavar="D",
+                   help="every method's finished network keeps this fraction of nonzero weights "
+                   "(0 < D <= 1; dualdrop.nn.density): a comparison at matched density")
     p.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
                    help="train every method once per seed into OUT/runs/<method>/seed<k> "
                    "(method by method) and report mean ± standard deviation over the finished "
@@ -72,7 +75,7 @@ def run(args) -> int:
                 threads=args.threads, progress=not args.no_progress,
                 stop_after=args.stop_after, flush_denormal=not args.keep_denormals,
                 select_tol_margin=args.select_tol_margin, init_from=args.init_from,
-                seeds=args.seeds,
+                seeds=args.seeds, target_density=args.target_density,
             )
     except KeyboardInterrupt as exc:
         saved = f" ({exc})" if str(exc) else ""

@@ -41,6 +41,28 @@ def _parse_ranges(items) -> dict:
     return out
 
 
+def _knobs(args) -> dict:
+    """``--range`` knobs, and the target density for every other method with
+    ``--target-density``."""
+    from dualdrop.train.experiments.compare import DEFAULT_METHODS
+    from dualdrop.train.experiments.frontier import target_density_knob
+
+    knobs = _parse_ranges(args.range)
+    if args.target_density is not None:
+        lo, sep, hi = args.target_density.partition(":")
+        try:
+            low, high = float(lo), float(hi)
+        except ValueError:
+            raise ValueError(f"--target-density {args.target_density!r}: expected LOW:HIGH, "
+                             "e.g. --target-density 0.005:0.2") from None
+        if not sep:
+            raise ValueError(f"--target-density {args.target_density!r}: expected LOW:HIGH, "
+                             "e.g. --target-density 0.005:0.2")
+        for m in args.methods or DEFAULT_METHODS:
+            knobs.setdefault(m, target_density_knob(low, high))
+    return knobs
+
+
 def _parse_fixed(items) -> dict:
     """``["vardrop-lr-ar:lr=1e-3"]`` -> ``{"vardrop-lr-ar": {"lr": "1e-3"}}``."""
     out: dict = {}
@@ -100,6 +122,11 @@ def register(subparsers) -> None:
                    help="the knob of a method and its range (log scale), e.g. "
                    "logsum:lam=1e-4:1e-2 or magnitude:sparsity=0.8:0.995 (default: a decade "
                    "either side of the default lam; magnitude: sparsity 0.8..0.995)")
+    p.add_argument("--target-density", nargs="?", const="0.005:0.2", default=None,
+                   metavar="LOW:HIGH",
+                   help="make the finished network's density the knob of every method "
+                   "(sparsify --target-density), searched in log scale on LOW:HIGH (default "
+                   "0.005:0.2); --range METHOD:target_density=LOW:HIGH does it for one method")
     p.add_argument("--hp", action="append", default=[], metavar="METHOD:NAME=VALUE",
                    help="a hyperparameter fixed for every trial of a method (repeatable), e.g. "
                    "vardrop-lr-ar:lr=1e-3")
@@ -164,7 +191,7 @@ def run(args) -> int:
             out=args.out if args.out is not None else "runs/frontier", n_trials=args.n_trials,
             epochs=args.epochs, data_dir=args.data_dir, seed=args.seed, device=args.device,
             threads=args.threads, workers=args.workers, init_from=args.init_from,
-            knobs=_parse_ranges(args.range), fixed=_parse_fixed(args.hp), sampler=args.sampler,
+            knobs=_knobs(args), fixed=_parse_fixed(args.hp), sampler=args.sampler,
             verify_data=not args.no_verify, stale_after=args.stale_after,
             progress=not args.no_progress, report_only=args.report_only)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,

@@ -184,6 +184,8 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes,
                                           cfg.model)
         model.load_state_dict(init_sd)
+    if cfg.target_density is not None and "sparsity" not in (cfg.hparams or {}):
+        hp = {k: v for k, v in hp.items() if k != "sparsity"}  # the target replaces the default
     sp = (_nn().sparsify(model, cfg.method, target_density=cfg.target_density, **hp)
           if cfg.method != DENSE else None)
     model.to(dist_.device)

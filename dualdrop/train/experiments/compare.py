@@ -74,6 +74,7 @@ def run_comparison(
     select_tol_margin: float | None = None,
     init_from: str | None = None,
     seeds=None,
+    target_density: float | None = None,
 ) -> dict:
     """Train each method (resumable), then write the figure and the table.
 
@@ -86,7 +87,8 @@ def run_comparison(
     warm-starts from that run's test-time network. ``seeds``: train every method once per seed
     (method by method, so that each method's error bars are complete before the next starts)
     into ``out/runs/<method>/seed<k>``; the result is then ``{method: {seed: report}}`` and
-    ``seed`` is ignored.
+    ``seed`` is ignored. ``target_density``: every method's finished network keeps this fraction
+    of its weights (``dualdrop.nn.density``), a comparison at matched density.
     """
     seeds = check_seeds(seeds)
     methods = [check_method(m) for m in methods]
@@ -101,7 +103,7 @@ def run_comparison(
     base = TrainConfig(epochs=epochs, data_dir=data_dir, seed=seed, device=device,
                        threads=threads, progress=progress, stop_after=stop_after, resume=True,
                        flush_denormal=flush_denormal, select_tol_margin=select_tol_margin,
-                       init_from=init_from)
+                       init_from=init_from, target_density=target_density)
     datasets = {}
 
     def dataset(s):

@@ -54,3 +54,16 @@ def test_check_seeds_refuses(bad, exc, word):
 def test_seeds_with_one_split_refused(tmp_path, tiny_data):
     with pytest.raises(ValueError, match="seeds="):
         run_comparison(["logsum"], epochs=1, out=tmp_path, data=tiny_data, seeds=[0, 1])
+
+
+def test_compare_at_matched_density(tmp_path):
+    """compare --target-density: every method (with a strength or not) ends at the density."""
+    from dualdrop.cli import main
+
+    out = tmp_path / "m"
+    assert main(["compare", "--methods", "logsum", "vardrop-lr", "magnitude", "--epochs", "2",
+                 "--target-density", "0.1", "--out", str(out), "--no-progress"]) == 0
+    for m in ("logsum", "vardrop-lr", "magnitude"):
+        final = json.loads((out / "runs" / m / "final.json").read_text())
+        assert final["nonzero_total"] == pytest.approx(0.1, rel=0.1), m
+        assert json.loads((out / "runs" / m / "config.json").read_text())["target_density"] == 0.1

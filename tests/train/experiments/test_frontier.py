@@ -278,3 +278,34 @@ def test_cli(tmp_path, capsys):
     assert "METHOD:NAME=LOW:HIGH" in capsys.readouterr().err
     assert main(["frontier", "--methods", "logsum", "--n-trials", "0", "--out",
                  str(tmp_path / "d")]) == 2
+
+
+def test_target_density_knob_for_every_method(tmp_path):
+    """--target-density: the finished density is the knob of every method (a method with a
+    strength and magnitude pruning alike); each trial ends at its knob's density."""
+    from dualdrop.cli import main
+
+    out = tmp_path / "td"
+    assert main(["frontier", "--methods", "logsum", "magnitude", "--n-trials", "2", "--epochs",
+                 "2", "--target-density", "0.05:0.3", "--out", str(out), "--no-progress"]) == 0
+    for m in ("logsum", "magnitude"):
+        trials = sorted((out / "trials" / m).iterdir())
+        assert len(trials) == 2
+        for t in trials:
+            assert t.name.startswith("target_density=")
+            d = float(t.name.split("=")[1])
+            assert 0.05 <= d <= 0.3
+            final = json.loads((t / "final.json").read_text())
+            assert final["nonzero_total"] == pytest.approx(d, rel=0.1)
+            assert "--target-density" in (t / "sparsify_command.txt").read_text()
+    assert "target_density=" in (out / "frontier.md").read_text()
+
+
+@pytest.mark.parametrize("value, match", [("abc", "LOW:HIGH"), ("0.1", "LOW:HIGH"),
+                                          ("0:0.5", "target density lies in")])
+def test_target_density_knob_bad_input(tmp_path, capsys, value, match):
+    from dualdrop.cli import main
+
+    assert main(["frontier", "--methods", "logsum", "--epochs", "1", "--target-density", value,
+                 "--out", str(tmp_path / "b"), "--no-progress"]) == 2
+    assert match in capsys.readouterr().err

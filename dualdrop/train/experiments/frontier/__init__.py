@@ -58,10 +58,12 @@ from dualdrop.train.experiments.compare import DEFAULT_METHODS
 from dualdrop.train.experiments.frontier.evaluation import TEST_CACHE, collect, frontier_report
 from dualdrop.train.experiments.frontier.runner import run_frontier
 from dualdrop.train.experiments.frontier.search import (
+    TARGET_DENSITY,
     Knob,
     default_knob,
     method_slug,
     pareto_front,
+    target_density_knob,
     validation_points,
 )
 from dualdrop.train.experiments.frontier.storage import JOURNAL, open_storage, requeue_stale
@@ -69,7 +71,8 @@ from dualdrop.train.report.figures import plot_frontier
 from dualdrop.train.report.references import GOALS, PUBLISHED_POINTS, reference_rows
 from dualdrop.train.report.tables import frontier_table
 
-__all__ = ["DEFAULT_METHODS", "GOALS", "JOURNAL", "Knob", "PUBLISHED_POINTS", "TEST_CACHE",
+__all__ = ["DEFAULT_METHODS", "GOALS", "JOURNAL", "Knob", "PUBLISHED_POINTS", "TARGET_DENSITY",
+           "TEST_CACHE", "target_density_knob",
            "collect", "default_knob", "frontier_report", "frontier_table", "method_slug",
            "open_storage", "pareto_front", "plot_frontier", "reference_rows", "requeue_stale",
            "run_frontier", "validation_points"]

@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 from dualdrop.train.experiments.compare import DEFAULT_METHODS
+from dualdrop.nn import method_class
 from dualdrop.train.experiments.frontier.evaluation import frontier_report
 from dualdrop.train.experiments.frontier.search import (
+    TARGET_DENSITY,
     Knob,
     default_knob,
     method_slug,
@@ -45,6 +47,7 @@ def run_trial(study, plan: Plan, out: Path, data, ctx: dict) -> str:
 
     trial = study.ask()
     hp, warm, tid = suggest(trial, plan)
+    target_density = hp.get(TARGET_DENSITY)  # not a hyperparameter: sparsify's own argument
     run_dir = out / "trials" / method_slug(plan.method) / tid
     rel = str(run_dir.relative_to(out))
     for k, v in {"run_dir": rel, "host": socket.gethostname(), "pid": os.getpid(),
@@ -52,9 +55,11 @@ def run_trial(study, plan: Plan, out: Path, data, ctx: dict) -> str:
         trial.set_user_attr(k, v)
     cfg = TrainConfig(
         method=plan.method, epochs=plan.epochs, out=str(run_dir), data_dir=plan.data_dir,
-        seed=plan.seed, device=ctx["device"], lr=plan.lr, hparams=hp,
+        seed=plan.seed, device=ctx["device"], lr=plan.lr,
+        hparams={k: v for k, v in hp.items() if k != TARGET_DENSITY},
         batch_size=plan.batch_size, val_fraction=plan.val_fraction, resume=True,
-        progress=False, threads=ctx["threads"], init_from=plan.init_from if warm else None)
+        progress=False, threads=ctx["threads"], init_from=plan.init_from if warm else None,
+        target_density=target_density)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "sparsify_command.txt").write_text(sparsify_command(cfg) + "\n")
     try:
@@ -224,9 +229,14 @@ def run_frontier(
         if not isinstance(knob, Knob):
             raise TypeError(f"knobs[{m!r}]={knob!r}; expected a "
                             "dualdrop.train.experiments.frontier.Knob")
-        if knob.name not in hp:
+        if knob.name not in hp and knob.name != TARGET_DENSITY:
             raise ValueError(f"knob {knob.name!r} is not a hyperparameter of {m!r}; valid: "
-                             f"{', '.join(sorted(hp)) or '(none)'}")
+                             f"{', '.join(sorted(hp)) or '(none)'}, or {TARGET_DENSITY} (any "
+                             "method)")
+        if knob.name == TARGET_DENSITY and method_class(m).knob is not None \
+                and method_class(m).knob[0] in f:
+            raise ValueError(f"{m}: {method_class(m).knob[0]!r} is fixed and the knob is "
+                             f"{TARGET_DENSITY}; drop one")
         if knob.name in f:
             raise ValueError(f"{m}: {knob.name!r} is both the knob and a fixed hyperparameter")
         knob.validate(m)

@@ -37,6 +37,9 @@ class Knob:
         if not self.low < self.high:
             raise ValueError(f"{method}:{self.name} range [{self.low}, {self.high}] is empty; "
                              "give low < high, e.g. lam=1e-4:1e-2")
+        if self.name == TARGET_DENSITY and not (0 < self.low and self.high <= 1):
+            raise ValueError(f"{method}:{self.name} range [{self.low}, {self.high}]: a target "
+                             "density lies in (0, 1], e.g. target_density=0.005:0.2")
         if self.complement and not (0 <= self.low and self.high < 1):
             raise ValueError(f"{method}:{self.name} range [{self.low}, {self.high}]: a "
                              "complement knob (a target sparsity) must lie in [0, 1)")
@@ -56,6 +59,17 @@ class Knob:
         """The hyperparameter value for a sampled parameter (rounded, see the class doc)."""
         q = float(f"{sampled:.3g}")
         return float(f"{1 - q:.6g}") if self.complement else q
+
+
+#: the knob every method accepts: the finished network's density (``sparsify(...,
+#: target_density=D)``), searched in log scale; not a hyperparameter of the method
+TARGET_DENSITY = "target_density"
+
+
+def target_density_knob(low: float = 0.005, high: float = 0.2) -> Knob:
+    """The target density as the knob (the same for every method, so that trials of all methods
+    land on a shared grid of densities)."""
+    return Knob(TARGET_DENSITY, low, high)
 
 
 def default_knob(method: str, hparams: dict, n_train: int | None = None) -> Knob:
