@@ -50,11 +50,14 @@ weights with ``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every m
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 
 import torch
 import torch.nn as nn
+
+from dualdrop.nn.export import export_sparse
 
 INSTALL_HINT = 'pip install "dualdrop[structured]"'
 FORMAT = "dualdrop-compact"
@@ -131,16 +134,18 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     docstring for which units go and why the result is exact. Returns the module in eval mode;
     :func:`compact_report` lists the units kept per layer.
     """
-    from dualdrop.nn.export import export_sparse
-
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_inputs(example_inputs)
     tp = _tp()
     dense = export_sparse(model, layout="dense")
+    ref = copy.deepcopy(dense) if verify else None
+    trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
     out = _compact_plain(dense, example_inputs, tp)
+    for n, p in out.named_parameters():
+        p.requires_grad_(trainable.get(n, True))
     if verify:
-        _verify(export_sparse(model, layout="dense"), out, example_inputs)
+        _verify(ref, out, example_inputs)
     return out.eval()
 
 
@@ -249,7 +254,7 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
     """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one group, or None if none go."""
     ops = tp.ops
     dead = [True] * width
-    consumers = []
+    consumers, inner = [], []
     for item in group:
         node, handler = item.dep.target, item.dep.handler
         m = node.module
@@ -275,7 +280,10 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
             if not node.inputs:
                 continue  # on a weight's own path (the transpose inside F.linear), not the data
             name = re.sub(r"\d+$", "", str(m._grad_fn))
-            if name not in _PER_ENTRY:
+            if name in ("AddmmBackward", "MmBackward"):
+                inner.append(node.grad_fn)  # checked below: a consumer's own product?
+                continue
+            if name not in _PER_ENTRY and not _spatial_mean(node.grad_fn, name):
                 return None
             if name in _BINARY and any(f is None for f, _ in node.grad_fn.next_functions):
                 return None  # combined with a tensor outside the graph (e.g. the raw input)
@@ -284,15 +292,25 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
             continue
         else:  # model output, LayerNorm, attention, embedding, parameters, ...
             return None
-    if not any(dead):
+    # unread: every layer reading the unit ignores it (zero column), e.g. input-unit gates
+    unread = [bool(consumers)] * width
+    for m, kind, idxs, roots in consumers:
+        cols = m.weight.transpose(0, 1)[idxs]
+        zero = (cols.reshape(len(idxs), -1) == 0).all(1).tolist()
+        for z, r in zip(zero, roots):
+            unread[r] = unread[r] and z
+    if not any(dead) and not any(unread):
+        return None
+    weights = {id(m.weight) for m, kind, _, _ in consumers if kind == "linear"}
+    if not all(_product_of(g, weights) for g in inner):
         return None
 
     # the constant each consumer reads at the dead indices, and whether it folds exactly
-    removable = list(dead)
+    removable = [d or u for d, u in zip(dead, unread)]
     reads = []
     for m, kind, idxs, roots in consumers:
         in_dim = m.in_features if kind == "linear" else m.in_channels
-        sel = [k for k, r in enumerate(roots) if dead[r]]
+        sel = [k for k, r in enumerate(roots) if dead[r] and not unread[r]]
         if not sel:
             continue
         cols = _columns(seen[m], kind, in_dim, [idxs[k] for k in sel])
@@ -323,6 +341,31 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
     fn = tp.prune_linear_out_channels if _layer_kind(root) == "linear" \
         else tp.prune_conv_out_channels
     return root, fn, gone, folds
+
+
+def _product_of(grad_fn, weights) -> bool:
+    """Whether a matrix product node is a Linear layer's own ``x W^T`` (its weight among
+    ``weights``): on inputs with more than two dimensions ``F.linear`` is reshape, addmm, view,
+    and Torch-Pruning sees the module at the view and the addmm as a separate node."""
+    for fn, _ in grad_fn.next_functions:
+        if fn is not None and type(fn).__name__.startswith("TBackward"):
+            for leaf, _ in fn.next_functions:
+                if leaf is not None and id(getattr(leaf, "variable", None)) in weights:
+                    return True
+    return False
+
+
+def _spatial_mean(grad_fn, name) -> bool:
+    """A mean over positions only (dims 2, 3, ... of a ``(batch, channel, ...)`` tensor), as
+    ``nn.AdaptiveAvgPool2d(1)`` or ``x.mean((2, 3))`` computes: a constant channel stays one."""
+    if name != "MeanBackward":
+        return False
+    try:
+        dims = list(grad_fn._saved_dim)
+        ndim = len(grad_fn._saved_self_sym_sizes)
+    except (AttributeError, RuntimeError):
+        return False
+    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
 
 
 def _shared_params(net):

@@ -143,16 +143,25 @@ def _own_class(mod):
 
 
 def export_sparse(model: nn.Module, layout: str = "auto", *,
-                  csr_max_density: float = CSR_MAX_DENSITY) -> nn.Module:
+                  csr_max_density: float = CSR_MAX_DENSITY, example_inputs=None) -> nn.Module:
     """A plain copy of ``model`` with masks folded in (see module docstring for ``layout``).
 
     The result is in ``eval()`` mode, has no parametrizations, hooks or extra parameters from
     ``sparsify`` and computes what the sparsified model computes in ``eval()`` mode. ``model``
-    is unchanged.
+    is unchanged. ``layout="compact"`` also removes dead units physically (a narrower network,
+    not loadable into the original architecture): ``dualdrop.nn.compact.compact(model,
+    example_inputs)``, which needs ``example_inputs`` for one traced forward run and the
+    optional torch-pruning package.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    check_choice("layout", layout, {"auto", "dense", "csr"})
+    check_choice("layout", layout, {"auto", "dense", "csr", "compact"})
+    if layout == "compact":
+        from dualdrop.nn.compact import compact  # torch-pruning is optional: imported on use
+        return compact(model, example_inputs)
+    if example_inputs is not None:
+        raise ValueError(f"example_inputs is only used by layout='compact', got "
+                         f"layout={layout!r}; drop example_inputs or pass layout='compact'")
     csr_max_density = check_float("csr_max_density", csr_max_density, low=0.0, high=1.0)
     out = fold(copy.deepcopy(model), leave_sparse=True)
     if type(out) is nn.Linear:  # the model itself is a single layer
