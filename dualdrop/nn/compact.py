@@ -175,12 +175,14 @@ def _pad_free(conv) -> bool:
 
 
 @torch.no_grad()
-def _columns(x, kind, in_dim, idxs):
+def _columns(x, m, kind, idxs):
     """``(N, len(idxs))``: every sample/position of the consumer input at ``idxs``."""
     if kind == "linear":
-        flat = x.reshape(-1, in_dim)
+        flat = x.reshape(-1, m.in_features)
     else:
-        flat = x.transpose(0, 1).reshape(in_dim, -1).t()
+        if x.dim() == len(m.kernel_size) + 1:  # an unbatched input
+            x = x.unsqueeze(0)
+        flat = x.transpose(0, 1).reshape(m.in_channels, -1).t()
     return flat[:, idxs].double()
 
 
@@ -309,11 +311,10 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
     removable = [d or u for d, u in zip(dead, unread)]
     reads = []
     for m, kind, idxs, roots in consumers:
-        in_dim = m.in_features if kind == "linear" else m.in_channels
         sel = [k for k, r in enumerate(roots) if dead[r] and not unread[r]]
         if not sel:
             continue
-        cols = _columns(seen[m], kind, in_dim, [idxs[k] for k in sel])
+        cols = _columns(seen[m], m, kind, [idxs[k] for k in sel])
         c = cols[0]
         const = ((cols - c).abs() <= 1e-6 * (1 + c.abs())).all(0)
         exact_ok = (m.bias is not None) and (kind == "linear" or _pad_free(m))
