@@ -214,10 +214,17 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
     # 2. the dependency graph (Torch-Pruning traces autograd on a forward run)
     for p in net.parameters():
         p.requires_grad_(True)
+    outputs = set()  # a layer whose output is the model's output has no output node after it
+
+    def forward(model, inputs):
+        out = _call(model, inputs)
+        outputs.update(t.grad_fn for t in _tensors(out) if t.grad_fn is not None)
+        return out
+
     try:
         with torch.enable_grad():
             dg = tp.DependencyGraph().build_dependency(
-                net, example_inputs=example_inputs, forward_fn=_call, verbose=False)
+                net, example_inputs=example_inputs, forward_fn=forward, verbose=False)
     except Exception as exc:
         raise ValueError("compact export: torch-pruning cannot trace this model's dependency "
                          f"graph ({type(exc).__name__}: {_first_line(exc)}); export it with "
@@ -237,6 +244,9 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         for item in group:
             if dg.is_out_channel_pruning_fn(item.dep.handler):
                 visited.add(item.dep.target.module)
+        if any(item.dep.target.grad_fn in outputs and dg.is_out_channel_pruning_fn(
+                item.dep.handler) for item in group):
+            continue  # the model's output keeps its width
         plan = _plan(group, m, width, tp, dg, seen, calls, shared)
         if plan is not None:
             plans.append(plan)

@@ -476,7 +476,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                         "out": str(out), "history": run.history}
             report = _final_report(run)
             if dist_.main:
-                report["model_files"] = save_model(run.model, run.sp is not None, out)
+                report["model_files"] = save_model(run.model, run.sp is not None, out,
+                                                    n_features=run.data.n_features)
         except KeyboardInterrupt:
             saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
             raise TrainingInterrupted(str(out), saved) from None

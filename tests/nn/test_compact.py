@@ -50,6 +50,7 @@ def test_mlp_dead_rows_removed_biases_folded(tmp_path):
         m[0].bias[[1, 3, 6]] = torch.tensor([0.7, -0.4, 1.3])  # relu(b) feeds the next layer
         m[2].weight[[0, 2]] = 0
         m[2].bias[[0, 2]] = torch.tensor([0.9, 0.2])
+        m[4].weight[1] = 0  # the model's output keeps its width
     x = torch.randn(7, 6)
     small = compact(m, x)
     assert compact_report(m, small) == {"0": (5, 8), "2": (3, 5), "4": (3, 3)}
@@ -136,6 +137,20 @@ def test_unpadded_conv_takes_the_constant_into_its_bias():
     small = compact(m, torch.randn(2, 2, 6, 6))
     assert compact_report(m, small)["0"] == (2, 4)
     assert_same(m, small, torch.randn(2, 2, 9, 8))
+
+
+def test_flattened_channels_fold_into_the_linear_head():
+    """conv -> relu -> maxpool -> flatten -> Linear: a channel is a block of Linear inputs."""
+    torch.manual_seed(5)
+    m = nn.Sequential(nn.Conv2d(2, 5, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                      nn.Linear(5 * 3 * 3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with torch.no_grad():
+        m[0].weight[[0, 3]] = 0
+        m[0].bias[[0, 3]] = torch.tensor([0.6, -0.2])
+    small = compact(m, torch.randn(2, 2, 6, 6))
+    assert compact_report(m, small) == {"0": (3, 5), "4": (4, 4), "6": (2, 2)}
+    assert small[4].in_features == 3 * 3 * 3
+    assert_same(m, small, torch.randn(5, 2, 6, 6))
 
 
 # ------------------------------------------------------------------------------ transformer

@@ -12,6 +12,14 @@ from dualdrop.train import TrainConfig, lenet_300_100, load_run, train
 dnn = pytest.importorskip("dualdrop.nn")
 
 
+def _has_tp():
+    try:
+        import torch_pruning  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _cfg(tmp_path, method, **kw):
     base = dict(method=method, epochs=1, out=str(tmp_path / method), seed=0, progress=False,
                 threads=1)
@@ -25,7 +33,10 @@ def test_load_run_matches_sparsified_network(tmp_path, tiny_data, method, csr):
     rep = train(_cfg(tmp_path, method), data=tiny_data)
     out = tmp_path / method
     assert (out / "model.pt").is_file() and (out / "model_csr.pt").is_file() == csr
-    assert rep["model_files"] == {"dense": "model.pt", "csr": "model_csr.pt" if csr else None}
+    compact = "model_compact.pt" if method != "none" and _has_tp() else None
+    assert rep["model_files"] == {"dense": "model.pt", "csr": "model_csr.pt" if csr else None,
+                                  "compact": compact}
+    assert (out / "model_compact.pt").is_file() == (compact is not None)
     # the reference: the trained network rebuilt from its checkpoint, in eval mode
     ck = torch.load(out / "checkpoint.pt", weights_only=True)
     ref = lenet_300_100(784)
@@ -44,6 +55,11 @@ def test_load_run_matches_sparsified_network(tmp_path, tiny_data, method, csr):
         sparse = load_run(out, layout="csr")
         assert any(isinstance(m, dnn.CSRLinear) for m in sparse.modules())
         torch.testing.assert_close(sparse(X), want, rtol=0, atol=1e-5)
+        if _has_tp():
+            small = load_run(out, layout="compact")
+            torch.testing.assert_close(small(X), want, rtol=0, atol=1e-5)
+            assert sum(p.numel() for p in small.parameters()) <= sum(
+                p.numel() for p in net.parameters())
     # pruned weights are exactly zero; the density is the run's
     w = [p for n, p in net.named_parameters() if n.endswith("weight")]
     nnz = sum(int(torch.count_nonzero(p)) for p in w) / sum(p.numel() for p in w)
