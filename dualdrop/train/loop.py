@@ -17,7 +17,8 @@ Outputs in ``TrainConfig.out``:
 - ``checkpoint.pt`` (:mod:`dualdrop.train.checkpoint`): written atomically after every epoch;
   ``resume=True`` continues from it *exactly* (same weights, bit for bit, as an uninterrupted
   run on the same device and world size);
-- ``model.pt`` (and ``model_csr.pt`` when sparse enough), :mod:`dualdrop.train.export`: the
+- ``model.pt`` (and ``model_csr.pt`` when sparse enough, ``model_compact.pt`` with dead
+  units removed when torch-pruning is installed), :mod:`dualdrop.train.export`: the
   trained test-time network as a plain ``state_dict``; ``load_run(out)`` returns it ready to use;
 - ``final.json``: end-of-training test error (never the best seen during training: the test set
   is read only here), validation error, density, per-layer report; written last.
