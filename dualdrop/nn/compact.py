@@ -57,6 +57,7 @@ import re
 import torch
 import torch.nn as nn
 
+from dualdrop.nn import export as _export
 from dualdrop.nn.export import export_sparse
 
 INSTALL_HINT = 'pip install "dualdrop[structured]"'
@@ -494,3 +495,5 @@ def _sync_sizes(m):
         if ref is not None:
             m.num_features = ref.shape[0]
 
+
+_export.LAYOUT_HOOKS["compact"] = compact  # export_sparse(model, "compact", example_inputs=x)

@@ -39,6 +39,9 @@ from dualdrop.nn._base import check_choice, check_float, remove_state_hooks, sta
 from dualdrop.nn.targets import all_targets, default_weight_names
 
 CSR_MAX_DENSITY = 0.1
+# layouts built on top of this module: "compact" -> dualdrop.nn.compact.compact, registered by
+# that module (imported with dualdrop.nn), which itself starts from export_sparse(..., "dense")
+LAYOUT_HOOKS: dict = {}
 
 def _module_path_only(module, args):
     """A no-op forward pre-hook (see ``CSRLinear``)."""
@@ -157,8 +160,7 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_choice("layout", layout, {"auto", "dense", "csr", "compact"})
     if layout == "compact":
-        from dualdrop.nn.compact import compact  # torch-pruning is optional: imported on use
-        return compact(model, example_inputs)
+        return LAYOUT_HOOKS["compact"](model, example_inputs)
     if example_inputs is not None:
         raise ValueError(f"example_inputs is only used by layout='compact', got "
                          f"layout={layout!r}; drop example_inputs or pass layout='compact'")
