@@ -45,7 +45,8 @@ The hidden units of a Transformer's feed-forward block (``linear1``) are removed
 strings only, so ``torch.load(weights_only=True)`` reads it) and ``load_compact(path, fresh)``
 resizes a fresh instance of the original architecture to the saved shapes, then loads the
 weights with ``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every module's
-``__dict__``, functions included, which ``weights_only=True`` refuses, hence this format.)
+``__dict__``, hook tables and attributes included, which ``weights_only=True`` refuses even for
+a plain ``nn.Sequential``; hence this format.)
 """
 
 from __future__ import annotations
@@ -117,8 +118,7 @@ def _check_inputs(example_inputs):
                         "traced by one forward run, model(example_inputs); pass e.g. a batch "
                         "torch.randn(2, n_features) (a tuple/list is unpacked as positional "
                         "arguments, a dict as keyword arguments)")
-    if not _tensors(example_inputs if not isinstance(example_inputs, dict)
-                    else list(example_inputs.values())):
+    if not _tensors(example_inputs):
         raise TypeError("example_inputs must be a tensor, or a tuple/list/dict of tensors, got "
                         f"{type(example_inputs).__name__}")
 
@@ -138,6 +138,8 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_inputs(example_inputs)
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be True or False, got {verify!r}")
     tp = _tp()
     dense = export_sparse(model, layout="dense")
     ref = copy.deepcopy(dense) if verify else None
