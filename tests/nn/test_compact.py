@@ -73,6 +73,63 @@ def test_unread_units_go_even_if_their_layer_computes_them():
     assert_same(m, small, torch.randn(20, 6))
 
 
+class NoBiasNext(nn.Module):
+    """A dead unit with relu(b) > 0 read by a layer without bias cannot be folded."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 5, bias=False)
+        self.out = nn.Linear(5, 2)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class RawSkip(nn.Module):
+    """fc1's units are added to the raw input: never constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 6), nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x) + x))
+
+
+class Normed(nn.Module):
+    """A LayerNorm mixes the units: removing a constant one changes its mean and variance."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(6, 8), nn.LayerNorm(8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(self.norm(self.fc1(x)))
+
+
+class Twice(nn.Module):
+    """One layer called twice: one graph node in two roles."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.mid, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc2(self.mid(torch.relu(self.mid(torch.relu(self.fc1(x))))))
+
+
+@pytest.mark.parametrize("cls, want", [(NoBiasNext, 7), (RawSkip, 6), (Normed, 8), (Twice, 8)])
+def test_units_stay_when_removing_them_would_not_be_exact(cls, want):
+    torch.manual_seed(6)
+    m = cls()
+    with torch.no_grad():
+        m.fc1.weight[[1, 3]] = 0
+        m.fc1.bias[[1, 3]] = torch.tensor([0.8, -0.8])  # relu: 0.8 and 0 (the latter can go)
+    small = compact(m, torch.randn(5, 6))
+    assert compact_report(m, small)["fc1"][0] == want
+    assert_same(m, small, torch.randn(9, 6))
+
+
 # ------------------------------------------------------------------------- residual CNN + BN
 class ResCNN(nn.Module):
     def __init__(self, c=8):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -127,3 +128,17 @@ def test_unpruned_test_error(tmp_path, tiny_data):
     for method in ("none", "hardconcrete"):
         r = train(_cfg(tmp_path, method), data=tiny_data)
         assert r["test_error_unpruned"] == r["test_error"]
+
+
+def test_save_model_without_torch_pruning_skips_the_compact_file(tmp_path, monkeypatch):
+    from dualdrop.train.export import save_model
+
+    net = lenet_300_100(64)
+    dnn.sparsify(net, "magnitude")
+    (tmp_path / "model_compact.pt").write_bytes(b"stale")
+    monkeypatch.setitem(sys.modules, "torch_pruning", None)
+    files = save_model(net, True, tmp_path, n_features=64)
+    assert files["compact"] is None and not (tmp_path / "model_compact.pt").exists()
+    assert (tmp_path / "model.pt").is_file()
+    with pytest.raises(ImportError, match=r"dualdrop\[structured\]"):
+        dnn.compact(net, torch.zeros(2, 64))
