@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dualdrop.train import TrainConfig, lenet_300_100, load_run, train
+from dualdrop.train.export import save_model
 
 dnn = pytest.importorskip("dualdrop.nn")
 
@@ -131,8 +132,6 @@ def test_unpruned_test_error(tmp_path, tiny_data):
 
 
 def test_save_model_without_torch_pruning_skips_the_compact_file(tmp_path, monkeypatch):
-    from dualdrop.train.export import save_model
-
     net = lenet_300_100(64)
     dnn.sparsify(net, "magnitude")
     (tmp_path / "model_compact.pt").write_bytes(b"stale")
