@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -15,11 +16,7 @@ dnn = pytest.importorskip("dualdrop.nn")
 
 
 def _has_tp():
-    try:
-        import torch_pruning  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("torch_pruning") is not None
 
 
 def _cfg(tmp_path, method, **kw):
