@@ -424,13 +424,16 @@ def compact_report(dense: nn.Module, small: nn.Module) -> dict:
 # ---------------------------------------------------------------------------- saving / loading
 
 def save_compact(model: nn.Module, path: str | os.PathLike) -> None:
-    """Write a compact network to ``path``: ``{"format", "state_dict", "shapes"}``, readable
-    with ``torch.load(weights_only=True)``; reload it with :func:`load_compact`."""
+    """Write a compact network to ``path``: ``{"format", "state_dict", "shapes", "groups"}``
+    (tensors, ints and strings: readable with ``torch.load(weights_only=True)``; ``groups``: each
+    convolution's group count, which a narrowed depthwise convolution changes); reload it with
+    :func:`load_compact`."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     sd = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    groups = {n: int(m.groups) for n, m in model.named_modules() if isinstance(m, _CONV)}
     torch.save({"format": FORMAT, "version": 1, "state_dict": sd,
-                "shapes": {k: list(v.shape) for k, v in sd.items()}}, path)
+                "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups}, path)
 
 
 def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
@@ -467,6 +470,15 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
             raise ValueError(f"{path} does not fit {type(model).__name__}: {key} has shape "
                              f"{tuple(value.shape)}, the model {tuple(own[key].shape)}; {fix}")
         _resize(m, attr, value)
+    groups = blob.get("groups") or {}
+    if not isinstance(groups, dict):
+        raise ValueError(f"{path} is not a compact model file; {fix}")
+    for name, g in groups.items():
+        m = modules.get(name)
+        if not isinstance(m, _CONV) or not isinstance(g, int) or g < 1:
+            raise ValueError(f"{path} does not fit {type(model).__name__}: no convolution "
+                             f"{name!r}; {fix}")
+        m.groups = g
     for m in modules.values():
         _sync_sizes(m)
     try:

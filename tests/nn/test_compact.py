@@ -210,6 +210,41 @@ def test_flattened_channels_fold_into_the_linear_head():
     assert_same(m, small, torch.randn(5, 2, 6, 6))
 
 
+class CatDW(nn.Module):
+    """A concatenation under one BatchNorm, a depthwise and a grouped convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(10)
+        self.dw = nn.Conv2d(10, 10, 3, padding=1, groups=10)
+        self.pw = nn.Conv2d(10, 6, 1)
+        self.g = nn.Conv2d(6, 6, 3, padding=1, groups=2)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(torch.cat([self.a(x), self.b(x)], 1)))
+        h = torch.relu(self.pw(torch.relu(self.dw(h))))
+        return self.head(torch.relu(self.g(h)).mean((2, 3)))
+
+
+def test_concatenation_depthwise_and_grouped(tmp_path):
+    torch.manual_seed(7)
+    m = CatDW().eval()
+    with torch.no_grad():
+        m.a.weight[[0, 1]] = 0      # cat channels 0, 1
+        m.b.weight[[0, 5]] = 0      # cat channels 4, 9
+        m.dw.weight[[0, 4, 6]] = 0  # 0 and 4 dead on both sides of the depthwise conv: go;
+        m.pw.weight[[2, 3]] = 0     # 1, 9 and 6 on one side only: stay; pw's units are read by
+    x = torch.randn(2, 3, 5, 5)     # a grouped convolution: stay
+    small = compact(m, x)
+    assert compact_report(m, small) == {"a": (3, 4), "b": (5, 6), "dw": (8, 10), "pw": (6, 6),
+                                        "g": (6, 6), "head": (2, 2)}
+    assert small.dw.groups == 8 and small.bn.num_features == 8
+    assert_same(m, small, torch.randn(3, 3, 6, 4))
+    round_trip(small, CatDW(), x, tmp_path)
+
+
 # ------------------------------------------------------------------------------ transformer
 class TinyTransformer(nn.Module):
     def __init__(self):
