@@ -281,11 +281,14 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
                     id(p) in shared for p in m.parameters(recurse=False)):
                 return None
             if kind == "depthwise" or dg.is_out_channel_pruning_fn(handler):
+                if max(item.idxs, default=0) >= m.weight.shape[0]:
+                    return None  # a broadcast partner (one unit against many): not a unit map
                 for idx, r in zip(item.idxs, item.root_idxs):
                     if dead[r] and not _row_zero(m, idx):
                         dead[r] = False
             else:
-                if m not in seen:
+                in_dim = m.in_features if kind == "linear" else m.in_channels
+                if m not in seen or max(item.idxs, default=0) >= in_dim:
                     return None
                 consumers.append((m, kind, list(item.idxs), list(item.root_idxs)))
         elif node.type == ops.OPTYPE.BN:
