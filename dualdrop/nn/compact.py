@@ -14,7 +14,9 @@ concatenations, flattening), so they come from the dependency graph of Torch-Pru
 (Fang et al., DepGraph, CVPR 2023), traced by one forward run on ``example_inputs``:
 ``DependencyGraph().build_dependency`` and ``get_pruning_group(layer, prune_*_out_channels,
 idxs)``. An index of a coupled group is removed only when every layer producing it is dead
-there (both sides of a residual add, every input of a concatenation).
+there (both sides of a residual add, every input of a concatenation), or when every layer
+reading it ignores it (``W_next[:, i] = 0``, what input-unit gates such as
+``hardconcrete-neuron`` leave): then ``W_next[:, i] h_i = 0`` whatever ``h_i`` is.
 
 **Exactness.** A dead unit still emits a constant: ``b_i`` through the elementwise path to the
 next layer, e.g. ``relu(b_i)``, or ``beta_i + gamma_i (b_i - mu_i) / sqrt(var_i + eps)`` after
@@ -25,13 +27,15 @@ into that layer's bias before the unit goes::
     Conv:    b'_o = b_o + sum_i c_i sum_k W_next[o, i, k]   (no zero padding: see below)
 
 The constant ``c`` is read at the next layer's input on the ``example_inputs`` forward run
-(and checked to be the same for every sample and position). A unit is kept instead whenever
-this fold would not be exact:
+(and checked to be the same for every sample and position). That it is a constant at all is
+guaranteed by the graph, not by the samples: every operation on the way must be one that maps a
+constant unit to a constant. A unit is kept instead whenever the fold would not be exact:
 
 - the path holds anything but per-entry operations (ReLU, GELU, Tanh, Sigmoid, SiLU, ...,
   eval-mode Dropout and BatchNorm, residual adds of coupled tensors, pooling, flatten,
-  concatenation): a LayerNorm, an attention block, a permute, a reused layer or the model
-  output in the group keep the whole group;
+  concatenation): a LayerNorm, an attention block, a permute, a sum with a tensor from outside
+  the graph (the raw input), a reused or tied layer or the model output in the group keep the
+  whole group;
 - the next convolution zero-pads (a constant input becomes non-constant at the borders) and
   ``c != 0``; or the next layer has no bias and ``c != 0``; or it is a grouped convolution;
 - ``c`` measured on ``example_inputs`` is not constant across samples or positions.
@@ -41,10 +45,11 @@ embedding width (coupled to the residual stream and its LayerNorms) rather than 
 The hidden units of a Transformer's feed-forward block (``linear1``) are removed.
 
 **Saving.** The compact network no longer fits the original architecture's ``state_dict``.
-``save_compact(model, path)`` stores ``{"format", "state_dict", "shapes"}`` (tensors, ints and
-strings only, so ``torch.load(weights_only=True)`` reads it) and ``load_compact(path, fresh)``
-resizes a fresh instance of the original architecture to the saved shapes, then loads the
-weights with ``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every module's
+``save_compact(model, path)`` stores ``{"format", "state_dict", "shapes", "groups"}``
+(tensors, ints and strings only, so ``torch.load(weights_only=True)`` reads it) and
+``load_compact(path, fresh)`` resizes the Linear, convolution and BatchNorm layers of a fresh
+instance of the original architecture to the saved shapes, then loads the weights with
+``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every module's
 ``__dict__``, hook tables and attributes included, which ``weights_only=True`` refuses even for
 a plain ``nn.Sequential``; hence this format.)
 """
