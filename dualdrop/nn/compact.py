@@ -169,8 +169,9 @@ def _layer_kind(m):
     return None
 
 
-def _row_zero(m, idx):
-    return bool(torch.count_nonzero(m.weight[idx]) == 0)
+def _zero_rows(m) -> list:
+    """Per output unit: whether its weights (a row of W, a filter) are all zero."""
+    return (m.weight.reshape(m.weight.shape[0], -1) == 0).all(1).tolist()
 
 
 def _pad_free(conv) -> bool:
@@ -288,9 +289,9 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
             if kind == "depthwise" or dg.is_out_channel_pruning_fn(handler):
                 if max(item.idxs, default=0) >= m.weight.shape[0]:
                     return None  # a broadcast partner (one unit against many): not a unit map
+                zero = _zero_rows(m)
                 for idx, r in zip(item.idxs, item.root_idxs):
-                    if dead[r] and not _row_zero(m, idx):
-                        dead[r] = False
+                    dead[r] = dead[r] and zero[idx]
             else:
                 in_dim = m.in_features if kind == "linear" else m.in_channels
                 if m not in seen or max(item.idxs, default=0) >= in_dim:
