@@ -15,6 +15,10 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   density and lost at 30%, see benchmarks/RESULTS.md), else ``"dense"``. One layout for all
   Linear layers: mixing them makes a dense layer receive the feature-major view of a CSR layer's
   output, which measured slower than either pure layout.
+- ``"compact"`` (with ``example_inputs=``): the dense layers with dead neurons and channels
+  removed physically, outputs unchanged (``dualdrop.nn.compact``; needs torch-pruning, the
+  ``structured`` extra). Its ``state_dict`` fits the narrower shapes only: save it with
+  ``save_compact``, reload with ``load_compact``.
 
 ``CSRLinear`` takes and returns the usual ``(batch, features)`` tensors, but its output is a
 transposed view of a contiguous ``(features, batch)`` result: elementwise layers in between
