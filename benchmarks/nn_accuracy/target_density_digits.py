@@ -4,7 +4,8 @@ A 64-100-10 MLP, Adam at 1e-2 over ``sp.method_param_groups`` (budget-aware rate
 own parameters), batch 32, ``--steps`` steps, one thread; the same budget as
 tests/nn/test_target_density.py. Prints one line per method: the reached density (after the
 final calibration), the density the method's own test-time rule gave before it ("natural"),
-the final log multiplier and the test accuracy.
+the log multiplier at the end of the pruning ramp (before the regularizer is released for the
+fine-tuning) and the test accuracy.
 
     OMP_NUM_THREADS=1 python3 benchmarks/nn_accuracy/target_density_digits.py --density 0.05 --steps 200
 """
@@ -53,7 +54,7 @@ def main():
             acc = (model(Xt).argmax(1) == yt).float().mean().item()
         c = sp.controller
         print(f"{m:20s} {a.density:.4f}  {c.reached:.4f}  {c.natural_density:.4f}  "
-              f"{c.log_m:6.2f}  {acc:.3f}")
+              f"{c.ramp_log_m:6.2f}  {acc:.3f}")
 
 
 if __name__ == "__main__":

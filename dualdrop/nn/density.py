@@ -23,7 +23,11 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    ``max(1, ceil(MIN_LAYER_DENSITY * n))`` of its units. Pruned units stay pruned (masks only
    shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational
    dropout's additive variant also silences their noise) and the optimizer's first moments
-   there are zeroed. From ``t1`` to ``T`` the masks are fixed and the kept weights fine-tune.
+   there are zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
+   (``m = e^-12``) and the kept weights fine-tune on the data alone, as after gradual pruning:
+   the method has chosen the units, and its shrinkage of the kept weights no longer helps (on
+   MNIST from a dense LeNet-300-100 at 5% in 10 epochs: test error 2.90 -> 2.70% for LogSum,
+   2.60 -> 2.48% for the eta-trick, unchanged for VarDrop+LR and hard-concrete).
 
 2. **A strength multiplier** ``m = exp(u)`` on ``lam`` so that the method's *own* rule agrees with
    the schedule (the constrained form of sparse training, as in constrained formulations of L0
@@ -33,7 +37,8 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
        I <- clip(I + K_I k e, -U, U),   u = clip(I + K_P e, -U, U),   k = U / (n log(1/D)),
 
    every ``every`` steps up to ``t1`` (``n`` updates in all, ``U = 12``), where ``d_t`` is the
-   density the method's own rule gives now (``Sparsifier.density()``). ``m`` then stays frozen.
+   density the method's own rule gives now (``Sparsifier.density()``, the held units counted
+   as pruned). Then ``m`` is released (above).
    The schedule, not ``m``, guarantees the density: a multiplier that lags or overshoots costs
    accuracy, never the target.
 
@@ -69,8 +74,8 @@ from dualdrop.nn._base import check_float, check_int
 LOG_CAP = 12.0
 #: the pruning ramp runs from BEGIN * T to END * T; the masks are fixed after END * T
 BEGIN, END = 0.05, 0.6
-#: the multiplier moves until FREEZE * T (past END: toward the method's rule agreeing with D)
-FREEZE = 0.9
+#: log multiplier after END * T: the regularizer released for the fine-tuning
+RELEASED = -LOG_CAP
 #: every layer keeps at least this fraction of its units (and at least one)
 MIN_LAYER_DENSITY = 0.005
 #: proportional and integral gains of the multiplier (module docstring)
@@ -113,6 +118,7 @@ class DensityController:
         self.sp = sp
         self.target = check_density(target)
         self.log_m = 0.0
+        self.ramp_log_m = None  # log m at the end of the ramp, before the release
         self.integral = 0.0
         self.last = 0
         self.masks = None  # one bool tensor per state (over its keep_score units), once pruning began
@@ -138,10 +144,14 @@ class DensityController:
             return
         every = max(1, total_steps // 100)
         t1 = max(1, round(END * total_steps))
-        t_freeze = max(t1, round(FREEZE * total_steps))
         if self.masks is not None:  # before measuring: the step may have moved held weights
             self._hold(optimizer)
-        if step <= t_freeze and (step - self.last >= every or step == t1):
+        if step > t1:  # the masks are final: the kept weights fine-tune on the data alone
+            if self.log_m != RELEASED:
+                self.ramp_log_m = self.log_m
+                self.log_m = RELEASED
+                self.sp.set_strength(math.exp(RELEASED))
+        elif step - self.last >= every or step == t1:
             self.last = step
             goal = self.goal(step, total_steps)
             d = max(self.sp.density()["total"], 1e-12)
@@ -151,7 +161,7 @@ class DensityController:
             self.integral = _clip(self.integral + K_I * k * e)
             self.log_m = _clip(self.integral + K_P * e)
             self.sp.set_strength(math.exp(self.log_m))
-            if goal < 1.0 and step <= t1:
+            if goal < 1.0:
                 self._prune_to(goal)
                 self._hold(optimizer)
         if step == total_steps:
@@ -231,7 +241,8 @@ class DensityController:
                           "the method choose)", RuntimeWarning, stacklevel=4)
 
     def state_dict(self) -> dict:
-        return {"target": self.target, "log_m": self.log_m, "integral": self.integral,
+        return {"target": self.target, "log_m": self.log_m, "ramp_log_m": self.ramp_log_m,
+                "integral": self.integral,
                 "last": self.last, "masks": self.masks,
                 "natural_density": self.natural_density, "reached": self.reached}
 
@@ -241,6 +252,7 @@ class DensityController:
                              f"but this run asks {self.target}")
         self.log_m, self.last = float(state["log_m"]), int(state["last"])
         self.integral = float(state.get("integral", self.log_m))
+        self.ramp_log_m = state.get("ramp_log_m")
         masks = state.get("masks")
         if masks is not None:
             shapes = [tuple(st.keep_score(t.param).shape) for t, st in self.sp.states()]
