@@ -54,7 +54,7 @@ def main():
             acc = (model(Xt).argmax(1) == yt).float().mean().item()
         c = sp.controller
         print(f"{m:20s} {a.density:.4f}  {c.reached:.4f}  {c.natural_density:.4f}  "
-              f"{c.ramp_log_m:6.2f}  {acc:.3f}")
+              f"{'—' if c.ramp_log_m is None else format(c.ramp_log_m, '6.2f'):>6s}  {acc:.3f}")
 
 
 if __name__ == "__main__":
