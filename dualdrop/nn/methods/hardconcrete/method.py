@@ -37,6 +37,7 @@ import torch.nn as nn
 
 from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, linear_map_reason
 from dualdrop.nn import _numba
+from dualdrop.nn._noise import uniform
 from dualdrop.nn.methods.hardconcrete import fused
 from penalties.dropout import HC_BETA, HC_GAMMA, HC_ZETA, hc_l0_shift
 
@@ -74,13 +75,16 @@ class HardConcreteState(NoiseState):
     input units of a Linear weight, 0 = the output channels of a convolution kernel)."""
 
     def __init__(self, method, weight, *, lam, beta, gamma, zeta, droprate_init,
-                 lam_per_dataset, axis=None):
+                 lam_per_dataset, axis=None, groups=None):
         super().__init__(method)
         self.lam, self.beta, self.gamma, self.zeta = lam, beta, gamma, zeta
         self.lam_per_dataset = lam_per_dataset
         self.axis = axis
+        self.groups = groups
         w = weight.detach()
         shape = w.shape if axis is None else (w.shape[axis],)
+        if groups is not None:  # one gate per group (granularity), broadcast over the group
+            shape = groups.shape
         mean = math.log(1.0 - droprate_init) - math.log(droprate_init)
         logits = torch.empty(shape, dtype=w.dtype, device=w.device).normal_(mean, 1e-2)
         self.gate_logits = nn.Parameter(logits)
@@ -127,6 +131,17 @@ class HardConcreteState(NoiseState):
         return z.view(shape)
 
     def train_weight(self, w):
+        if self.groups is not None:  # one gate sample per group and forward (reference form)
+            shape = self.gate_logits.shape
+            if _numba.active(self.gate_logits):
+                u = uniform(shape, self.next_key(), self.gate_logits.dtype,
+                            self.gate_logits.device)
+            else:
+                u = torch.rand(shape, dtype=self.gate_logits.dtype,
+                               device=self.gate_logits.device)
+            u.clamp_(_U_EPS, 1.0 - _U_EPS)
+            z = _HardConcreteSample.apply(self.gate_logits, u, self.beta, self.gamma, self.zeta)
+            return self.groups.scale(w, z)
         if self.axis is not None:
             self.note_read()
             return w  # neuron gates are sampled per example in the hooks
@@ -135,6 +150,8 @@ class HardConcreteState(NoiseState):
         return w * self.sample_gates(w.shape)
 
     def eval_weight(self, w):
+        if self.groups is not None:
+            return self.groups.scale(w, self.test_gates())
         return w * self._broadcast(self.test_gates(), w)
 
     def keep_mask(self, w):
@@ -144,7 +161,9 @@ class HardConcreteState(NoiseState):
         return self.gate_logits.detach()  # the test gate is monotone in its logit
 
     def unit_mask(self, mask, w) -> torch.Tensor:
-        return self._broadcast(mask, w).expand_as(w) if self.axis is not None else mask
+        if self.axis is None:
+            return super().unit_mask(mask, w)  # per weight, or per group (granularity)
+        return self._broadcast(mask, w).expand_as(w)
 
     def input_gate_hook(self, module, args):
         """Linear: gate the input units, one sample per example."""
@@ -211,7 +230,7 @@ class HardConcrete(Method):
 
     def make_state(self, target):
         return HardConcreteState(self.name, target.param, lam_per_dataset=self.lam_per_dataset,
-                                 **self.state_hparams())
+                                 groups=self.groups_of(target), **self.state_hparams())
 
 
 class HardConcreteNeuron(HardConcrete):
@@ -226,6 +245,16 @@ class HardConcreteNeuron(HardConcrete):
     floor = {"rand_cb": "r", "trans": "2r", "pass": "3r"}
     acts_on = "Linear weights (input units) and Conv1d/2d/3d kernels (output channels)"
     needs_linear_map = True
+    granularities = ("weight",)  # its own groups; granularity="neuron" is hardconcrete's
+
+    @classmethod
+    def check_granularity(cls, value):
+        if value in ("neuron", "channel", "head"):
+            raise ValueError(f"granularity={value!r}: hardconcrete-neuron already gates groups "
+                             "(Linear input units, convolution output channels) and takes only "
+                             "granularity='weight' (its default); for one gate per output unit "
+                             "use method 'hardconcrete' with granularity='neuron'")
+        return super().check_granularity(value)
 
     def skip_reason(self, target):
         reason = super().skip_reason(target)
