@@ -134,7 +134,10 @@ class WeightState(nn.Module):
     # state_dict carries the method name so that a checkpoint of one method cannot be loaded
     # silently into a model sparsified with another one (several share tensor names).
     def get_extra_state(self):
-        return {"version": _EXTRA_STATE_VERSION, "method": self.method}
+        state = {"version": _EXTRA_STATE_VERSION, "method": self.method}
+        if self.groups is not None:  # single weights: no entry (earlier checkpoints' form)
+            state["granularity"] = self.groups.kind
+        return state
 
     def set_extra_state(self, state):
         method = state.get("method") if isinstance(state, dict) else None
@@ -143,6 +146,13 @@ class WeightState(nn.Module):
                 f"state_dict was saved from a weight sparsified with method {method!r} but this "
                 f"one uses {self.method!r}; call sparsify(model, {method!r}, ...) on the fresh "
                 "model before load_state_dict")
+        saved = state.get("granularity", "weight")
+        own = "weight" if self.groups is None else self.groups.kind
+        if saved != own:
+            raise ValueError(
+                f"state_dict was saved from a weight pruned by {saved} (granularity) but this one "
+                f"is pruned by {own}; sparsify the fresh model with granularity={saved!r} before "
+                "load_state_dict")
 
     def extra_repr(self):
         return f"method={self.method}"

@@ -147,7 +147,7 @@ def test_group_adatikhonov_value():
         n = np.sqrt((W * W).sum(1))
         with np.errstate(invalid="ignore", divide="ignore"):
             want += lam / 2 * float(np.sum(np.where(n > 0, n * n / P.eta_hat(n), 0.0)))
-    assert float(sp.regularizer(100)) == pytest.approx(want, rel=1e-6)
+    assert sp.regularizer(100).item() == pytest.approx(want, rel=1e-6)
 
 
 @pytest.mark.parametrize("opt_kind", ["sgd", "adam"])
@@ -210,7 +210,7 @@ def test_vardrop_one_alpha_per_group(method):
             expect = (st.log_sigma2.detach() - torch.log(ms + 1e-8)).clamp(-8, 8)
             torch.testing.assert_close(la, expect)
         want += lam * size * float(kl_approx(la).sum())
-    assert float(sp.regularizer(100)) == pytest.approx(want, rel=1e-9)
+    assert sp.regularizer(100).item() == pytest.approx(want, rel=1e-9)
     x, y = _batch(model)
     F.cross_entropy(model(x.double()), y).backward()
 
@@ -386,3 +386,26 @@ def test_cli_granularity_neuron(tmp_path, capsys):
                "granularity=weight", "--epochs", "1", "--no-progress",
                "--out", str(tmp_path / "twice")])
     assert rc == 2 and "granularity given twice" in capsys.readouterr().err
+
+
+# ---- state dicts ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["logsum", "vardrop-lr-ar", "hardconcrete", "eta-trick"])
+def test_state_dict_round_trip_and_granularity_check(method):
+    torch.manual_seed(0)
+    model = TinyMLP()
+    sp = sparsify(model, method, granularity="neuron")
+    _train(model, sp, 2, lr=1e-3)
+    sd = model.state_dict()
+    torch.manual_seed(1)
+    other = TinyMLP()
+    sparsify(other, method, granularity="neuron")
+    other.load_state_dict(sd)
+    model.eval()
+    other.eval()
+    x = _batch(model)[0]
+    assert torch.equal(model(x), other(x))
+    plain = TinyMLP()
+    sparsify(plain, method)
+    with pytest.raises((ValueError, RuntimeError), match="granularity|size mismatch"):
+        plain.load_state_dict(sd)

@@ -108,7 +108,7 @@ class Magnitude(Method):
         every = min(hp["prune_every"], max(1, total_steps // 50))
         changed = False
         if (step >= hp["begin"] * total_steps and (step % every == 0 or step == t1)
-                and hp["granularity"] != "weight"):
+                and pairs and pairs[0][1].groups is not None):
             update_group_masks(pairs, hp, target_sparsity(hp, step, total_steps))
             changed = True
         elif step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
