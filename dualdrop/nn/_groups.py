@@ -111,8 +111,12 @@ class Groups:
 
 def _neuron(module: nn.Module, tensor_name: str, shape) -> Groups | str:
     name = type(module).__name__
+    if isinstance(module, nn.MultiheadAttention):
+        return (f"MultiheadAttention's {tensor_name} holds the heads' projections, not output "
+                "units (granularity='head' groups its heads; or exclude it)")
     if tensor_name != "weight":
-        return f"{tensor_name} is not the weight of a Linear or convolution layer"
+        return (f"{tensor_name} is not the weight of a Linear or convolution layer (exclude it, "
+                "or use granularity='weight')")
     if len(shape) < 2:
         return f"{name}.weight has {len(shape)} dimension(s): no output units to group"
     if isinstance(module, _CONV_T):
@@ -122,7 +126,7 @@ def _neuron(module: nn.Module, tensor_name: str, shape) -> Groups | str:
     if isinstance(module, (nn.Linear,) + _CONV):
         return Groups("neuron", shape, shape, (shape[0],) + (1,) * (len(shape) - 1))
     return (f"{name} is not a Linear or convolution layer, whose output units the groups are "
-            "(use granularity='weight' for it, or exclude it)")
+            "(exclude it, or use granularity='weight')")
 
 
 def _head(module: nn.Module, parent, tensor_name: str, shape) -> Groups | str | None:

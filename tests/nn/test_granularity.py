@@ -409,3 +409,20 @@ def test_state_dict_round_trip_and_granularity_check(method):
     sparsify(plain, method)
     with pytest.raises((ValueError, RuntimeError), match="granularity|size mismatch"):
         plain.load_state_dict(sd)
+
+
+def test_attach_takes_the_granularity_of_the_states():
+    import copy
+
+    from dualdrop.nn import Sparsifier
+
+    torch.manual_seed(0)
+    model = TinyMLP()
+    sparsify(model, "magnitude", granularity="channel", sparsity=0.5, scope="layer")
+    twin = copy.deepcopy(model)
+    sp = Sparsifier.attach(twin, "magnitude", sparsity=0.5, scope="layer")
+    assert sp.hparams["granularity"] == "neuron"
+    sp.after_step(None, 10, 10)
+    rows = _rows(twin.fc1.weight)
+    assert bool(((rows == 0).all(1) | (rows != 0).all(1)).all())
+    assert int((rows == 0).all(1).sum()) == 12
