@@ -252,6 +252,9 @@ def run(args) -> int:
         if report.get("model_files"):
             print(f"  trained network: {cfg.out}/model.pt; in Python: "
                   f"dualdrop.train.load_run({str(cfg.out)!r})")
+            if report["model_files"].get("compact"):
+                print(f"  dead units removed: {cfg.out}/{report['model_files']['compact']}; "
+                      f"load_run({str(cfg.out)!r}, layout='compact')")
         unpruned = report.get("test_error_unpruned")
         if unpruned is not None and unpruned != report["test_error"]:
             print(f"  without test-time pruning (the paper's released-code protocol for its "

@@ -10,6 +10,7 @@ Entry points::
     sp.after_step(opt, step, total_steps)         # after every opt.step()
     sp.density()                                  # {weight: fraction nonzero, "total": ...}
     plain = export_sparse(model, layout="dense")  # loads strictly into the plain architecture
+    small = compact(model, example_inputs=x)      # dead units removed (needs torch-pruning)
     sp.finalize()                                 # or fold the pruning into the model in place
 
 Methods (``METHODS``, plus ``"penalty:<name>"`` for any separable ``penalties`` catalog name),
@@ -32,10 +33,12 @@ nor counted), a tied weight once, with each method's deterministic test-time rul
 
 from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import Method, state_of
+from dualdrop.nn.compact import compact, compact_report, load_compact, save_compact
 from dualdrop.nn.export import CSRLinear, export_sparse, fold, format_report, sparsity_report
 from dualdrop.nn.registry import REGISTRY, describe, method_class
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
            "METHODS", "REGISTRY", "Method", "method_class", "describe", "Sparsifier",
-           "CSRLinear", "fold", "state_of", "tune_allocator"]
+           "CSRLinear", "fold", "state_of", "tune_allocator", "compact", "compact_report",
+           "save_compact", "load_compact"]

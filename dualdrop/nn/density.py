@@ -163,9 +163,10 @@ class DensityController:
         """Masks keeping at most ``goal`` of the weights, the method's lowest-ranked units out."""
         pairs = [(t.param, st) for t, st in self.sp.states()]
         old = self.masks
-        scores, sizes, floors = [], [], []
+        scores, shapes, sizes, floors = [], [], [], []
         for i, (w, st) in enumerate(pairs):
             sc = st.keep_score(w).double()
+            shapes.append(sc.shape)
             wa = st.unit_magnitude(w)
             if sc.shape == wa.shape:  # one unit per weight or group: ties broken by |w|, ||w_g||
                 wa = wa.double()
@@ -189,14 +190,15 @@ class DensityController:
         budget = goal * float(unit.sum())
         after = torch.cumsum(unit[order], 0)
         n_keep = int((after <= budget).sum())
-        if n_keep < len(order) and after[n_keep] - budget < budget - (after[n_keep] - unit[order[n_keep]]):
-            n_keep += 1  # the border unit (a gate's group) when keeping it lands closer to goal
+        if n_keep < len(order):  # the border unit (a gate's group) if keeping it lands closer
+            over, under = after[n_keep] - budget, budget - (after[n_keep] - unit[order[n_keep]])
+            n_keep += int(over < under)
         n_keep = max(n_keep, int(torch.isposinf(allsc).sum()))  # the floors, whatever the budget
         keep = torch.zeros(allsc.numel(), dtype=torch.bool)
         keep[order[:n_keep]] = True
         masks = []
         for i, part in enumerate(torch.split(keep, [sc.numel() for sc in scores])):
-            m = part.to(scores[i].device).view(pairs[i][1].keep_score(pairs[i][0]).shape)
+            m = part.to(scores[i].device).view(shapes[i])
             masks.append(m if old is None else m & old[i])
         self.masks = masks
 

@@ -15,6 +15,10 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   density and lost at 30%, see benchmarks/RESULTS.md), else ``"dense"``. One layout for all
   Linear layers: mixing them makes a dense layer receive the feature-major view of a CSR layer's
   output, which measured slower than either pure layout.
+- ``"compact"`` (with ``example_inputs=``): the dense layers with dead neurons and channels
+  removed physically, outputs unchanged (``dualdrop.nn.compact``; needs torch-pruning, the
+  ``structured`` extra). Its ``state_dict`` fits the narrower shapes only: save it with
+  ``save_compact``, reload with ``load_compact``.
 
 ``CSRLinear`` takes and returns the usual ``(batch, features)`` tensors, but its output is a
 transposed view of a contiguous ``(features, batch)`` result: elementwise layers in between
@@ -39,6 +43,9 @@ from dualdrop.nn._base import check_choice, check_float, remove_state_hooks, sta
 from dualdrop.nn.targets import all_targets, default_weight_names
 
 CSR_MAX_DENSITY = 0.1
+# layouts built on top of this module: "compact" -> dualdrop.nn.compact.compact, registered by
+# that module (imported with dualdrop.nn), which itself starts from export_sparse(..., "dense")
+LAYOUT_HOOKS: dict = {}
 
 def _module_path_only(module, args):
     """A no-op forward pre-hook (see ``CSRLinear``)."""
@@ -143,16 +150,24 @@ def _own_class(mod):
 
 
 def export_sparse(model: nn.Module, layout: str = "auto", *,
-                  csr_max_density: float = CSR_MAX_DENSITY) -> nn.Module:
+                  csr_max_density: float = CSR_MAX_DENSITY, example_inputs=None) -> nn.Module:
     """A plain copy of ``model`` with masks folded in (see module docstring for ``layout``).
 
     The result is in ``eval()`` mode, has no parametrizations, hooks or extra parameters from
     ``sparsify`` and computes what the sparsified model computes in ``eval()`` mode. ``model``
-    is unchanged.
+    is unchanged. ``layout="compact"`` also removes dead units physically (a narrower network,
+    not loadable into the original architecture): ``dualdrop.nn.compact.compact(model,
+    example_inputs)``, which needs ``example_inputs`` for one traced forward run and the
+    optional torch-pruning package.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    check_choice("layout", layout, {"auto", "dense", "csr"})
+    check_choice("layout", layout, {"auto", "dense", "csr", "compact"})
+    if layout == "compact":
+        return LAYOUT_HOOKS["compact"](model, example_inputs)
+    if example_inputs is not None:
+        raise ValueError(f"example_inputs is only used by layout='compact', got "
+                         f"layout={layout!r}; drop example_inputs or pass layout='compact'")
     csr_max_density = check_float("csr_max_density", csr_max_density, low=0.0, high=1.0)
     out = fold(copy.deepcopy(model), leave_sparse=True)
     if type(out) is nn.Linear:  # the model itself is a single layer

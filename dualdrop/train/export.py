@@ -5,8 +5,10 @@ evaluation rule (keep ratio at least ``tol``, gates at their expected value, mag
 folded into plain weights, pruned weights exactly 0 (``dualdrop.nn.export_sparse``). A finished
 run writes that network as the ``state_dict`` of the plain architecture (``model.pt``), and, when
 ``export_sparse(layout="auto")`` judges the network sparse enough for CSR products to pay off,
-also its CSR form (``model_csr.pt``). Both load with ``weights_only=True``; :func:`load_run`
-rebuilds the architecture from the run's record and returns the network in eval mode.
+also its CSR form (``model_csr.pt``), and, when torch-pruning is installed (extra
+``structured``), its compact form with dead units removed (``model_compact.pt``, written by
+``dualdrop.nn.save_compact``). All load with ``weights_only=True``; :func:`load_run` rebuilds
+the architecture from the run's record and returns the network in eval mode.
 The same test-time network of a checkpoint warm-starts other runs (:func:`init_weights`).
 """
 
@@ -26,6 +28,7 @@ from dualdrop.train.models import DEFAULT_MODEL, build_model
 
 MODEL = "model.pt"
 MODEL_CSR = "model_csr.pt"
+MODEL_COMPACT = "model_compact.pt"
 _LEGACY_NAMES = {"lenet-300-100": DEFAULT_MODEL}  # records written before --model existed
 
 
@@ -103,19 +106,40 @@ def init_weights(source: str | os.PathLike, n_features: int, n_classes: int,
     return sd, info
 
 
-def save_model(model: nn.Module, sparsified: bool, out: Path) -> dict:
+def example_batch(n_features: int) -> torch.Tensor:
+    """A fixed random batch ``(4, n_features)``: the forward run that traces a network of
+    ``dualdrop.train.models`` for the compact export (random, so that a unit's constant output
+    is checked across distinct samples)."""
+    return torch.randn(4, int(n_features), generator=torch.Generator().manual_seed(0))
+
+
+def save_model(model: nn.Module, sparsified: bool, out: Path,
+               n_features: int | None = None) -> dict:
     """Write ``out/model.pt`` (and ``out/model_csr.pt`` when the auto layout is CSR) of the
-    trained ``model``; return the record of the files for final.json."""
+    trained ``model``; with ``n_features`` (the input size) and torch-pruning installed, also
+    ``out/model_compact.pt`` of a sparsified model (dead units removed, ``dualdrop.nn.compact``).
+    Return the record of the files for final.json."""
     dnn = _nn()
     plain = dnn.export_sparse(model, layout="dense") if sparsified else model
     atomic_save({k: v.detach().cpu() for k, v in plain.state_dict().items()}, out / MODEL)
-    files = {"dense": MODEL, "csr": None}
+    files = {"dense": MODEL, "csr": None, "compact": None}
     auto = dnn.export_sparse(plain, layout="auto")
     if any(isinstance(m, dnn.CSRLinear) for m in auto.modules()):
         atomic_save({k: v.detach().cpu() for k, v in auto.state_dict().items()}, out / MODEL_CSR)
         files["csr"] = MODEL_CSR
     else:
         (out / MODEL_CSR).unlink(missing_ok=True)
+    (out / MODEL_COMPACT).unlink(missing_ok=True)
+    if sparsified and n_features is not None:
+        try:
+            small = dnn.compact(plain.cpu(), example_batch(n_features))
+        except ImportError:  # torch-pruning (extra "structured") is optional
+            small = None
+        if small is not None:
+            tmp = out / (MODEL_COMPACT + ".tmp")
+            dnn.save_compact(small, tmp)
+            os.replace(tmp, out / MODEL_COMPACT)
+            files["compact"] = MODEL_COMPACT
     return files
 
 
@@ -124,12 +148,14 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
 
     ``run``: the run's output folder. ``layout="dense"``: the plain architecture with pruned
     weights exactly 0 (``nn.Linear`` layers); ``"csr"``: the Linear layers as ``CSRLinear``
-    (sparse CSR weights; from ``model_csr.pt`` when the run wrote one, else converted). The
+    (sparse CSR weights; from ``model_csr.pt`` when the run wrote one, else converted);
+    ``"compact"``: dead units removed (``dualdrop.nn.compact``, needs torch-pruning; from
+    ``model_compact.pt`` when the run wrote one, else compacted from the dense network). The
     network is in eval mode, on the CPU, loaded with ``weights_only=True``. A run finished by an
     older dualdrop (no ``model.pt``) is rebuilt from its checkpoint.
     """
-    if layout not in ("dense", "csr"):
-        raise ValueError(f"layout={layout!r}; expected 'dense' or 'csr'")
+    if layout not in ("dense", "csr", "compact"):
+        raise ValueError(f"layout={layout!r}; expected 'dense', 'csr' or 'compact'")
     folder = Path(run)
     final_path = folder / "final.json"
     if not final_path.is_file():
@@ -153,11 +179,18 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
             raise ValueError(f"{folder / MODEL} does not fit {arch}: {str(exc).splitlines()[0]}; "
                              f"{fix}") from None
     else:
-        net = test_time_network(read_checkpoint(folder / CHECKPOINT, fix=fix))
+        ck = read_checkpoint(folder / CHECKPOINT, fix=fix)
+        arch = {"n_features": ck["config"]["n_features"]}
+        net = test_time_network(ck)
     net.eval()
     if layout == "dense":
         return net
     dnn = _nn()
+    if layout == "compact":
+        compact_path = folder / MODEL_COMPACT
+        if compact_path.is_file() and MODEL in os.listdir(folder):
+            return dnn.load_compact(compact_path, build(arch))
+        return dnn.compact(net, example_batch(arch["n_features"]))
     csr_path = folder / MODEL_CSR
     if not csr_path.is_file():
         return dnn.export_sparse(net, layout="csr")

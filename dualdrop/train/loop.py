@@ -17,7 +17,8 @@ Outputs in ``TrainConfig.out``:
 - ``checkpoint.pt`` (:mod:`dualdrop.train.checkpoint`): written atomically after every epoch;
   ``resume=True`` continues from it *exactly* (same weights, bit for bit, as an uninterrupted
   run on the same device and world size);
-- ``model.pt`` (and ``model_csr.pt`` when sparse enough), :mod:`dualdrop.train.export`: the
+- ``model.pt`` (and ``model_csr.pt`` when sparse enough, ``model_compact.pt`` with dead
+  units removed when torch-pruning is installed), :mod:`dualdrop.train.export`: the
   trained test-time network as a plain ``state_dict``; ``load_run(out)`` returns it ready to use;
 - ``final.json``: end-of-training test error (never the best seen during training: the test set
   is read only here), validation error, density, per-layer report; written last.
@@ -478,7 +479,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
                         "out": str(out), "history": run.history}
             report = _final_report(run)
             if dist_.main:
-                report["model_files"] = save_model(run.model, run.sp is not None, out)
+                report["model_files"] = save_model(run.model, run.sp is not None, out,
+                                                    n_features=run.data.n_features)
         except KeyboardInterrupt:
             saved = run.saved_epoch if run is not None else int(ckpt["epoch"] if ckpt else 0)
             raise TrainingInterrupted(str(out), saved) from None

@@ -426,3 +426,28 @@ def test_attach_takes_the_granularity_of_the_states():
     rows = _rows(twin.fc1.weight)
     assert bool(((rows == 0).all(1) | (rows != 0).all(1)).all())
     assert int((rows == 0).all(1).sum()) == 12
+
+
+@pytest.mark.parametrize("method", ["logsum", "vardrop", "hardconcrete", "magnitude"])
+def test_pruned_neurons_export_compact(method):
+    pytest.importorskip("torch_pruning")
+    from dualdrop.nn import compact_report, export_sparse
+
+    torch.manual_seed(0)
+    model = TinyMLP()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sp = sparsify(model, method, granularity="neuron", target_density=0.3, exclude=["fc3"])
+        _train(model, sp, 30)
+    model.eval()
+    x = _batch(model)[0]
+    small = export_sparse(model, layout="compact", example_inputs=x)
+    dense = export_sparse(model, layout="dense")
+    zero_rows = {n: int((_rows(getattr(dense, n).weight) == 0).all(1).sum()) for n in ("fc1",
+                                                                                      "fc2")}
+    report = compact_report(dense, small)
+    for n, z in zero_rows.items():
+        assert report[n] == (getattr(dense, n).out_features - z, getattr(dense, n).out_features)
+    assert sum(zero_rows.values()) > 0
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), model(x), rtol=0, atol=1e-5)

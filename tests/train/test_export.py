@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 
 import pytest
 import torch
 
 from dualdrop.train import TrainConfig, lenet_300_100, load_run, train
+from dualdrop.train.export import save_model
 
 dnn = pytest.importorskip("dualdrop.nn")
+
+
+def _has_tp():
+    return importlib.util.find_spec("torch_pruning") is not None
 
 
 def _cfg(tmp_path, method, **kw):
@@ -25,7 +32,10 @@ def test_load_run_matches_sparsified_network(tmp_path, tiny_data, method, csr):
     rep = train(_cfg(tmp_path, method), data=tiny_data)
     out = tmp_path / method
     assert (out / "model.pt").is_file() and (out / "model_csr.pt").is_file() == csr
-    assert rep["model_files"] == {"dense": "model.pt", "csr": "model_csr.pt" if csr else None}
+    compact = "model_compact.pt" if method != "none" and _has_tp() else None
+    assert rep["model_files"] == {"dense": "model.pt", "csr": "model_csr.pt" if csr else None,
+                                  "compact": compact}
+    assert (out / "model_compact.pt").is_file() == (compact is not None)
     # the reference: the trained network rebuilt from its checkpoint, in eval mode
     ck = torch.load(out / "checkpoint.pt", weights_only=True)
     ref = lenet_300_100(784)
@@ -44,6 +54,11 @@ def test_load_run_matches_sparsified_network(tmp_path, tiny_data, method, csr):
         sparse = load_run(out, layout="csr")
         assert any(isinstance(m, dnn.CSRLinear) for m in sparse.modules())
         torch.testing.assert_close(sparse(X), want, rtol=0, atol=1e-5)
+        if _has_tp():
+            small = load_run(out, layout="compact")
+            torch.testing.assert_close(small(X), want, rtol=0, atol=1e-5)
+            assert sum(p.numel() for p in small.parameters()) <= sum(
+                p.numel() for p in net.parameters())
     # pruned weights are exactly zero; the density is the run's
     w = [p for n, p in net.named_parameters() if n.endswith("weight")]
     nnz = sum(int(torch.count_nonzero(p)) for p in w) / sum(p.numel() for p in w)
@@ -111,3 +126,15 @@ def test_unpruned_test_error(tmp_path, tiny_data):
     for method in ("none", "hardconcrete"):
         r = train(_cfg(tmp_path, method), data=tiny_data)
         assert r["test_error_unpruned"] == r["test_error"]
+
+
+def test_save_model_without_torch_pruning_skips_the_compact_file(tmp_path, monkeypatch):
+    net = lenet_300_100(64)
+    dnn.sparsify(net, "magnitude")
+    (tmp_path / "model_compact.pt").write_bytes(b"stale")
+    monkeypatch.setitem(sys.modules, "torch_pruning", None)
+    files = save_model(net, True, tmp_path, n_features=64)
+    assert files["compact"] is None and not (tmp_path / "model_compact.pt").exists()
+    assert (tmp_path / "model.pt").is_file()
+    with pytest.raises(ImportError, match=r"dualdrop\[structured\]"):
+        dnn.compact(net, torch.zeros(2, 64))

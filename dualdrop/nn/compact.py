@@ -1,0 +1,522 @@
+"""Compact export: physically remove the dead units of a sparsified network.
+
+After the dense fold (``export_sparse(model, "dense")``) a pruned neuron is still there, as a
+zero row of its layer. ``compact(model, example_inputs)`` removes such units, so the network
+really gets narrower (fewer parameters, smaller products), while computing exactly what the
+masked network computes in eval mode.
+
+**Which units.** A unit ``i`` of a Linear layer ``y = W x + b`` (a row of ``W``), or an output
+channel of a convolution (a filter ``W[i]``), is *dead* when ``W[i] = 0``: its output is the
+constant ``b_i`` whatever the input. Removing it also removes column ``i`` of every layer that
+reads it, the BatchNorm entries on its way, and the matching unit of every tensor added to or
+concatenated with it. Finding these coupled sets by hand is error-prone (residual adds,
+concatenations, flattening), so they come from the dependency graph of Torch-Pruning
+(Fang et al., DepGraph, CVPR 2023), traced by one forward run on ``example_inputs``:
+``DependencyGraph().build_dependency`` and ``get_pruning_group(layer, prune_*_out_channels,
+idxs)``. An index of a coupled group is removed only when every layer producing it is dead
+there (both sides of a residual add, every input of a concatenation), or when every layer
+reading it ignores it (``W_next[:, i] = 0``, what input-unit gates such as
+``hardconcrete-neuron`` leave): then ``W_next[:, i] h_i = 0`` whatever ``h_i`` is.
+
+**Exactness.** A dead unit still emits a constant: ``b_i`` through the elementwise path to the
+next layer, e.g. ``relu(b_i)``, or ``beta_i + gamma_i (b_i - mu_i) / sqrt(var_i + eps)`` after
+an eval-mode BatchNorm. The next layer's contribution of it is input independent and moves
+into that layer's bias before the unit goes::
+
+    Linear:  b'_o = b_o + sum_i W_next[o, i] c_i
+    Conv:    b'_o = b_o + sum_i c_i sum_k W_next[o, i, k]   (no zero padding: see below)
+
+The constant ``c`` is read at the next layer's input on the ``example_inputs`` forward run
+(and checked to be the same for every sample and position). That it is a constant at all is
+guaranteed by the graph, not by the samples: every operation on the way must be one that maps a
+constant unit to a constant. A unit is kept instead whenever the fold would not be exact:
+
+- the path holds anything but per-entry operations (ReLU, GELU, Tanh, Sigmoid, SiLU, ...,
+  eval-mode Dropout and BatchNorm, residual adds of coupled tensors, pooling, flatten,
+  concatenation): a LayerNorm, an attention block, a permute, a sum with a tensor from outside
+  the graph (the raw input), a reused or tied layer or the model output in the group keep the
+  whole group;
+- the next convolution zero-pads (a constant input becomes non-constant at the borders) and
+  ``c != 0``; or the next layer has no bias and ``c != 0``; or it is a grouped convolution;
+- ``c`` measured on ``example_inputs`` is not constant across samples or positions.
+
+Attention heads are not removed: Torch-Pruning's ``nn.MultiheadAttention`` pruner narrows the
+embedding width (coupled to the residual stream and its LayerNorms) rather than dropping heads.
+The hidden units of a Transformer's feed-forward block (``linear1``) are removed.
+
+**Saving.** The compact network no longer fits the original architecture's ``state_dict``.
+``save_compact(model, path)`` stores ``{"format", "state_dict", "shapes", "groups"}``
+(tensors, ints and strings only, so ``torch.load(weights_only=True)`` reads it) and
+``load_compact(path, fresh)`` resizes the Linear, convolution and BatchNorm layers of a fresh
+instance of the original architecture to the saved shapes, then loads the weights with
+``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every module's
+``__dict__``, hook tables and attributes included, which ``weights_only=True`` refuses even for
+a plain ``nn.Sequential``; hence this format.)
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+
+import torch
+import torch.nn as nn
+
+from dualdrop.nn import export as _export
+from dualdrop.nn.export import export_sparse
+
+INSTALL_HINT = 'pip install "dualdrop[structured]"'
+FORMAT = "dualdrop-compact"
+
+_LINEAR = (nn.Linear,)
+_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+# autograd nodes (names without the trailing version digit) that act entry by entry, or per
+# channel over positions: a constant unit stays a constant through them
+_PER_ENTRY = {
+    "ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "SiluBackward",
+    "LeakyReluBackward", "EluBackward", "HardtanhBackward", "HardswishBackward",
+    "HardsigmoidBackward", "SoftplusBackward", "MishBackward", "ClampBackward",
+    "ClampMinBackward", "ClampMaxBackward", "NegBackward", "CloneBackward", "AliasBackward",
+    "AddBackward", "SubBackward", "MulBackward", "DivBackward",
+    "MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward",
+    "MaxPool3DWithIndicesBackward", "AvgPool2DBackward", "AvgPool3DBackward",
+    "AdaptiveAvgPool2DBackward", "AdaptiveAvgPool3DBackward",
+    "AdaptiveMaxPool2DBackward", "AdaptiveMaxPool3DBackward",
+}
+_BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward"}
+
+
+def _tp():
+    try:
+        import torch_pruning as tp
+    except ImportError as exc:
+        raise ImportError("compact export needs torch-pruning (Torch-Pruning, Fang et al., "
+                          f"DepGraph, CVPR 2023), which is not installed: {INSTALL_HINT}") \
+            from exc
+    return tp
+
+
+def _call(model, inputs):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+def _check_inputs(example_inputs):
+    if example_inputs is None:
+        raise TypeError("example_inputs is required for the compact layout: the dependency graph "
+                        "that couples layers (next layer's inputs, BatchNorm, residual adds) is "
+                        "traced by one forward run, model(example_inputs); pass e.g. a batch "
+                        "torch.randn(2, n_features) (a tuple/list is unpacked as positional "
+                        "arguments, a dict as keyword arguments)")
+    if not _tensors(example_inputs):
+        raise TypeError("example_inputs must be a tensor, or a tuple/list/dict of tensors, got "
+                        f"{type(example_inputs).__name__}")
+
+
+def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Module:
+    """A new plain module computing what ``model`` computes in eval mode, dead units removed.
+
+    ``model``: a sparsified model (its masks are folded first, as by
+    ``export_sparse(model, "dense")``) or a plain one; it is not changed. ``example_inputs``:
+    the inputs of one forward run, ``model(example_inputs)`` (tuple/list: positional arguments,
+    dict: keyword arguments), used to trace the layer dependencies and read the constants that
+    removed units emit; random inputs of the real shape are best. ``verify``: compare both
+    networks on ``example_inputs`` and raise if they differ (they should not). See the module
+    docstring for which units go and why the result is exact. Returns the module in eval mode;
+    :func:`compact_report` lists the units kept per layer.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    _check_inputs(example_inputs)
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be True or False, got {verify!r}")
+    tp = _tp()
+    dense = export_sparse(model, layout="dense")
+    ref = copy.deepcopy(dense) if verify else None
+    trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
+    out = _compact_plain(dense, example_inputs, tp)
+    for n, p in out.named_parameters():
+        p.requires_grad_(trainable.get(n, True))
+    if verify:
+        _verify(ref, out, example_inputs)
+    return out.eval()
+
+
+def _layer_kind(m):
+    if type(m) in _LINEAR:
+        return "linear"
+    if type(m) in _CONV:
+        if m.groups == 1:
+            return "conv"
+        if m.groups == m.in_channels == m.out_channels:
+            return "depthwise"
+        return "grouped"
+    return None
+
+
+def _zero_rows(m) -> list:
+    """Per output unit: whether its weights (a row of W, a filter) are all zero."""
+    return (m.weight.reshape(m.weight.shape[0], -1) == 0).all(1).tolist()
+
+
+def _pad_free(conv) -> bool:
+    """Whether a constant input channel gives a constant output everywhere (no zero padding)."""
+    if conv.padding_mode != "zeros":
+        return True
+    if isinstance(conv.padding, str):
+        return conv.padding == "valid" or all(k == 1 for k in conv.kernel_size)
+    return all(p == 0 for p in conv.padding)
+
+
+@torch.no_grad()
+def _columns(x, m, kind, idxs):
+    """``(N, len(idxs))``: every sample/position of the consumer input at ``idxs``."""
+    if kind == "linear":
+        flat = x.reshape(-1, m.in_features)
+    else:
+        if x.dim() == len(m.kernel_size) + 1:  # an unbatched input
+            x = x.unsqueeze(0)
+        flat = x.transpose(0, 1).reshape(m.in_channels, -1).t()
+    return flat[:, idxs].double()
+
+
+@torch.no_grad()
+def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
+    """Remove dead units of the plain module ``net`` in place (see :func:`compact`)."""
+    net.eval()
+    shared = _shared_params(net)
+
+    # 1. every layer's input on one forward run: the constants dead units feed the next layer
+    seen, calls = {}, {}
+
+    def grab(m, args):
+        calls[m] = calls.get(m, 0) + 1
+        if args and isinstance(args[0], torch.Tensor):
+            seen[m] = args[0].detach()
+
+    hooks = [m.register_forward_pre_hook(grab) for m in net.modules() if _layer_kind(m)]
+    try:
+        _call(net, example_inputs)
+    except Exception as exc:
+        raise ValueError(f"model(example_inputs) failed ({type(exc).__name__}: "
+                         f"{_first_line(exc)}); example_inputs must be valid inputs of the "
+                         "model (a tuple/list is unpacked as positional arguments)") from None
+    finally:
+        for h in hooks:
+            h.remove()
+
+    # 2. the dependency graph (Torch-Pruning traces autograd on a forward run)
+    for p in net.parameters():
+        p.requires_grad_(True)
+    outputs = set()  # a layer whose output is the model's output has no output node after it
+
+    def forward(model, inputs):
+        out = _call(model, inputs)
+        outputs.update(t.grad_fn for t in _tensors(out) if t.grad_fn is not None)
+        return out
+
+    try:
+        with torch.enable_grad():
+            dg = tp.DependencyGraph().build_dependency(
+                net, example_inputs=example_inputs, forward_fn=forward, verbose=False)
+    except Exception as exc:
+        raise ValueError("compact export: torch-pruning cannot trace this model's dependency "
+                         f"graph ({type(exc).__name__}: {_first_line(exc)}); export it with "
+                         'layout="dense" instead') from None
+    for p in net.parameters():
+        p.requires_grad_(False)
+
+    # 3. per group: which indices may go, and the bias folds that make removing them exact
+    plans, visited = [], set()
+    for m in list(dg.module2node):
+        kind = _layer_kind(m)
+        if kind not in ("linear", "conv") or m in visited:
+            continue
+        fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
+        width = m.out_features if kind == "linear" else m.out_channels
+        group = dg.get_pruning_group(m, fn, list(range(width)))
+        for item in group:
+            if dg.is_out_channel_pruning_fn(item.dep.handler):
+                visited.add(item.dep.target.module)
+        if any(item.dep.target.grad_fn in outputs and dg.is_out_channel_pruning_fn(
+                item.dep.handler) for item in group):
+            continue  # the model's output keeps its width
+        plan = _plan(group, m, width, tp, dg, seen, calls, shared)
+        if plan is not None:
+            plans.append(plan)
+
+    # 4. fold the constants, then remove (each group re-derived from its root layer)
+    for root, fn, idxs, folds in plans:
+        for layer, delta in folds:
+            layer.bias.add_(delta.to(layer.bias.dtype))
+    for root, fn, idxs, folds in plans:
+        dg.get_pruning_group(root, fn, idxs).prune()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return net
+
+
+def _plan(group, root, width, tp, dg, seen, calls, shared):
+    """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one group, or None if none go."""
+    ops = tp.ops
+    dead = [True] * width
+    consumers, inner = [], []
+    for item in group:
+        node, handler = item.dep.target, item.dep.handler
+        m = node.module
+        if isinstance(m, nn.Module) and calls.get(m, 0) > 1:
+            return None  # a layer used twice: one node, two roles
+        if node.type in (ops.OPTYPE.LINEAR, ops.OPTYPE.CONV, ops.OPTYPE.DEPTHWISE_CONV):
+            kind = _layer_kind(m)
+            if kind not in ("linear", "conv", "depthwise") or any(
+                    id(p) in shared for p in m.parameters(recurse=False)):
+                return None
+            if kind == "depthwise" or dg.is_out_channel_pruning_fn(handler):
+                if max(item.idxs, default=0) >= m.weight.shape[0]:
+                    return None  # a broadcast partner (one unit against many): not a unit map
+                zero = _zero_rows(m)
+                for idx, r in zip(item.idxs, item.root_idxs):
+                    dead[r] = dead[r] and zero[idx]
+            else:
+                in_dim = m.in_features if kind == "linear" else m.in_channels
+                if m not in seen or max(item.idxs, default=0) >= in_dim:
+                    return None
+                consumers.append((m, kind, list(item.idxs), list(item.root_idxs)))
+        elif node.type == ops.OPTYPE.BN:
+            if type(m) not in _BN or not m.track_running_stats:
+                return None
+        elif node.type == ops.OPTYPE.ELEMENTWISE:
+            if not node.inputs:
+                continue  # on a weight's own path (the transpose inside F.linear), not the data
+            name = re.sub(r"\d+$", "", str(m._grad_fn))
+            if name in ("AddmmBackward", "MmBackward"):
+                inner.append(node.grad_fn)  # checked below: a consumer's own product?
+                continue
+            if name not in _PER_ENTRY and not _spatial_mean(node.grad_fn, name):
+                return None
+            if name in _BINARY and any(f is None for f, _ in node.grad_fn.next_functions):
+                return None  # combined with a tensor outside the graph (e.g. the raw input)
+        elif node.type in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT,
+                           ops.OPTYPE.SLICE):
+            continue
+        else:  # model output, LayerNorm, attention, embedding, parameters, ...
+            return None
+    # unread: every layer reading the unit ignores it (zero column), e.g. input-unit gates
+    unread = [bool(consumers)] * width
+    for m, kind, idxs, roots in consumers:
+        cols = m.weight.transpose(0, 1)[idxs]
+        zero = (cols.reshape(len(idxs), -1) == 0).all(1).tolist()
+        for z, r in zip(zero, roots):
+            unread[r] = unread[r] and z
+    if not any(dead) and not any(unread):
+        return None
+    weights = {id(m.weight) for m, kind, _, _ in consumers if kind == "linear"}
+    if not all(_product_of(g, weights) for g in inner):
+        return None
+
+    # the constant each consumer reads at the dead indices, and whether it folds exactly
+    removable = [d or u for d, u in zip(dead, unread)]
+    reads = []
+    for m, kind, idxs, roots in consumers:
+        sel = [k for k, r in enumerate(roots) if dead[r] and not unread[r]]
+        if not sel:
+            continue
+        cols = _columns(seen[m], m, kind, [idxs[k] for k in sel])
+        c = cols[0]
+        const = ((cols - c).abs() <= 1e-6 * (1 + c.abs())).all(0)
+        exact_ok = (m.bias is not None) and (kind == "linear" or _pad_free(m))
+        for j, k in enumerate(sel):
+            if not const[j] or (c[j] != 0 and not exact_ok):
+                removable[roots[k]] = False
+        reads.append((m, kind, idxs, roots, sel, c))
+    gone = [r for r in range(width) if removable[r]]
+    if len(gone) == width:
+        gone = gone[1:]  # a layer keeps at least one unit (an empty layer is not a module)
+    if not gone:
+        return None
+    gone_set = set(gone)
+    folds = []
+    for m, kind, idxs, roots, sel, c in reads:
+        cols = [idxs[k] for k in sel if roots[k] in gone_set]
+        vals = torch.stack([c[j] for j, k in enumerate(sel) if roots[k] in gone_set]) \
+            if cols else None
+        if vals is None or not torch.any(vals != 0):
+            continue
+        w = m.weight.double()[:, cols]
+        if kind == "conv":
+            w = w.flatten(2).sum(2)
+        folds.append((m, w @ vals))
+    fn = tp.prune_linear_out_channels if _layer_kind(root) == "linear" \
+        else tp.prune_conv_out_channels
+    return root, fn, gone, folds
+
+
+def _product_of(grad_fn, weights) -> bool:
+    """Whether a matrix product node is a Linear layer's own ``x W^T`` (its weight among
+    ``weights``): on inputs with more than two dimensions ``F.linear`` is reshape, addmm, view,
+    and Torch-Pruning sees the module at the view and the addmm as a separate node."""
+    for fn, _ in grad_fn.next_functions:
+        if fn is not None and type(fn).__name__.startswith("TBackward"):
+            for leaf, _ in fn.next_functions:
+                if leaf is not None and id(getattr(leaf, "variable", None)) in weights:
+                    return True
+    return False
+
+
+def _spatial_mean(grad_fn, name) -> bool:
+    """A mean over positions only (dims 2, 3, ... of a ``(batch, channel, ...)`` tensor), as
+    ``nn.AdaptiveAvgPool2d(1)`` or ``x.mean((2, 3))`` computes: a constant channel stays one."""
+    if name != "MeanBackward":
+        return False
+    try:
+        dims = list(grad_fn._saved_dim)
+        ndim = len(grad_fn._saved_self_sym_sizes)
+    except (AttributeError, RuntimeError):
+        return False
+    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
+
+
+def _shared_params(net):
+    count = {}
+    for _, p in net.named_parameters(remove_duplicate=False):
+        count[id(p)] = count.get(id(p), 0) + 1
+    return {k for k, v in count.items() if v > 1}
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
+
+
+@torch.no_grad()
+def _verify(dense, small, example_inputs):
+    dense.eval()
+    small.eval()
+    a, b = _tensors(_call(dense, example_inputs)), _tensors(_call(small, example_inputs))
+    for x, y in zip(a, b):
+        scale = 1.0 + float(x.abs().max()) if x.numel() else 1.0
+        if x.shape != y.shape or not torch.allclose(x, y, rtol=1e-4, atol=1e-5 * scale):
+            raise RuntimeError("compact export changed the model's outputs on example_inputs; "
+                               'this is a bug, please report it; use layout="dense" meanwhile')
+
+
+def compact_report(dense: nn.Module, small: nn.Module) -> dict:
+    """``{layer_name: (kept, total)}``: output units (Linear) or channels (convolutions) of each
+    layer of the compact network ``small`` against the same layer of ``dense`` (the dense
+    export or the original model)."""
+    ref = dict(dense.named_modules())
+    rows = {}
+    for name, m in small.named_modules():
+        kind = _layer_kind(m)
+        if kind is None or name not in ref:
+            continue
+        total = ref[name].out_features if kind == "linear" else ref[name].out_channels
+        rows[name] = (m.out_features if kind == "linear" else m.out_channels, total)
+    return rows
+
+
+# ---------------------------------------------------------------------------- saving / loading
+
+def save_compact(model: nn.Module, path: str | os.PathLike) -> None:
+    """Write a compact network to ``path``: ``{"format", "state_dict", "shapes", "groups"}``
+    (tensors, ints and strings: readable with ``torch.load(weights_only=True)``; ``groups``: each
+    convolution's group count, which a narrowed depthwise convolution changes); reload it with
+    :func:`load_compact`."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    sd = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    groups = {n: int(m.groups) for n, m in model.named_modules() if isinstance(m, _CONV)}
+    torch.save({"format": FORMAT, "version": 1, "state_dict": sd,
+                "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups}, path)
+
+
+def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
+    """The compact network saved at ``path``, rebuilt on ``model``: a fresh (uncompacted)
+    instance of the original architecture, whose Linear, convolution and BatchNorm layers are
+    resized to the saved shapes before the weights load with ``strict=True``. Returns ``model``
+    in eval mode. A file that is not such a save, or does not fit ``model``, raises ValueError."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a fresh instance of the original architecture "
+                        f"(a torch.nn.Module), got {type(model).__name__}")
+    fix = "save it with dualdrop.nn.save_compact and pass a fresh instance of its architecture"
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path} cannot be read as a compact model "
+                         f"({_first_line(exc)[:120]}); {fix}") from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT or not isinstance(
+            blob.get("state_dict"), dict) or not all(
+            isinstance(v, torch.Tensor) for v in blob["state_dict"].values()):
+        raise ValueError(f"{path} is not a compact model file; {fix}")
+    sd = blob["state_dict"]
+    own = model.state_dict()
+    missing, extra = set(own) - set(sd), set(sd) - set(own)
+    if missing or extra:
+        what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(extra)[:3]}"
+        raise ValueError(f"{path} does not fit {type(model).__name__}: {what}; {fix}")
+    modules = dict(model.named_modules())
+    for key, value in sd.items():
+        if tuple(own[key].shape) == tuple(value.shape):
+            continue
+        mod_name, _, attr = key.rpartition(".")
+        m = modules.get(mod_name)
+        if not isinstance(m, _LINEAR + _CONV + _BN) or own[key].dim() != value.dim():
+            raise ValueError(f"{path} does not fit {type(model).__name__}: {key} has shape "
+                             f"{tuple(value.shape)}, the model {tuple(own[key].shape)}; {fix}")
+        _resize(m, attr, value)
+    groups = blob.get("groups") or {}
+    if not isinstance(groups, dict):
+        raise ValueError(f"{path} is not a compact model file; {fix}")
+    for name, g in groups.items():
+        m = modules.get(name)
+        if not isinstance(m, _CONV) or not isinstance(g, int) or g < 1:
+            raise ValueError(f"{path} does not fit {type(model).__name__}: no convolution "
+                             f"{name!r}; {fix}")
+        m.groups = g
+    for m in modules.values():
+        _sync_sizes(m)
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as exc:
+        raise ValueError(f"{path} does not fit {type(model).__name__}: "
+                         f"{_first_line(exc)}; {fix}") from None
+    return model.eval()
+
+
+def _resize(m, attr, value):
+    blank = torch.empty(value.shape, dtype=value.dtype)
+    if attr in m._parameters:
+        m._parameters[attr] = nn.Parameter(blank, requires_grad=m._parameters[attr].requires_grad)
+    else:
+        m._buffers[attr] = blank
+
+
+def _sync_sizes(m):
+    """The size attributes of a resized layer follow its weight (what ``extra_repr`` shows)."""
+    if isinstance(m, _LINEAR):
+        m.out_features, m.in_features = m.weight.shape
+    elif isinstance(m, _CONV):
+        m.out_channels = m.weight.shape[0]
+        m.in_channels = m.weight.shape[1] * m.groups
+    elif isinstance(m, _BN):
+        ref = m.weight if m.weight is not None else m.running_mean
+        if ref is not None:
+            m.num_features = ref.shape[0]
+
+
+_export.LAYOUT_HOOKS["compact"] = compact  # export_sparse(model, "compact", example_inputs=x)
