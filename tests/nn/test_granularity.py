@@ -377,11 +377,20 @@ def test_cli_granularity_neuron(tmp_path, capsys):
 
     out = tmp_path / "run"
     assert main(["sparsify", "--method", "logsum", "--granularity", "neuron", "--epochs", "1",
-                 "--no-progress", "--threads", "1", "--hp", "lam=0.05",
+                 "--no-progress", "--threads", "1", "--target-density", "0.3",
                  "--out", str(out)]) == 0
     final = json.loads((out / "final.json").read_text())
     text = json.dumps(final)
     assert '"granularity": "neuron"' in text
+    from dualdrop.train.export import load_run
+
+    net = load_run(out)  # the test-time network: rows whole or zero
+    zero_rows = 0
+    for lin in [m for m in net.modules() if isinstance(m, nn.Linear)]:
+        rows = _rows(lin.weight)
+        assert bool(((rows == 0).all(1) | (rows != 0).all(1)).all())
+        zero_rows += int((rows == 0).all(1).sum())
+    assert zero_rows > 0
     rc = main(["sparsify", "--method", "logsum", "--granularity", "neuron", "--hp",
                "granularity=weight", "--epochs", "1", "--no-progress",
                "--out", str(tmp_path / "twice")])
