@@ -25,6 +25,10 @@ SGD then move a zero weight with a zero first moment by exactly 0, so applying t
 would change no bit; with other optimizers (or with ``dualdrop.nn._numba.ENABLED`` off) they are
 applied after every step.
 Biases are never pruned.
+
+Groups (``granularity="neuron"`` / ``"head"``): the groups of largest norm ``||w_g||_2`` are kept
+(:func:`update_group_masks`; Li et al. 2017 prune filters so, by their L1 norm), whole groups
+leave the mask, and the sparsity still counts weights.
 """
 
 from __future__ import annotations

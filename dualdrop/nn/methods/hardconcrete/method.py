@@ -20,6 +20,13 @@ Louizos et al.'s LeNet-300-100 value per example) with
     expected L0 counts the *weights* a gate controls (gate probability times group size), not
     the gates.
 
+``hardconcrete`` with ``granularity="neuron"`` / ``"head"`` (docs/theory.md section 6)
+    one gate per output unit (a Linear row, a convolution's output channel) or attention head,
+    one sample per forward broadcast over the group, in the weight's parametrization (any layer
+    that reads its weight; no hook); the expected L0 counts the group's weights. The reference
+    torch form, with counter-based uniforms where the fused paths would run.
+    ``hardconcrete-neuron`` keeps its own groups and takes only ``granularity="weight"``.
+
 Training draws: the gates' uniforms come from the counter-based generator (a function of the
 state's seed and forward count, ``dualdrop.nn._base.NoiseState``) and the gate, its gradient and
 the expected L0 of the sampled gates run in one loop each way (``dualdrop.nn.methods.<family>.fused``).

@@ -61,6 +61,13 @@ the weight (its test-time mask), so it acts on any weight tensor.
     root ``eta = 0.922`` instead of following ``eta_hat(w) -> 0``: near 0 the effective penalty is a
     ridge, no sparsity-inducing pull (25% of the weights survive 200 epochs).
 
+Groups (``granularity="neuron"`` / ``"head"``, docs/theory.md section 6): every formula above
+with the group norm ``n_g = ||w_g||_2`` for ``|w|``: ``lam sum_g Omega(n_g)`` (its gradient
+``lam Omega'(n_g) w_g / n_g``, 0 at a zero group) and ``lam/2 sum_g n_g^2/eta_hat(n_g)`` through
+torch autograd on the norms (``_penalty_value_and_grad`` on ``n``; not the fused per-weight
+loops), AdaProx's prox on each group's norm (:func:`block_prox_`), the eta-trick with one ``p``
+per group, and the test-time rule on ``n_g``.
+
 Test time (all of them): the keep ratio ``alpha = eta_hat(w)/(eta_hat(w) + lam)``; a weight is
 pruned when ``alpha < tol``, i.e. ``eta_hat(|w|) < lam tol/(1 - tol)``. For penalties whose
 ``eta_hat`` is nondecreasing in ``|w|`` (all catalog ones) this is ``|w| < t*`` with ``t*`` found

@@ -33,6 +33,13 @@ chain of small ops, counter-based normals keyed by the state's seed and forward 
 ``dualdrop.nn._base.NoiseState``), since they run over every weight at every step; the KL's
 gradient comes out of the forward's Function and its value, when asked, is computed apart.
 
+Groups (``granularity="neuron"`` / ``"head"``, docs/theory.md section 6): one ``log a`` per
+group (shape ``groups.shape``, broadcast over the group), the regularizer ``lam sum_g |g|
+KL(a_g)`` (every weight of a group carries its KL), the noise drawn per weight with the group's
+``a``; ``vardrop-lr-ar`` learns one ``log sigma^2`` per group with ``a_g = sigma_g^2 /
+(||w_g||^2/|g|)``. These run the reference torch forms (the fused loops assume one value per
+weight), with the counter-based noise where the fused paths would run.
+
 Test time: a weight is pruned when its keep ratio ``1/(1+a)`` is below ``tol`` (default 0.05,
 i.e. ``log a > log 19 ~ 2.944``; the official code's ``log a >= 3`` is ``tol ~ 0.0474``); the
 eval network uses ``theta * mask`` without noise.
