@@ -460,3 +460,14 @@ def test_pruned_neurons_export_compact(method):
     assert sum(zero_rows.values()) > 0
     with torch.no_grad():
         torch.testing.assert_close(small(x), model(x), rtol=0, atol=1e-5)
+
+
+def test_head_groups_of_separate_projections():
+    torch.manual_seed(0)
+    attn = nn.MultiheadAttention(8, 2, kdim=6, vdim=5, batch_first=True)
+    sp = sparsify(attn, "hardconcrete", granularity="head")
+    assert [tuple(st.gate_logits.shape) for _, st in sp.named_states()] == \
+        [(2, 1, 1), (2, 1, 1), (2, 1, 1), (1, 2, 1)]
+    out, _ = attn(torch.randn(2, 3, 8), torch.randn(2, 4, 6), torch.randn(2, 4, 5))
+    out.sum().backward()
+    assert all(st.gate_logits.grad is not None for _, st in sp.named_states())
