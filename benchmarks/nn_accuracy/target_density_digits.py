@@ -8,6 +8,10 @@ the log multiplier at the end of the pruning ramp (before the regularizer is rel
 fine-tuning) and the test accuracy.
 
     OMP_NUM_THREADS=1 python3 benchmarks/nn_accuracy/target_density_digits.py --density 0.05 --steps 200
+
+``--granularity neuron`` prunes hidden units (rows of the first layer) instead of weights; the
+classifier (its rows are the classes) is then left dense, and the density is over the first
+layer (hardconcrete-neuron takes only granularity="weight" and is left out).
 """
 
 import argparse
@@ -27,6 +31,7 @@ def main():
     ap.add_argument("--density", type=float, default=0.05)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--granularity", default="weight", choices=("weight", "neuron"))
     ap.add_argument("methods", nargs="*", default=list(METHODS) + ["penalty:mcp"])
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -34,10 +39,14 @@ def main():
     X, y = torch.from_numpy(d.X_train), torch.from_numpy(d.y_train)
     Xt, yt = torch.from_numpy(d.X_test), torch.from_numpy(d.y_test)
     print(f"{'method':20s} target  reached natural  log_m  test_acc")
+    grouped = a.granularity != "weight"
     for m in a.methods:
+        if grouped and m == "hardconcrete-neuron":
+            continue
         torch.manual_seed(a.seed)
         model = nn.Sequential(nn.Linear(64, 100), nn.ReLU(), nn.Linear(100, 10))
-        sp = sparsify(model, m, target_density=a.density)
+        kw = {"granularity": a.granularity, "exclude": ["2"]} if grouped else {}
+        sp = sparsify(model, m, target_density=a.density, **kw)
         opt = torch.optim.Adam(sp.method_param_groups(1e-2, a.steps))
         g = torch.Generator().manual_seed(a.seed)
         with warnings.catch_warnings():

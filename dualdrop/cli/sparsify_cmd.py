@@ -108,6 +108,10 @@ def register(subparsers) -> None:
                    "refused")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="override a method hyperparameter (repeatable); see --list-hparams")
+    p.add_argument("--granularity", default=None, choices=("weight", "neuron", "channel", "head"),
+                   help="what the method prunes together: single weights (weight, the "
+                   "default), output units of Linear/Conv layers (neuron, alias channel), "
+                   "attention heads (head); the same as --hp granularity=...")
     p.add_argument("--batch-size", type=int, default=None,
                    help="global batch size (default: 128 on MNIST, 32 on the embedded digits)")
     p.add_argument("--no-verify", action="store_true",
@@ -203,6 +207,11 @@ def run(args) -> int:
             return 0
         method = check_method(args.method)
         overrides = parse_hparams(args.hp)
+        if args.granularity is not None:
+            if "granularity" in overrides:
+                raise ValueError("granularity given twice (--granularity and --hp "
+                                 "granularity=...); give one")
+            overrides["granularity"] = args.granularity
         args.out = args.out or f"runs/sparsify/{method.replace(':', '_')}"
         cfg = TrainConfig(
             method=method, epochs=args.epochs,

@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
+from dualdrop.nn._groups import GRANULARITIES, check_granularity, groups_of
 from dualdrop.nn._noise import make_key
 from penalties.checks import check_choice, check_float, check_int  # noqa: F401 (re-exported)
 
@@ -81,6 +82,9 @@ class WeightState(nn.Module):
     """
 
     method: str = ""
+    #: the groups the state prunes together (``dualdrop.nn._groups.Groups``), None: single
+    #: weights (``granularity="weight"``)
+    groups = None
     #: multiplier of the method's strength ``lam`` (the regularizer, the prox, the keep-ratio
     #: cut of the penalty methods); set by ``Sparsifier.set_strength`` only, 1 otherwise
     strength: float = 1.0
@@ -105,12 +109,18 @@ class WeightState(nn.Module):
     # ---- ranking and holding, for a target density (``dualdrop.nn.density``) ----
     def keep_score(self, w) -> torch.Tensor:
         """The quantity the test-time rule thresholds, higher = kept, one entry per unit the
-        method prunes (a weight, or a gate's group): ``|w|`` unless a method says otherwise."""
-        return w.detach().abs()
+        method prunes (a weight, or a gate's group): ``|w|`` (a group's norm ``||w_g||``)
+        unless a method says otherwise."""
+        return self.unit_magnitude(w)
+
+    def unit_magnitude(self, w) -> torch.Tensor:
+        """``|w|`` per weight, ``||w_g||_2`` per group: the size of each unit (the tie-break of
+        a ranking)."""
+        return w.detach().abs() if self.groups is None else self.groups.norm(w.detach())
 
     def unit_mask(self, mask, w) -> torch.Tensor:
         """A 0/1 mask over ``keep_score``'s units as a mask over ``w``'s entries."""
-        return mask
+        return mask if self.groups is None else self.groups.expand(mask, w)
 
     @torch.no_grad()
     def hold_pruned(self, w, mask) -> None:
@@ -124,7 +134,10 @@ class WeightState(nn.Module):
     # state_dict carries the method name so that a checkpoint of one method cannot be loaded
     # silently into a model sparsified with another one (several share tensor names).
     def get_extra_state(self):
-        return {"version": _EXTRA_STATE_VERSION, "method": self.method}
+        state = {"version": _EXTRA_STATE_VERSION, "method": self.method}
+        if self.groups is not None:  # single weights: no entry (earlier checkpoints' form)
+            state["granularity"] = self.groups.kind
+        return state
 
     def set_extra_state(self, state):
         method = state.get("method") if isinstance(state, dict) else None
@@ -133,6 +146,13 @@ class WeightState(nn.Module):
                 f"state_dict was saved from a weight sparsified with method {method!r} but this "
                 f"one uses {self.method!r}; call sparsify(model, {method!r}, ...) on the fresh "
                 "model before load_state_dict")
+        saved = state.get("granularity", "weight")
+        own = "weight" if self.groups is None else self.groups.kind
+        if saved != own:
+            raise ValueError(
+                f"state_dict was saved from a weight pruned by {saved} (granularity) but this one "
+                f"is pruned by {own}; sparsify the fresh model with granularity={saved!r} before "
+                "load_state_dict")
 
     def extra_repr(self):
         return f"method={self.method}"
@@ -423,6 +443,14 @@ def linear_op(module: nn.Module, x, weight, args=(), kwargs=None):
 
 # ---- the method record --------------------------------------------------------------------------
 
+#: hyperparameters every method takes, with their defaults and descriptions
+COMMON_DEFAULTS = {"granularity": "weight"}
+COMMON_HELP = {
+    "granularity": "what is pruned together: 'weight' (single weights), 'neuron' (= 'channel': "
+                   "the output units of Linear/Conv layers), 'head' (MultiheadAttention heads; "
+                   "other Linear/Conv layers by neuron)",
+}
+
 class Method:
     """One sparsification method (like ``torch.nn.utils.prune.BasePruningMethod``).
 
@@ -430,7 +458,9 @@ class Method:
     words), ``needs_linear_map`` (True: forward hooks on Linear/Conv layers, else any weight via
     its parametrization), ``defaults`` (``lr`` included: the optimizer's learning rate),
     ``help`` (one line per hyperparameter), ``has_tol`` (test-time keep-ratio tolerance),
-    ``torch_forms`` (closed-form penalties computed in torch), ``paper`` (the LeNet-300-100
+    ``torch_forms`` (closed-form penalties computed in torch), ``granularities`` (the values of
+    the common hyperparameter ``granularity`` it accepts, ``dualdrop.nn._groups``), ``paper``
+    (the LeNet-300-100
     result reported in the paper: ``(label, test error, fraction nonzero)``, or None) and
     ``lam_per_dataset`` (for the methods whose default ``lam=None`` means
     ``lam_per_dataset / n_train``, the Bayesian choice; else None).
@@ -445,6 +475,8 @@ class Method:
     help: dict = {}
     has_tol: bool = False
     torch_forms: tuple = ()
+    #: the ``granularity`` values the method accepts (every method: all of them)
+    granularities: tuple = GRANULARITIES
     paper: tuple | None = None
     lam_per_dataset: float | None = None
     #: display name (None: the paper's label where it has one, else the method's name)
@@ -486,29 +518,53 @@ class Method:
         if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
             # the optimizer's rate: ValueError for any bad value (its documented error)
             raise ValueError(f"lr must be a positive number, got {lr!r}")
+        granularity = self.check_granularity(hp.pop("granularity"))
         hp = self.validate(hp)
         hp["lr"] = float(lr)
+        hp["granularity"] = granularity
         self.hparams = hp
 
     @classmethod
     def default_hparams(cls) -> dict:
-        """A fresh copy of the defaults (``lr`` included)."""
-        return copy.deepcopy(dict(cls.defaults))
+        """A fresh copy of the defaults (``lr`` included, and ``granularity``, common to every
+        method)."""
+        return {**copy.deepcopy(dict(cls.defaults)), **COMMON_DEFAULTS}
 
     @classmethod
     def describe(cls) -> dict:
         """``{name: (default, one-line description)}`` of every hyperparameter."""
-        return {k: (v, cls.help.get(k, "")) for k, v in cls.default_hparams().items()}
+        help = {**COMMON_HELP, **cls.help}
+        return {k: (v, help.get(k, "")) for k, v in cls.default_hparams().items()}
+
+    @classmethod
+    def check_granularity(cls, value) -> str:
+        """``value`` as a canonical granularity this method accepts (``dualdrop.nn._groups``)."""
+        value = check_granularity(value)
+        if value not in cls.granularities:
+            raise ValueError(f"granularity={value!r} is not available for method {cls.name!r}, "
+                             f"which takes {list(cls.granularities)}")
+        return value
+
+    def groups_of(self, target):
+        """The ``Groups`` of ``target`` for this method's granularity (None: single weights)."""
+        groups = groups_of(target, self.hparams.get("granularity", "weight"))
+        if isinstance(groups, str):  # skip_reason refuses it before any state is made
+            raise ValueError(f"{target.name}: {groups}")
+        return groups
 
     def validate(self, hp: dict) -> dict:
         return dict(hp)
 
     def state_hparams(self) -> dict:
-        """Hyperparameters handed to each weight's state."""
-        return {k: v for k, v in self.hparams.items() if k != "lr"}
+        """Hyperparameters handed to each weight's state (the groups come from
+        :meth:`groups_of`)."""
+        return {k: v for k, v in self.hparams.items() if k not in ("lr", "granularity")}
 
     def skip_reason(self, target) -> str | None:
         """Why this method cannot act on ``target`` (a ``targets.Target``), or None."""
+        groups = groups_of(target, self.hparams.get("granularity", "weight"))
+        if isinstance(groups, str):
+            return groups
         if not self.needs_linear_map:
             return None
         for site in target.sites:

@@ -18,9 +18,10 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    that at most ``d*(t)`` of the weights remain. The ranking is the method's own test-time
    quantity (``WeightState.keep_score``): log-alpha for variational dropout, the gate logit for
    hard-concrete (whole groups for neuron gates), the keep ratio (monotone in ``|w|``) for the
-   penalty methods, ``p`` for the eta-trick's ``eta`` rule; ties (e.g. a constant initial
-   log-alpha) are broken by ``|w|``. One ranking over all layers, each layer keeping at least
-   ``max(1, ceil(MIN_LAYER_DENSITY * n))`` of its units. Pruned units stay pruned (masks only
+   penalty methods, ``p`` for the eta-trick's ``eta`` rule, each per group with a
+   ``granularity`` other than ``"weight"``; ties (e.g. a constant initial log-alpha) are broken
+   by ``|w|`` (by the group's norm ``||w_g||``). One ranking over all layers, each layer keeping
+   at least ``max(1, ceil(MIN_LAYER_DENSITY * n))`` of its units. Pruned units stay pruned (masks only
    shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational
    dropout's additive variant also silences their noise) and the optimizer's first moments
    there are zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
@@ -176,8 +177,9 @@ class DensityController:
         for i, (w, st) in enumerate(pairs):
             sc = st.keep_score(w).double()
             shapes.append(sc.shape)
-            if sc.shape == w.shape:  # one unit per weight: ties broken by |w|
-                wa = w.detach().abs().double()
+            wa = st.unit_magnitude(w)
+            if sc.shape == wa.shape:  # one unit per weight or group: ties broken by |w|, ||w_g||
+                wa = wa.double()
                 sc = sc + 1e-9 * wa / float(wa.max().clamp(min=1e-30))
             sc = sc.flatten()
             if old is not None:

@@ -111,6 +111,9 @@ class Sparsifier:
         if found != {method}:
             raise ValueError(f"model's sparsified weights use methods {sorted(found)}, not "
                              f"{method!r}")
+        kinds = {st.groups.kind for _, st in pairs if st.groups is not None}
+        if kinds and "granularity" not in hparams:  # the states' groups, not the default
+            hparams = {**hparams, "granularity": "head" if "head" in kinds else "neuron"}
         return cls(model, _methods.get(method, **hparams), pairs)
 
     def states(self) -> list:

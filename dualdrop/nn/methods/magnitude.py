@@ -25,6 +25,10 @@ SGD then move a zero weight with a zero first moment by exactly 0, so applying t
 would change no bit; with other optimizers (or with ``dualdrop.nn._numba.ENABLED`` off) they are
 applied after every step.
 Biases are never pruned.
+
+Groups (``granularity="neuron"`` / ``"head"``): the groups of largest norm ``||w_g||_2`` are kept
+(:func:`update_group_masks`; Li et al. 2017 prune filters so, by their L1 norm), whole groups
+leave the mask, and the sparsity still counts weights.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from dualdrop.nn import _numba
 class MagnitudeState(WeightState):
     """The 0/1 mask of one weight tensor, applied in every forward."""
 
-    def __init__(self, method, weight):
+    def __init__(self, method, weight, groups=None):
         super().__init__(method)
+        self.groups = groups
         # 0/1 in the weight's dtype (as torch.nn.utils.prune): w * mask is ~4x faster than with
         # a bool mask
         self.register_buffer("weight_mask", torch.ones_like(weight.detach()))
@@ -97,7 +102,7 @@ class Magnitude(Method):
         return out
 
     def make_state(self, target):
-        return MagnitudeState(self.name, target.param)
+        return MagnitudeState(self.name, target.param, groups=self.groups_of(target))
 
     def after_step(self, sp, optimizer, step, total_steps):
         pairs = [(t.param, st) for t, st in sp.states()]
@@ -106,7 +111,11 @@ class Magnitude(Method):
         # short runs (e.g. the embedded digits: 9 steps per epoch) still get >= ~50 pruning events
         every = min(hp["prune_every"], max(1, total_steps // 50))
         changed = False
-        if step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
+        if (step >= hp["begin"] * total_steps and (step % every == 0 or step == t1)
+                and pairs and pairs[0][1].groups is not None):
+            update_group_masks(pairs, hp, target_sparsity(hp, step, total_steps))
+            changed = True
+        elif step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
             if getattr(self, "_alive", None) is None:  # host counts: one read per handle
                 self._alive = [int(torch.count_nonzero(st.weight_mask)) for _, st in pairs]
             self._alive = update_masks(pairs, hp, target_sparsity(hp, step, total_steps),
@@ -183,6 +192,49 @@ def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
         layer.weight_mask.copy_(part)
     # the global count is what the next update needs: spread it as one total
     return [k] + [0] * (len(layers) - 1)
+
+
+@torch.no_grad()
+def update_group_masks(pairs, hp: dict, sparsity: float) -> None:
+    """``update_masks`` for groups (``granularity``, ``dualdrop.nn._groups``): the groups of
+    largest norm ``||w_g||_2`` among those still alive are kept until ``1 - sparsity`` of the
+    weights are (groups of several tensors weigh their sizes); every tensor keeps at least
+    ``max(1, ceil(min_layer_density * n_groups))`` groups. Masks only shrink."""
+    scores, alive, sizes, floors = [], [], [], []
+    for w, st in pairs:
+        live = st.groups.any(st.weight_mask > 0).flatten()
+        sc = torch.where(live, st.groups.norm(w).flatten(), -1.0).double().cpu()
+        scores.append(sc)
+        alive.append(live.cpu())
+        sizes.append(st.groups.size)
+        floors.append(_floor(sc.numel(), hp["min_layer_density"]))
+    keeps = []
+    if hp["scope"] == "layer":
+        for sc, live, fl in zip(scores, alive, floors):
+            n = sc.numel()
+            k = min(int(live.sum()), max(fl, n - round(sparsity * n)))
+            keep = torch.zeros(n, dtype=torch.bool)
+            keep[torch.topk(sc, k, sorted=False).indices] = True
+            keeps.append(keep)
+    else:
+        forced = []
+        for sc, fl in zip(scores, floors):  # each tensor's own best `floor` groups first
+            sc = sc.clone()
+            sc[torch.topk(sc, fl, sorted=False).indices] = math.inf
+            forced.append(sc)
+        allsc = torch.cat(forced)
+        unit = torch.cat([torch.full((sc.numel(),), float(n), dtype=torch.float64)
+                          for sc, n in zip(scores, sizes)])
+        budget = float(unit.sum()) - round(sparsity * float(unit.sum()))
+        order = torch.sort(allsc, descending=True, stable=True).indices
+        n_keep = max(int((torch.cumsum(unit[order], 0) <= budget).sum()),
+                     int(torch.isposinf(allsc).sum()))
+        keep = torch.zeros(allsc.numel(), dtype=torch.bool)
+        keep[order[:n_keep]] = True
+        keeps = list(torch.split(keep, [sc.numel() for sc in scores]))
+    for (w, st), keep, live in zip(pairs, keeps, alive):
+        keep = (keep & live).to(w.device).view(st.groups.shape)  # never revive
+        st.weight_mask.copy_(st.groups.expand(keep, w))
 
 
 @torch.no_grad()

@@ -20,6 +20,13 @@ Louizos et al.'s LeNet-300-100 value per example) with
     expected L0 counts the *weights* a gate controls (gate probability times group size), not
     the gates.
 
+``hardconcrete`` with ``granularity="neuron"`` / ``"head"`` (docs/theory.md section 6)
+    one gate per output unit (a Linear row, a convolution's output channel) or attention head,
+    one sample per forward broadcast over the group, in the weight's parametrization (any layer
+    that reads its weight; no hook); the expected L0 counts the group's weights. The reference
+    torch form, with counter-based uniforms where the fused paths would run.
+    ``hardconcrete-neuron`` keeps its own groups and takes only ``granularity="weight"``.
+
 Training draws: the gates' uniforms come from the counter-based generator (a function of the
 state's seed and forward count, ``dualdrop.nn._base.NoiseState``) and the gate, its gradient and
 the expected L0 of the sampled gates run in one loop each way (``dualdrop.nn.methods.<family>.fused``).
@@ -37,6 +44,7 @@ import torch.nn as nn
 
 from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, linear_map_reason
 from dualdrop.nn import _numba
+from dualdrop.nn._noise import uniform
 from dualdrop.nn.methods.hardconcrete import fused
 from penalties.dropout import HC_BETA, HC_GAMMA, HC_ZETA, hc_l0_shift
 
@@ -74,13 +82,16 @@ class HardConcreteState(NoiseState):
     input units of a Linear weight, 0 = the output channels of a convolution kernel)."""
 
     def __init__(self, method, weight, *, lam, beta, gamma, zeta, droprate_init,
-                 lam_per_dataset, axis=None):
+                 lam_per_dataset, axis=None, groups=None):
         super().__init__(method)
         self.lam, self.beta, self.gamma, self.zeta = lam, beta, gamma, zeta
         self.lam_per_dataset = lam_per_dataset
         self.axis = axis
+        self.groups = groups
         w = weight.detach()
         shape = w.shape if axis is None else (w.shape[axis],)
+        if groups is not None:  # one gate per group (granularity), broadcast over the group
+            shape = groups.shape
         mean = math.log(1.0 - droprate_init) - math.log(droprate_init)
         logits = torch.empty(shape, dtype=w.dtype, device=w.device).normal_(mean, 1e-2)
         self.gate_logits = nn.Parameter(logits)
@@ -127,6 +138,17 @@ class HardConcreteState(NoiseState):
         return z.view(shape)
 
     def train_weight(self, w):
+        if self.groups is not None:  # one gate sample per group and forward (reference form)
+            shape = self.gate_logits.shape
+            if _numba.active(self.gate_logits):
+                u = uniform(shape, self.next_key(), self.gate_logits.dtype,
+                            self.gate_logits.device)
+            else:
+                u = torch.rand(shape, dtype=self.gate_logits.dtype,
+                               device=self.gate_logits.device)
+            u.clamp_(_U_EPS, 1.0 - _U_EPS)
+            z = _HardConcreteSample.apply(self.gate_logits, u, self.beta, self.gamma, self.zeta)
+            return self.groups.scale(w, z)
         if self.axis is not None:
             self.note_read()
             return w  # neuron gates are sampled per example in the hooks
@@ -135,6 +157,8 @@ class HardConcreteState(NoiseState):
         return w * self.sample_gates(w.shape)
 
     def eval_weight(self, w):
+        if self.groups is not None:
+            return self.groups.scale(w, self.test_gates())
         return w * self._broadcast(self.test_gates(), w)
 
     def keep_mask(self, w):
@@ -144,7 +168,9 @@ class HardConcreteState(NoiseState):
         return self.gate_logits.detach()  # the test gate is monotone in its logit
 
     def unit_mask(self, mask, w) -> torch.Tensor:
-        return self._broadcast(mask, w).expand_as(w) if self.axis is not None else mask
+        if self.axis is None:
+            return super().unit_mask(mask, w)  # per weight, or per group (granularity)
+        return self._broadcast(mask, w).expand_as(w)
 
     def input_gate_hook(self, module, args):
         """Linear: gate the input units, one sample per example."""
@@ -211,7 +237,7 @@ class HardConcrete(Method):
 
     def make_state(self, target):
         return HardConcreteState(self.name, target.param, lam_per_dataset=self.lam_per_dataset,
-                                 **self.state_hparams())
+                                 groups=self.groups_of(target), **self.state_hparams())
 
 
 class HardConcreteNeuron(HardConcrete):
@@ -226,6 +252,16 @@ class HardConcreteNeuron(HardConcrete):
     floor = {"rand_cb": "r", "trans": "2r", "pass": "3r"}
     acts_on = "Linear weights (input units) and Conv1d/2d/3d kernels (output channels)"
     needs_linear_map = True
+    granularities = ("weight",)  # its own groups; granularity="neuron" is hardconcrete's
+
+    @classmethod
+    def check_granularity(cls, value):
+        if value in ("neuron", "channel", "head"):
+            raise ValueError(f"granularity={value!r}: hardconcrete-neuron already gates groups "
+                             "(Linear input units, convolution output channels) and takes only "
+                             "granularity='weight' (its default); for one gate per output unit "
+                             "use method 'hardconcrete' with granularity='neuron'")
+        return super().check_granularity(value)
 
     def skip_reason(self, target):
         reason = super().skip_reason(target)

@@ -61,6 +61,13 @@ the weight (its test-time mask), so it acts on any weight tensor.
     root ``eta = 0.922`` instead of following ``eta_hat(w) -> 0``: near 0 the effective penalty is a
     ridge, no sparsity-inducing pull (25% of the weights survive 200 epochs).
 
+Groups (``granularity="neuron"`` / ``"head"``, docs/theory.md section 6): every formula above
+with the group norm ``n_g = ||w_g||_2`` for ``|w|``: ``lam sum_g Omega(n_g)`` (its gradient
+``lam Omega'(n_g) w_g / n_g``, 0 at a zero group) and ``lam/2 sum_g n_g^2/eta_hat(n_g)`` through
+torch autograd on the norms (``_penalty_value_and_grad`` on ``n``; not the fused per-weight
+loops), AdaProx's prox on each group's norm (:func:`block_prox_`), the eta-trick with one ``p``
+per group, and the test-time rule on ``n_g``.
+
 Test time (all of them): the keep ratio ``alpha = eta_hat(w)/(eta_hat(w) + lam)``; a weight is
 pruned when ``alpha < tol``, i.e. ``eta_hat(|w|) < lam tol/(1 - tol)``. For penalties whose
 ``eta_hat`` is nondecreasing in ``|w|`` (all catalog ones) this is ``|w| < t*`` with ``t*`` found
@@ -267,8 +274,9 @@ class PenaltyState(WeightState):
     def __init__(self, method, weight, *, lam, tol, penalty, algorithm, eps=None,
                  eta_weight_decay=0.0, decay="linear", init_log_ratio=5.0, eta_init="constant",
                  prune_rule="eta_hat", dual="logsum",
-                 penalty_params=None, use_torch_form=True):
+                 penalty_params=None, use_torch_form=True, groups=None):
         super().__init__(method)
+        self.groups = groups
         self.lam, self.algorithm, self.penalty = lam, algorithm, penalty
         self.eps, self.eta_weight_decay, self.decay = eps, eta_weight_decay, decay
         self.prune_rule, self.dual = prune_rule, dual
@@ -281,6 +289,8 @@ class PenaltyState(WeightState):
         self.set_tol(tol)
         if algorithm == "eta":
             w = weight.detach()
+            if groups is not None:  # one p per group, of the group's norm
+                w = groups.norm(w)
             if eta_init == "eta_hat":
                 le = np.log(self._eta_hat(w) / lam)
                 p = torch.from_numpy(np.clip(le, -20.0, 20.0)).to(w)
@@ -311,6 +321,12 @@ class PenaltyState(WeightState):
         self._abs_cut = abs_threshold(self.penalty, self._eta_cut)
 
     def keep_mask(self, w) -> torch.Tensor:
+        if self.groups is not None:  # the rule on the group norms, for every weight of a group
+            return self.groups.expand(self._unit_keep(self.groups.norm(w.detach())), w)
+        return self._unit_keep(w)
+
+    def _unit_keep(self, w) -> torch.Tensor:
+        """The test-time rule on the units: weights, or group norms (same shape as ``p``)."""
         if self.algorithm == "eta" and self.prune_rule == "eta":
             # alpha = sigmoid(p) >= tol
             return self.log_ratio >= math.log(self.tol / (1.0 - self.tol))
@@ -321,10 +337,10 @@ class PenaltyState(WeightState):
         return torch.from_numpy(alpha >= self.tol).to(w.device)
 
     def keep_score(self, w) -> torch.Tensor:
-        # the keep ratio is monotone in |w| (eta_hat grows with |w|), or p = logit(alpha)
+        # the keep ratio is monotone in |w| or ||w_g|| (eta_hat grows with it), or p = logit(alpha)
         if self.algorithm == "eta" and self.prune_rule == "eta":
             return self.log_ratio.detach()
-        return w.detach().abs()
+        return self.unit_magnitude(w)
 
     def _fused_kind(self, w):
         """The closed form of ``dualdrop.nn.methods.<family>.fused`` for ``w``, or None."""
@@ -335,6 +351,8 @@ class PenaltyState(WeightState):
         return None
 
     def regularizer_term(self, w, n_train, value=True):
+        if self.groups is not None:
+            return self._group_term(w, value)
         if self.algorithm in ("gradient", "adatikhonov"):
             kind = None if value else self._fused_kind(w)
             if kind is not None:  # the gradient alone, added in place into w.grad (one loop)
@@ -357,6 +375,21 @@ class PenaltyState(WeightState):
                                             self.eta_weight_decay, self.decay == "quadratic",
                                             value, self.dual == "released")
         return w.new_zeros(())  # adaprox: the penalty acts through the prox
+
+    def _group_term(self, w, value):
+        """The same regularizers of the group norms ``n_g = ||w_g||_2`` (torch autograd through
+        the norm; the fused per-weight loops do not apply): ``lam sum_g Omega(n_g)``,
+        ``lam/2 sum_g n_g^2/eta_hat(n_g)``, or the eta-trick's objective with ``n_g`` for ``w``
+        and one ``p`` per group."""
+        if self.algorithm in ("gradient", "adatikhonov"):
+            return penalty_value(self, self.groups.norm(w), self.algorithm == "adatikhonov", value)
+        if self.algorithm == "eta":
+            return _EtaTrickObjective.apply(self.groups.norm(w), self.log_ratio, self.lam_eff,
+                                            self.eps, self.eta_weight_decay,
+                                            self.decay == "quadratic", value,
+                                            self.dual == "released")
+        return w.new_zeros(())
+
 
 def _param_groups(optimizer):
     return {id(p): g for g in optimizer.param_groups for p in g["params"]}
@@ -390,7 +423,8 @@ def adaprox_step(pairs, optimizer) -> None:
             else:
                 bc2 = 1.0 - beta2 ** float(step)
                 sqrt_bc2 = math.sqrt(bc2)
-                kind = layer._fused_kind(w) if w.is_contiguous() else None
+                kind = (layer._fused_kind(w) if w.is_contiguous() and layer.groups is None
+                        else None)
                 if kind is not None:  # one loop over w and v
                     fused.adaptive_prox_(w, v, kind, layer.penalty.params, lr * layer.lam_eff,
                                           bc2, float(group["eps"]))
@@ -400,6 +434,9 @@ def adaprox_step(pairs, optimizer) -> None:
             rho_lam = rho_lam.reciprocal_().mul_(lr * layer.lam_eff)
         else:
             rho_lam = torch.full_like(w, lr * layer.lam_eff)
+        if layer.groups is not None:
+            block_prox_(w, layer, rho_lam)
+            continue
         if layer._torch_form is not None:
             form = TORCH_FORMS[layer._torch_form]
             eta = form.eta(w, w.abs(), layer.penalty.params)
@@ -422,6 +459,23 @@ def adaprox_step(pairs, optimizer) -> None:
                 factor = np.where(np.isinf(eta), 1.0, eta / (eta + r))
             factor = np.where(np.isnan(factor), 0.0, factor)
             w.mul_(torch.from_numpy(factor).to(w))
+
+
+@torch.no_grad()
+def block_prox_(w, layer, rho_lam) -> None:
+    """AdaProx on groups: the same scalar map on each group's norm, ``n <- n eta/(eta + rho
+    lam)`` with ``eta = eta_hat(n)``, applied as ``w_g <- w_g eta_hat(n_g)/(eta_hat(n_g) +
+    rho_g lam)``; ``rho_g lam`` is the mean over the group of the per-coordinate ``rho lam``
+    (one step per group: the prox scales the whole group and keeps its direction)."""
+    groups = layer.groups
+    n = groups.norm(w)
+    if layer._torch_form is not None:
+        eta = TORCH_FORMS[layer._torch_form].eta(n, n, layer.penalty.params)
+    else:
+        eta = torch.from_numpy(layer._eta_hat(n)).to(n)
+    factor = eta / (eta + groups.mean(rho_lam))
+    factor = torch.where(torch.isinf(eta), torch.ones_like(factor), factor)  # no shrinkage
+    w.copy_(groups.scale(w, factor.nan_to_num_(nan=0.0)))
 
 
 # ---- the method records --------------------------------------------------------------------------
@@ -449,7 +503,8 @@ class _PenaltyMethod(Method):
         return out
 
     def make_state(self, target):
-        return PenaltyState(self.name, target.param, **self.state_hparams())
+        return PenaltyState(self.name, target.param, groups=self.groups_of(target),
+                            **self.state_hparams())
 
 
 class LogSum(_PenaltyMethod):

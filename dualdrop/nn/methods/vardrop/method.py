@@ -33,6 +33,13 @@ chain of small ops, counter-based normals keyed by the state's seed and forward 
 ``dualdrop.nn._base.NoiseState``), since they run over every weight at every step; the KL's
 gradient comes out of the forward's Function and its value, when asked, is computed apart.
 
+Groups (``granularity="neuron"`` / ``"head"``, docs/theory.md section 6): one ``log a`` per
+group (shape ``groups.shape``, broadcast over the group), the regularizer ``lam sum_g |g|
+KL(a_g)`` (every weight of a group carries its KL), the noise drawn per weight with the group's
+``a``; ``vardrop-lr-ar`` learns one ``log sigma^2`` per group with ``a_g = sigma_g^2 /
+(||w_g||^2/|g|)``. These run the reference torch forms (the fused loops assume one value per
+weight), with the counter-based noise where the fused paths would run.
+
 Test time: a weight is pruned when its keep ratio ``1/(1+a)`` is below ``tol`` (default 0.05,
 i.e. ``log a > log 19 ~ 2.944``; the official code's ``log a >= 3`` is ``tol ~ 0.0474``); the
 eval network uses ``theta * mask`` without noise.
@@ -47,6 +54,7 @@ import torch.nn as nn
 
 from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, check_tol, linear_op, original_of
 from dualdrop.nn import _numba
+from dualdrop.nn._noise import normal
 from dualdrop.nn.methods.vardrop import fused
 from penalties.dropout import VD_K1, VD_K2, VD_K3
 
@@ -129,11 +137,14 @@ class VarDropState(NoiseState):
     """``log_alpha`` (or ``log_sigma2`` for the additive variant) of one weight tensor."""
 
     def __init__(self, method, weight, *, variant, lam, tol, clip, lam_per_dataset,
-                 init_log_alpha=None, init_log_sigma2=None):
+                 init_log_alpha=None, init_log_sigma2=None, groups=None):
         super().__init__(method)
         self.variant, self.lam, self.tol, self.clip = variant, lam, tol, clip
         self.lam_per_dataset = lam_per_dataset
+        self.groups = groups
         w = weight.detach()
+        if groups is not None:  # one value per group, broadcasting against the weight
+            w = w.new_empty(groups.shape)
         if variant == "lr-ar":
             self.log_sigma2 = nn.Parameter(torch.full_like(w, init_log_sigma2))
         else:
@@ -150,6 +161,9 @@ class VarDropState(NoiseState):
 
     def raw_log_alpha(self, w) -> torch.Tensor:
         if self.variant == "lr-ar":
+            if self.groups is not None:  # a = sigma^2 / (the group's mean square weight)
+                ms = self.groups.sq_norm(w) / self.groups.size
+                return self.log_sigma2 - torch.log(ms + _LOG_EPS)
             return self.log_sigma2 - torch.log(w * w + _LOG_EPS)
         return self.log_alpha
 
@@ -165,7 +179,8 @@ class VarDropState(NoiseState):
         return math.log((1.0 - self.tol) / self.tol)
 
     def keep_mask(self, w) -> torch.Tensor:
-        return self.clipped_log_alpha(w) <= self.log_alpha_threshold()
+        keep = self.clipped_log_alpha(w) <= self.log_alpha_threshold()
+        return keep if self.groups is None else self.groups.expand(keep, w)
 
     def keep_score(self, w) -> torch.Tensor:
         return -self.clipped_log_alpha(w).detach()
@@ -174,12 +189,23 @@ class VarDropState(NoiseState):
     def hold_pruned(self, w, mask) -> None:
         w.mul_(mask)
         if hasattr(self, "log_sigma2"):  # the additive noise sigma * e survives theta = 0
+            if self.groups is not None:
+                mask = self.groups.any(mask)
             self.log_sigma2.masked_fill_(~mask, _HELD_LOG_SIGMA2)
+
+    def _normals(self, t):
+        """Standard normals in ``t``'s shape: counter-based where the fused paths run."""
+        if _numba.active(t):
+            return normal(t.shape, self.next_key(), dtype=t.dtype, device=t.device)
+        return torch.randn_like(t)
 
     def train_weight(self, w):
         if self.variant != "none":
             self.note_read()
             return w  # the noise is sampled on the pre-activations (lr_hook)
+        if self.groups is not None:  # the reference form with one alpha per group
+            std = self.groups.scale(w, torch.exp(0.5 * self.clipped_log_alpha(w)))
+            return w + std * self._normals(w)
         if self._use_fused(w):  # one loop each way, counter-based normals; the KL's gradient too
 
             out, kl = fused.vardrop_noise(w, self.log_alpha, self.next_key(), self.clip, False)
@@ -195,6 +221,15 @@ class VarDropState(NoiseState):
         self.note_hook()
         w = original_of(module, "weight")
         x = args[0]
+        if self.groups is not None:  # the reference form with one alpha (sigma^2) per group
+            if self.variant == "lr":
+                var_w = self.groups.scale(w * w, torch.exp(self.clipped_log_alpha(w)))
+            else:
+                var_w = self.groups.expand(torch.exp(self.log_sigma2), w)
+            var = linear_op(module, x * x, var_w, args, kwargs)
+            if self._use_fused(x, out):
+                return fused.add_lr_noise(out, var, self.next_key())
+            return out + torch.sqrt(var + _LOG_EPS) * torch.randn_like(out)
         if self._use_fused(w, x, out):
 
             fn = fused.lr_variance_kl if self.variant == "lr" else fused.ar_variance_kl
@@ -212,6 +247,9 @@ class VarDropState(NoiseState):
 
     def regularizer_term(self, w, n_train, value=True):
         scale = (self.lam_per_dataset / n_train if self.lam is None else self.lam) * self.strength
+        if self.groups is not None:  # every weight of a group has the group's KL
+            return (scale * self.groups.size) * _KLSum.apply(self.raw_log_alpha(w), self.clip,
+                                                             value)
         kept = self.take_term()  # the KL's gradient from the forward's fused Function, if any
         if kept is None:
             return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)
@@ -262,7 +300,8 @@ class VarDrop(Method):
 
     def make_state(self, target):
         return VarDropState(self.name, target.param, variant=self.variant,
-                            lam_per_dataset=self.lam_per_dataset, **self.state_hparams())
+                            lam_per_dataset=self.lam_per_dataset, groups=self.groups_of(target),
+                            **self.state_hparams())
 
     def attach(self, target, state):
         if self.needs_linear_map:
