@@ -228,10 +228,13 @@ class DensityController:
     def _finish(self) -> None:
         sp, D = self.sp, self.target
         self.natural_density = sp.density()["total"]
+        # with masks the network that fine-tuned is the masked one: the rule keeps every unit the
+        # masks keep (calibrated to their density) and prunes none of them, floors included
+        goal = D if self.masks is None else self._mask_density()
         if sp.has_tol:
-            _calibrate_tol(sp, D)
+            _calibrate_tol(sp, goal)
         elif hasattr(sp.states()[0][1], "gate_logits"):
-            _calibrate_gates(sp, D)
+            _calibrate_gates(sp, goal, self.masks)
         self.reached = sp.density()["total"]
         if abs(self.reached / D - 1.0) > 0.1:
             warnings.warn(f"target_density={D:g} not reached by {sp.method}: the finished network "
@@ -241,6 +244,13 @@ class DensityController:
                           f"{self.natural_density:.4g} for target {D:g} within the budget; the "
                           f"threshold was moved to keep {self.reached:.4g} (a longer budget lets "
                           "the method choose)", RuntimeWarning, stacklevel=4)
+
+    def _mask_density(self) -> float:
+        kept = total = 0
+        for (t, _), m in zip(self.sp.states(), self.masks):
+            kept += int(m.sum()) * (t.param.numel() // m.numel())
+            total += t.param.numel()
+        return kept / total
 
     def state_dict(self) -> dict:
         return {"target": self.target, "log_m": self.log_m, "ramp_log_m": self.ramp_log_m,
@@ -298,19 +308,23 @@ def _calibrate_tol(sp, D: float) -> None:
     _density_at(sp, min(cand)[1])
 
 
-def _calibrate_gates(sp, D: float) -> None:
+def _calibrate_gates(sp, D: float, masks=None) -> None:
     """Move the hard-concrete gate logits at the border across the test gate's zero point so
     that ``D`` of the weights are kept; open gates inside the budget are not changed.
 
     The gates are ranked by logit (all layers together, each weighing its number of weights);
     the kept prefix stops before the first gate that would overshoot ``D`` by more than leaving
-    it out would undershoot (at least one gate is kept)."""
+    it out would undershoot (at least one gate is kept). ``masks`` (the target-density
+    controller's, one per state over its gates): gates outside them rank last."""
     states = [st for _, st in sp.states()]
     logits = torch.cat([st.gate_logits.detach().flatten().double() for st in states])
+    rank = logits if masks is None else torch.where(
+        torch.cat([m.flatten().to(logits.device) for m in masks]), logits,
+        torch.full_like(logits, -math.inf))
     sizes = torch.cat([torch.full((st.gate_logits.numel(),), float(st.group_size()),
                                   dtype=torch.float64, device=logits.device) for st in states])
     budget = D * float(sizes.sum())
-    order = torch.sort(logits, descending=True, stable=True).indices
+    order = torch.sort(rank, descending=True, stable=True).indices
     after = torch.cumsum(sizes[order], 0)
     before = after - sizes[order]
     stop = (after > budget) & (before > 0) & ((after - budget).abs() > (before - budget).abs())

@@ -202,3 +202,27 @@ def test_method_param_groups_budget_rule():
     assert {g["lr"] for g in sp.method_param_groups(1e-3, 10 ** 6)} == {1e-3}
     assert math.isclose(max(g["lr"] for g in sparsify(_mlp(), "hardconcrete")
                             .method_param_groups(1e-3, 100)), 6.0 / 50)
+
+
+@pytest.mark.parametrize("method", ["logsum", "hardconcrete", "vardrop-lr", "eta-trick"])
+def test_final_calibration_keeps_every_layer(method):
+    """Whole output channels as units (few per layer): the final test-time rule keeps what the
+    masks kept, the per-layer floor included, so no layer ends empty."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sp = sparsify(model, method, target_density=0.3, granularity="neuron")
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        x, y = torch.randn(16, 1, 8, 8), torch.randint(0, 3, (16,))
+        T = 40
+        for step in range(1, T + 1):
+            loss = F.cross_entropy(model(x), y) + sp.regularizer(100)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sp.after_step(opt, step, T)
+    dens = sp.density()
+    assert all(v > 0 for k, v in dens.items() if k != "total"), dens
+    assert sp.controller.reached == pytest.approx(sp.controller._mask_density())
