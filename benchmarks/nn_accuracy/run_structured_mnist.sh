@@ -17,5 +17,5 @@ run hardconcrete-neuron --method hardconcrete-neuron --target-density 0.1
 for m in magnitude hardconcrete vardrop-lr logsum; do
     run "$m-neuron" --method "$m" --granularity neuron --target-density 0.1
 done
-python3 "$(dirname "$0")/structured_mnist.py" "$OUT"/hardconcrete-neuron "$OUT"/*-neuron \
+python3 "$(dirname "$0")/structured_mnist.py" "$OUT"/hardconcrete-neuron "$OUT"/{magnitude,hardconcrete,vardrop-lr,logsum}-neuron \
     --data-dir "$DATA" --out "$OUT/report"
