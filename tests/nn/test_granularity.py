@@ -391,6 +391,10 @@ def test_cli_granularity_neuron(tmp_path, capsys):
         assert bool(((rows == 0).all(1) | (rows != 0).all(1)).all())
         zero_rows += int((rows == 0).all(1).sum())
     assert zero_rows > 0
+    # the classifier's output units are the classes: left whole (not sparsified at all)
+    head = [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
+    assert head.out_features == 10 and bool((head.weight != 0).all())
+    assert "fc3" not in final["nonzero"] and set(final["nonzero"]) == {"fc1", "fc2"}
     rc = main(["sparsify", "--method", "logsum", "--granularity", "neuron", "--hp",
                "granularity=weight", "--epochs", "1", "--no-progress",
                "--out", str(tmp_path / "twice")])
