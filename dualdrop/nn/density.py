@@ -170,45 +170,49 @@ class DensityController:
 
     @torch.no_grad()
     def _prune_to(self, goal: float) -> None:
-        """Masks keeping at most ``goal`` of the weights, the method's lowest-ranked units out."""
+        """Masks keeping at most ``goal`` of the weights, the method's lowest-ranked units out:
+        single weights in one ranking over all layers; groups (a gate's or a ``granularity``'s)
+        layer by layer, each layer keeping ``goal`` of its units (a ranking across layers of
+        groups of different sizes starves the narrow layers)."""
         pairs = [(t.param, st) for t, st in self.sp.states()]
         old = self.masks
         scores, shapes, sizes, floors = [], [], [], []
         for i, (w, st) in enumerate(pairs):
             sc = st.keep_score(w).double()
             shapes.append(sc.shape)
-            wa = st.unit_magnitude(w)
-            if sc.shape == wa.shape:  # one unit per weight or group: ties broken by |w|, ||w_g||
-                wa = wa.double()
-                sc = sc + 1e-9 * wa / float(wa.max().clamp(min=1e-30))
-            sc = sc.flatten()
+            # ties (e.g. a constant initial log-alpha) broken by the unit's magnitude
+            mag = st.unit_magnitude(w).double().reshape(sc.shape) if sc.shape != w.shape \
+                else w.detach().abs().double()
+            sc = (sc + 1e-9 * mag / float(mag.max().clamp(min=1e-30))).flatten()
             if old is not None:
                 sc = torch.where(old[i].flatten(), sc, torch.full_like(sc, -math.inf))
-            scores.append(sc)
+            scores.append(sc.cpu())
             sizes.append(w.numel() // sc.numel())
             floors.append(min(sc.numel(), max(1, math.ceil(MIN_LAYER_DENSITY * sc.numel()))))
-        # each layer's own best `floor` units first, then one ranking over all of them
-        forced = []
-        for sc, fl in zip(scores, floors):
-            sc = sc.clone()
-            sc[torch.topk(sc, fl, sorted=False).indices] = math.inf
-            forced.append(sc.cpu())
-        allsc = torch.cat(forced)
-        unit = torch.cat([torch.full((sc.numel(),), float(n), dtype=torch.float64)
-                          for sc, n in zip(scores, sizes)])
-        order = torch.sort(allsc, descending=True, stable=True).indices
-        budget = goal * float(unit.sum())
-        after = torch.cumsum(unit[order], 0)
-        n_keep = int((after <= budget).sum())
-        if n_keep < len(order):  # the border unit (a gate's group) if keeping it lands closer
-            over, under = after[n_keep] - budget, budget - (after[n_keep] - unit[order[n_keep]])
-            n_keep += int(over < under)
-        n_keep = max(n_keep, int(torch.isposinf(allsc).sum()))  # the floors, whatever the budget
-        keep = torch.zeros(allsc.numel(), dtype=torch.bool)
-        keep[order[:n_keep]] = True
+        keeps = [None] * len(pairs)
+        single = [i for i, n in enumerate(sizes) if n == 1]
+        for i in (i for i, n in enumerate(sizes) if n > 1):
+            sc = scores[i]
+            k = max(floors[i], round(goal * sc.numel()))
+            keeps[i] = torch.zeros(sc.numel(), dtype=torch.bool)
+            keeps[i][torch.topk(sc, k, sorted=False).indices] = True
+        if single:
+            # each layer's own best `floor` weights first, then one ranking over all of them
+            forced = []
+            for i in single:
+                sc = scores[i].clone()
+                sc[torch.topk(sc, floors[i], sorted=False).indices] = math.inf
+                forced.append(sc)
+            allsc = torch.cat(forced)
+            order = torch.sort(allsc, descending=True, stable=True).indices
+            n_keep = max(round(goal * allsc.numel()), int(torch.isposinf(allsc).sum()))
+            keep = torch.zeros(allsc.numel(), dtype=torch.bool)
+            keep[order[:n_keep]] = True
+            for i, part in zip(single, torch.split(keep, [scores[i].numel() for i in single])):
+                keeps[i] = part
         masks = []
-        for i, part in enumerate(torch.split(keep, [sc.numel() for sc in scores])):
-            m = part.to(scores[i].device).view(shapes[i])
+        for i, keep in enumerate(keeps):
+            m = keep.to(pairs[i][0].device).view(shapes[i])
             masks.append(m if old is None else m & old[i])
         self.masks = masks
 

@@ -254,13 +254,10 @@ def test_magnitude_keeps_the_largest_rows(scope):
         rows = _rows(getattr(model, name).weight)
         kept = (rows != 0).all(1)
         assert bool((kept | (rows == 0).all(1)).all())
-        if scope == "layer":
-            assert int(kept.sum()) == len(s) - round(0.5 * len(s))
-            assert s[kept].min() > s[~kept].max()
-        kept_all.append(s[kept])
-        pruned_all.append(s[~kept])
-    if scope == "global":
-        assert torch.cat(kept_all).min() > torch.cat(pruned_all).max()
+        # groups are pruned per tensor whatever the scope (a ranking across layers of groups
+        # of different sizes starves the narrow layers)
+        assert int(kept.sum()) == len(s) - round(0.5 * len(s))
+        assert s[kept].min() > s[~kept].max()
     assert sp.density()["total"] == pytest.approx(0.5, abs=0.1)
 
 

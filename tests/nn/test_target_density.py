@@ -226,3 +226,21 @@ def test_final_calibration_keeps_every_layer(method):
     dens = sp.density()
     assert all(v > 0 for k, v in dens.items() if k != "total"), dens
     assert sp.controller.reached == pytest.approx(sp.controller._mask_density())
+
+
+def test_groups_are_allocated_layer_by_layer():
+    """With whole output units as units, every layer keeps the target fraction of its units
+    (one ranking across layers of rows of 784 and of 300 weights kept 33 and 2 units of
+    LeNet-300-100 at 10%)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(200, 60), nn.ReLU(), nn.Linear(60, 20), nn.ReLU(),
+                          nn.Linear(20, 3))
+    with torch.no_grad():  # the narrow layer's rows have the smaller norms
+        model[2].weight.mul_(0.01)
+    sp = sparsify(model, "logsum", target_density=0.25, granularity="neuron", exclude=["4"])
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    for step in range(1, 21):
+        opt.step()
+        sp.after_step(opt, step, 20)
+    rows = {n: (getattr(model, n).weight != 0).any(1) for n in ("0", "2")}
+    assert int(rows["0"].sum()) == 15 and int(rows["2"].sum()) == 5

@@ -82,7 +82,8 @@ class Magnitude(Method):
         "begin": "schedule start, fraction of total_steps",
         "end": "schedule end, fraction of total_steps",
         "prune_every": "steps between mask updates (at most total_steps // 50)",
-        "scope": "'global' (one threshold, with floors) or 'layer' (per tensor)",
+        "scope": "'global' (one threshold, with floors) or 'layer' (per tensor); groups "
+                 "(granularity) are always pruned per tensor",
         "min_layer_density": "per-tensor floor on the fraction of kept weights",
     }
 
@@ -196,10 +197,10 @@ def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
 
 @torch.no_grad()
 def update_group_masks(pairs, hp: dict, sparsity: float) -> None:
-    """``update_masks`` for groups (``granularity``, ``dualdrop.nn._groups``): the groups of
-    largest norm ``||w_g||_2`` among those still alive are kept until ``1 - sparsity`` of the
-    weights are (groups of several tensors weigh their sizes); every tensor keeps at least
-    ``max(1, ceil(min_layer_density * n_groups))`` groups. Masks only shrink."""
+    """``update_masks`` for groups (``granularity``, ``dualdrop.nn._groups``): in every tensor
+    the groups of largest norm ``||w_g||_2`` among those still alive are kept, ``1 - sparsity``
+    of them (per tensor, whatever ``scope``), at least ``max(1, ceil(min_layer_density *
+    n_groups))``. Masks only shrink."""
     scores, alive, sizes, floors = [], [], [], []
     for w, st in pairs:
         live = st.groups.any(st.weight_mask > 0).flatten()
@@ -208,30 +209,16 @@ def update_group_masks(pairs, hp: dict, sparsity: float) -> None:
         alive.append(live.cpu())
         sizes.append(st.groups.size)
         floors.append(_floor(sc.numel(), hp["min_layer_density"]))
+    # layer by layer whatever ``scope`` says: one ranking across layers of groups of different
+    # sizes starves the narrow layers (LeNet-300-100 at 10%: 33 of 300 and 2 of 100 units kept,
+    # 11% test error)
     keeps = []
-    if hp["scope"] == "layer":
-        for sc, live, fl in zip(scores, alive, floors):
-            n = sc.numel()
-            k = min(int(live.sum()), max(fl, n - round(sparsity * n)))
-            keep = torch.zeros(n, dtype=torch.bool)
-            keep[torch.topk(sc, k, sorted=False).indices] = True
-            keeps.append(keep)
-    else:
-        forced = []
-        for sc, fl in zip(scores, floors):  # each tensor's own best `floor` groups first
-            sc = sc.clone()
-            sc[torch.topk(sc, fl, sorted=False).indices] = math.inf
-            forced.append(sc)
-        allsc = torch.cat(forced)
-        unit = torch.cat([torch.full((sc.numel(),), float(n), dtype=torch.float64)
-                          for sc, n in zip(scores, sizes)])
-        budget = float(unit.sum()) - round(sparsity * float(unit.sum()))
-        order = torch.sort(allsc, descending=True, stable=True).indices
-        n_keep = max(int((torch.cumsum(unit[order], 0) <= budget).sum()),
-                     int(torch.isposinf(allsc).sum()))
-        keep = torch.zeros(allsc.numel(), dtype=torch.bool)
-        keep[order[:n_keep]] = True
-        keeps = list(torch.split(keep, [sc.numel() for sc in scores]))
+    for sc, live, fl in zip(scores, alive, floors):
+        n = sc.numel()
+        k = min(int(live.sum()), max(fl, n - round(sparsity * n)))
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[torch.topk(sc, k, sorted=False).indices] = True
+        keeps.append(keep)
     for (w, st), keep, live in zip(pairs, keeps, alive):
         keep = (keep & live).to(w.device).view(st.groups.shape)  # never revive
         st.weight_mask.copy_(st.groups.expand(keep, w))

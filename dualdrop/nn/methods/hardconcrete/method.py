@@ -172,6 +172,12 @@ class HardConcreteState(NoiseState):
             return super().unit_mask(mask, w)  # per weight, or per group (granularity)
         return self._broadcast(mask, w).expand_as(w)
 
+    def unit_magnitude(self, w) -> torch.Tensor:
+        if self.axis is None:
+            return super().unit_magnitude(w)
+        dims = [d for d in range(w.dim()) if d != self.axis]
+        return w.detach().pow(2).sum(dim=dims).sqrt()  # the norm of each gate's slice
+
     def input_gate_hook(self, module, args):
         """Linear: gate the input units, one sample per example."""
         if not self.training:
