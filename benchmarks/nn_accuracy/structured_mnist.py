@@ -44,14 +44,14 @@ def _layers(net):
     return [(n, m) for n, m in net.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
 
 
-def inputs_read(net) -> list[tuple[str, int, int]]:
-    """(layer, input units with a nonzero column, input units) per Linear / Conv2d layer."""
-    out = []
-    for name, m in _layers(net):
-        w = m.weight.detach()
-        cols = w.transpose(0, 1).reshape(w.shape[1], -1)
-        out.append((name, int((cols != 0).any(1).sum()), w.shape[1]))
-    return out
+def inputs_read(small) -> list[int]:
+    """Input units of each Linear / Conv2d layer of the compact network that are alive: the
+    first layer's inputs with a nonzero column (pixels it reads), then each layer's input
+    width (the compact network keeps only units that are produced and read)."""
+    layers = _layers(small)
+    w = layers[0][1].weight.detach()
+    first = int((w.transpose(0, 1).reshape(w.shape[1], -1) != 0).any(1).sum())
+    return [first] + [m.weight.shape[1] for _, m in layers[1:]]
 
 
 def latency(net, x, repeats: int) -> float:
@@ -95,7 +95,7 @@ def main() -> None:
         n_nz = sum(int(torch.count_nonzero(p)) for p in dense.parameters())
         n_small = sum(p.numel() for p in small.parameters())
         e_dense, e_small = error(dense, X, y), error(small, X, y)
-        read = inputs_read(dense)
+        read = inputs_read(small)
         widths = [m.weight.shape[0] for _, m in _layers(small)]
         lat = {}
         for b, reps in ((1, a.repeats), (128, max(20, a.repeats // 4))):
@@ -103,7 +103,7 @@ def main() -> None:
             lat[b] = {k: latency(net, xb, reps) for k, net in
                       (("dense", dense), ("compact", small), ("csr", csr))}
         label = f"{final['method']} ({Path(run).name})"
-        units[label] = [k for _, k, _ in read]
+        units[label] = read
         rows.append((label, final, read, widths, n_dense, n_nz, n_small, e_dense, e_small, lat))
     lines = ["| run | inputs read per layer | compact widths | params dense / nonzero / compact "
              "| test error (dense = compact) | batch 1: dense / compact / CSR (us) | batch 128: "
@@ -112,7 +112,7 @@ def main() -> None:
     for label, final, read, widths, nd, nnz, ns, ed, es, lat in rows:
         us = {b: {k: 1e6 * v for k, v in lat[b].items()} for b in lat}
         lines.append(
-            f"| {label} | {'-'.join(str(k) for _, k, _ in read)} | {'-'.join(map(str, widths))} "
+            f"| {label} | {'-'.join(map(str, read))} | {'-'.join(map(str, widths))} "
             f"| {nd:,} / {nnz:,} / {ns:,} | {100 * ed:.2f}% = {100 * es:.2f}% "
             f"| {us[1]['dense']:.0f} / {us[1]['compact']:.0f} / {us[1]['csr']:.0f} "
             f"| {us[128]['dense']:.0f} / {us[128]['compact']:.0f} / {us[128]['csr']:.0f} "
