@@ -25,8 +25,11 @@ from numba import njit
 
 from ._base import BaseSolver, UnsupportedProblem
 from ._common import check_tol_iter, progress, single_thread_blas, start_point
-from .._jit import (col_axpy, col_dot, col_wnorm2, penalty_sum, prox_step, prox_steps,
-                    score_thresholds, scores_from_grad, select_ws, zero_thresholds)
+from penalties.kernels import L1
+
+from .._jit import (_dn_axpy, _dn_dot, _sp_axpy, _sp_dot, col_axpy, col_dot, col_wnorm2,
+                    csc_rmatvec, penalty_sum, prox_step, prox_steps, score_thresholds,
+                    scores_from_grad, select_ws, zero_thresholds)
 from .anderson import weights as anderson_weights
 
 NAME = "cd"
@@ -35,9 +38,86 @@ NAME = "cd"
 # compiled inner solvers
 
 
+# One pass of the least-squares coordinate descent over ``feats[:n_feats]``, for sparse and for
+# dense columns: two copies of one loop, with the column kernels chosen outside it. With the
+# choice inside (``col_dot(..., is_sparse, ...)``, a branch on an argument, in the body of the
+# inner solver) a pass over 1890 sparse columns of 20 nonzeros took ~240 us, against ~160 us
+# here (skglm's epoch on the same columns: ~150 us). For the l1 penalty the prox is soft
+# thresholding, inline (the generic ``prox_step`` is a call into the penalty catalog: ~15% of
+# a sparse pass). ``tin_j = lam_j / Lin_j`` is the prox's step (``prox_steps``). The same
+# arithmetic as before, operation for operation: the iterates are unchanged. Returns ``(largest
+# scaled move, shift c of the residual, intercept)``: the residual is ``r + c`` afterwards.
+
+
+@njit(cache=True, inline="always")
+def _cd_step(old, g, L, Tj, tj, code, params, positive, l1):
+    """The new value of a coordinate with gradient ``g`` (``old`` when the prox keeps it)."""
+    if old == 0.0 and abs(g) <= Tj * L:
+        return old  # the prox would return 0 (see _jit.zero_threshold)
+    v = old - g / L
+    if l1:
+        if v > tj:
+            return v - tj
+        if v < -tj and not positive:
+            return v + tj
+        return 0.0
+    return prox_step(code, params, v, tj, positive)
+
+
+@njit(cache=True)
+def _pass_sparse(data, indices, indptr, feats, n_feats, w, r, b, Lin, means, T, tin, code,
+                 params, positive, l1):
+    n = r.shape[0]
+    maxd = 0.0
+    c = 0.0
+    for jj in range(n_feats):
+        j = feats[jj]
+        L = Lin[j]
+        if L == 0.0:
+            continue
+        old = w[j]
+        g = -(_sp_dot(data, indices, indptr, j, r) + c * n * means[j]) / n
+        new = _cd_step(old, g, L, T[j], tin[j], code, params, positive, l1)
+        if new != old:
+            delta = new - old
+            _sp_axpy(data, indices, indptr, j, -delta, r)
+            c += delta * means[j]
+            b -= delta * means[j]
+            w[j] = new
+            d = L * abs(delta)
+            if d > maxd:
+                maxd = d
+    return maxd, c, b
+
+
+@njit(cache=True)
+def _pass_dense(X, feats, n_feats, w, r, b, Lin, means, T, tin, code, params, positive, l1):
+    n = r.shape[0]
+    maxd = 0.0
+    c = 0.0
+    for jj in range(n_feats):
+        j = feats[jj]
+        L = Lin[j]
+        if L == 0.0:
+            continue
+        old = w[j]
+        g = -(_dn_dot(X, j, r) + c * n * means[j]) / n
+        new = _cd_step(old, g, L, T[j], tin[j], code, params, positive, l1)
+        if new != old:
+            delta = new - old
+            _dn_axpy(X, j, -delta, r)
+            c += delta * means[j]
+            b -= delta * means[j]
+            w[j] = new
+            d = L * abs(delta)
+            if d > maxd:
+                maxd = d
+    return maxd, c, b
+
+
 @njit(cache=True)
 def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_intercept, Lin, means,
-                     T, lam_w, code, params, positive, tol_in, max_epochs, K):
+                     T, tin, lam_w, code, params, positive, tol_in, max_epochs, K):
     """CD passes over the working set ``ws`` until the largest scaled coordinate move is below
     ``tol_in``. Updates ``w`` and ``r`` in place; returns ``(epochs, b)``.
 
@@ -66,29 +146,16 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
         m = r.mean()
         b += m
         r -= m
+    l1 = code == L1
     for ep in range(max_epochs):
-        maxd = 0.0
-        c = 0.0  # the residual is r + c
+        feats = ws if full else act
         n_feats = nws if full else n_act
-        for jj in range(n_feats):
-            j = ws[jj] if full else act[jj]
-            L = Lin[j]
-            if L == 0.0:
-                continue
-            old = w[j]
-            g = -(col_dot(X, data, indices, indptr, is_sparse, j, r) + c * n * means[j]) / n
-            if old == 0.0 and abs(g) <= T[j] * L:
-                continue  # the prox would return 0 (see _jit.zero_threshold)
-            new = prox_step(code, params, old - g / L, lam_w[j] / L, positive)
-            if new != old:
-                delta = new - old
-                col_axpy(X, data, indices, indptr, is_sparse, j, -delta, r)
-                c += delta * means[j]
-                b -= delta * means[j]
-                w[j] = new
-                d = L * abs(delta)
-                if d > maxd:
-                    maxd = d
+        if is_sparse:
+            maxd, c, b = _pass_sparse(data, indices, indptr, feats, n_feats, w, r, b, Lin,
+                                      means, T, tin, code, params, positive, l1)
+        else:
+            maxd, c, b = _pass_dense(X, feats, n_feats, w, r, b, Lin, means, T, tin, code,
+                                     params, positive, l1)
         if c != 0.0:
             r += c
         if fit_intercept:
@@ -154,8 +221,13 @@ def _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F, fit_inter
     sqrt(2 max(F, 1e-10 f_null) Lbar)`` (``Problem.criterion``, computed here without leaving
     compiled code)."""
     n = r.shape[0]
+    if is_sparse:
+        csc_rmatvec(data, indices, indptr, r, grad)
+    else:
+        for j in range(w.shape[0]):
+            grad[j] = _dn_dot(X, j, r)
     for j in range(w.shape[0]):
-        grad[j] = -col_dot(X, data, indices, indptr, is_sparse, j, r) / n
+        grad[j] = -grad[j] / n
     m = scores_from_grad(grad, w, lips, lam_w, code, params, positive, Tg, score)
     if fit_intercept:
         gb = abs(r.sum()) / n
@@ -204,8 +276,8 @@ def _outer_quadratic(X, data, indices, indptr, is_sparse, y, w, r, b, fit_interc
         tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
         zero_thresholds(code, params, t_in, ws, T)
         n_in, b = _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b,
-                                   fit_intercept, Lin, means, T, lam_w, code, params, positive,
-                                   tol_in, max_epochs, K)
+                                   fit_intercept, Lin, means, T, t_in, lam_w, code, params,
+                                   positive, tol_in, max_epochs, K)
         total += n_in
         F = 0.5 * (r @ r) / n + penalty_sum(w, all_feats, lam_w, code, params)
         hist[n_hist] = F
