@@ -41,7 +41,7 @@ NAME = "cd"
 # One pass of the least-squares coordinate descent over ``feats[:n_feats]``, for sparse and for
 # dense columns: two copies of one loop, with the column kernels chosen outside it. With the
 # choice inside (``col_dot(..., is_sparse, ...)``, a branch on an argument, in the body of the
-# inner solver) a pass over 1890 sparse columns of 20 nonzeros took ~240 us, against ~160 us
+# inner solver) a pass over 1890 sparse columns of 20 nonzeros took ~240 us, against ~170 us
 # here (skglm's epoch on the same columns: ~150 us). For the l1 penalty the prox is soft
 # thresholding, inline (the generic ``prox_step`` is a call into the penalty catalog: ~15% of
 # a sparse pass). ``tin_j = lam_j / Lin_j`` is the prox's step (``prox_steps``). The same
