@@ -11,7 +11,9 @@ Both run on a *working set* of features: the outer loop scores every feature by 
 violation (gradient mapping), keeps the nonzero ones plus the worst violators (doubling the set
 as the support grows), and solves the restricted problem to a fraction of the current violation.
 The restricted least-squares solver extrapolates its iterates every ``anderson`` passes (Anderson
-acceleration) and keeps the extrapolation only if it lowers the objective.
+acceleration) and keeps the extrapolation only if it lowers the objective; for a convex penalty
+the extrapolation is first brought back to the current orthant face (coordinates whose sign it
+would change set to 0).
 
 The prox comes from ``penalties.kernels.prox_scalar``: closed form where the penalty has one, the
 engine's numeric 1-D prox otherwise; any separable penalty with a kernel works, convex or not.
