@@ -16,42 +16,76 @@ from numba import njit
 from penalties.kernels import L1, LP, MCP, omega_scalar, prox_scalar
 
 
-# 'reassoc' lets LLVM vectorize the reductions (the data are finite: the estimators check it)
+# 'reassoc' lets LLVM vectorize the reductions (the data are finite: the estimators check it).
+# The sparse and dense loops are separate functions so that a hot loop that knows its design
+# (``solvers.cd._pass_sparse``) calls its kernel directly, without the branch on ``is_sparse``.
 @njit(cache=True, fastmath={"reassoc", "contract"})
-def col_dot(X, data, indices, indptr, is_sparse, j, v):
-    """``x_j . v``"""
+def _sp_dot(data, indices, indptr, j, v):
     s = 0.0
-    if is_sparse:
-        for k in range(indptr[j], indptr[j + 1]):
-            s += data[k] * v[indices[k]]
-    else:
-        for i in range(X.shape[0]):
-            s += X[i, j] * v[i]
+    for k in range(indptr[j], indptr[j + 1]):
+        s += data[k] * v[indices[k]]
     return s
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"})
+def _dn_dot(X, j, v):
+    s = 0.0
+    for i in range(X.shape[0]):
+        s += X[i, j] * v[i]
+    return s
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _sp_axpy(data, indices, indptr, j, a, v):
+    for k in range(indptr[j], indptr[j + 1]):
+        v[indices[k]] += a * data[k]
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _dn_axpy(X, j, a, v):
+    for i in range(X.shape[0]):
+        v[i] += a * X[i, j]
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _sp_wnorm2(data, indices, indptr, j, h):
+    s = 0.0
+    for k in range(indptr[j], indptr[j + 1]):
+        s += h[indices[k]] * data[k] * data[k]
+    return s
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _dn_wnorm2(X, j, h):
+    s = 0.0
+    for i in range(X.shape[0]):
+        s += h[i] * X[i, j] * X[i, j]
+    return s
+
+
+@njit(cache=True)
+def col_dot(X, data, indices, indptr, is_sparse, j, v):
+    """``x_j . v``"""
+    if is_sparse:
+        return _sp_dot(data, indices, indptr, j, v)
+    return _dn_dot(X, j, v)
+
+
+@njit(cache=True)
 def col_axpy(X, data, indices, indptr, is_sparse, j, a, v):
     """``v += a x_j`` in place."""
     if is_sparse:
-        for k in range(indptr[j], indptr[j + 1]):
-            v[indices[k]] += a * data[k]
+        _sp_axpy(data, indices, indptr, j, a, v)
     else:
-        for i in range(X.shape[0]):
-            v[i] += a * X[i, j]
+        _dn_axpy(X, j, a, v)
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True)
 def col_wnorm2(X, data, indices, indptr, is_sparse, j, h):
     """``sum_i h_i x_ij^2``"""
-    s = 0.0
     if is_sparse:
-        for k in range(indptr[j], indptr[j + 1]):
-            s += h[indices[k]] * data[k] * data[k]
-    else:
-        for i in range(X.shape[0]):
-            s += h[i] * X[i, j] * X[i, j]
-    return s
+        return _sp_wnorm2(data, indices, indptr, j, h)
+    return _dn_wnorm2(X, j, h)
 
 
 @njit(cache=True)
