@@ -20,9 +20,11 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    hard-concrete (whole groups for neuron gates), the keep ratio (monotone in ``|w|``) for the
    penalty methods, ``p`` for the eta-trick's ``eta`` rule, each per group with a
    ``granularity`` other than ``"weight"``; ties (e.g. a constant initial log-alpha) are broken
-   by ``|w|`` (by the group's norm ``||w_g||``). One ranking over all layers, each layer keeping
-   at least ``max(1, ceil(MIN_LAYER_DENSITY * n))`` of its units. Pruned units stay pruned (masks only
-   shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational
+   by ``|w|`` (by the group's norm ``||w_g||``). Single weights: one ranking over all layers,
+   each layer keeping at least ``MIN_LAYER_DENSITY`` of its weights and ``(fan_out + fan_in) /
+   2`` of them (one per two units, so that a small classifier keeps a connection per class);
+   groups: each layer keeps ``d*(t)`` of its units (a ranking across layers of groups of
+   different sizes starves the narrow layers). Pruned units stay pruned (masks only shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational
    dropout's additive variant also silences their noise) and the optimizer's first moments
    there are zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
    (``m = e^-12``) and the kept weights fine-tune on the data alone, as after gradual pruning:
@@ -188,7 +190,7 @@ class DensityController:
                 sc = torch.where(old[i].flatten(), sc, torch.full_like(sc, -math.inf))
             scores.append(sc.cpu())
             sizes.append(w.numel() // sc.numel())
-            floors.append(min(sc.numel(), max(1, math.ceil(MIN_LAYER_DENSITY * sc.numel()))))
+            floors.append(_floor(w, sc.numel()))
         keeps = [None] * len(pairs)
         single = [i for i, n in enumerate(sizes) if n == 1]
         for i in (i for i, n in enumerate(sizes) if n > 1):
@@ -281,6 +283,17 @@ class DensityController:
         self.natural_density, self.reached = state["natural_density"], state["reached"]
         if self.uses_multiplier:
             self.sp.set_strength(math.exp(self.log_m))
+
+
+def _floor(w, n_units: int) -> int:
+    """Units a layer keeps whatever the ranking: ``MIN_LAYER_DENSITY`` of them, and for single
+    weights at least one weight per two of the layer's units, ``(fan_out + fan_in) / 2``, so
+    that a small layer (a classifier) is never cut to a few weights: at 0.5% of LeNet-300-100 a
+    flat 0.5% floor left its 10 classes 5 weights."""
+    floor = max(1, math.ceil(MIN_LAYER_DENSITY * n_units))
+    if n_units == w.numel() and w.dim() >= 2:
+        floor = max(floor, math.ceil((w.shape[0] + w[0].numel()) / 2))
+    return min(n_units, floor)
 
 
 def _clip(u: float) -> float:

@@ -158,7 +158,9 @@ def test_schedule_prunes_gradually_by_the_methods_ranking():
     assert kept[-1] <= 0.1 * n + 1
     m0 = c.masks[0].flatten()
     # layer 1 (log-alpha 7, the worst) keeps its floor only; layer 0 its lowest log-alpha prefix
-    assert int(c.masks[1].sum()) == math.ceil(density.MIN_LAYER_DENSITY * c.masks[1].numel())
+    w1 = sp.states()[1][0].param
+    floor = max(math.ceil(density.MIN_LAYER_DENSITY * w1.numel()), math.ceil((10 + 100) / 2))
+    assert int(c.masks[1].sum()) == floor == density._floor(w1, w1.numel())
     k = int(m0.sum())
     assert bool(m0[:k].all()) and not bool(m0[k:].any())
     assert abs(k + int(c.masks[1].sum()) - 0.1 * n) <= 1
