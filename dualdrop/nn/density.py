@@ -80,7 +80,7 @@ BEGIN, END = 0.05, 0.6
 #: log multiplier after END * T: the regularizer released for the fine-tuning
 RELEASED = -LOG_CAP
 #: every layer keeps at least this fraction of its units (and at least one)
-MIN_LAYER_DENSITY = 0.005
+MIN_LAYER_DENSITY = 0.001
 #: proportional and integral gains of the multiplier (module docstring)
 K_P, K_I = 0.5, 0.5
 #: distance each kind of method parameter must travel within half of the budget (see above)
