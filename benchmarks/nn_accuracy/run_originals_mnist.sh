@@ -21,3 +21,7 @@ python3 -m dualdrop sparsify --method vardrop-lr-ar --epochs 200 --batch-size 10
     --out "$OUT/sparse_vd" --no-progress --threads 1 --resume
 python3 -m dualdrop sparsify --method hardconcrete-neuron --epochs 200 --batch-size 100 \
     --lr 1e-3 --data-dir "$DATA" --out "$OUT/l0_neuron" --no-progress --threads 1 --resume
+# L0 with droprate_init 0.5 everywhere (theirs: 0.2 for the input layer, 0.5 beyond)
+python3 -m dualdrop sparsify --method hardconcrete-neuron --epochs 200 --batch-size 100 \
+    --lr 1e-3 --hp droprate_init=0.5 --data-dir "$DATA" --out "$OUT/l0_neuron_droprate05" \
+    --no-progress --threads 1 --resume
