@@ -51,13 +51,12 @@ def _knobs(args) -> dict:
     if args.target_density is not None:
         lo, sep, hi = args.target_density.partition(":")
         try:
+            if not sep:
+                raise ValueError
             low, high = float(lo), float(hi)
         except ValueError:
             raise ValueError(f"--target-density {args.target_density!r}: expected LOW:HIGH, "
                              "e.g. --target-density 0.005:0.2") from None
-        if not sep:
-            raise ValueError(f"--target-density {args.target_density!r}: expected LOW:HIGH, "
-                             "e.g. --target-density 0.005:0.2")
         for m in args.methods or DEFAULT_METHODS:
             knobs.setdefault(m, target_density_knob(low, high))
     return knobs

@@ -16,8 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
-from dualdrop.train.experiments.compare import DEFAULT_METHODS
 from dualdrop.nn import method_class
+from dualdrop.train.experiments.compare import DEFAULT_METHODS
 from dualdrop.train.experiments.frontier.evaluation import frontier_report
 from dualdrop.train.experiments.frontier.search import (
     TARGET_DENSITY,
