@@ -24,9 +24,10 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    each layer keeping at least ``MIN_LAYER_DENSITY`` of its weights and ``(fan_out + fan_in) /
    2`` of them (one per two units, so that a small classifier keeps a connection per class);
    groups: each layer keeps ``d*(t)`` of its units (a ranking across layers of groups of
-   different sizes starves the narrow layers). Pruned units stay pruned (masks only shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational
-   dropout's additive variant also silences their noise) and the optimizer's first moments
-   there are zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
+   different sizes starves the narrow layers). Pruned units stay pruned (masks only shrink):
+   after every step they are held at zero (``WeightState.hold_pruned``; variational dropout's
+   additive variant also silences their noise) and the optimizer's first moments there are
+   zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
    (``m = e^-12``) and the kept weights fine-tune on the data alone, as after gradual pruning:
    the method has chosen the units, and its shrinkage of the kept weights no longer helps (on
    MNIST from a dense LeNet-300-100 at 5% in 10 epochs: test error 2.90 -> 2.70% for LogSum,
