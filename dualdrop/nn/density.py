@@ -46,11 +46,12 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    The schedule, not ``m``, guarantees the density: a multiplier that lags or overshoots costs
    accuracy, never the target.
 
-At step ``T`` the test-time rule is set so that exactly ``D`` of the weights are kept (the
-method's ranking decides): methods with a keep-ratio tolerance (variational dropout, the penalty
-methods, the eta-trick) get the ``tol`` that keeps ``D`` (bisection: the density is monotone in
-``tol``); hard-concrete (no tolerance) gets the gate logits at the border moved just across the
-test gate's zero point ``log a = log(-gamma / (zeta - gamma))``; magnitude pruning keeps its own
+At step ``T`` the test-time rule is set so that it keeps what the masks keep (their density,
+``D`` up to a group-sized border unit; exactly ``D`` where no mask was made): methods with a
+keep-ratio tolerance (variational dropout, the penalty methods, the eta-trick) get the ``tol``
+that keeps it (bisection: the density is monotone in ``tol``); hard-concrete (no tolerance) gets
+the gate logits at the border moved just across the test gate's zero point
+``log a = log(-gamma / (zeta - gamma))``, gates outside the masks ranked last; magnitude pruning keeps its own
 cubic schedule with final sparsity ``1 - D`` and no multiplier. ``natural_density`` records the
 density the method's rule gave before this step. A reached density more than 10% (relative)
 from ``D`` gives a ``RuntimeWarning`` with the reached density; so does a natural density more
