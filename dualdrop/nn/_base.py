@@ -49,6 +49,17 @@ def compiling() -> bool:
 
 # ---- argument checks: clear errors naming the argument and the fix ----------------------------
 
+@torch.no_grad()
+def mask_first_moments(optimizer, w, mask) -> None:
+    """Zero the optimizer's first-moment buffers of ``w`` (Adam's ``exp_avg``, SGD's
+    ``momentum_buffer``) outside ``mask``, so that a weight held at zero carries no momentum."""
+    state = optimizer.state.get(w, {}) if optimizer is not None else {}
+    for key in ("exp_avg", "momentum_buffer"):
+        buf = state.get(key)
+        if isinstance(buf, torch.Tensor) and buf.shape == w.shape:
+            buf.mul_(mask)
+
+
 def check_lam(lam, *, none_ok: bool = False):
     """The one rule for a method's strength ``lam``: a finite real number > 0 (a strength of 0
     sparsifies nothing: use the plain model), or None where the method has a per-dataset

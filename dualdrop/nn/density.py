@@ -73,7 +73,7 @@ import warnings
 
 import torch
 
-from dualdrop.nn._base import check_float, check_int
+from dualdrop.nn._base import check_float, check_int, mask_first_moments
 
 #: cap on |log m|
 LOG_CAP = 12.0
@@ -185,8 +185,7 @@ class DensityController:
             sc = st.keep_score(w).double()
             shapes.append(sc.shape)
             # ties (e.g. a constant initial log-alpha) broken by the unit's magnitude
-            mag = st.unit_magnitude(w).double().reshape(sc.shape) if sc.shape != w.shape \
-                else w.detach().abs().double()
+            mag = st.unit_magnitude(w).double().reshape(sc.shape)
             sc = (sc + 1e-9 * mag / float(mag.max().clamp(min=1e-30))).flatten()
             if old is not None:
                 sc = torch.where(old[i].flatten(), sc, torch.full_like(sc, -math.inf))
@@ -226,11 +225,7 @@ class DensityController:
             w = t.param
             mask = st.unit_mask(m.to(w.device), w)
             st.hold_pruned(w, mask)
-            state = optimizer.state.get(w, {}) if optimizer is not None else {}
-            for key in ("exp_avg", "momentum_buffer"):
-                buf = state.get(key)
-                if isinstance(buf, torch.Tensor) and buf.shape == w.shape:
-                    buf.mul_(mask)
+            mask_first_moments(optimizer, w, mask)
 
     @torch.no_grad()
     def _finish(self) -> None:

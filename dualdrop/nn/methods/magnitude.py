@@ -37,7 +37,8 @@ import math
 
 import torch
 
-from dualdrop.nn._base import Method, WeightState, check_choice, check_float, check_int
+from dualdrop.nn._base import (Method, WeightState, check_choice, check_float, check_int,
+                               mask_first_moments)
 from dualdrop.nn import _numba
 
 
@@ -229,10 +230,4 @@ def apply_masks(pairs, optimizer) -> None:
     """Zero pruned weights and the optimizer's first moments at pruned entries."""
     for w, st in pairs:
         w.mul_(st.weight_mask)
-        if optimizer is None:
-            continue
-        state = optimizer.state.get(w, {})
-        for key in ("exp_avg", "momentum_buffer"):
-            buf = state.get(key)
-            if isinstance(buf, torch.Tensor) and buf.shape == w.shape:
-                buf.mul_(st.weight_mask)
+        mask_first_moments(optimizer, w, st.weight_mask)
