@@ -38,6 +38,7 @@ import math
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,9 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
     if hp.get("granularity", "weight") != "weight":
         # whole output units of the classifier are classes: it stays (its single weights too)
         kw["exclude"] = [classifier_name(model, data.n_classes)]
+        warnings.warn(f"granularity={hp['granularity']!r}: the classifier {kw['exclude'][0]} is "
+                      "not sparsified (its output units are the classes)", UserWarning,
+                      stacklevel=2)
     sp = (_nn().sparsify(model, cfg.method, target_density=cfg.target_density, **hp, **kw)
           if cfg.method != DENSE else None)
     model.to(dist_.device)
