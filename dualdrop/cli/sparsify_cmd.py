@@ -83,10 +83,12 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     from dualdrop.nn.registry import METHODS
+    from dualdrop.train.models import MODELS
 
     p = _friendly(subparsers.add_parser(
         "sparsify",
-        help="train LeNet-300-100 (or LeNet-5) with one sparsification method",
+        help="train LeNet-300-100 (or LeNet-5, a ResNet, a Transformer) with one "
+        "sparsification method",
         description="Train LeNet-300-100 (Adam, linear learning-rate decay to 0) with one "
         "sparsification method of dualdrop.nn; write per-epoch history (JSON, CSV), a "
         "checkpoint every epoch, the trained network (model.pt) and the end-of-training test "
@@ -96,9 +98,11 @@ def register(subparsers) -> None:
     p.add_argument("--method", default=None,
                    help=", ".join(METHODS) + ", penalty:<name>, or none (dense baseline); "
                    "required unless --list-hparams")
-    p.add_argument("--model", default="lenet300", choices=("lenet300", "lenet5"),
-                   help="network: lenet300 (LeNet-300-100, default) or lenet5 (LeNet-5-Caffe, "
-                   "conv 20-50 5x5, fc 800-500-10; 28x28 images only)")
+    p.add_argument("--model", default="lenet300", choices=tuple(MODELS),
+                   help="network: lenet300 (LeNet-300-100, default), lenet5 (LeNet-5-Caffe, "
+                   "conv 20-50 5x5, fc 800-500-10), resnet (a small ResNet with BatchNorm, "
+                   "16-32-64 channels) or transformer (2 encoder layers, 4 heads, reading an "
+                   "image row by row); all but lenet300 need square images")
     p.add_argument("--out", default=None, help="output folder (default runs/sparsify/<method>)")
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint.pt (exactly); start fresh if absent")
@@ -128,6 +132,9 @@ def register(subparsers) -> None:
     p.add_argument("--diagnose-samples", type=int, default=512, metavar="N",
                    help="size of the fixed validation subset of --diagnose-every, drawn from "
                    "--seed (default 512)")
+    p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
+                   help="leave these weights alone: a parameter name pattern (fnmatch, e.g. "
+                   "'embed.*' or 'encoder.*.linear2.weight'); repeat for more")
     p.add_argument("--target-density", type=float, default=None, metavar="D",
                    help="fraction of nonzero weights the finished network keeps (0 < D <= 1), "
                    "for any method: its strength is adjusted during training against the "
@@ -224,7 +231,7 @@ def run(args) -> int:
             model=args.model, diagnose_every=args.diagnose_every,
             diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
             lam_layers=_parse_lam_layers(args.lam_layer),
-            target_density=args.target_density,
+            target_density=args.target_density, exclude=args.exclude,
         )
         report = train(cfg)  # checks every option before loading data or creating --out
     except KeyboardInterrupt as exc:

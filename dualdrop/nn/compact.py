@@ -40,16 +40,21 @@ constant unit to a constant. A unit is kept instead whenever the fold would not 
   ``c != 0``; or the next layer has no bias and ``c != 0``; or it is a grouped convolution;
 - ``c`` measured on ``example_inputs`` is not constant across samples or positions.
 
-Attention heads are not removed: Torch-Pruning's ``nn.MultiheadAttention`` pruner narrows the
-embedding width (coupled to the residual stream and its LayerNorms) rather than dropping heads.
-The hidden units of a Transformer's feed-forward block (``linear1``) are removed.
+**Attention heads.** Torch-Pruning's ``nn.MultiheadAttention`` pruner narrows the embedding
+width (coupled to the residual stream and its LayerNorms) rather than dropping heads, so heads
+are removed by ``dualdrop.nn._heads`` after the graph pass: a head whose output columns in
+``out_proj`` are zero, or whose value rows are zero (its output is then its value bias, folded
+into ``out_proj.bias``), goes, and the attention becomes a ``HeadPrunedAttention`` of the kept
+heads. The hidden units of a Transformer's feed-forward block (``linear1``) are removed by the
+graph pass.
 
 **Saving.** The compact network no longer fits the original architecture's ``state_dict``.
 ``save_compact(model, path)`` stores ``{"format", "state_dict", "shapes", "groups"}``
-(tensors, ints and strings only, so ``torch.load(weights_only=True)`` reads it) and
-``load_compact(path, fresh)`` resizes the Linear, convolution and BatchNorm layers of a fresh
-instance of the original architecture to the saved shapes, then loads the weights with
-``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every module's
+plus ``"attention"`` (the kept heads' sizes; tensors, ints and strings only, so
+``torch.load(weights_only=True)`` reads it) and ``load_compact(path, fresh)`` resizes the Linear,
+convolution and BatchNorm layers of a fresh instance of the original architecture to the saved
+shapes (and puts a ``HeadPrunedAttention`` where heads were removed), then loads the weights
+with ``strict=True``. (Torch-Pruning's ``tp.state_dict`` pickles every module's
 ``__dict__``, hook tables and attributes included, which ``weights_only=True`` refuses even for
 a plain ``nn.Sequential``; hence this format.)
 """
@@ -64,6 +69,8 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import export as _export
+from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
+                                restore_attention)
 from dualdrop.nn.export import export_sparse
 
 INSTALL_HINT = 'pip install "dualdrop[structured]"'
@@ -150,6 +157,7 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     ref = copy.deepcopy(dense) if verify else None
     trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
     out = _compact_plain(dense, example_inputs, tp)
+    remove_dead_heads(out)
     for n, p in out.named_parameters():
         p.requires_grad_(trainable.get(n, True))
     if verify:
@@ -418,10 +426,15 @@ def _verify(dense, small, example_inputs):
 def compact_report(dense: nn.Module, small: nn.Module) -> dict:
     """``{layer_name: (kept, total)}``: output units (Linear) or channels (convolutions) of each
     layer of the compact network ``small`` against the same layer of ``dense`` (the dense
-    export or the original model)."""
+    export or the original model), and the heads of each attention whose heads were removed."""
     ref = dict(dense.named_modules())
     rows = {}
     for name, m in small.named_modules():
+        if isinstance(m, HeadPrunedAttention) and name in ref:
+            r = ref[name]
+            rows[name] = (m.num_heads, r.orig_heads if isinstance(r, HeadPrunedAttention)
+                          else r.num_heads)
+            continue
         kind = _layer_kind(m)
         if kind is None or name not in ref:
             continue
@@ -442,7 +455,8 @@ def save_compact(model: nn.Module, path: str | os.PathLike) -> None:
     sd = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     groups = {n: int(m.groups) for n, m in model.named_modules() if isinstance(m, _CONV)}
     torch.save({"format": FORMAT, "version": 1, "state_dict": sd,
-                "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups}, path)
+                "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups,
+                "attention": attention_spec(model)}, path)
 
 
 def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
@@ -464,6 +478,10 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
             isinstance(v, torch.Tensor) for v in blob["state_dict"].values()):
         raise ValueError(f"{path} is not a compact model file; {fix}")
     sd = blob["state_dict"]
+    attention = blob.get("attention") or {}
+    if not isinstance(attention, dict):
+        raise ValueError(f"{path} is not a compact model file; {fix}")
+    restore_attention(model, attention, f"{path} does not fit {type(model).__name__}")
     own = model.state_dict()
     missing, extra = set(own) - set(sd), set(sd) - set(own)
     if missing or extra:

@@ -61,6 +61,8 @@ def sparsify_command(cfg: TrainConfig, to_the_end: bool = False,
         words += _option("--hp", f"{key}={_text(value)}")
     for layer, factor in (cfg.lam_layers or {}).items():
         words += _option("--lam-layer", f"{layer}={_text(factor)}")
+    for pattern in cfg.exclude or ():
+        words += _option("--exclude", pattern)
     for field, value, flag in _SWITCHES:
         if getattr(cfg, field) == value:
             words.append(flag)

@@ -168,7 +168,7 @@ def resolve_hparams(
     return float(lr), hp
 
 
-def check_hparams(method: str, hp: dict, model: str = "lenet300") -> None:
+def check_hparams(method: str, hp: dict, model: str = "lenet300", exclude=None) -> None:
     """Raise ``ValueError`` now if ``sparsify`` would refuse ``hp`` (e.g. ``tol=2``).
 
     The method's own validation decides (one home for it): ``hp`` is applied to a throwaway
@@ -181,7 +181,7 @@ def check_hparams(method: str, hp: dict, model: str = "lenet300") -> None:
     from dualdrop.train.models import example_model
 
     try:
-        _nn().sparsify(example_model(model), method, **hp)
+        _nn().sparsify(example_model(model), method, exclude=exclude, **hp)
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"method {method!r}: {exc}") from None
 
@@ -240,6 +240,10 @@ class TrainConfig:
     # becomes a multiplier driven by the measured density (dualdrop.nn.density). None: the
     # method's own strength. Part of the run's identity.
     target_density: float | None = None
+    # Name patterns (fnmatch on parameter names, e.g. "embed.*" or "encoder.*.linear2.weight")
+    # of weights the method leaves alone, as sparsify(exclude=...) takes them; under
+    # granularity neuron/head the classifier is left alone as well. Part of the run's identity.
+    exclude: list | None = None
 
     def with_defaults(self, dataset: str | None) -> "TrainConfig":
         """A copy with ``epochs`` / ``batch_size`` left at None set to ``dataset``'s defaults."""
@@ -300,6 +304,11 @@ class TrainConfig:
                         or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
                     raise ValueError(f"lam_layers[{k!r}]={v!r}; expected a layer name and a "
                                      "positive finite factor")
+        ex = self.exclude
+        if ex is not None and (not isinstance(ex, (list, tuple)) or not ex or not all(
+                isinstance(e, str) and e for e in ex)):
+            raise TypeError(f"exclude={ex!r}; expected a non-empty list of parameter name "
+                            "patterns, e.g. ['embed.*'] (or None: exclude nothing)")
         from dualdrop.train.diagnose_hook import check_options
 
         check_options(self.diagnose_every, self.diagnose_samples)
@@ -348,6 +357,7 @@ def run_config(cfg: TrainConfig, lr: float, hp: dict, data, world: int) -> dict:
         **({"model": cfg.model} if cfg.model != "lenet300" else {}),
         **({"lam_warmup": cfg.lam_warmup} if cfg.lam_warmup else {}),
         **({"target_density": float(cfg.target_density)} if cfg.target_density else {}),
+        **({"exclude": list(cfg.exclude)} if cfg.exclude else {}),
         **({"lam_layers": {k: float(v) for k, v in sorted(cfg.lam_layers.items())}}
            if cfg.lam_layers else {}),
     }

@@ -199,11 +199,12 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         model.load_state_dict(init_sd)
     if cfg.target_density is not None and "sparsity" not in (cfg.hparams or {}):
         hp = {k: v for k, v in hp.items() if k != "sparsity"}  # the target replaces the default
-    kw = {}
+    kw = {"exclude": list(cfg.exclude)} if cfg.exclude else {}
     if hp.get("granularity", "weight") != "weight":
         # whole output units of the classifier are classes: it stays (its single weights too)
-        kw["exclude"] = [classifier_name(model, data.n_classes)]
-        warnings.warn(f"granularity={hp['granularity']!r}: the classifier {kw['exclude'][0]} is "
+        head = classifier_name(model, data.n_classes)
+        kw["exclude"] = kw.get("exclude", []) + [head]
+        warnings.warn(f"granularity={hp['granularity']!r}: the classifier {head} is "
                       "not sparsified (its output units are the classes)", UserWarning,
                       stacklevel=2)
     sp = (_nn().sparsify(model, cfg.method, target_density=cfg.target_density, **hp, **kw)
@@ -457,7 +458,7 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     cfg.validate()
     cfg.method = check_method(cfg.method)
     lr, hp = resolve_hparams(cfg.method, cfg.lr, cfg.hparams, dataset)
-    check_hparams(cfg.method, hp, cfg.model)
+    check_hparams(cfg.method, hp, cfg.model, cfg.exclude)
     check_lam_schedule(cfg, hp)
     if cfg.threads != 0:
         torch.set_num_threads(cfg.threads or default_threads())

@@ -1,4 +1,6 @@
-"""Networks for the sparsification experiments: LeNet-300-100 and LeNet-5-Caffe."""
+"""Networks for the sparsification experiments: LeNet-300-100 and LeNet-5-Caffe (the field's
+MNIST benchmarks), and a small residual network and a small Transformer for structured sparsity
+(whole channels and attention heads) on the same data."""
 
 from __future__ import annotations
 
@@ -86,8 +88,108 @@ class LeNet5(nn.Module):
         return self.fc2(x)
 
 
+def _image_side(n_features, model: str) -> int:
+    side = int(round(n_features ** 0.5)) if isinstance(n_features, int) else 0
+    if isinstance(n_features, bool) or not isinstance(n_features, int) or side * side != \
+            n_features:
+        raise ValueError(f"n_features={n_features!r}; {model} needs square images "
+                         "(784 for MNIST's 28x28)")
+    return side
+
+
+def _check_classes(n_classes):
+    if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 1:
+        raise ValueError(f"n_classes={n_classes!r}; expected a positive int")
+
+
+class BasicBlock(nn.Module):
+    """He et al.'s (2016) basic residual block: ``relu(bn(conv(relu(bn(conv(x))))) + s(x))``,
+    ``s`` the identity, or a strided 1x1 convolution with BatchNorm when the width or the
+    resolution changes. Removing a channel of the block's output couples both sides of the add
+    (and every later block on the same stream), which is what the compact export must handle."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                          nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(h)) + self.shortcut(x))
+
+
+class ResNetMNIST(nn.Module):
+    """A small ResNet for 28x28 images: a 3x3 stem (16 channels) and 2x2 max-pooling, then one
+    basic block per stage at 16, 32 and 64 channels (the last two with stride 2: 14x14, 7x7,
+    4x4), global average pooling and a Linear classifier; 7 convolutions with BatchNorm, about
+    75k weights, about 5 MFLOP per image (as LeNet-5-Caffe: it trains on two CPU cores)."""
+
+    def __init__(self, n_features: int = 784, n_classes: int = 10,
+                 widths: Sequence[int] = (16, 32, 64)):
+        super().__init__()
+        self.side = _image_side(n_features, "the ResNet")
+        _check_classes(n_classes)
+        widths = tuple(widths)
+        if len(widths) != 3 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
+                                   for w in widths):
+            raise ValueError(f"widths={widths!r}; expected three positive ints, e.g. (16, 32, 64)")
+        self.stem = nn.Conv2d(1, widths[0], 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(widths[0])
+        self.layer1 = BasicBlock(widths[0], widths[0])
+        self.layer2 = BasicBlock(widths[0], widths[1], stride=2)
+        self.layer3 = BasicBlock(widths[1], widths[2], stride=2)
+        self.fc = nn.Linear(widths[2], n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], 1, self.side, self.side)
+        x = nn.functional.max_pool2d(torch.relu(self.bn(self.stem(x))), 2)
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(x.mean((2, 3)))
+
+
+class RowTransformer(nn.Module):
+    """A small Transformer encoder that reads an image as a sequence of its rows (28 tokens of
+    28 pixels on MNIST): a Linear embedding of each row plus a learned position embedding, two
+    pre-norm ``nn.TransformerEncoderLayer`` (width 64, 4 attention heads, feed-forward 128, no
+    dropout), a final LayerNorm, the mean over tokens and a Linear classifier; about 75k
+    weights. Its attention heads (``nn.MultiheadAttention``) and feed-forward units are what
+    ``granularity="head"`` prunes and the compact export removes."""
+
+    def __init__(self, n_features: int = 784, n_classes: int = 10, d_model: int = 64,
+                 heads: int = 4, ff: int = 128, layers: int = 2):
+        super().__init__()
+        self.side = _image_side(n_features, "the row Transformer")
+        _check_classes(n_classes)
+        for name, v in (("d_model", d_model), ("heads", heads), ("ff", ff), ("layers", layers)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}={v!r}; expected a positive int")
+        if d_model % heads:
+            raise ValueError(f"d_model={d_model} is not a multiple of heads={heads}")
+        self.embed = nn.Linear(self.side, d_model)
+        self.pos = nn.Parameter(torch.zeros(1, self.side, d_model))
+        nn.init.normal_(self.pos, std=0.02)
+        self.encoder = nn.ModuleList(
+            nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, batch_first=True,
+                                       norm_first=True) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x.reshape(x.shape[0], self.side, self.side)) + self.pos
+        for layer in self.encoder:
+            x = layer(x)
+        return self.fc(self.norm(x).mean(1))
+
+
 #: network name -> constructor ``f(n_features, n_classes)``
-MODELS = {"lenet300": lenet_300_100, "lenet5": LeNet5}
+MODELS = {"lenet300": lenet_300_100, "lenet5": LeNet5, "resnet": ResNetMNIST,
+          "transformer": RowTransformer}
 DEFAULT_MODEL = "lenet300"
 
 

@@ -32,8 +32,7 @@ def round_trip(small, fresh, x, tmp_path):
     assert set(blob) >= {"state_dict", "shapes"}
     back = load_compact(path, fresh)
     assert_same(small, back, x)
-    assert compact_report(small, back) == {k: (v[0], v[0])
-                                           for k, v in compact_report(small, small).items()}
+    assert compact_report(small, back) == compact_report(small, small)
 
 
 # ------------------------------------------------------------------------------------- MLP
@@ -273,6 +272,126 @@ def test_transformer_feedforward_units_removed(tmp_path):
     with torch.enable_grad():  # the non-fused path too
         torch.testing.assert_close(small(x), m(x), rtol=0, atol=1e-5)
     round_trip(small, TinyTransformer(), x, tmp_path)
+
+
+class HeadsTransformer(nn.Module):
+    def __init__(self, batch_first=True):
+        super().__init__()
+        self.enc = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=batch_first)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, x, mask=None, pad=None):
+        return self.head(self.enc(x, src_mask=mask, src_key_padding_mask=pad))
+
+
+def kill_heads(mha, v_dead=(), out_dead=()):
+    """Head groups as granularity='head' zeroes them: q, k, v rows of a head (its value bias
+    left nonzero: its constant output must fold into out_proj's bias), or its out_proj columns."""
+    E, d = mha.embed_dim, mha.embed_dim // mha.num_heads
+    with torch.no_grad():
+        for h in v_dead:
+            for i in range(3):
+                mha.in_proj_weight[i * E + h * d:i * E + (h + 1) * d] = 0
+            mha.in_proj_bias[2 * E + h * d:2 * E + (h + 1) * d].uniform_(0.5, 1.0)
+        for h in out_dead:
+            mha.out_proj.weight[:, h * d:(h + 1) * d] = 0
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_dead_attention_heads_removed_value_bias_folded(batch_first, tmp_path):
+    torch.manual_seed(5)
+    m = HeadsTransformer(batch_first).eval()
+    kill_heads(m.enc.self_attn, v_dead=[1], out_dead=[3])
+    shape = (2, 6, 32) if batch_first else (6, 2, 32)
+    x = torch.randn(*shape)
+    small = compact(m, x)
+    attn = small.enc.self_attn
+    assert type(attn).__name__ == "HeadPrunedAttention"
+    assert compact_report(m, small)["enc.self_attn"] == (2, 4)
+    assert attn.head_index.tolist() == [0, 2]
+    assert n_params(small) < n_params(m) - 2 * 3 * 8 * 32  # two heads' q, k, v rows
+    y = torch.randn(*shape)
+    assert_same(m, small, y)
+    causal = nn.Transformer.generate_square_subsequent_mask(6)  # additive float mask
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    with torch.no_grad():
+        torch.testing.assert_close(small(y, causal), m(y, causal), rtol=0, atol=1e-5)
+        torch.testing.assert_close(small(y, causal.isinf(), pad), m(y, causal.isinf(), pad),
+                                   rtol=0, atol=1e-5)  # boolean masks
+    with torch.enable_grad():  # the encoder layer's non-fused path, gradients flow
+        small.train()
+        out = small(y)
+        out.sum().backward()
+        assert attn.q_proj.weight.grad is not None
+        small.eval()
+    fresh = HeadsTransformer(batch_first)
+    round_trip(small, fresh, x, tmp_path)
+    assert compact_report(m, fresh)["enc.self_attn"] == (2, 4)
+
+
+def test_attention_alone_per_head_masks_and_weights():
+    """``nn.MultiheadAttention`` itself: a per-(batch, head) mask is read at the kept heads and
+    the kept heads' attention weights are the original's."""
+    torch.manual_seed(6)
+    E, H, B, L, S = 16, 4, 3, 5, 7
+    mha = nn.MultiheadAttention(E, H, kdim=10, vdim=12).eval()
+    d = E // H
+    with torch.no_grad():
+        mha.v_proj_weight[2 * d:3 * d] = 0
+    net = nn.ModuleDict({"att": mha})
+    q, k, v = torch.randn(L, B, E), torch.randn(S, B, 10), torch.randn(S, B, 12)
+    from dualdrop.nn._heads import remove_dead_heads
+    assert remove_dead_heads(net) == {"att": (3, 4)}
+    small = net["att"]
+    mask = torch.randn(B * H, L, S)
+    with torch.no_grad():
+        y0, w0 = mha(q, k, v, attn_mask=mask, average_attn_weights=False)
+        y1, w1 = small(q, k, v, attn_mask=mask, average_attn_weights=False)
+        torch.testing.assert_close(y1, y0, rtol=0, atol=1e-5)
+        torch.testing.assert_close(w1, w0[:, [0, 1, 3]], rtol=0, atol=1e-6)
+        yu0, _ = mha(q[:, 0], k[:, 0], v[:, 0])  # unbatched
+        yu1, _ = small(q[:, 0], k[:, 0], v[:, 0])
+        torch.testing.assert_close(yu1, yu0, rtol=0, atol=1e-5)
+
+
+def test_heads_that_cannot_go_stay():
+    torch.manual_seed(7)
+    from dualdrop.nn._heads import remove_dead_heads
+    every = HeadsTransformer().eval()
+    kill_heads(every.enc.self_attn, v_dead=[0, 1, 2, 3])
+    x = torch.randn(2, 5, 32)
+    small = compact(every, x)  # an attention keeps one head, its live constant included
+    assert compact_report(every, small)["enc.self_attn"] == (1, 4)
+    assert_same(every, small, torch.randn(2, 5, 32))
+    extra_key = nn.ModuleDict({"att": nn.MultiheadAttention(16, 4, add_bias_kv=True)})
+    with torch.no_grad():
+        extra_key["att"].in_proj_weight[32:36] = 0
+    assert remove_dead_heads(extra_key) == {}  # its extra key makes o_h input dependent
+    assert type(extra_key["att"]) is nn.MultiheadAttention
+
+
+def test_head_granularity_training_exports_fewer_heads():
+    """granularity='head' end to end: the heads the method prunes leave the compact network."""
+    torch.manual_seed(8)
+    model = HeadsTransformer()
+    sp = sparsify(model, "magnitude", granularity="head", sparsity=0.5, begin=0.0, end=0.5,
+                  prune_every=1, exclude=["head.weight"])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 6, 32), torch.randint(0, 3, (16, 6))
+    for step in range(1, 11):
+        loss = nn.functional.cross_entropy(model(x).reshape(-1, 3), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sp.after_step(opt, step, 10)
+    model.eval()
+    dense = export_sparse(model, layout="dense")
+    small = export_sparse(model, layout="compact", example_inputs=x)
+    kept, total = compact_report(dense, small)["enc.self_attn"]
+    assert total == 4 and kept <= 3
+    assert compact_report(dense, small)["enc.linear1"][0] <= 40
+    assert_same(dense, small, torch.randn(4, 6, 32))
 
 
 # ------------------------------------------------------------------------------ end to end

@@ -28,7 +28,8 @@ def _config_of(args: argparse.Namespace) -> TrainConfig:
         flush_denormal=not args.keep_denormals, select_tol_margin=args.select_tol_margin,
         init_from=args.init_from, model=args.model, diagnose_every=args.diagnose_every,
         diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
-        lam_layers=_parse_lam_layers(args.lam_layer), target_density=args.target_density)
+        lam_layers=_parse_lam_layers(args.lam_layer), target_density=args.target_density,
+        exclude=args.exclude)
 
 
 def test_every_option_round_trips():
@@ -38,7 +39,7 @@ def test_every_option_round_trips():
         resume=True, stop_after=2, progress=False, threads=2, verify_data=False,
         flush_denormal=False, select_tol_margin=0.001, init_from="runs/dense", model="lenet5",
         diagnose_every=3, diagnose_samples=128, lam_warmup=2, lam_layers={"fc1": 2.0},
-        target_density=0.05)
+        target_density=0.05, exclude=["fc1.weight", "-odd*"])
     plain = TrainConfig()
     same = [f.name for f in dataclasses.fields(cfg)
             if getattr(cfg, f.name) == getattr(plain, f.name)]

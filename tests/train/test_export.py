@@ -138,3 +138,41 @@ def test_save_model_without_torch_pruning_skips_the_compact_file(tmp_path, monke
     assert (tmp_path / "model.pt").is_file()
     with pytest.raises(ImportError, match=r"dualdrop\[structured\]"):
         dnn.compact(net, torch.zeros(2, 64))
+
+
+@pytest.mark.skipif(not _has_tp(), reason="torch-pruning not installed")
+@pytest.mark.parametrize("model, granularity, unit", [("resnet", "channel", "layer1.conv1"),
+                                                       ("transformer", "head",
+                                                        "encoder.0.self_attn")])
+def test_resnet_and_transformer_runs_export_compact(tmp_path, tiny_data, model, granularity,
+                                                    unit):
+    """The structured-sparsity networks end to end: whole channels / heads pruned to a target
+    density, a compact network with fewer of them that computes what the masked one does."""
+    from dualdrop.nn import compact_report
+    from dualdrop.train.models import build_model
+
+    with pytest.warns(UserWarning, match="classifier fc is not sparsified"):
+        rep = train(_cfg(tmp_path, "magnitude", epochs=2, model=model, target_density=0.3,
+                         hparams={"granularity": granularity}), data=tiny_data)
+    out = tmp_path / "magnitude"
+    assert rep["model_files"]["compact"] == "model_compact.pt"
+    X = torch.from_numpy(tiny_data.X_test)
+    net, small = load_run(out), load_run(out, layout="compact")
+    with torch.no_grad():
+        torch.testing.assert_close(small(X), net(X), rtol=0, atol=1e-5)
+    kept, total = compact_report(build_model(model, 784, 10), small)[unit]
+    assert kept < total
+    assert sum(p.numel() for p in small.parameters()) < sum(p.numel() for p in net.parameters())
+
+
+def test_exclude_leaves_weights_alone(tmp_path, tiny_data):
+    rep = train(_cfg(tmp_path, "magnitude", exclude=["fc1.*"], target_density=0.3),
+                data=tiny_data)
+    assert "fc1" not in rep["nonzero"] and set(rep["nonzero"]) == {"fc2", "fc3"}
+    ck = torch.load(tmp_path / "magnitude" / "checkpoint.pt", weights_only=True)
+    assert ck["config"]["exclude"] == ["fc1.*"]  # part of the run's identity
+    with pytest.raises(ValueError, match="exclude.*matches no"):
+        train(_cfg(tmp_path / "b", "magnitude", exclude=["conv9.*"]), data=tiny_data)
+    with pytest.raises(TypeError, match="exclude=.*list of parameter name patterns"):
+        train(_cfg(tmp_path / "c", "magnitude", exclude="fc1.*"), data=tiny_data)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
