@@ -5,7 +5,7 @@ or ``--granularity neuron``), loads its test-time network three ways (``load_run
 "dense": pruned weights 0; "compact": dead units removed through Torch-Pruning's dependency
 graph; "csr": sparse CSR Linear layers) and reports:
 
-- units kept per layer in the convention of Louizos et al. (2018): the input units each layer
+- units kept per layer (and attention heads kept) in the convention of Louizos et al. (2018): the input units each layer
   still reads (nonzero columns), e.g. their 219-214-100 for LeNet-300-100, and the compact
   network's widths;
 - parameters: dense, nonzero, compact;
@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.data import load_dataset
+from dualdrop.nn._heads import HeadPrunedAttention
 from dualdrop.train import load_run
 
 #: published units kept (input units read per layer)
@@ -52,6 +53,17 @@ def inputs_read(small) -> list[int]:
     w = layers[0][1].weight.detach()
     first = int((w.transpose(0, 1).reshape(w.shape[1], -1) != 0).any(1).sum())
     return [first] + [m.weight.shape[1] for _, m in layers[1:]]
+
+
+def heads_kept(small) -> list[str]:
+    """``kept/total`` attention heads of every attention module of the compact network."""
+    out = []
+    for m in small.modules():
+        if isinstance(m, HeadPrunedAttention):
+            out.append(f"{m.num_heads}/{m.orig_heads}")
+        elif isinstance(m, nn.MultiheadAttention):
+            out.append(f"{m.num_heads}/{m.num_heads}")
+    return out
 
 
 def latency(net, x, repeats: int) -> float:
@@ -96,7 +108,10 @@ def main() -> None:
         n_small = sum(p.numel() for p in small.parameters())
         e_dense, e_small = error(dense, X, y), error(small, X, y)
         read = inputs_read(small)
-        widths = [m.weight.shape[0] for _, m in _layers(small)]
+        widths = "-".join(str(m.weight.shape[0]) for _, m in _layers(small))
+        heads = heads_kept(small)
+        if heads:
+            widths += "; heads " + ", ".join(heads)
         lat = {}
         for b, reps in ((1, a.repeats), (128, max(20, a.repeats // 4))):
             xb = X[:b]
@@ -112,7 +127,7 @@ def main() -> None:
     for label, final, read, widths, nd, nnz, ns, ed, es, lat in rows:
         us = {b: {k: 1e6 * v for k, v in lat[b].items()} for b in lat}
         lines.append(
-            f"| {label} | {'-'.join(map(str, read))} | {'-'.join(map(str, widths))} "
+            f"| {label} | {'-'.join(map(str, read))} | {widths} "
             f"| {nd:,} / {nnz:,} / {ns:,} | {100 * ed:.2f}% = {100 * es:.2f}% "
             f"| {us[1]['dense']:.0f} / {us[1]['compact']:.0f} / {us[1]['csr']:.0f} "
             f"| {us[128]['dense']:.0f} / {us[128]['compact']:.0f} / {us[128]['csr']:.0f} "

@@ -24,7 +24,9 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    each layer keeping at least ``MIN_LAYER_DENSITY`` of its weights and ``(fan_out + fan_in) /
    2`` of them (one per two units, so that a small classifier keeps a connection per class);
    groups: each layer keeps ``d*(t)`` of its units (a ranking across layers of groups of
-   different sizes starves the narrow layers). Pruned units stay pruned (masks only shrink):
+   different sizes starves the narrow layers), and units that only leave the network together
+   (a residual stream's channels, when ``sparsify`` got ``example_inputs``) are ranked
+   together and kept or pruned in every layer alike (``dualdrop.nn._coupling``). Pruned units stay pruned (masks only shrink):
    after every step they are held at zero (``WeightState.hold_pruned``; variational dropout's
    additive variant also silences their noise) and the optimizer's first moments there are
    zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
@@ -74,6 +76,7 @@ import warnings
 import torch
 
 from dualdrop.nn._base import check_float, check_int, mask_first_moments
+from dualdrop.nn._coupling import tie_keeps
 
 #: cap on |log m|
 LOG_CAP = 12.0
@@ -199,6 +202,7 @@ class DensityController:
             k = max(floors[i], round(goal * sc.numel()))
             keeps[i] = torch.zeros(sc.numel(), dtype=torch.bool)
             keeps[i][torch.topk(sc, k, sorted=False).indices] = True
+        tie_keeps(keeps, scores, self.sp.ties)  # coupled units together (dualdrop.nn._coupling)
         if single:
             # each layer's own best `floor` weights first, then one ranking over all of them
             forced = []

@@ -24,6 +24,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from dualdrop.nn import density as _density
 from dualdrop.nn import registry as _methods
 from dualdrop.nn._alloc import tune_allocator
+from dualdrop.nn._coupling import coupled_units, hold_norms
 from dualdrop.nn._base import check_choice, check_float, check_int, register_state, state_of
 from dualdrop.nn.export import export_sparse, fold, sparsity_report
 from dualdrop.nn.targets import all_targets, plain_class, select
@@ -93,6 +94,11 @@ class Sparsifier:
         self.hparams = record.hparams
         self._pairs = list(pairs)
         self.skipped = list(skipped)   # [(target name, reason)]
+        #: coupled output units ([(pair index, unit indices, root indices)] per set,
+        #: ``dualdrop.nn._coupling``), pruned together; empty unless ``example_inputs`` was given
+        self.ties: list = []
+        #: BatchNorm entries held at zero with the units that write them (same module)
+        self.norm_holds: list = []
         self._checked_opt = None
         self._removed = False
         #: weights whose layer's forward hook never ran although they were read in training
@@ -242,6 +248,22 @@ class Sparsifier:
         self.record.after_step(self, optimizer, step, total_steps)
         if self.controller is not None:
             self.controller.update(step, total_steps, optimizer)
+        if self.norm_holds:
+            hold_norms(self.norm_holds, self._units_alive(), optimizer)
+
+    def _units_alive(self) -> list:
+        """Per weight: a flat bool mask over its units that the schedule keeps (the
+        target-density masks, or magnitude pruning's group masks); None where none is made."""
+        masks = getattr(self.controller, "masks", None)
+        out = []
+        for i, (_, st) in enumerate(self._pairs):
+            if masks is not None:
+                out.append(masks[i].flatten())
+            elif getattr(st, "weight_mask", None) is not None and st.groups is not None:
+                out.append(st.groups.any(st.weight_mask > 0).flatten())
+            else:
+                out.append(None)
+        return out
 
     @property
     def has_strength(self) -> bool:
@@ -350,7 +372,7 @@ def _find_states(model):
 
 def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
              on_unsupported: str = "warn", target_density: float | None = None,
-             **hparams) -> Sparsifier:
+             example_inputs=None, **hparams) -> Sparsifier:
     """Sparsify ``model`` in place with ``method``; returns the ``Sparsifier`` handle.
 
     Every selected weight tensor gets the method's state as its ``torch.nn.utils.parametrize``
@@ -367,6 +389,13 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     sparsified weights, whatever the method; its strength becomes a multiplier adjusted during
     training by ``after_step`` (schedule per method: ``dualdrop.nn.density``; magnitude pruning
     gets ``sparsity = 1 - D``). Pass the full budget as ``total_steps`` to ``after_step``.
+
+    ``example_inputs`` (with ``granularity="neuron"``/``"channel"``/``"head"``; needs
+    torch-pruning): inputs of one forward run, ``model(example_inputs)``, from which the output
+    units that only leave the network together are found (the channels of a residual stream,
+    written by every layer added into it: ``dualdrop.nn._coupling``); the target-density
+    schedule and magnitude pruning then prune them together, which the compact export needs to
+    remove them. Without it, units are pruned layer by layer.
 
     New learnable tensors become parameters of the model, so build the optimizer *after* this
     call (``after_step`` checks it). Hyperparameters not given take ``default_hparams(method)``;
@@ -402,6 +431,13 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     if _find_states(model):
         raise ValueError("model is already sparsified; call sparsify once per model (or "
                          "export_sparse(model) / Sparsifier.remove() first to get a plain model)")
+    coupled = []
+    if example_inputs is not None:
+        if record.hparams.get("granularity", "weight") == "weight":
+            raise ValueError("example_inputs couples whole units (channels of a residual "
+                             "stream): give granularity='neuron', 'channel' or 'head' too, or "
+                             "leave example_inputs out")
+        coupled = coupled_units(model, example_inputs)
     tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
     foreign = []
     chosen, _ = select(model, include, exclude, foreign=foreign)
@@ -437,6 +473,39 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
         fold(model, leave_sparse=False)
         raise
     sp = Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
+    sp.ties, sp.norm_holds = _ties(pairs, coupled)
     if target_density is not None:
         sp.controller = _density.DensityController(sp, target_density)
     return sp
+
+
+def _ties(pairs, coupled) -> tuple[list, list]:
+    """The coupled sets (``dualdrop.nn._coupling.coupled_units``) as indices of ``pairs``
+    (``Sparsifier.ties``; only weights pruned by output units, ``granularity`` neuron groups,
+    take part) and the BatchNorm entries to hold with them (``Sparsifier.norm_holds``: a set's
+    norms, when every layer writing the set is pruned by output units)."""
+    index = {}
+    for i, (t, st) in enumerate(pairs):
+        groups = getattr(st, "groups", None)
+        if groups is None or groups.kind != "neuron" or groups.n_groups != t.param.shape[0]:
+            continue
+        for site in t.sites:
+            if site.tensor_name == "weight":
+                index[id(site.module)] = i
+    ties, holds = [], []
+    for group in coupled:
+        layers = group["layers"]
+        tied = [(index[id(m)], idxs, roots) for m, idxs, roots in layers if id(m) in index]
+        if len(tied) > 1:
+            ties.append(tied)
+        if not tied or len(tied) < len(layers):
+            continue  # a writer that is not pruned by units keeps the set alive
+        for norm, idxs, roots in group["norms"]:
+            writers = []
+            for i, units, unit_roots in tied:
+                at = dict(zip(unit_roots, units))
+                writers.append((i, [at[r] for r in roots]) if all(r in at for r in roots)
+                               else None)
+            if all(w is not None for w in writers):
+                holds.append((norm, idxs, writers, roots))
+    return ties, holds

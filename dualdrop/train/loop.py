@@ -207,6 +207,7 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         warnings.warn(f"granularity={hp['granularity']!r}: the classifier {head} is "
                       "not sparsified (its output units are the classes)", UserWarning,
                       stacklevel=2)
+        kw["example_inputs"] = _coupling_inputs(data.n_features)
     sp = (_nn().sparsify(model, cfg.method, target_density=cfg.target_density, **hp, **kw)
           if cfg.method != DENSE else None)
     model.to(dist_.device)
@@ -239,6 +240,21 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         if ckpt["data_order"] != {"seed": cfg.seed, "next_epoch": run.start_epoch}:
             raise ValueError(f"{Path(cfg.out) / CHECKPOINT}: inconsistent data-order state")
     return run
+
+
+def _coupling_inputs(n_features: int):
+    """Inputs of one traced forward run from which ``sparsify`` finds the units that only leave
+    the network together (a residual stream's channels: ``dualdrop.nn._coupling``); None, with
+    a warning, without torch-pruning (units are then pruned layer by layer). Zeros: the trace
+    needs the shape only, and the global RNG stays untouched."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch_pruning") is None:
+        warnings.warn("torch-pruning is not installed: units coupled across layers (residual "
+                      "streams) are pruned layer by layer, and the compact export cannot run; "
+                      'pip install "dualdrop[structured]"', UserWarning, stacklevel=3)
+        return None
+    return torch.zeros(2, n_features)
 
 
 def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, bar) -> float:

@@ -40,6 +40,7 @@ import torch
 from dualdrop.nn._base import (Method, WeightState, check_choice, check_float, check_int,
                                mask_first_moments)
 from dualdrop.nn import _numba
+from dualdrop.nn._coupling import tie_keeps
 
 
 class MagnitudeState(WeightState):
@@ -115,7 +116,7 @@ class Magnitude(Method):
         changed = False
         if (step >= hp["begin"] * total_steps and (step % every == 0 or step == t1)
                 and pairs and pairs[0][1].groups is not None):
-            update_group_masks(pairs, hp, target_sparsity(hp, step, total_steps))
+            update_group_masks(pairs, hp, target_sparsity(hp, step, total_steps), sp.ties)
             changed = True
         elif step >= hp["begin"] * total_steps and (step % every == 0 or step == t1):
             if getattr(self, "_alive", None) is None:  # host counts: one read per handle
@@ -197,11 +198,12 @@ def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
 
 
 @torch.no_grad()
-def update_group_masks(pairs, hp: dict, sparsity: float) -> None:
+def update_group_masks(pairs, hp: dict, sparsity: float, ties=()) -> None:
     """``update_masks`` for groups (``granularity``, ``dualdrop.nn._groups``): in every tensor
     the groups of largest norm ``||w_g||_2`` among those still alive are kept, ``1 - sparsity``
     of them (per tensor, whatever ``scope``), at least ``max(1, ceil(min_layer_density *
-    n_groups))``. Masks only shrink."""
+    n_groups))``; units coupled across layers (``ties``, ``dualdrop.nn._coupling``) together.
+    Masks only shrink."""
     scores, alive, sizes, floors = [], [], [], []
     for w, st in pairs:
         live = st.groups.any(st.weight_mask > 0).flatten()
@@ -220,6 +222,7 @@ def update_group_masks(pairs, hp: dict, sparsity: float) -> None:
         keep = torch.zeros(n, dtype=torch.bool)
         keep[torch.topk(sc, k, sorted=False).indices] = True
         keeps.append(keep)
+    tie_keeps(keeps, scores, ties)
     for (w, st), keep, live in zip(pairs, keeps, alive):
         keep = (keep & live).to(w.device).view(st.groups.shape)  # never revive
         st.weight_mask.copy_(st.groups.expand(keep, w))
