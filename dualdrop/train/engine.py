@@ -1,4 +1,5 @@
-"""A training engine for any model and any DataLoader: ``fit``.
+"""A training engine for any model and any DataLoader: ``fit``, and the step it shares with the
+CLI's runner: ``train_step``, ``run_epoch``.
 
 ``fit(model, method, train_loader, loss_fn, steps=... or epochs=..., target_density=D)`` sparsifies
 ``model`` with ``method`` and trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)``
@@ -20,6 +21,18 @@ iterator was made. Resuming restores the epoch-start state, rebuilds the iterato
 order, the same worker seeds), skips the batches already done, then restores the current state:
 the resumed run is bit for bit the uninterrupted one. The method's noise is counter-based and
 lives in the model's state dict (``dualdrop.nn._base.NoiseState``).
+
+One step, one order (:func:`train_step`): regularizer gradient, ``zero_grad``, ``backward``, the
+gradient all-reduce of a data-parallel run, ``optimizer.step()``, then ``sp.after_step`` and only
+then ``scheduler.step()``: a method whose ``after_step`` reads the learning rate (AdaProx's prox,
+``w <- prox_{lr lam}(w)``) must see the rate of the gradient step it completes; the other order
+hands it the *next* step's rate, which is 0 after the last step of a linear decay, so the last
+prox would be skipped. :func:`run_epoch` drives the steps of one epoch (a source of batches, the
+step counter, the progress bar, a per-step hook). The CLI's runner (``dualdrop.train.loop``)
+drives the same two functions on its whole-split tensors; what stays its own is what its outputs
+are made of: per-epoch history rows, its checkpoint format (one per epoch, the data order stored
+as ``(seed, next epoch)`` instead of a loader's generators), the ``lam`` warm-up and the
+diagnostics, which would change those files if they went through ``fit``.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 import torch
 import torch.nn as nn
@@ -96,6 +110,94 @@ def _n_train(loader, n_train):
 
 def _linear_decay(opt, total_steps):
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / total_steps))
+
+
+def train_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, *, step: int,
+               total_steps: int, sp=None, scheduler=None, n_train: int | None = None,
+               allreduce: Callable[[], None] | None = None, world: int = 1) -> int:
+    """One training step on the mean data loss ``loss`` of a batch; returns ``step + 1``.
+
+    In this order: the regularizer's gradient is added (``sp.regularizer(n_train, value=False)
+    / world``: exactly 0 in value; each of ``world`` processes adds its share, so the summed
+    gradients hold it once), ``zero_grad``, ``backward``, ``allreduce()`` (a data-parallel run
+    sums the gradients here), ``optimizer.step()``, ``sp.after_step(optimizer, step + 1,
+    total_steps)`` (1-based: the steps finished), then ``scheduler.step()``. The scheduler moves
+    last because a prox step (AdaProx) must use the learning rate of the gradient step it
+    completes, not the next one (0 after the last step of a linear decay). ``sp=None`` trains
+    without a method (the dense baseline).
+    """
+    if sp is not None:
+        if n_train is None:
+            raise ValueError("train_step with a sparsifier needs n_train=(number of training "
+                             "examples), the regularizer's scale")
+        loss = loss + sp.regularizer(n_train, value=False) / world
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if allreduce is not None:
+        allreduce()
+    optimizer.step()
+    step += 1
+    if sp is not None:
+        sp.after_step(optimizer, step, total_steps)
+    if scheduler is not None:
+        scheduler.step()
+    return step
+
+
+@dataclass
+class Stepper:
+    """The arguments of :func:`train_step` that stay the same over a run."""
+
+    optimizer: torch.optim.Optimizer
+    total_steps: int
+    sp: object = None
+    scheduler: object = None
+    n_train: int | None = None
+    allreduce: Callable[[], None] | None = None
+    world: int = 1
+
+    def step(self, loss: torch.Tensor, step: int) -> int:
+        return train_step(loss, self.optimizer, step=step, total_steps=self.total_steps,
+                          sp=self.sp, scheduler=self.scheduler, n_train=self.n_train,
+                          allreduce=self.allreduce, world=self.world)
+
+
+def run_epoch(stepper: Stepper, batches: Iterable, data_loss, step: int, *, bar=None,
+              after=None) -> tuple[int, bool]:
+    """One :func:`train_step` per batch of ``batches``; returns ``(step, whether the batches ran
+    out)``.
+
+    ``data_loss(batch) -> scalar``: the mean data loss of the batch (nothing is read back to the
+    host here, so a GPU step does not wait for it); ``bar``: a progress bar advanced once a step;
+    ``after(step, loss) -> bool``: called after each step (``step`` counts the finished ones),
+    True ends the epoch early (a budget, a planned interruption).
+    """
+    for batch in batches:
+        loss = data_loss(batch)
+        step = stepper.step(loss, step)
+        if bar is not None:
+            bar.update(1)
+        if after is not None and after(step, loss):
+            return step, False
+    return step, True
+
+
+def _epoch_batches(loader, epoch_rng, done_in_epoch: int, current_rng):
+    """The iterator of the current epoch and the RNG state its order comes from.
+
+    A fresh epoch (``epoch_rng`` None) remembers the state it starts from; a resumed one
+    restores it, rebuilds the same order (the same worker seeds), skips the ``done_in_epoch``
+    batches already trained on and restores ``current_rng``, the state at the interruption."""
+    if epoch_rng is None:
+        epoch_rng = _rng_state(loader)  # before iter(): making the iterator draws from it
+        return iter(loader), epoch_rng
+    _set_rng_state(loader, epoch_rng)
+    it = iter(loader)
+    if done_in_epoch:
+        for _ in range(done_in_epoch):
+            next(it)
+        _set_rng_state(loader, current_rng)
+    return it, epoch_rng
 
 
 def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | None = None,
@@ -202,58 +304,49 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
     bar = None
     if progress:
         bar = tqdm(total=total, initial=step, desc=f"fit {sp.method}", leave=False)
-    model.train()
+    stepper = Stepper(opt, total, sp=sp, scheduler=sched, n_train=n)
     ran = 0
+
+    def after(done: int, loss) -> bool:
+        """Per-step bookkeeping; True ends the steps of this call."""
+        nonlocal step, done_in_epoch, ran
+        step, done_in_epoch, ran = done, done_in_epoch + 1, ran + 1
+        lv = float(loss.detach())
+        if not math.isfinite(lv):
+            raise FloatingPointError(f"the data loss is {lv} at step {step}; lower lr")
+        if bar is not None:
+            bar.set_postfix(loss=f"{lv:.4g}")
+        if log_every and step % log_every == 0:
+            history.append({"step": step, "loss": lv, "density": sp.density()["total"]})
+        if step >= total:
+            return True
+        if checkpoint_every and step % checkpoint_every == 0:
+            checkpoint()
+        if stop_after is not None and ran >= stop_after:
+            checkpoint()
+            return True
+        return False
+
+    model.train()
     try:
         while step < total:
-            if epoch_rng is None:     # a fresh epoch: remember the state its order comes from
-                epoch_rng, done_in_epoch = _rng_state(train_loader), 0
-            else:                     # resuming inside an epoch: same order, skip what was done
-                _set_rng_state(train_loader, epoch_rng)
-            it = iter(train_loader)
-            if done_in_epoch:
-                for _ in range(done_in_epoch):
-                    next(it)
-                _set_rng_state(train_loader, current_rng)
+            if epoch_rng is None:
+                done_in_epoch = 0
+            batches, epoch_rng = _epoch_batches(train_loader, epoch_rng, done_in_epoch,
+                                                current_rng)
             current_rng = None
-            for batch in it:
-                loss = loss_fn(model, batch)
-                total_loss = loss + sp.regularizer(n, value=False)
-                opt.zero_grad(set_to_none=True)
-                total_loss.backward()
-                opt.step()
-                if sched is not None:
-                    sched.step()
-                step += 1
-                done_in_epoch += 1
-                ran += 1
-                sp.after_step(opt, step, total)
-                lv = float(loss.detach())
-                if not math.isfinite(lv):
-                    raise FloatingPointError(f"the data loss is {lv} at step {step}; "
-                                             "lower lr")
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{lv:.4g}")
-                if log_every and step % log_every == 0:
-                    history.append({"step": step, "loss": lv,
-                                    "density": sp.density()["total"]})
-                if step >= total:
-                    break
-                if checkpoint_every and step % checkpoint_every == 0:
-                    checkpoint()
-                if stop_after is not None and ran >= stop_after:
-                    checkpoint()
-                    return FitResult(sp, step, total, history)
-            else:  # the epoch ended
-                epoch, epoch_rng, done_in_epoch = epoch + 1, None, 0
-                if step < total:
-                    history.append({"step": step, "epoch": epoch, **validate()})
-                continue
-            break
+            step, ran_out = run_epoch(stepper, batches, lambda b: loss_fn(model, b), step,
+                                      bar=bar, after=after)
+            if not ran_out:
+                break
+            epoch, epoch_rng, done_in_epoch = epoch + 1, None, 0
+            if step < total:
+                history.append({"step": step, "epoch": epoch, **validate()})
     finally:
         if bar is not None:
             bar.close()
+    if step < total:  # stopped by stop_after: the checkpoint is written
+        return FitResult(sp, step, total, history)
     history.append({"step": step, "final": True, "density": sp.density()["total"], **validate()})
     checkpoint()
     return FitResult(sp, step, total, history)

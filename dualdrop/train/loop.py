@@ -29,6 +29,13 @@ streams differ (seed + rank), the data order does not.
 The steps of :func:`train`: resolve the configuration, open the run folder (lock, existing
 checkpoint), build model + method + optimizer + schedule identically on fresh and resumed runs,
 restore the checkpoint, run the epochs (each ends with a checkpoint), write the final report.
+
+The steps themselves are those of the engine that trains any model, ``dualdrop.train.engine``
+(``train_step`` through ``run_epoch``: the regularizer's gradient, the gradient all-reduce, the
+optimizer step, ``after_step``, then the schedule), fed the batches of ``epoch_order``. The
+epochs stay here rather than in ``engine.fit``: ``fit`` checkpoints every N steps with a
+DataLoader's generators and logs per step, while this runner's files (one history row and one
+checkpoint per epoch, the data order stored as ``(seed, next epoch)``) are its published format.
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from dualdrop.train.config import (
 )
 from dualdrop.train import diagnose_hook
 from dualdrop.train.distributed import Dist
+from dualdrop.train.engine import Stepper, run_epoch
 from dualdrop.train.evaluate import (
     SWEEP_TOLS,
     dense_density,
@@ -257,40 +265,45 @@ def _coupling_inputs(n_features: int):
     return torch.zeros(2, n_features)
 
 
-def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, bar) -> float:
-    """One pass over the training split; returns the summed cross-entropy of this process."""
-    cfg, model, sp, dist_ = run.cfg, run.model, run.sp, run.dist
-    order = epoch_order(run.n_train, cfg.seed, epoch).to(run.device)
-    step = epoch * run.steps_per_epoch
-    # summed on the device: a step reads nothing back to the host (no sync on a GPU)
-    ce_sum_epoch = torch.zeros((), dtype=torch.float64, device=run.device)
+def _batches(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor):
+    """The batches of ``epoch`` (0-based) for this process: ``(X, y, global batch size)``.
+
+    The order is ``epoch_order`` (a function of the seed and the epoch alone); each global batch
+    of ``batch_size`` samples is split across the ``world`` processes by rank."""
+    order = epoch_order(run.n_train, run.cfg.seed, epoch).to(run.device)
+    bs, dist_ = run.cfg.batch_size, run.dist
     for b in range(run.steps_per_epoch):
-        idx = order[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+        idx = order[b * bs:(b + 1) * bs]
         n_b = len(idx)
         idx = idx[dist_.rank::dist_.world]
-        logits = model(Xtr[idx])
-        ce_sum = F.cross_entropy(logits, ytr[idx], reduction="sum")
+        yield Xtr[idx], ytr[idx], n_b
+
+
+def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, bar) -> float:
+    """One pass over the training split (``dualdrop.train.engine.run_epoch``: the step of
+    ``fit``); returns the summed cross-entropy of this process."""
+    cfg, model, sp, dist_ = run.cfg, run.model, run.sp, run.dist
+    # summed on the device: a step reads nothing back to the host (no sync on a GPU)
+    ce_sum_epoch = torch.zeros((), dtype=torch.float64, device=run.device)
+    # a fresh run's first step: warns if the regularizer dominates the data loss
+    check = sp is not None and epoch == 0 and dist_.main and _balance_check_due(cfg)
+
+    def data_loss(batch) -> torch.Tensor:
+        nonlocal check
+        X, y, n_b = batch
+        ce_sum = F.cross_entropy(model(X), y, reduction="sum")
+        ce_sum_epoch.add_(ce_sum.detach())
         loss = ce_sum / n_b
-        if sp is not None and step == 0 and dist_.main and _own_strength(cfg):
-            # a fresh run's first step, with a strength or start the user chose (the defaults
-            # were chosen on validation: no alarm for them): warns if the reg. dominates
+        if check:
             sp.check_balance(float(loss.detach()), run.n_train)
-        if sp is not None:
-            # gradient only: the value is logged once per epoch
-            loss = loss + sp.regularizer(run.n_train, value=False) / dist_.world
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        dist_.allreduce_grads(run.params)
-        run.optimizer.step()
-        step += 1
-        if sp is not None:
-            # before the scheduler moves on: a prox step (AdaProx) must use the learning rate of
-            # the gradient step it completes, not the next one (which is 0 after the last step)
-            sp.after_step(run.optimizer, step, run.total_steps)
-        run.scheduler.step()
-        ce_sum_epoch += ce_sum.detach()
-        if bar is not None:
-            bar.update(1)
+            check = False
+        return loss
+
+    stepper = Stepper(run.optimizer, run.total_steps, sp=sp, scheduler=run.scheduler,
+                      n_train=run.n_train, allreduce=lambda: dist_.allreduce_grads(run.params),
+                      world=dist_.world)
+    run_epoch(stepper, _batches(run, epoch, Xtr, ytr), data_loss, epoch * run.steps_per_epoch,
+              bar=bar)
     ce_sum_epoch = float(ce_sum_epoch)
     if not math.isfinite(ce_sum_epoch):
         raise FloatingPointError(
@@ -453,11 +466,16 @@ def _final_report(run: _Run) -> dict:
     return jsonable(report)
 
 
-
-def _own_strength(cfg) -> bool:
-    """Whether the user set the regularizer's strength (``lam``) or warm-starts: the cases in
-    which a regularizer that dominates the data loss is worth a warning."""
+def _balance_check_due(cfg) -> bool:
+    """Whether a regularizer that dominates the data loss at the first step is worth a warning:
+    the user set its strength (``lam``) or warm-starts (a trained network's data loss is near
+    0), and no target density sets the strength (then the density controller moves it during
+    training and the first step's ratio predicts nothing: the warning would be a false alarm).
+    The defaults were chosen on validation: no alarm for them."""
+    if cfg.target_density is not None:
+        return False
     return "lam" in (cfg.hparams or {}) or cfg.init_from is not None
+
 
 def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
     """Train one method; return the final report (also written to ``out/final.json``).

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from dualdrop.train.engine import CHECKPOINT, fit
+from dualdrop.train.engine import CHECKPOINT, fit, train_step
 
 torch.set_num_threads(1)
 
@@ -123,3 +123,94 @@ def test_checkpoint_of_another_budget_is_refused(tmp_path):
     with pytest.raises(ValueError, match="budget"):
         fit(SmallCNN(), "logsum", DataLoader(_cnn_data(), batch_size=8), _ce, steps=5,
             checkpoint_dir=str(tmp_path), progress=False)
+
+
+def test_train_step_runs_in_the_documented_order():
+    """regularizer, zero_grad, backward, all-reduce, optimizer step, after_step (the finished
+    count), and the scheduler last."""
+    calls = []
+    w = nn.Parameter(torch.ones(3))
+
+    class Opt(torch.optim.SGD):
+        def zero_grad(self, set_to_none=True):
+            calls.append("zero_grad")
+            super().zero_grad(set_to_none=set_to_none)
+
+        def step(self, closure=None):
+            calls.append(("step", w.grad.clone()))
+            return super().step(closure)
+
+    class Sp:
+        def regularizer(self, n_train, value=True):
+            calls.append(("regularizer", n_train))
+            r = (w ** 2).sum()
+            return r - r.detach()
+
+        def after_step(self, optimizer, step, total_steps):
+            calls.append(("after_step", step, total_steps, optimizer.param_groups[0]["lr"]))
+
+    class Sched:
+        def step(self):
+            calls.append("scheduler")
+
+    opt = Opt([w], lr=0.5)
+    step = train_step(w.sum(), opt, step=4, total_steps=9, sp=Sp(), scheduler=Sched(),
+                      n_train=10, allreduce=lambda: calls.append("allreduce"), world=2)
+    assert step == 5
+    names = [c if isinstance(c, str) else c[0] for c in calls]
+    assert names == ["regularizer", "zero_grad", "allreduce", "step", "after_step", "scheduler"]
+    # the data loss's gradient 1 plus the regularizer's 2 w / world = 1
+    assert torch.equal(calls[3][1], torch.full((3,), 2.0))
+    assert calls[4] == ("after_step", 5, 9, 0.5)
+
+
+def _adaprox_by_hand(after_step_first: bool):
+    """AdaProx trained by a hand-written loop, with the prox before or after the scheduler."""
+    from dualdrop.nn import sparsify
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    sp = sparsify(model, "adaprox", lam=0.05)
+    total = 2 * len(_plain_loader())
+    opt = torch.optim.Adam(sp.method_param_groups(1e-2, total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / total))
+    step = 0
+    for _ in range(2):
+        for batch in _plain_loader():
+            loss = _ce(model, batch) + sp.regularizer(len(_plain_data()), value=False)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            if after_step_first:
+                sp.after_step(opt, step, total)
+                sched.step()
+            else:
+                sched.step()
+                sp.after_step(opt, step, total)
+    return model
+
+
+def _plain_data():
+    g = torch.Generator().manual_seed(3)
+    return TensorDataset(torch.randn(40, 8, generator=g), torch.randint(0, 3, (40,), generator=g))
+
+
+def _plain_loader():
+    return DataLoader(_plain_data(), batch_size=8)
+
+
+def test_adaprox_last_prox_uses_the_learning_rate_of_its_step():
+    """AdaProx's prox scales with the learning rate of the gradient step it completes; with the
+    scheduler stepped first, the last step's prox would see the next rate, 0 under a linear
+    decay, and be skipped. fit must match the loop that proxes first, not the other."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    fit(model, "adaprox", _plain_loader(), _ce, epochs=2, lr=1e-2, hparams={"lam": 0.05},
+        progress=False, log_every=0)
+    right, wrong = _adaprox_by_hand(True), _adaprox_by_hand(False)
+    got = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    assert got
+    for k, v in got.items():
+        assert torch.equal(v, right.state_dict()[k]), k
+    assert any(not torch.equal(v, wrong.state_dict()[k]) for k, v in got.items())

@@ -344,14 +344,15 @@ def test_cli_compare_resume_flag(tmp_path, capsys):
 
 def test_balance_warning_only_for_a_strength_the_user_chose(tmp_path):
     """The digits defaults of hard-concrete were chosen on validation: no alarm for them; the
-    same method with a user's large lam is warned about at its first step."""
+    same method with a user's large lam is warned about at its first step, unless a target
+    density sets the strength (the controller moves it: the first step's ratio is no alarm)."""
     import warnings
 
     from dualdrop.train import TrainConfig, train
 
-    def warned(name, **hp):
+    def warned(name, target_density=None, **hp):
         cfg = TrainConfig(method="hardconcrete", out=str(tmp_path / name), epochs=1, seed=0,
-                          progress=False, threads=1, hparams=hp)
+                          progress=False, threads=1, hparams=hp, target_density=target_density)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             train(cfg)
@@ -359,3 +360,4 @@ def test_balance_warning_only_for_a_strength_the_user_chose(tmp_path):
 
     assert not warned("default")
     assert warned("strong", lam=0.05)
+    assert not warned("target", target_density=0.3, lam=0.05)
