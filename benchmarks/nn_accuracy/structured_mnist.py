@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.data import load_dataset
-from dualdrop.nn._heads import HeadPrunedAttention
+from dualdrop.nn import HeadPrunedAttention
 from dualdrop.train import load_run
 
 #: published units kept (input units read per layer)

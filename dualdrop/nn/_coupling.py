@@ -20,10 +20,11 @@ group masks use it, when ``sparsify(..., example_inputs=x)`` gave the sets.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn as nn
+
+from dualdrop.nn._base import mask_first_moments
+from dualdrop.nn._graph import BN, call, check_inputs, first_line, layer_kind, torch_pruning
 
 def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
     """The coupled sets of output units of ``model``'s Linear and (ungrouped) convolution
@@ -31,10 +32,8 @@ def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
     "norms": [(BatchNorm, entry indices, root indices)]}``, the layers whose output units are
     tied to the same root units and the BatchNorm entries on their way. ``model`` must be plain
     (not yet sparsified)."""
-    _compact = importlib.import_module("dualdrop.nn.compact")  # (dualdrop.nn.compact is also
-    # the name of its function in the package namespace)
-    _compact._check_inputs(example_inputs)
-    tp = _compact._tp()
+    check_inputs(example_inputs)
+    tp = torch_pruning("sparsify(example_inputs=...)")
     was_training = model.training
     flags = [(p, p.requires_grad) for p in model.parameters()]
     model.eval()
@@ -44,10 +43,10 @@ def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
         with torch.enable_grad():
             dg = tp.DependencyGraph().build_dependency(
                 model, example_inputs=example_inputs,
-                forward_fn=lambda m, x: _compact._call(m, x), verbose=False)
+                forward_fn=lambda m, x: call(m, x), verbose=False)
         sets, seen = [], set()
         for m in list(dg.module2node):
-            kind = _compact._layer_kind(m)
+            kind = layer_kind(m)
             if kind not in ("linear", "conv") or m in seen:
                 continue
             fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
@@ -57,15 +56,15 @@ def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
                 t = item.dep.target.module
                 entry = (t, list(item.idxs), list(item.root_idxs))
                 if dg.is_out_channel_pruning_fn(item.dep.handler) and \
-                        _compact._layer_kind(t) in ("linear", "conv"):
+                        layer_kind(t) in ("linear", "conv"):
                     layers.setdefault(id(t), entry)
                     seen.add(t)
-                elif type(t) in _compact._BN and t.affine:
+                elif type(t) in BN and t.affine:
                     norms.setdefault(id(t), entry)
             sets.append({"layers": list(layers.values()), "norms": list(norms.values())})
     except Exception as exc:
         raise ValueError("example_inputs: torch-pruning cannot trace this model's dependency "
-                         f"graph ({type(exc).__name__}: {_compact._first_line(exc)}); leave "
+                         f"graph ({type(exc).__name__}: {first_line(exc)}); leave "
                          "example_inputs out (units are then pruned layer by layer)") from None
     finally:
         for p, flag in flags:
@@ -117,8 +116,6 @@ def hold_norms(holds: list, alive: list, optimizer=None) -> None:
     ``gamma`` and ``beta`` at 0 makes the channel exactly 0. ``holds``: ``[(norm, entry
     indices, [(pair index, unit indices)...], root indices)]``; ``alive[i]``: pair ``i``'s flat
     bool mask over its units (None: nothing is pruned there)."""
-    from dualdrop.nn._base import mask_first_moments
-
     for norm, idxs, writers, _ in holds:
         dead = torch.ones(len(idxs), dtype=torch.bool)
         for i, units in writers:

@@ -69,16 +69,14 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import export as _export
+from dualdrop.nn._graph import (BN, CONV, LINEAR, call, check_inputs, first_line, layer_kind,
+                                tensors, torch_pruning)
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
 from dualdrop.nn.export import export_sparse
 
-INSTALL_HINT = 'pip install "dualdrop[structured]"'
 FORMAT = "dualdrop-compact"
 
-_LINEAR = (nn.Linear,)
-_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 # autograd nodes (names without the trailing version digit) that act entry by entry, or per
 # channel over positions: a constant unit stays a constant through them
 _PER_ENTRY = {
@@ -95,46 +93,6 @@ _PER_ENTRY = {
 _BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward"}
 
 
-def _tp():
-    try:
-        import torch_pruning as tp
-    except ImportError as exc:
-        raise ImportError("compact export needs torch-pruning (Torch-Pruning, Fang et al., "
-                          f"DepGraph, CVPR 2023), which is not installed: {INSTALL_HINT}") \
-            from exc
-    return tp
-
-
-def _call(model, inputs):
-    if isinstance(inputs, dict):
-        return model(**inputs)
-    if isinstance(inputs, (tuple, list)):
-        return model(*inputs)
-    return model(inputs)
-
-
-def _tensors(out):
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict):
-        out = list(out.values())
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _tensors(o)]
-    return []
-
-
-def _check_inputs(example_inputs):
-    if example_inputs is None:
-        raise TypeError("example_inputs is required for the compact layout: the dependency graph "
-                        "that couples layers (next layer's inputs, BatchNorm, residual adds) is "
-                        "traced by one forward run, model(example_inputs); pass e.g. a batch "
-                        "torch.randn(2, n_features) (a tuple/list is unpacked as positional "
-                        "arguments, a dict as keyword arguments)")
-    if not _tensors(example_inputs):
-        raise TypeError("example_inputs must be a tensor, or a tuple/list/dict of tensors, got "
-                        f"{type(example_inputs).__name__}")
-
-
 def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Module:
     """A new plain module computing what ``model`` computes in eval mode, dead units removed.
 
@@ -149,10 +107,10 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    _check_inputs(example_inputs)
+    check_inputs(example_inputs)
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be True or False, got {verify!r}")
-    tp = _tp()
+    tp = torch_pruning("compact export")
     dense = export_sparse(model, layout="dense")
     ref = copy.deepcopy(dense) if verify else None
     trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
@@ -163,18 +121,6 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     if verify:
         _verify(ref, out, example_inputs)
     return out.eval()
-
-
-def _layer_kind(m):
-    if type(m) in _LINEAR:
-        return "linear"
-    if type(m) in _CONV:
-        if m.groups == 1:
-            return "conv"
-        if m.groups == m.in_channels == m.out_channels:
-            return "depthwise"
-        return "grouped"
-    return None
 
 
 def _zero_rows(m) -> list:
@@ -217,12 +163,12 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         if args and isinstance(args[0], torch.Tensor):
             seen[m] = args[0].detach()
 
-    hooks = [m.register_forward_pre_hook(grab) for m in net.modules() if _layer_kind(m)]
+    hooks = [m.register_forward_pre_hook(grab) for m in net.modules() if layer_kind(m)]
     try:
-        _call(net, example_inputs)
+        call(net, example_inputs)
     except Exception as exc:
         raise ValueError(f"model(example_inputs) failed ({type(exc).__name__}: "
-                         f"{_first_line(exc)}); example_inputs must be valid inputs of the "
+                         f"{first_line(exc)}); example_inputs must be valid inputs of the "
                          "model (a tuple/list is unpacked as positional arguments)") from None
     finally:
         for h in hooks:
@@ -234,8 +180,8 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
     outputs = set()  # a layer whose output is the model's output has no output node after it
 
     def forward(model, inputs):
-        out = _call(model, inputs)
-        outputs.update(t.grad_fn for t in _tensors(out) if t.grad_fn is not None)
+        out = call(model, inputs)
+        outputs.update(t.grad_fn for t in tensors(out) if t.grad_fn is not None)
         return out
 
     try:
@@ -244,7 +190,7 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
                 net, example_inputs=example_inputs, forward_fn=forward, verbose=False)
     except Exception as exc:
         raise ValueError("compact export: torch-pruning cannot trace this model's dependency "
-                         f"graph ({type(exc).__name__}: {_first_line(exc)}); export it with "
+                         f"graph ({type(exc).__name__}: {first_line(exc)}); export it with "
                          'layout="dense" instead') from None
     for p in net.parameters():
         p.requires_grad_(False)
@@ -252,7 +198,7 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
     # 3. per group: which indices may go, and the bias folds that make removing them exact
     plans, visited = [], set()
     for m in list(dg.module2node):
-        kind = _layer_kind(m)
+        kind = layer_kind(m)
         if kind not in ("linear", "conv") or m in visited:
             continue
         fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
@@ -290,7 +236,7 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
         if isinstance(m, nn.Module) and calls.get(m, 0) > 1:
             return None  # a layer used twice: one node, two roles
         if node.type in (ops.OPTYPE.LINEAR, ops.OPTYPE.CONV, ops.OPTYPE.DEPTHWISE_CONV):
-            kind = _layer_kind(m)
+            kind = layer_kind(m)
             if kind not in ("linear", "conv", "depthwise") or any(
                     id(p) in shared for p in m.parameters(recurse=False)):
                 return None
@@ -306,7 +252,7 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
                     return None
                 consumers.append((m, kind, list(item.idxs), list(item.root_idxs)))
         elif node.type == ops.OPTYPE.BN:
-            if type(m) not in _BN or not m.track_running_stats:
+            if type(m) not in BN or not m.track_running_stats:
                 return None
         elif node.type == ops.OPTYPE.ELEMENTWISE:
             if not node.inputs:
@@ -369,7 +315,7 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
         if kind == "conv":
             w = w.flatten(2).sum(2)
         folds.append((m, w @ vals))
-    fn = tp.prune_linear_out_channels if _layer_kind(root) == "linear" \
+    fn = tp.prune_linear_out_channels if layer_kind(root) == "linear" \
         else tp.prune_conv_out_channels
     return root, fn, gone, folds
 
@@ -406,16 +352,11 @@ def _shared_params(net):
     return {k for k, v in count.items() if v > 1}
 
 
-def _first_line(exc) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
-
-
 @torch.no_grad()
 def _verify(dense, small, example_inputs):
     dense.eval()
     small.eval()
-    a, b = _tensors(_call(dense, example_inputs)), _tensors(_call(small, example_inputs))
+    a, b = tensors(call(dense, example_inputs)), tensors(call(small, example_inputs))
     for x, y in zip(a, b):
         scale = 1.0 + float(x.abs().max()) if x.numel() else 1.0
         if x.shape != y.shape or not torch.allclose(x, y, rtol=1e-4, atol=1e-5 * scale):
@@ -435,7 +376,7 @@ def compact_report(dense: nn.Module, small: nn.Module) -> dict:
             rows[name] = (m.num_heads, r.orig_heads if isinstance(r, HeadPrunedAttention)
                           else r.num_heads)
             continue
-        kind = _layer_kind(m)
+        kind = layer_kind(m)
         if kind is None or name not in ref:
             continue
         total = ref[name].out_features if kind == "linear" else ref[name].out_channels
@@ -453,7 +394,7 @@ def save_compact(model: nn.Module, path: str | os.PathLike) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     sd = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    groups = {n: int(m.groups) for n, m in model.named_modules() if isinstance(m, _CONV)}
+    groups = {n: int(m.groups) for n, m in model.named_modules() if isinstance(m, CONV)}
     torch.save({"format": FORMAT, "version": 1, "state_dict": sd,
                 "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups,
                 "attention": attention_spec(model)}, path)
@@ -472,7 +413,7 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ValueError(f"{path} cannot be read as a compact model "
-                         f"({_first_line(exc)[:120]}); {fix}") from None
+                         f"({first_line(exc)[:120]}); {fix}") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT or not isinstance(
             blob.get("state_dict"), dict) or not all(
             isinstance(v, torch.Tensor) for v in blob["state_dict"].values()):
@@ -493,7 +434,7 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
             continue
         mod_name, _, attr = key.rpartition(".")
         m = modules.get(mod_name)
-        if not isinstance(m, _LINEAR + _CONV + _BN) or own[key].dim() != value.dim():
+        if not isinstance(m, LINEAR + CONV + BN) or own[key].dim() != value.dim():
             raise ValueError(f"{path} does not fit {type(model).__name__}: {key} has shape "
                              f"{tuple(value.shape)}, the model {tuple(own[key].shape)}; {fix}")
         _resize(m, attr, value)
@@ -502,7 +443,7 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
         raise ValueError(f"{path} is not a compact model file; {fix}")
     for name, g in groups.items():
         m = modules.get(name)
-        if not isinstance(m, _CONV) or not isinstance(g, int) or g < 1:
+        if not isinstance(m, CONV) or not isinstance(g, int) or g < 1:
             raise ValueError(f"{path} does not fit {type(model).__name__}: no convolution "
                              f"{name!r}; {fix}")
         m.groups = g
@@ -512,7 +453,7 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
         model.load_state_dict(sd, strict=True)
     except RuntimeError as exc:
         raise ValueError(f"{path} does not fit {type(model).__name__}: "
-                         f"{_first_line(exc)}; {fix}") from None
+                         f"{first_line(exc)}; {fix}") from None
     return model.eval()
 
 
@@ -526,12 +467,12 @@ def _resize(m, attr, value):
 
 def _sync_sizes(m):
     """The size attributes of a resized layer follow its weight (what ``extra_repr`` shows)."""
-    if isinstance(m, _LINEAR):
+    if isinstance(m, LINEAR):
         m.out_features, m.in_features = m.weight.shape
-    elif isinstance(m, _CONV):
+    elif isinstance(m, CONV):
         m.out_channels = m.weight.shape[0]
         m.in_channels = m.weight.shape[1] * m.groups
-    elif isinstance(m, _BN):
+    elif isinstance(m, BN):
         ref = m.weight if m.weight is not None else m.running_mean
         if ref is not None:
             m.num_features = ref.shape[0]

@@ -1,0 +1,78 @@
+"""Tracing a model with Torch-Pruning (Fang et al., DepGraph, CVPR 2023): what the compact export
+(``dualdrop.nn.compact``) and the coupled units of structured pruning (``dualdrop.nn._coupling``)
+share. torch-pruning is an optional extra, imported only when a trace is asked for."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+INSTALL_HINT = 'pip install "dualdrop[structured]"'
+
+LINEAR = (nn.Linear,)
+CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+def torch_pruning(purpose: str):
+    """The ``torch_pruning`` module; ImportError naming the extra if it is not installed."""
+    try:
+        import torch_pruning as tp
+    except ImportError as exc:
+        raise ImportError(f"{purpose} needs torch-pruning (Torch-Pruning, Fang et al., "
+                          f"DepGraph, CVPR 2023), which is not installed: {INSTALL_HINT}") \
+            from exc
+    return tp
+
+
+def call(model, inputs):
+    """``model(inputs)``: a tuple/list unpacked as positional arguments, a dict as keywords."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def tensors(out) -> list:
+    """The tensors in ``out`` (a tensor, or nested tuples/lists/dicts of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in tensors(o)]
+    return []
+
+
+def check_inputs(example_inputs) -> None:
+    """TypeError unless ``example_inputs`` holds the tensors of one forward run."""
+    if example_inputs is None:
+        raise TypeError("example_inputs is required for the compact layout: the dependency graph "
+                        "that couples layers (next layer's inputs, BatchNorm, residual adds) is "
+                        "traced by one forward run, model(example_inputs); pass e.g. a batch "
+                        "torch.randn(2, n_features) (a tuple/list is unpacked as positional "
+                        "arguments, a dict as keyword arguments)")
+    if not tensors(example_inputs):
+        raise TypeError("example_inputs must be a tensor, or a tuple/list/dict of tensors, got "
+                        f"{type(example_inputs).__name__}")
+
+
+def layer_kind(m) -> str | None:
+    """``"linear"``, ``"conv"``, ``"depthwise"``, ``"grouped"`` or None (not a layer whose
+    output units the export handles)."""
+    if type(m) in LINEAR:
+        return "linear"
+    if type(m) in CONV:
+        if m.groups == 1:
+            return "conv"
+        if m.groups == m.in_channels == m.out_channels:
+            return "depthwise"
+        return "grouped"
+    return None
+
+
+def first_line(exc) -> str:
+    """The first line of an exception's message (at most 160 characters)."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
