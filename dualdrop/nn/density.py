@@ -26,8 +26,8 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    groups: each layer keeps ``d*(t)`` of its units (a ranking across layers of groups of
    different sizes starves the narrow layers), and units that only leave the network together
    (a residual stream's channels, when ``sparsify`` got ``example_inputs``) are ranked
-   together and kept or pruned in every layer alike (``dualdrop.nn._coupling``). Pruned units stay pruned (masks only shrink):
-   after every step they are held at zero (``WeightState.hold_pruned``; variational dropout's
+   together and kept or pruned in every layer alike (``dualdrop.nn._coupling``). Pruned units
+   stay pruned (masks only shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational dropout's
    additive variant also silences their noise) and the optimizer's first moments there are
    zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
    (``m = e^-12``) and the kept weights fine-tune on the data alone, as after gradual pruning:
@@ -75,7 +75,7 @@ import warnings
 
 import torch
 
-from dualdrop.nn._base import check_float, check_int, mask_first_moments
+from dualdrop.nn._base import check_float, check_int, layer_floor, mask_first_moments
 from dualdrop.nn._coupling import tie_keeps
 
 #: cap on |log m|
@@ -194,7 +194,7 @@ class DensityController:
                 sc = torch.where(old[i].flatten(), sc, torch.full_like(sc, -math.inf))
             scores.append(sc.cpu())
             sizes.append(w.numel() // sc.numel())
-            floors.append(_floor(w, sc.numel()))
+            floors.append(layer_floor(w, sc.numel(), MIN_LAYER_DENSITY))
         keeps = [None] * len(pairs)
         single = [i for i, n in enumerate(sizes) if n == 1]
         for i in (i for i, n in enumerate(sizes) if n > 1):
@@ -284,17 +284,6 @@ class DensityController:
         self.natural_density, self.reached = state["natural_density"], state["reached"]
         if self.uses_multiplier:
             self.sp.set_strength(math.exp(self.log_m))
-
-
-def _floor(w, n_units: int) -> int:
-    """Units a layer keeps whatever the ranking: ``MIN_LAYER_DENSITY`` of them, and for single
-    weights at least one weight per two of the layer's units, ``(fan_out + fan_in) / 2``, so
-    that a small layer (a classifier) is never cut to a few weights: at 0.5% of LeNet-300-100 a
-    flat 0.5% floor left its 10 classes 5 weights."""
-    floor = max(1, math.ceil(MIN_LAYER_DENSITY * n_units))
-    if n_units == w.numel() and w.dim() >= 2:
-        floor = max(floor, math.ceil((w.shape[0] + w[0].numel()) / 2))
-    return min(n_units, floor)
 
 
 def _clip(u: float) -> float:

@@ -424,6 +424,9 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
             if "sparsity" in hparams:
                 raise TypeError(f"give {method} either sparsity or target_density, not both")
             hparams["sparsity"] = 1.0 - target_density
+            if "min_layer_density" in _methods.default_hparams(method):
+                # the schedule's floor, not a per-layer 1% that binds every layer at D <= 1%
+                hparams.setdefault("min_layer_density", _density.MIN_LAYER_DENSITY)
     record = _methods.get(method, **hparams)
     check_choice("on_unsupported", on_unsupported, {"warn", "error"})
     if not isinstance(model, nn.Module):

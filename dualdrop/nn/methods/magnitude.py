@@ -15,7 +15,11 @@ Pruning keeps the weights of largest magnitude among those still alive (masks on
 pruned weights never regrow), either over all layers at once (``scope="global"``) or layer by
 layer (``scope="layer"``). Global pruning of a freshly initialized net can delete a whole layer
 (init scales differ per layer), so every weight tensor keeps at least
-``max(1, ceil(min_layer_density * n_layer))`` weights: its own largest ones.
+``max(1, ceil(min_layer_density * n_layer), (fan_out + fan_in) / 2)`` weights (one per two of
+its units: ``dualdrop.nn._base.layer_floor``), its own largest ones. Under
+``sparsify(..., target_density=D)`` ``min_layer_density`` defaults to the target-density
+schedule's 0.1% (``dualdrop.nn.density.MIN_LAYER_DENSITY``): the default 1% would bind every
+layer at ``D <= 1%`` and leave a classifier 1% of its weights.
 
 Whenever the masks change they are also applied to the stored weights (``w *= mask``) and the
 optimizer's first-moment buffers (``exp_avg``, ``momentum_buffer``) are zeroed at pruned entries,
@@ -33,12 +37,10 @@ leave the mask, and the sparsity still counts weights.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from dualdrop.nn._base import (Method, WeightState, check_choice, check_float, check_int,
-                               mask_first_moments)
+                               layer_floor, mask_first_moments)
 from dualdrop.nn import _numba
 from dualdrop.nn._coupling import tie_keeps
 
@@ -150,10 +152,6 @@ def target_sparsity(hp: dict, step: int, total_steps: int) -> float:
     return hp["sparsity"] * (1.0 - (1.0 - frac) ** 3)
 
 
-def _floor(n: int, min_density: float) -> int:
-    return min(n, max(1, math.ceil(min_density * n)))
-
-
 @torch.no_grad()
 def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
     """Prune ``(weight, MagnitudeState)`` pairs to ``sparsity`` by magnitude; masks only shrink.
@@ -168,7 +166,7 @@ def update_masks(pairs, hp: dict, sparsity: float, alive=None) -> list:
               for w, st in pairs]
     layers = [st for _, st in pairs]
     sizes = [s.numel() for s in scores]
-    floors = [_floor(n, hp["min_layer_density"]) for n in sizes]
+    floors = [layer_floor(w, n, hp["min_layer_density"]) for (w, _), n in zip(pairs, sizes)]
     if hp["scope"] == "layer":
         new = []
         for layer, sc, n, fl, a in zip(layers, scores, sizes, floors, alive):
@@ -211,7 +209,7 @@ def update_group_masks(pairs, hp: dict, sparsity: float, ties=()) -> None:
         scores.append(sc)
         alive.append(live.cpu())
         sizes.append(st.groups.size)
-        floors.append(_floor(sc.numel(), hp["min_layer_density"]))
+        floors.append(layer_floor(w, sc.numel(), hp["min_layer_density"]))
     # layer by layer whatever ``scope`` says: one ranking across layers of groups of different
     # sizes starves the narrow layers (LeNet-300-100 at 10%: 33 of 300 and 2 of 100 units kept,
     # 11% test error)
