@@ -10,7 +10,11 @@ included):
 - after the step, ``sp.after_step(optimizer, step, total_steps)`` with the framework's step
   counter and budget (Lightning: ``trainer.estimated_stepping_batches``; Trainer:
   ``state.max_steps``), which drives the method's schedule and ``target_density``
-  (``dualdrop.nn.density``).
+  (``dualdrop.nn.density``), at the learning rate of that step (as in
+  ``dualdrop.train.engine.train_step``: AdaProx's prox uses the rate of the step it completes).
+  The Trainer steps its schedule after ``on_optimizer_step``, where this callback runs;
+  Lightning steps a per-step schedule before ``on_train_batch_end``, so there the callback puts
+  the step's rates back around ``after_step``.
 
 Sparsify the model before the framework builds the optimizer; for the budget-aware rate of the
 method's own parameters build it from ``sp.method_param_groups(lr, total_steps)`` (Lightning:
@@ -32,7 +36,9 @@ def _add_regularizer_grad(sp, n_train: int) -> None:
         if hasattr(st, "take_term"):
             st.take_term()
     with torch.enable_grad():
-        sp.regularizer(n_train, value=False).backward()
+        reg = sp.regularizer(n_train, value=False)
+        if reg.requires_grad:  # AdaProx has none: its penalty acts by the prox in after_step
+            reg.backward()
 
 
 def _after(sp, optimizer, step: int, total: int) -> None:
@@ -55,17 +61,30 @@ class LightningSparsify(_LightningCallback):
         super().__init__()
         self.sp, self.n_train = sp, check_int("n_train", n_train, low=1)
         self._seen = None
+        self._step_lrs = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         _add_regularizer_grad(self.sp, self.n_train)
+        opt = getattr(optimizer, "optimizer", optimizer)
+        self._step_lrs = [g.get("lr") for g in opt.param_groups]  # the rates of this step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
         if step != self._seen and step > 0:
             self._seen = step
             opt = trainer.optimizers[0]
-            _after(self.sp, getattr(opt, "optimizer", opt), step,
-                   int(trainer.estimated_stepping_batches))
+            opt = getattr(opt, "optimizer", opt)
+            # Lightning has already stepped a per-step schedule: after_step sees the rates the
+            # step used (AdaProx's prox), then the schedule's are put back
+            now = [g.get("lr") for g in opt.param_groups]
+            lrs = getattr(self, "_step_lrs", None) or now
+            for g, lr in zip(opt.param_groups, lrs):
+                g["lr"] = lr
+            try:
+                _after(self.sp, opt, step, int(trainer.estimated_stepping_batches))
+            finally:
+                for g, lr in zip(opt.param_groups, now):
+                    g["lr"] = lr
 
     def state_dict(self):
         return {"sparsifier": self.sp.state_dict(), "seen": self._seen}
@@ -94,6 +113,8 @@ class TrainerSparsify(_HFCallback):
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         _add_regularizer_grad(self.sp, self.n_train)
 
-    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        # after optimizer.step() and before the scheduler's step (on_step_end comes after it):
+        # a prox step (AdaProx) must use the learning rate of the step it completes
         opt = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
-        _after(self.sp, opt, state.global_step, int(state.max_steps))
+        _after(self.sp, opt, state.global_step + 1, int(state.max_steps))

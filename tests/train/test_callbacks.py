@@ -109,3 +109,87 @@ def test_transformers_trainer_callback(tmp_path):
     assert trainer.state.global_step == steps
     assert sp.controller.reached is not None
     assert abs(sp.density()["total"] / 0.3 - 1) <= 0.1
+
+
+def _record_lr(sp):
+    """Wrap ``sp.after_step`` to record ``(step, learning rate)`` at each call."""
+    seen, real = [], sp.after_step
+
+    def spy(optimizer, step, total):
+        seen.append((step, optimizer.param_groups[0]["lr"]))
+        return real(optimizer, step, total)
+
+    sp.after_step = spy
+    return seen
+
+
+def test_callbacks_run_after_step_at_the_rate_of_its_step(tmp_path):
+    """The prox of AdaProx is applied in after_step with the learning rate of the step it
+    completes; with the linear decay to 0 the last one would otherwise be skipped (rate 0)."""
+    tr = pytest.importorskip("transformers")
+    L = pytest.importorskip("lightning")
+    from dualdrop.train.callbacks import LightningSparsify, TrainerSparsify
+
+    X, y = _data()
+    steps, lr = 12, 1e-2
+    want = [(s, lr * (1 - (s - 1) / steps)) for s in range(1, steps + 1)]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = _mlp()
+
+        def forward(self, x, labels=None):
+            logits = self.body(x)
+            return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(y)
+
+        def __getitem__(self, i):
+            return {"x": X[i], "labels": y[i]}
+
+    model = Net()
+    sp = sparsify(model, "adaprox")
+    seen = _record_lr(sp)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
+    args = tr.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=steps,
+                                per_device_train_batch_size=8, report_to=[], save_strategy="no",
+                                logging_strategy="no", use_cpu=True, disable_tqdm=True)
+    trainer = tr.Trainer(model=model, args=args, train_dataset=DS(), optimizers=(opt, sched),
+                         callbacks=[TrainerSparsify(sp, len(y))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert [s for s, _ in seen] == [s for s, _ in want]
+    assert [r for _, r in seen] == pytest.approx([r for _, r in want])
+
+    net = _mlp()
+    sp = sparsify(net, "adaprox")
+    seen = _record_lr(sp)
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, _):
+            x, t = batch
+            return F.cross_entropy(self.net(x), t)
+
+        def configure_optimizers(self):
+            o = torch.optim.Adam(self.parameters(), lr=lr)
+            s = torch.optim.lr_scheduler.LambdaLR(o, lambda k: max(0.0, 1 - k / steps))
+            return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
+
+    lt = L.Trainer(max_steps=steps, callbacks=[LightningSparsify(sp, len(y))], logger=False,
+                   enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False, default_root_dir=str(tmp_path / "pl"),
+                   accelerator="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lt.fit(Module(), DataLoader(TensorDataset(X, y), batch_size=8))
+    assert [s for s, _ in seen] == [s for s, _ in want]
+    assert [r for _, r in seen] == pytest.approx([r for _, r in want])
