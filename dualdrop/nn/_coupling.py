@@ -24,7 +24,8 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn._base import mask_first_moments
-from dualdrop.nn._graph import BN, call, check_inputs, first_line, layer_kind, torch_pruning
+from dualdrop.nn._graph import (BN, call, check_inputs, first_line, layer_kind, torch_pruning,
+                                unit_groups)
 
 def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
     """The coupled sets of output units of ``model``'s Linear and (ungrouped) convolution
@@ -44,21 +45,15 @@ def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
             dg = tp.DependencyGraph().build_dependency(
                 model, example_inputs=example_inputs,
                 forward_fn=lambda m, x: call(m, x), verbose=False)
-        sets, seen = [], set()
-        for m in list(dg.module2node):
-            kind = layer_kind(m)
-            if kind not in ("linear", "conv") or m in seen:
-                continue
-            fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
-            width = m.out_features if kind == "linear" else m.out_channels
+        sets = []
+        for _, _, _, group in unit_groups(dg, tp):
             layers, norms = {}, {}
-            for item in dg.get_pruning_group(m, fn, list(range(width))):
+            for item in group:
                 t = item.dep.target.module
                 entry = (t, list(item.idxs), list(item.root_idxs))
                 if dg.is_out_channel_pruning_fn(item.dep.handler) and \
                         layer_kind(t) in ("linear", "conv"):
                     layers.setdefault(id(t), entry)
-                    seen.add(t)
                 elif type(t) in BN and t.affine:
                     norms.setdefault(id(t), entry)
             sets.append({"layers": list(layers.values()), "norms": list(norms.values())})

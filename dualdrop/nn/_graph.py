@@ -72,6 +72,25 @@ def layer_kind(m) -> str | None:
     return None
 
 
+def unit_groups(dg, tp):
+    """``(root, prune_fn, width, group)`` for every dependency group of output units of the
+    Linear and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``, each group once
+    (from the first of its layers met): ``group`` is ``dg.get_pruning_group`` of all the root's
+    units, the coupled layers, BatchNorm entries and consumers with their index maps."""
+    visited = set()
+    for m in list(dg.module2node):
+        kind = layer_kind(m)
+        if kind not in ("linear", "conv") or m in visited:
+            continue
+        fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
+        width = m.out_features if kind == "linear" else m.out_channels
+        group = dg.get_pruning_group(m, fn, list(range(width)))
+        for item in group:
+            if dg.is_out_channel_pruning_fn(item.dep.handler):
+                visited.add(item.dep.target.module)
+        yield m, fn, width, group
+
+
 def first_line(exc) -> str:
     """The first line of an exception's message (at most 160 characters)."""
     text = str(exc).strip()

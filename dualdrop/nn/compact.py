@@ -70,7 +70,7 @@ import torch.nn as nn
 
 from dualdrop.nn import export as _export
 from dualdrop.nn._graph import (BN, CONV, LINEAR, call, check_inputs, first_line, layer_kind,
-                                tensors, torch_pruning)
+                                tensors, torch_pruning, unit_groups)
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
 from dualdrop.nn.export import export_sparse
@@ -196,17 +196,8 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         p.requires_grad_(False)
 
     # 3. per group: which indices may go, and the bias folds that make removing them exact
-    plans, visited = [], set()
-    for m in list(dg.module2node):
-        kind = layer_kind(m)
-        if kind not in ("linear", "conv") or m in visited:
-            continue
-        fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
-        width = m.out_features if kind == "linear" else m.out_channels
-        group = dg.get_pruning_group(m, fn, list(range(width)))
-        for item in group:
-            if dg.is_out_channel_pruning_fn(item.dep.handler):
-                visited.add(item.dep.target.module)
+    plans = []
+    for m, fn, width, group in unit_groups(dg, tp):
         if any(item.dep.target.grad_fn in outputs and dg.is_out_channel_pruning_fn(
                 item.dep.handler) for item in group):
             continue  # the model's output keeps its width

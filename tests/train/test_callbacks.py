@@ -24,6 +24,29 @@ def _mlp():
     return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
 
 
+class _HFNet(nn.Module):
+    """The tiny MLP as a transformers.Trainer model: a dict with the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = _mlp()
+
+    def forward(self, x, labels=None):
+        logits = self.body(x)
+        return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+
+
+class _HFData(torch.utils.data.Dataset):
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return {"x": self.X[i], "labels": self.y[i]}
+
+
 def test_lightning_callback(tmp_path):
     L = pytest.importorskip("lightning")
     from dualdrop.train.callbacks import LightningSparsify
@@ -77,30 +100,14 @@ def test_transformers_trainer_callback(tmp_path):
 
     X, y = _data()
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = _mlp()
-
-        def forward(self, x, labels=None):
-            logits = self.body(x)
-            return {"loss": F.cross_entropy(logits, labels), "logits": logits}
-
-    class DS(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(y)
-
-        def __getitem__(self, i):
-            return {"x": X[i], "labels": y[i]}
-
-    model = Net()
+    model = _HFNet()
     sp = sparsify(model, "hardconcrete", target_density=0.3)
     steps = 20
     opt = torch.optim.Adam(sp.method_param_groups(1e-2, steps))
     args = tr.TrainingArguments(output_dir=str(tmp_path), max_steps=steps,
                                 per_device_train_batch_size=8, report_to=[], save_strategy="no",
                                 logging_strategy="no", use_cpu=True, disable_tqdm=True)
-    trainer = tr.Trainer(model=model, args=args, train_dataset=DS(),
+    trainer = tr.Trainer(model=model, args=args, train_dataset=_HFData(X, y),
                          optimizers=(opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)),
                          callbacks=[TrainerSparsify(sp, len(y))])
     with warnings.catch_warnings():
@@ -134,23 +141,7 @@ def test_callbacks_run_after_step_at_the_rate_of_its_step(tmp_path):
     steps, lr = 12, 1e-2
     want = [(s, lr * (1 - (s - 1) / steps)) for s in range(1, steps + 1)]
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = _mlp()
-
-        def forward(self, x, labels=None):
-            logits = self.body(x)
-            return {"loss": F.cross_entropy(logits, labels), "logits": logits}
-
-    class DS(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(y)
-
-        def __getitem__(self, i):
-            return {"x": X[i], "labels": y[i]}
-
-    model = Net()
+    model = _HFNet()
     sp = sparsify(model, "adaprox")
     seen = _record_lr(sp)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -158,7 +149,7 @@ def test_callbacks_run_after_step_at_the_rate_of_its_step(tmp_path):
     args = tr.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=steps,
                                 per_device_train_batch_size=8, report_to=[], save_strategy="no",
                                 logging_strategy="no", use_cpu=True, disable_tqdm=True)
-    trainer = tr.Trainer(model=model, args=args, train_dataset=DS(), optimizers=(opt, sched),
+    trainer = tr.Trainer(model=model, args=args, train_dataset=_HFData(X, y), optimizers=(opt, sched),
                          callbacks=[TrainerSparsify(sp, len(y))])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
