@@ -335,10 +335,15 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
             batches, epoch_rng = _epoch_batches(train_loader, epoch_rng, done_in_epoch,
                                                 current_rng)
             current_rng = None
+            before = step
             step, ran_out = run_epoch(stepper, batches, lambda b: loss_fn(model, b), step,
                                       bar=bar, after=after)
             if not ran_out:
                 break
+            if step == before:
+                raise ValueError("train_loader yielded no batch in an epoch; give it data (a "
+                                 "DataLoader with drop_last=True needs at least batch_size "
+                                 "examples)")
             epoch, epoch_rng, done_in_epoch = epoch + 1, None, 0
             if step < total:
                 history.append({"step": step, "epoch": epoch, **validate()})

@@ -115,6 +115,9 @@ def test_fit_validates_arguments():
         fit(model, "logsum", loader, _ce, steps=3, epochs=1, progress=False)
     with pytest.raises(TypeError, match="loss_fn"):
         fit(model, "logsum", loader, None, steps=3, progress=False)
+    empty = DataLoader(_cnn_data(), batch_size=10_000, drop_last=True)  # no full batch
+    with pytest.raises(ValueError, match="yielded no batch"):
+        fit(SmallCNN(), "logsum", empty, _ce, steps=3, n_train=10, progress=False)
 
 
 def test_checkpoint_of_another_budget_is_refused(tmp_path):
