@@ -15,7 +15,9 @@ per-layer keep decisions into joint ones: the score of a coupled unit is the mea
 of its rank within each layer (0 = weakest, 1 = strongest; a unit already pruned ranks lowest),
 and the set keeps as many units as its most generous layer would, the same units in every
 layer. Both the target-density controller (``dualdrop.nn.density``) and magnitude pruning's
-group masks use it, when ``sparsify(..., example_inputs=x)`` gave the sets.
+group masks use it, when ``sparsify(..., example_inputs=x)`` gave the sets. An attention's
+heads are tied the same way without any trace: head ``h``'s q/k/v rows and its ``out_proj``
+columns are one unit (``Sparsifier.ties``).
 """
 
 from __future__ import annotations

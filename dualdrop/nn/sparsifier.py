@@ -94,8 +94,9 @@ class Sparsifier:
         self.hparams = record.hparams
         self._pairs = list(pairs)
         self.skipped = list(skipped)   # [(target name, reason)]
-        #: coupled output units ([(pair index, unit indices, root indices)] per set,
-        #: ``dualdrop.nn._coupling``), pruned together; empty unless ``example_inputs`` was given
+        #: coupled units ([(pair index, unit indices, root indices)] per set,
+        #: ``dualdrop.nn._coupling``), pruned together: an attention's heads in its q/k/v and
+        #: output projections, and with ``example_inputs`` the output units tied by the graph
         self.ties: list = []
         #: BatchNorm entries held at zero with the units that write them (same module)
         self.norm_holds: list = []
@@ -485,7 +486,7 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
 def _ties(pairs, coupled) -> tuple[list, list]:
     """The coupled sets (``dualdrop.nn._coupling.coupled_units``) as indices of ``pairs``
     (``Sparsifier.ties``; only weights pruned by output units, ``granularity`` neuron groups,
-    take part) and the BatchNorm entries to hold with them (``Sparsifier.norm_holds``: a set's
+    take part; plus each attention's heads, :func:`_head_ties`) and the BatchNorm entries to hold with them (``Sparsifier.norm_holds``: a set's
     norms, when every layer writing the set is pruned by output units)."""
     index = {}
     for i, (t, st) in enumerate(pairs):
@@ -495,7 +496,7 @@ def _ties(pairs, coupled) -> tuple[list, list]:
         for site in t.sites:
             if site.tensor_name == "weight":
                 index[id(site.module)] = i
-    ties, holds = [], []
+    ties, holds = _head_ties(pairs), []
     for group in coupled:
         layers = group["layers"]
         tied = [(index[id(m)], idxs, roots) for m, idxs, roots in layers if id(m) in index]
@@ -512,3 +513,25 @@ def _ties(pairs, coupled) -> tuple[list, list]:
             if all(w is not None for w in writers):
                 holds.append((norm, idxs, writers, roots))
     return ties, holds
+
+
+def _head_ties(pairs) -> list:
+    """One tie per ``nn.MultiheadAttention`` pruned by heads: head ``h``'s q/k/v rows and its
+    ``out_proj`` columns are one unit (the compact export removes a head when either is dead,
+    so pruning them apart would spend the density on halves of heads that are gone anyway)."""
+    heads = {}
+    for i, (t, st) in enumerate(pairs):
+        groups = getattr(st, "groups", None)
+        if groups is None or groups.kind != "head":
+            continue
+        for site in t.sites:
+            owner = site.module if isinstance(site.module, nn.MultiheadAttention) else site.parent
+            if isinstance(owner, nn.MultiheadAttention):
+                heads.setdefault(id(owner), {})[i] = groups.n_groups
+    ties = []
+    for members in heads.values():
+        if len(members) > 1 and len(set(members.values())) == 1:
+            n = next(iter(members.values()))
+            ties.append([(i, list(range(n)), list(range(n))) for i in members])
+    return ties
+

@@ -153,3 +153,33 @@ def test_example_inputs_errors(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_tp)
     with pytest.raises(ImportError, match=r"dualdrop\[structured\]"):
         sparsify(Res(), "magnitude", granularity="channel", example_inputs=torch.zeros(2, 1, 6, 6))
+
+
+@pytest.mark.parametrize("method", ["magnitude", "hardconcrete"])
+def test_an_attention_heads_qkv_and_output_columns_are_pruned_together(method):
+    """Head h's q/k/v rows (in_proj) and its out_proj columns are one unit: at half the heads
+    every attention keeps exactly half, and no nonzero weight is left in a removed head."""
+    torch.manual_seed(2)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = nn.Sequential(layer, nn.Linear(32, 3))
+    sp = sparsify(model, method, granularity="head", target_density=0.5,
+                  exclude=["0.linear*", "1.*"])
+    assert len(sp.ties) == 1 and len(sp.ties[0]) == 2
+    x, y = torch.randn(16, 5, 32), torch.randint(0, 3, (16, 5))
+    opt = torch.optim.Adam(sp.method_param_groups(1e-2, 30))
+    with pytest.warns(RuntimeWarning) if method != "magnitude" else _nothing():
+        for step in range(1, 31):
+            loss = F.cross_entropy(model(x).reshape(-1, 3), y.reshape(-1)) + sp.regularizer(16)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sp.after_step(opt, step, 30)
+    model.eval()
+    dense = export_sparse(model, layout="dense")
+    small = export_sparse(model, layout="compact", example_inputs=x)
+    assert compact_report(dense, small)["0.self_attn"] == (2, 4)
+    att = dense[0].self_attn
+    nonzero = int(torch.count_nonzero(att.in_proj_weight)) + int(torch.count_nonzero(
+        att.out_proj.weight))
+    kept = small[0].self_attn
+    assert nonzero == kept.q_proj.weight.numel() * 3 + kept.out_proj.weight.numel()
