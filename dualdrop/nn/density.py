@@ -88,6 +88,9 @@ RELEASED = -LOG_CAP
 MIN_LAYER_DENSITY = 0.001
 #: proportional and integral gains of the multiplier (module docstring)
 K_P, K_I = 0.5, 0.5
+#: hyperparameters a target density sets itself (magnitude pruning's final sparsity and its
+#: per-layer floor, ``sparsify``): a default of them yields to the target, a value given does not
+SET_BY_TARGET = ("sparsity", "min_layer_density")
 #: distance each kind of method parameter must travel within half of the budget (see above)
 TRAVEL = {"log_alpha": 12.0, "log_sigma2": 12.0, "gate_logits": 6.0, "log_ratio": 8.0}
 

@@ -205,8 +205,9 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
         init_sd, init_info = init_weights(cfg.init_from, data.n_features, data.n_classes,
                                           cfg.model)
         model.load_state_dict(init_sd)
-    if cfg.target_density is not None and "sparsity" not in (cfg.hparams or {}):
-        hp = {k: v for k, v in hp.items() if k != "sparsity"}  # the target replaces the default
+    if cfg.target_density is not None:  # the target replaces these defaults (not given values)
+        given = cfg.hparams or {}
+        hp = {k: v for k, v in hp.items() if k not in _nn().density.SET_BY_TARGET or k in given}
     kw = {"exclude": list(cfg.exclude)} if cfg.exclude else {}
     if hp.get("granularity", "weight") != "weight":
         # whole output units of the classifier are classes: it stays (its single weights too)

@@ -179,3 +179,26 @@ def test_exclude_leaves_weights_alone(tmp_path, tiny_data):
     with pytest.raises(TypeError, match="exclude=.*list of parameter name patterns"):
         train(_cfg(tmp_path / "c", "magnitude", exclude="fc1.*"), data=tiny_data)
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_target_density_replaces_magnitudes_default_sparsity_and_floor(tmp_path, tiny_data,
+                                                                        monkeypatch):
+    """The run's magnitude defaults (98% sparsity, a 1% floor per layer) yield to the target;
+    values the user gives do not."""
+    import dualdrop.train.loop as loop
+
+    seen = []
+    real = loop._nn().sparsify
+
+    def spy(model, method, **kw):
+        sp = real(model, method, **kw)
+        seen.append(dict(sp.hparams))
+        return sp
+
+    monkeypatch.setattr(loop._nn(), "sparsify", spy)
+    train(_cfg(tmp_path / "a", "magnitude", target_density=0.01), data=tiny_data)
+    assert seen[-1]["sparsity"] == pytest.approx(0.99)
+    assert seen[-1]["min_layer_density"] == dnn.density.MIN_LAYER_DENSITY
+    train(_cfg(tmp_path / "b", "magnitude", target_density=0.01,
+               hparams={"min_layer_density": 0.005}), data=tiny_data)
+    assert seen[-1]["min_layer_density"] == 0.005
