@@ -12,7 +12,8 @@ graph; "csr": sparse CSR Linear layers) and reports:
 - test error of the dense and of the compact network (they must agree: the compact network
   computes what the masked one computes);
 - latency of one forward pass at batch 1 and 128 on one thread (median of repeated timings,
-  after warm-up), dense / compact / CSR, and the speed-up dense / compact.
+  after warm-up, the three layouts interleaved), dense / compact / CSR, and the speed-up
+  dense / compact.
 
 Writes ``OUT/structured.md`` and ``OUT/units_per_layer.png``.
 
@@ -66,16 +67,20 @@ def heads_kept(small) -> list[str]:
     return out
 
 
-def latency(net, x, repeats: int) -> float:
+def latencies(nets: dict, x, repeats: int) -> dict:
+    """Median time of one forward pass of each network on ``x``, the networks timed in turn
+    within every repeat (interleaved, so that a load change hits all of them alike)."""
+    ts = {k: [] for k in nets}
     with torch.no_grad():
-        for _ in range(5):
-            net(x)
-        ts = []
+        for net in nets.values():
+            for _ in range(5):
+                net(x)
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            net(x)
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+            for k, net in nets.items():
+                t0 = time.perf_counter()
+                net(x)
+                ts[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def error(net, X, y) -> float:
@@ -115,8 +120,7 @@ def main() -> None:
         lat = {}
         for b, reps in ((1, a.repeats), (128, max(20, a.repeats // 4))):
             xb = X[:b]
-            lat[b] = {k: latency(net, xb, reps) for k, net in
-                      (("dense", dense), ("compact", small), ("csr", csr))}
+            lat[b] = latencies({"dense": dense, "compact": small, "csr": csr}, xb, reps)
         label = f"{final['method']} ({Path(run).name})"
         units[label] = read
         rows.append((label, final, read, widths, n_dense, n_nz, n_small, e_dense, e_small, lat))

@@ -4,8 +4,9 @@ A channel of a residual stream is written by every layer whose output is added i
 and each block's last convolution, or a block's 1x1 shortcut and its last convolution), and the
 compact export (``dualdrop.nn.compact``) can remove it only when it is dead in *all* of them.
 Pruned layer by layer, each layer kills its own weakest channels, the dead sets rarely agree,
-and the compact network keeps almost every channel of the stream (a small ResNet on MNIST at 30%
-of its channels per layer: 1.14x faster at batch 128). Ranking such channels *together* is
+and the compact network keeps almost every channel of the stream (a small ResNet at 30% of its
+channels per layer: 31,986 of 77,754 parameters left, 7,448 when ranked together). Ranking
+such channels *together* is
 what group-level structured pruning does (Torch-Pruning, Fang et al., DepGraph, CVPR 2023): the
 layers of a coupled set keep the same units.
 
