@@ -27,9 +27,9 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    different sizes starves the narrow layers), and units that only leave the network together
    (a residual stream's channels, when ``sparsify`` got ``example_inputs``) are ranked
    together and kept or pruned in every layer alike (``dualdrop.nn._coupling``). Pruned units
-   stay pruned (masks only shrink): after every step they are held at zero (``WeightState.hold_pruned``; variational dropout's
-   additive variant also silences their noise) and the optimizer's first moments there are
-   zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
+   stay pruned (masks only shrink): after every step they are held at zero
+   (``WeightState.hold_pruned``; variational dropout's additive variant also silences their
+   noise) and the optimizer's first moments there are zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
    (``m = e^-12``) and the kept weights fine-tune on the data alone, as after gradual pruning:
    the method has chosen the units, and its shrinkage of the kept weights no longer helps (on
    MNIST from a dense LeNet-300-100 at 5% in 10 epochs: test error 2.90 -> 2.70% for LogSum,

@@ -486,8 +486,9 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
 def _ties(pairs, coupled) -> tuple[list, list]:
     """The coupled sets (``dualdrop.nn._coupling.coupled_units``) as indices of ``pairs``
     (``Sparsifier.ties``; only weights pruned by output units, ``granularity`` neuron groups,
-    take part; plus each attention's heads, :func:`_head_ties`) and the BatchNorm entries to hold with them (``Sparsifier.norm_holds``: a set's
-    norms, when every layer writing the set is pruned by output units)."""
+    take part; plus each attention's heads, :func:`_head_ties`) and the BatchNorm entries to
+    hold with them (``Sparsifier.norm_holds``: a set's norms, when every layer writing the set
+    is pruned by output units)."""
     index = {}
     for i, (t, st) in enumerate(pairs):
         groups = getattr(st, "groups", None)
@@ -534,4 +535,3 @@ def _head_ties(pairs) -> list:
             n = next(iter(members.values()))
             ties.append([(i, list(range(n)), list(range(n))) for i in members])
     return ties
-

@@ -159,8 +159,8 @@ class RowTransformer(nn.Module):
     28 pixels on MNIST): a Linear embedding of each row plus a learned position embedding, two
     pre-norm ``nn.TransformerEncoderLayer`` (width 64, 4 attention heads, feed-forward 128, no
     dropout), a final LayerNorm, the mean over tokens and a Linear classifier; about 70k
-    weights and 3.8 MFLOP per image. Its attention heads (``nn.MultiheadAttention``) and feed-forward units are what
-    ``granularity="head"`` prunes and the compact export removes."""
+    weights and 3.8 MFLOP per image. Its attention heads (``nn.MultiheadAttention``) and
+    feed-forward units are what ``granularity="head"`` prunes and the compact export removes."""
 
     def __init__(self, n_features: int = 784, n_classes: int = 10, d_model: int = 64,
                  heads: int = 4, ff: int = 128, layers: int = 2):
