@@ -149,15 +149,23 @@ def main() -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    allu = {**units, **PUBLISHED}
+    if len({len(u) for u in units.values()}) > 1:
+        # a compact Transformer lists q/k/v projections the dense one packs into in_proj:
+        # layer k is not the same layer in every run, so no bars side by side
+        print("units_per_layer.png not drawn: the runs list different layers")
+        return
+    # published counts only beside runs of the same depth (LeNet-300-100's three layers)
+    allu = {**units, **{k: v for k, v in PUBLISHED.items()
+                        if all(len(u) == len(v) for u in units.values())}}
     n_layers = max(len(v) for v in allu.values())
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(max(7, 0.7 * n_layers + 2), 4))
     width = 0.8 / len(allu)
     for i, (label, ks) in enumerate(allu.items()):
         ax.bar([j + i * width for j in range(len(ks))], ks, width, label=label,
                hatch="//" if label in PUBLISHED else None)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(n_layers)])
-    ax.set_xticklabels([f"layer {j + 1} inputs" for j in range(n_layers)])
+    ax.set_xticklabels([f"layer {j + 1}" for j in range(n_layers)],
+                       rotation=45 if n_layers > 5 else 0)
     ax.set_ylabel("input units read")
     ax.set_yscale("log")
     ax.legend(fontsize=7)
