@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import numbers
 import math
+import numbers
 import weakref
 
 import torch
@@ -60,8 +60,6 @@ def layer_floor(w, n_units: int, min_density: float) -> int:
     return min(n_units, floor)
 
 
-# ---- argument checks: clear errors naming the argument and the fix ----------------------------
-
 @torch.no_grad()
 def mask_first_moments(optimizer, w, mask) -> None:
     """Zero the optimizer's first-moment buffers of ``w`` (Adam's ``exp_avg``, SGD's
@@ -72,6 +70,8 @@ def mask_first_moments(optimizer, w, mask) -> None:
         if isinstance(buf, torch.Tensor) and buf.shape == w.shape:
             buf.mul_(mask)
 
+
+# ---- argument checks: clear errors naming the argument and the fix ----------------------------
 
 def check_lam(lam, *, none_ok: bool = False):
     """The one rule for a method's strength ``lam``: a finite real number > 0 (a strength of 0
@@ -145,6 +145,11 @@ class WeightState(nn.Module):
     def unit_mask(self, mask, w) -> torch.Tensor:
         """A 0/1 mask over ``keep_score``'s units as a mask over ``w``'s entries."""
         return mask if self.groups is None else self.groups.expand(mask, w)
+
+    def kept_units(self) -> torch.Tensor | None:
+        """A flat bool mask over ``keep_score``'s units that the method's own schedule keeps
+        (magnitude pruning's masks); None for a method that makes no mask."""
+        return None
 
     @torch.no_grad()
     def hold_pruned(self, w, mask) -> None:

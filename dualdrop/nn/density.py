@@ -29,11 +29,12 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    together and kept or pruned in every layer alike (``dualdrop.nn._coupling``). Pruned units
    stay pruned (masks only shrink): after every step they are held at zero
    (``WeightState.hold_pruned``; variational dropout's additive variant also silences their
-   noise) and the optimizer's first moments there are zeroed. From ``t1`` to ``T`` the masks are fixed, the regularizer is released
-   (``m = e^-12``) and the kept weights fine-tune on the data alone, as after gradual pruning:
-   the method has chosen the units, and its shrinkage of the kept weights no longer helps (on
-   MNIST from a dense LeNet-300-100 at 5% in 10 epochs: test error 2.90 -> 2.70% for LogSum,
-   2.60 -> 2.48% for the eta-trick, unchanged for VarDrop+LR and hard-concrete).
+   noise) and the optimizer's first moments there are zeroed. From ``t1`` to ``T`` the masks
+   are fixed, the regularizer is released (``m = e^-12``) and the kept weights fine-tune on the
+   data alone, as after gradual pruning: the method has chosen the units, and its shrinkage of
+   the kept weights no longer helps (on MNIST from a dense LeNet-300-100 at 5% in 10 epochs:
+   test error 2.90 -> 2.70% for LogSum, 2.60 -> 2.48% for the eta-trick, unchanged for
+   VarDrop+LR and hard-concrete).
 
 2. **A strength multiplier** ``m = exp(u)`` on ``lam`` so that the method's *own* rule agrees with
    the schedule (the constrained form of sparse training, as in constrained formulations of L0
@@ -48,16 +49,16 @@ therefore does two things, both driven by ``Sparsifier.after_step(optimizer, ste
    The schedule, not ``m``, guarantees the density: a multiplier that lags or overshoots costs
    accuracy, never the target.
 
-At step ``T`` the test-time rule is set so that it keeps what the masks keep (their density,
-``D`` up to a group-sized border unit; exactly ``D`` where no mask was made): methods with a
-keep-ratio tolerance (variational dropout, the penalty methods, the eta-trick) get the ``tol``
-that keeps it (bisection: the density is monotone in ``tol``); hard-concrete (no tolerance) gets
-the gate logits at the border moved just across the test gate's zero point
-``log a = log(-gamma / (zeta - gamma))``, gates outside the masks ranked last; magnitude pruning keeps its own
-cubic schedule with final sparsity ``1 - D`` and no multiplier. ``natural_density`` records the
-density the method's rule gave before this step. A reached density more than 10% (relative)
-from ``D`` gives a ``RuntimeWarning`` with the reached density; so does a natural density more
-than 2x from ``D`` (the ranking chose, not the method's rule).
+At step ``T`` the test-time rule is set so that it keeps what the masks keep (their density, ``D``
+up to a group-sized border unit; exactly ``D`` where no mask was made): methods with a keep-ratio
+tolerance (variational dropout, the penalty methods, the eta-trick) get the ``tol`` that keeps it
+(bisection: the density is monotone in ``tol``); hard-concrete (no tolerance) gets the gate logits
+at the border moved just across the test gate's zero point
+``log a = log(-gamma / (zeta - gamma))``, gates outside the masks ranked last; magnitude pruning
+keeps its own cubic schedule with final sparsity ``1 - D`` and no multiplier. ``natural_density``
+records the density the method's rule gave before this step. A reached density more than 10%
+(relative) from ``D`` gives a ``RuntimeWarning`` with the reached density; so does a natural
+density more than 2x from ``D`` (the ranking chose, not the method's rule).
 
 Budget (``method_param_groups``): Adam moves a parameter by about its learning rate per step, so
 a method parameter that must travel a distance ``delta`` (log-alpha from its start to the pruning

@@ -254,17 +254,11 @@ class Sparsifier:
 
     def _units_alive(self) -> list:
         """Per weight: a flat bool mask over its units that the schedule keeps (the
-        target-density masks, or magnitude pruning's group masks); None where none is made."""
+        target-density masks, else the method's own, ``WeightState.kept_units``)."""
         masks = getattr(self.controller, "masks", None)
-        out = []
-        for i, (_, st) in enumerate(self._pairs):
-            if masks is not None:
-                out.append(masks[i].flatten())
-            elif getattr(st, "weight_mask", None) is not None and st.groups is not None:
-                out.append(st.groups.any(st.weight_mask > 0).flatten())
-            else:
-                out.append(None)
-        return out
+        if masks is not None:
+            return [m.flatten() for m in masks]
+        return [st.kept_units() for _, st in self._pairs]
 
     @property
     def has_strength(self) -> bool:

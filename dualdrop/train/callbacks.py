@@ -77,7 +77,7 @@ class LightningSparsify(_LightningCallback):
             # Lightning has already stepped a per-step schedule: after_step sees the rates the
             # step used (AdaProx's prox), then the schedule's are put back
             now = [g.get("lr") for g in opt.param_groups]
-            lrs = getattr(self, "_step_lrs", None) or now
+            lrs = self._step_lrs or now
             for g, lr in zip(opt.param_groups, lrs):
                 g["lr"] = lr
             try:

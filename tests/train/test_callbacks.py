@@ -47,14 +47,9 @@ class _HFData(torch.utils.data.Dataset):
         return {"x": self.X[i], "labels": self.y[i]}
 
 
-def test_lightning_callback(tmp_path):
-    L = pytest.importorskip("lightning")
-    from dualdrop.train.callbacks import LightningSparsify
-
-    X, y = _data()
-    net = _mlp()
-    sp = sparsify(net, "logsum", target_density=0.3)
-    steps = 24
+def _lightning_module(L, net, optimizers):
+    """A LightningModule training ``net`` on cross-entropy; ``optimizers(module)`` is its
+    ``configure_optimizers``."""
 
     class Module(L.LightningModule):
         def __init__(self):
@@ -66,15 +61,29 @@ def test_lightning_callback(tmp_path):
             return F.cross_entropy(self.net(x), t)
 
         def configure_optimizers(self):
-            return torch.optim.Adam(sp.method_param_groups(1e-2, steps))
+            return optimizers(self)
 
+    return Module()
+
+
+def test_lightning_callback(tmp_path):
+    L = pytest.importorskip("lightning")
+    from dualdrop.train.callbacks import LightningSparsify
+
+    X, y = _data()
+    net = _mlp()
+    sp = sparsify(net, "logsum", target_density=0.3)
+    steps = 24
+
+    module = _lightning_module(L, net, lambda m: torch.optim.Adam(
+        sp.method_param_groups(1e-2, steps)))
     cb = LightningSparsify(sp, len(y))
     trainer = L.Trainer(max_epochs=3, callbacks=[cb], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=str(tmp_path), accelerator="cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(Module(), DataLoader(TensorDataset(X, y), batch_size=8))
+        trainer.fit(module, DataLoader(TensorDataset(X, y), batch_size=8))
     assert trainer.global_step == steps
     assert sp.controller.reached is not None  # the final step ran the calibration
     assert abs(sp.density()["total"] / 0.3 - 1) <= 0.1
@@ -161,19 +170,10 @@ def test_callbacks_run_after_step_at_the_rate_of_its_step(tmp_path):
     sp = sparsify(net, "adaprox")
     seen = _record_lr(sp)
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = net
-
-        def training_step(self, batch, _):
-            x, t = batch
-            return F.cross_entropy(self.net(x), t)
-
-        def configure_optimizers(self):
-            o = torch.optim.Adam(self.parameters(), lr=lr)
-            s = torch.optim.lr_scheduler.LambdaLR(o, lambda k: max(0.0, 1 - k / steps))
-            return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
+    def decaying(module):
+        o = torch.optim.Adam(module.parameters(), lr=lr)
+        s = torch.optim.lr_scheduler.LambdaLR(o, lambda k: max(0.0, 1 - k / steps))
+        return {"optimizer": o, "lr_scheduler": {"scheduler": s, "interval": "step"}}
 
     lt = L.Trainer(max_steps=steps, callbacks=[LightningSparsify(sp, len(y))], logger=False,
                    enable_checkpointing=False, enable_progress_bar=False,
@@ -181,6 +181,6 @@ def test_callbacks_run_after_step_at_the_rate_of_its_step(tmp_path):
                    accelerator="cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lt.fit(Module(), DataLoader(TensorDataset(X, y), batch_size=8))
+        lt.fit(_lightning_module(L, net, decaying), DataLoader(TensorDataset(X, y), batch_size=8))
     assert [s for s, _ in seen] == [s for s, _ in want]
     assert [r for _, r in seen] == pytest.approx([r for _, r in want])

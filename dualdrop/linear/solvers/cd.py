@@ -3,9 +3,9 @@
 - Least squares: cyclic proximal coordinate descent on the residual ``r = y - X w - b``; the
   coordinate step is ``w_j <- prox_{lam_j Omega / L_j}(w_j + x_j . r / (n L_j))`` with
   ``L_j = ||x_j||^2 / n``; the intercept is re-minimized exactly after each pass.
-- Logistic: proximal Newton (the compiled inner solver in ``_cd_logistic``). Each outer step builds the quadratic model of the loss at the current
-  point and minimizes it (plus the penalty) by the same coordinate descent, then a backtracking
-  line search on the true objective.
+- Logistic: proximal Newton (the compiled inner solver in ``_cd_logistic``). Each outer step builds
+  the quadratic model of the loss at the current point and minimizes it (plus the penalty) by the
+  same coordinate descent, then a backtracking line search on the true objective.
 
 Both run on a *working set* of features: the outer loop scores every feature by its optimality
 violation (gradient mapping), keeps the nonzero ones plus the worst violators (doubling the set

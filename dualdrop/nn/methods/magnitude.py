@@ -64,6 +64,10 @@ class MagnitudeState(WeightState):
     def keep_mask(self, w):
         return self.weight_mask > 0
 
+    def kept_units(self):
+        kept = self.weight_mask > 0
+        return (kept if self.groups is None else self.groups.any(kept)).flatten()
+
 
 class Magnitude(Method):
     """Gradual magnitude pruning with a cubic sparsity schedule (any weight tensor)."""
@@ -204,7 +208,7 @@ def update_group_masks(pairs, hp: dict, sparsity: float, ties=()) -> None:
     Masks only shrink."""
     scores, alive, sizes, floors = [], [], [], []
     for w, st in pairs:
-        live = st.groups.any(st.weight_mask > 0).flatten()
+        live = st.kept_units()
         sc = torch.where(live, st.groups.norm(w).flatten(), -1.0).double().cpu()
         scores.append(sc)
         alive.append(live.cpu())
