@@ -158,8 +158,8 @@ def test_callbacks_run_after_step_at_the_rate_of_its_step(tmp_path):
     args = tr.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=steps,
                                 per_device_train_batch_size=8, report_to=[], save_strategy="no",
                                 logging_strategy="no", use_cpu=True, disable_tqdm=True)
-    trainer = tr.Trainer(model=model, args=args, train_dataset=_HFData(X, y), optimizers=(opt, sched),
-                         callbacks=[TrainerSparsify(sp, len(y))])
+    trainer = tr.Trainer(model=model, args=args, train_dataset=_HFData(X, y),
+                         optimizers=(opt, sched), callbacks=[TrainerSparsify(sp, len(y))])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
