@@ -27,10 +27,10 @@ import weakref
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
 from dualdrop.nn._groups import GRANULARITIES, check_granularity, groups_of
+from dualdrop.nn._layers import linear_map_reason
 from dualdrop.nn._noise import make_key
 from penalties.checks import check_choice, check_float, check_int  # noqa: F401 (re-exported)
 
@@ -428,46 +428,6 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
     hooks = module._load_state_dict_pre_hooks.values()
     if not any(_hook_owner(h) is state for h in hooks):
         module._register_load_state_dict_pre_hook(state.legacy_state_dict_hook)
-
-
-# ---- forward hooks of the methods that change the forward ------------------------------------
-
-_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_CONV_T = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-
-
-def linear_map_reason(module: nn.Module, parent: nn.Module | None, *, transposed_ok=True):
-    """None if the forward of ``module`` is the plain linear map of its weight (so hooks on it see
-    every use of the weight); else why not."""
-    if isinstance(parent, nn.MultiheadAttention):
-        return ("its parent MultiheadAttention reads this weight directly and never calls the "
-                "module's forward")
-    kinds = (nn.Linear,) + _CONV + (_CONV_T if transposed_ok else ())
-    for k in kinds:
-        if isinstance(module, k):
-            if type(module).forward is not k.forward:
-                return (f"{type(module).__name__} overrides {k.__name__}.forward, so the plain "
-                        "linear map cannot be assumed")
-            return None
-    what = "Linear, Conv1d/2d/3d" + (" or ConvTranspose1d/2d/3d" if transposed_ok else "")
-    return f"{type(module).__name__} is not a {what} layer (a linear map of its input is needed)"
-
-
-def linear_op(module: nn.Module, x, weight, args=(), kwargs=None):
-    """The module's linear map of ``x`` with ``weight`` and no bias (``args``/``kwargs``: the
-    forward's own arguments, for ConvTranspose's ``output_size``)."""
-    if isinstance(module, nn.Linear):
-        return F.linear(x, weight)
-    if isinstance(module, _CONV_T):
-        kwargs = kwargs or {}
-        output_size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
-        nd = len(module.kernel_size)
-        out_pad = module._output_padding(x, output_size, module.stride, module.padding,
-                                         module.kernel_size, nd, module.dilation)
-        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[nd - 1]
-        return fn(x, weight, None, module.stride, module.padding, out_pad, module.groups,
-                  module.dilation)
-    return module._conv_forward(x, weight, None)
 
 
 # ---- the method record --------------------------------------------------------------------------
