@@ -201,18 +201,27 @@ class WeightState(nn.Module):
         if not self.hook_seen and not compiling():
             self.hook_seen = True
 
-    def watch_weight(self, weight) -> None:
-        """Remember (weakly) the original weight, for the optimizer check of ``sparsify``."""
+    def watch_weight(self, weight, sites=()) -> None:
+        """Remember (weakly) the original weight and the ``(module, tensor name)`` it
+        parametrizes, for the optimizer check of ``sparsify``."""
         self.__dict__["_weight_ref"] = weakref.ref(weight)
+        self.__dict__["_site_refs"] = [(weakref.ref(m), n) for m, n in sites]
 
     def __getstate__(self):  # a weak reference is neither pickled nor copied
         state = super().__getstate__()
         state.pop("_weight_ref", None)
+        state.pop("_site_refs", None)
         return state
 
     def watched_weight(self):
+        """The watched weight while this state still parametrizes it (not after
+        ``Sparsifier.remove``, or a ``sparsify`` that failed and was undone), else None."""
         ref = self.__dict__.get("_weight_ref")
-        return ref() if ref is not None else None
+        sites = self.__dict__.get("_site_refs", ())
+        if ref is None or not any(state_of(m(), n) is self for m, n in sites
+                                  if m() is not None):
+            return None
+        return ref()
 
     def release_rnn_cache(self, module, args, output):
         """Forward hook of a recurrent layer: drop the parametrized weights it cached."""

@@ -65,7 +65,7 @@ def _check_before_first_step(optimizer, args, kwargs):
 def _watch_optimizers(pairs) -> None:
     for t, st in pairs:
         if any(True for _ in st.parameters()):
-            st.watch_weight(t.param)
+            st.watch_weight(t.param, [(s.module, s.tensor_name) for s in t.sites])
             _LIVE.add(st)
     if _LIVE and not _STEP_HOOK:
         _STEP_HOOK.append(register_optimizer_step_pre_hook(_check_before_first_step))
