@@ -560,6 +560,8 @@ class Method:
 
     def skip_reason(self, target) -> str | None:
         """Why this method cannot act on ``target`` (a ``targets.Target``), or None."""
+        if target.param.numel() == 0:
+            return f"it has no entries (shape {tuple(target.param.shape)}): nothing to prune"
         groups = groups_of(target, self.hparams.get("granularity", "weight"))
         if isinstance(groups, str):
             return groups

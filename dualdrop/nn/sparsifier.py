@@ -330,14 +330,25 @@ class Sparsifier:
     @torch.no_grad()
     def density(self) -> dict:
         """``{weight name: fraction of nonzero test-time weights, ..., "total": fraction}``
-        over the sparsified weights (a tied weight once; biases are not counted)."""
-        out, nnz, tot = {}, 0, 0
+        over the sparsified weights (a tied weight once; biases are not counted). A NaN or
+        infinite weight counts as nonzero, and a ``RuntimeWarning`` names the weights holding
+        one (a diverged training is not a dense network)."""
+        out, nnz, tot, bad = {}, 0, 0, []
         for t, st in self.states():
-            k, n = int(torch.count_nonzero(st.eval_weight(t.param))), t.param.numel()
+            value = st.eval_weight(t.param)
+            k, n = int(torch.count_nonzero(value)), t.param.numel()
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                bad.append(f"{t.key} ({int((~torch.isfinite(value)).sum())} of {n})")
             out[t.key] = k / n
             nnz += k
             tot += n
         out["total"] = nnz / tot
+        if bad:
+            warnings.warn(f"density: {len(bad)} sparsified weight(s) hold NaN or inf entries, "
+                          f"counted as nonzero: {', '.join(bad[:6])}"
+                          f"{' ...' if len(bad) > 6 else ''}; the training diverged (lower the "
+                          "learning rate or the method's strength)", RuntimeWarning,
+                          stacklevel=2)
         return out
 
     def report(self) -> list[dict]:
