@@ -125,8 +125,10 @@ def multitask_alpha_max(X, Y, penalty="l1", penalty_params=None, fit_intercept=T
                                     l1_ratio=l1_ratio)
     est._validate_params()
     X, Y = est._check_data(X, Y, reset=True)
-    g, L = _gradient_rows_at_zero(scaled_design(X, est._scales(X)), Y, fit_intercept)
-    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
+    scaling = est._scaling(X, None, Y)
+    g, L = _gradient_rows_at_zero(scaled_design(X, scaling.t), Y / scaling.cy, fit_intercept)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio,
+                                   scaling=scaling)
 
 
 class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBase):
@@ -189,19 +191,24 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBa
         X, Y = self._check_data(X, y, reset=True)
         dtype = X.dtype
         X, Y = X.astype(np.float64, copy=False), Y.astype(np.float64, copy=False)
-        s = self._scales(X)
+        scaling = self._scaling(X, None, Y)  # extreme scales: see ._scale
+        s, cy = scaling.t, scaling.cy
         design = scaled_design(X, s)
-        problem = MultiTaskProblem(design, Y, P, float(self.alpha), self.fit_intercept,
+        P, alpha = scaling.solver_penalty(P, float(self.alpha))
+        problem = MultiTaskProblem(design, Y / cy, P, alpha, self.fit_intercept,
                                    weights=self._penalty_weights(design.p))
         W0 = b0 = None
         if self.warm_start and np.shape(getattr(self, "coef_", None)) == (Y.shape[1], X.shape[1]):
-            W0 = (self.coef_ * s).T
-            b0 = self.intercept_ if self.fit_intercept else None
+            W0 = (self.coef_ * (s / cy)).T
+            b0 = self.intercept_ / cy if self.fit_intercept else None
         res, _ = self._solve_problem(problem, "bcd", W0, b0)
-        self.coef_ = (res.coef / s[:, None]).T.astype(dtype, copy=False)
-        self.intercept_ = np.asarray(res.intercept, dtype=dtype)
+        coef = res.coef / s[:, None] if cy == 1.0 else res.coef * (cy / s)[:, None]
+        self.coef_ = coef.T.astype(dtype, copy=False)
+        self.intercept_ = np.asarray(res.intercept * cy, dtype=dtype)
         self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
+        with np.errstate(over="ignore"):
+            self.objective_ = (res.objective if cy == 1.0
+                               else np.asarray(res.objective) * cy * cy)
         self.criterion_ = float(res.criterion)
         self.solver_ = "bcd"
         return self

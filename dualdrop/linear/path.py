@@ -62,7 +62,7 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
             b0 = df.intercept_init(yk) if data.fit_intercept else 0.0
         z = data.design.matvec(u0) + b0
         gs.append(np.abs(data.design.rmatvec(df.raw_grad(yk, z)))[:p][keep])
-    return np.concatenate(gs), np.tile(L[keep], len(ys))
+    return np.concatenate(gs), np.tile(L[keep], len(ys)), data.scaling
 
 
 def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
@@ -73,25 +73,46 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
     labels the estimator accepts (strings included). ``l1_ratio`` and ``sample_weight`` as in
     the estimators (``l1_ratio < 1`` divides the convex value by ``l1_ratio``, as scikit-learn's
     ElasticNet grid does)."""
-    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
-                             sample_weight)
-    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
+    g, L, scale = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty,
+                                    penalty_params, sample_weight)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio,
+                                   scaling=scale)
 
 
-def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0):
+def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0,
+                            scaling=None):
     """Smallest ``alpha`` with ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for every ``j``, given
     the gradient magnitudes ``g`` (``|g_j|``, or the row norms ``||g_j||_2`` of a multi-output
     gradient: the block prox is 0 exactly when the scalar prox of the norm is) and the
-    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators."""
+    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators.
+    ``scaling`` (:class:`._scale.Scaling`): ``g`` and ``L`` are those of the solver's rescaled
+    problem; the answer is in the user's units."""
     follow = _penalty.follows_alpha(penalty_params)
 
-    def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
+    def user_pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
         P = _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
         return _penalty.with_ridge(P, l1_ratio)
+
+    if scaling is None or scaling.trivial:
+        pen, to_user = user_pen, float
+    else:
+        k = scaling.rescale(user_pen(1.0))[1]
+
+        def to_user(a):
+            return scaling.from_solver_alpha(a, k)
+
+        def pen(a):  # the solver's penalty at the solver's alpha a
+            return scaling.rescale(user_pen(to_user(a)))[0]
 
     P = pen(1.0)
     if g.size == 0 or not np.any(g):
         return 0.0
+    return to_user(_solver_alpha_max(g, L, P, pen, follow))
+
+
+def _solver_alpha_max(g, L, P, pen, follow):
+    """:func:`alpha_max_from_gradient` in the solver's units: ``P`` the penalty, ``pen(a)`` the
+    penalty at ``alpha = a`` (it changes with ``a`` only when ``follow``)."""
     gmax = float(np.max(g))
 
     def all_zero(a):
@@ -124,7 +145,7 @@ def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio
         else:
             return gmax
     for _ in range(200):
-        mid = np.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        mid = np.sqrt(lo) * np.sqrt(hi) if lo > 0 else 0.5 * hi  # lo * hi can overflow
         if all_zero(mid):
             hi = mid
         else:
