@@ -40,23 +40,20 @@ from __future__ import annotations
 
 import copy
 import warnings
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _penalty
 from ._design import Design, divide_columns, scaled_design
 from ._scale import plan_scaling
 from ._problem import Problem
-from ._validation import validate_data
+from ._validation import class_labels, constraints, fit_context, unchanged_on_error, validate_data
 from .datafits import Logistic, Quadratic, normalized_sample_weight
-from .solvers import SOLVERS, UnsupportedProblem, get_solver
+from .solvers import UnsupportedProblem, get_solver
 
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression", "expected_failed_checks"]
 
@@ -210,24 +207,13 @@ class SparseLinearBase(BaseEstimator):
 
     _datafit = None
 
-    # checked by scikit-learn's validation on every fit (``_fit_context``): a wrong type or value
-    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it accepts
-    _parameter_constraints: dict = {
-        "penalty": [str, HasMethods(["omega", "prox"])],
-        "penalty_params": [dict, None],
-        "alpha": [Interval(Real, 0, None, closed="left")],
-        "solver": [StrOptions({"auto", *SOLVERS})],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
-        "fit_intercept": ["boolean"],
-        "warm_start": ["boolean"],
-        "scaling": [StrOptions({"dropout", "none"})],
-        "solver_params": [dict, None],
-        "verbose": ["verbose"],
-        "positive": ["boolean"],
-        "penalty_weights": ["array-like", None],
-        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
-    }
+    # checked by scikit-learn's validation on every fit (``fit_context``): a wrong type or value
+    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it
+    # accepts; the entries come from the one table of ``_validation.PARAMETERS``
+    _parameter_constraints: dict = constraints(
+        "penalty", "penalty_params", "alpha", "solver", "tol", "max_iter", "fit_intercept",
+        "warm_start", "scaling", "solver_params", "verbose", "positive", "penalty_weights",
+        "l1_ratio")
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
@@ -260,6 +246,12 @@ class SparseLinearBase(BaseEstimator):
         return params
 
     def set_params(self, **params):
+        """scikit-learn's ``set_params`` with nested penalty parameters; a refused call (an
+        unknown name, a bad nested value) leaves the estimator as it was."""
+        with unchanged_on_error(self):
+            return self._set_params(dict(params))
+
+    def _set_params(self, params):
         nested = {k[len(_NESTED):]: params.pop(k) for k in list(params) if k.startswith(_NESTED)}
         nested_obj = {k[len(_NESTED_OBJ):]: params.pop(k) for k in list(params)
                       if k.startswith(_NESTED_OBJ)}
@@ -454,7 +446,7 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         return _LeastSquaresData(X, y, self._scaling(X, sw, y), sw, self.fit_intercept,
                                  self._penalty_weights(X.shape[1]), self.positive)
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse), ``y``; ``sample_weight``: nonnegative weights of the
         samples (see the module docstring) or ``None``."""
@@ -572,7 +564,7 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
         return _LogisticData(X, self._scaling(X, sw), sw, self.fit_intercept,
                              self._penalty_weights(X.shape[1]))
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse) and class labels ``y``; ``sample_weight``:
         nonnegative weights of the samples (see the module docstring) or ``None``."""
@@ -583,21 +575,14 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        K = self.classes_.size
-        if K < 2:
-            raise ValueError(
-                f"SparseLogisticRegression needs samples of at least 2 classes; y has only one "
-                f"class ({self.classes_[0]!r})"
-            )
+        classes = class_labels(y)
         data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
-        targets = [self.classes_[1]] if K == 2 else list(self.classes_)
+        targets = [classes[1]] if classes.size == 2 else list(classes)
         ys = [np.where(y == cls, 1.0, -1.0) for cls in targets]
-        return data, dtype, ys
+        return data, dtype, ys, classes
 
     def _fit_prepared(self, prep, P=None):
-        data, dtype, ys = prep
+        data, dtype, ys, classes = prep
         P = self._check_params() if P is None else P
         p = data.s.shape[0]
         old = getattr(self, "coef_", None)
@@ -612,6 +597,7 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
             iters.append(res.n_iter)
             objs.append(res.objective)
             crits.append(res.criterion)
+        self.classes_ = classes
         self.coef_ = np.vstack(coefs).astype(dtype, copy=False)
         self.intercept_ = np.asarray(icpts, dtype=dtype)
         self.n_iter_ = np.asarray(iters)

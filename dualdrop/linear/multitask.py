@@ -24,14 +24,14 @@ as :func:`dualdrop.linear.path.alpha_max` for the others.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import MultiOutputMixin, RegressorMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
+from sklearn.base import MultiOutputMixin, RegressorMixin
+from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_is_fitted
 
 from ._jit import block_scores, penalty_sum, row_norms
 from ._problem import Problem
 from .datafits import Quadratic
-from ._validation import validate_data
+from ._validation import constraints, fit_context, validate_data
 from ._design import scaled_design
 from .estimators import SparseLinearBase
 from .path import alpha_max_from_gradient
@@ -116,6 +116,8 @@ def _gradient_rows_at_zero(design, Y, fit_intercept):
     return np.linalg.norm(G, axis=1)[keep], L[keep]
 
 
+@validate_params(constraints("X", "Y", "penalty", "penalty_params", "fit_intercept", "scaling",
+                             "l1_ratio"), prefer_skip_nested_validation=True)
 def multitask_alpha_max(X, Y, penalty="l1", penalty_params=None, fit_intercept=True,
                         scaling="dropout", *, l1_ratio=1.0):
     """Smallest ``alpha`` for which :class:`SparseMultiTaskRegression` returns ``W = 0`` (see the
@@ -150,7 +152,7 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBa
 
     _parameter_constraints: dict = {
         **{k: v for k, v in SparseLinearBase._parameter_constraints.items() if k != "positive"},
-        "solver": [StrOptions({"auto", "bcd"})],
+        "solver": [StrOptions({"auto", "bcd"})],  # its own solvers: block coordinate descent
     }
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
@@ -185,7 +187,7 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBa
                 "use SparseLinearRegression, or pass y.reshape(-1, 1)")
         return X, Y
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y):
         P = self._check_params()
         X, Y = self._check_data(X, y, reset=True)

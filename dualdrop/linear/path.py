@@ -19,11 +19,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import clone
+from sklearn.utils._param_validation import StrOptions, validate_params
 
 from . import _penalty
-from ._validation import check_path_data
+from ._validation import check_path_data, constraints
 from .datafits import normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
@@ -65,6 +66,13 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
     return np.concatenate(gs), np.tile(L[keep], len(ys)), data.scaling
 
 
+_ESTIMATORS = {"quadratic": SparseLinearRegression, "logistic": SparseLogisticRegression}
+_DATAFIT = {"datafit": [StrOptions(set(_ESTIMATORS))]}
+
+
+@validate_params(constraints("X", "y", "penalty", "penalty_params", "fit_intercept", "scaling",
+                             "l1_ratio", "sample_weight", **_DATAFIT),
+                 prefer_skip_nested_validation=True)
 def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
               scaling="dropout", *, l1_ratio=1.0, sample_weight=None):
     """Smallest ``alpha`` for which ``w = 0`` is a stationary point (see the module docstring).
@@ -156,11 +164,14 @@ def _solver_alpha_max(g, L, P, pen, follow):
 
 
 def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, **kw):
-    cls = {"quadratic": SparseLinearRegression, "logistic": SparseLogisticRegression}.get(datafit)
+    """The estimator of ``datafit`` with these parameters, validated as its ``fit`` would."""
+    cls = _ESTIMATORS.get(datafit)
     if cls is None:
-        raise ValueError(f"datafit must be 'quadratic' or 'logistic', got {datafit!r}")
-    return cls(penalty=penalty, penalty_params=penalty_params, alpha=alpha,
-               fit_intercept=fit_intercept, scaling=scaling, **kw)
+        raise ValueError(f"datafit must be one of {sorted(_ESTIMATORS)}, got {datafit!r}")
+    est = cls(penalty=penalty, penalty_params=penalty_params, alpha=alpha,
+              fit_intercept=fit_intercept, scaling=scaling, **kw)
+    est._validate_params()
+    return est
 
 
 def fit_path_chunk(est, X, y, alphas, sample_weight=None, callback=None):
@@ -223,6 +234,11 @@ def check_alphas(alphas):
     return alphas
 
 
+@validate_params(constraints("X", "y", "penalty", "penalty_params", "n_alphas",
+                             "alpha_min_ratio", "solver", "tol", "max_iter", "fit_intercept",
+                             "scaling", "n_jobs", "solver_params", "l1_ratio", "sample_weight",
+                             alphas=["array-like", None], **_DATAFIT),
+                 prefer_skip_nested_validation=True)
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
                         alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-5,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
@@ -243,7 +259,7 @@ def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None,
     est = _estimator(datafit, penalty, penalty_params, float(alphas[0]), fit_intercept, scaling,
                      solver=solver, tol=tol, max_iter=max_iter, solver_params=solver_params,
                      l1_ratio=l1_ratio)
-    n_jobs = 1 if n_jobs is None else int(n_jobs)
+    n_jobs = effective_n_jobs(n_jobs)  # joblib's reading of None and -1, -2, ...
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
         results = [fit_path_chunk(est, X, y, chunks[0], sample_weight)]
