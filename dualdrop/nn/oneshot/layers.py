@@ -272,10 +272,12 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
                     steps.append(Step(mname, mod, kind, names))
             continue
         kind = _kind(mod)
-        w = mod._parameters.get("weight")
         if kind is None:
-            if w is not None and w.dim() >= 2 and wanted(mname, mod):
-                skipped.append((mname, _why_not(mod)))
+            big = [n for n, p in mod._parameters.items() if p is not None and p.dim() >= 2]
+            if big and wanted(mname, mod):
+                label = mname if big == ["weight"] else ", ".join(
+                    f"{mname}.{n}" if mname else n for n in big)
+                skipped.append((label, _why_not(mod)))
             continue
         if not wanted(mname, mod):
             continue

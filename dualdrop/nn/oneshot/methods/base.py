@@ -184,34 +184,34 @@ def refit_on_support(W0: torch.Tensor, W: torch.Tensor, G: torch.Tensor, *,
 
     the minimizer of ``(w - w0)^T G (w - w0)`` over ``w`` with ``w_{S^c} = 0`` (its gradient on
     ``S``, ``G_SS (w_S - w0_S) - G_{S,S^c} w0_{S^c}``, vanishes). ``G_SS`` gets ``damp`` times its
-    mean diagonal on the diagonal (a singular ``G_SS``: inputs that are collinear or never seen on
-    the calibration data); a row whose refit is not finite keeps ``W``'s row. Rows that share
-    their support are solved together."""
+    mean diagonal on the diagonal (collinear inputs); kept weights of inputs never seen on the
+    calibration data (``G_jj = 0``: they do not change the objective) keep ``W``'s value, so the
+    refit never turns a kept weight into a zero it did not choose; a row whose refit is not
+    finite keeps ``W``'s row. Rows that share their support are solved together."""
     W0 = W0.to(torch.float64)
-    out = torch.zeros_like(W0)
-    support = W != 0
-    keys = {}
+    out = W.to(torch.float64).clone()
+    live = G.diagonal() > 0
+    support = (W != 0) & live.unsqueeze(0)
+    keys: dict[bytes, list[int]] = {}
     for r in range(W0.shape[0]):
-        keys.setdefault(bytes(support[r].cpu().numpy().tobytes()), []).append(r)
+        keys.setdefault(support[r].cpu().numpy().tobytes(), []).append(r)
     for rows in keys.values():
         s = support[rows[0]]
         if not bool(s.any()):
             continue
         rows_t = torch.tensor(rows, device=W0.device)
         Gss = G[s][:, s]
-        eps = damp * float(Gss.diagonal().mean().clamp_min(1e-300))
+        eps = damp * float(Gss.diagonal().mean())
         Gss = Gss + eps * torch.eye(Gss.shape[0], dtype=Gss.dtype, device=Gss.device)
-        rhs = (G[s] @ W0[rows_t].T)                      # G_{S,:} w0 = G_SS w0_S + G_SSc w0_Sc
+        rhs = G[s] @ W0[rows_t].T                     # (G w0)_S = G_SS w0_S + G_SSc w0_Sc
         try:
-            L = torch.linalg.cholesky(Gss)
-            sol = torch.cholesky_solve(rhs, L)
+            sol = torch.cholesky_solve(rhs, torch.linalg.cholesky(Gss))
         except RuntimeError:
             sol = torch.linalg.lstsq(Gss, rhs).solution
-        block = torch.zeros(len(rows), W0.shape[1], dtype=W0.dtype, device=W0.device)
+        block = out[rows_t]
         block[:, s] = sol.T
         fine = torch.isfinite(block).all(1)
-        block[~fine] = W[rows_t][~fine].to(W0.dtype)
-        out[rows_t] = block
+        out[rows_t[fine]] = block[fine]
     return out
 
 
