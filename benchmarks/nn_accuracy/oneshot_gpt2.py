@@ -38,7 +38,7 @@ import torch
 CONFIG = {"vocab_size": 256, "n_positions": 128, "n_embd": 160, "n_layer": 4, "n_head": 4,
           "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": 0,
           "eos_token_id": 0}
-TRAIN = {"steps": 4000, "batch": 32, "lr": 2e-3, "warmup": 200, "weight_decay": 0.01,
+TRAIN = {"steps": 1500, "batch": 32, "lr": 2e-3, "warmup": 200, "weight_decay": 0.01,
          "clip": 1.0, "seed": 0, "checkpoint_every": 100}
 #: perplexities are measured on this many windows of 128 bytes, evenly spaced over the split
 EVAL_WINDOWS = 2048

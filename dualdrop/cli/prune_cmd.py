@@ -21,18 +21,18 @@ import sys
 import time
 from pathlib import Path
 
-from dualdrop.cli.sparsify_cmd import _friendly, parse_hparams
+from dualdrop.cli.sparsify_cmd import parse_hparams
 
 
 def register(subparsers) -> None:
-    p = _friendly(subparsers.add_parser(
+    p = subparsers.add_parser(
         "prune",
         help="prune a trained run's network once from calibration data (SparseGPT, Wanda, ...)",
         description="Prune the network of a finished run (dualdrop sparsify, e.g. --method "
         "none) once: every layer in forward order, on its calibration inputs through the "
         "layers already pruned, by a one-shot method (docs/oneshot.md); optionally fine-tune "
         "with the masks held. Writes a run folder that dualdrop.train.load_run reads.",
-    ))
+    )
     p.add_argument("--from", dest="source", required=True, metavar="RUN",
                    help="folder of a finished run whose network is pruned")
     p.add_argument("--method", default="sparsegpt",

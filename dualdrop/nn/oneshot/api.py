@@ -20,7 +20,7 @@ from dualdrop.nn.oneshot.layers import Step, discover
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.registry import get_method
 from dualdrop.nn.oneshot.walker import (calibration_mode, collect, default_forward, peak_rss_mb,
-                                        trace, walk)
+                                        reset_peak_memory, trace, walk)
 from dualdrop.nn.sparsifier import Sparsifier, sparsify
 from penalties.checks import check_float
 
@@ -40,7 +40,10 @@ class OneShotReport:
     ``kept`` and ``density`` (nonzeros of the pruned weight), ``objective`` (the layer objective
     ``||X (W - W0)^T||^2 / ||X W0^T||^2`` on the layer's calibration inputs, which come through
     the layers pruned before it), ``seconds``, ``gram_mb`` and ``peak_mb`` (the process's peak
-    resident memory so far, or the GPU's peak allocation in the step)."""
+    resident memory since the call began, or the GPU's peak allocation in the step). Totals:
+    ``seconds`` (the whole call), ``peak_mb`` and ``start_mb`` (the resident memory when the
+    call began: the model, the data, the libraries; ``peak_mb - start_mb`` is what pruning
+    added)."""
 
     method: str
     allocation: str
@@ -49,6 +52,7 @@ class OneShotReport:
     skipped: list = field(default_factory=list)
     seconds: float = 0.0
     peak_mb: float = 0.0
+    start_mb: float = 0.0
 
     @property
     def density(self) -> float:
@@ -62,13 +66,15 @@ class OneShotReport:
     def to_dict(self) -> dict:
         return {"method": self.method, "allocation": self.allocation, "target": self.target,
                 "density": self.density, "seconds": self.seconds, "peak_mb": self.peak_mb,
+                "start_mb": self.start_mb,
                 "layers": [dict(r) for r in self.layers],
                 "skipped": [list(s) for s in self.skipped]}
 
     def format(self) -> str:
         """The report as a plain-text table."""
         head = (f"one-shot {self.method}, {self.target}, allocation {self.allocation}: density "
-                f"{self.density:.4f}, {self.seconds:.2f} s, peak {self.peak_mb:.0f} MB")
+                f"{self.density:.4f}, {self.seconds:.2f} s, peak {self.peak_mb:.0f} MB "
+                f"({self.peak_mb - self.start_mb:+.0f} MB over the start)")
         w = max([len(r["layer"]) for r in self.layers] + [5])
         lines = [head, f"{'layer':<{w}}  {'shape':>11}  {'density':>8}  {'objective':>10}  "
                        f"{'seconds':>8}"]
@@ -173,6 +179,7 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
     """
     t_start = time.perf_counter()
+    rss_start = reset_peak_memory()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     opts = dict(options or {})
@@ -210,7 +217,7 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
                          "Conv1D or MultiheadAttention layer left after include/exclude")
     with calibration_mode(model):
         steps, unreached, calls = trace(model, steps, calib, fwd)
-    skipped += [(s.names[0], "not called by the forward of a calibration batch; left dense")
+    skipped += [(s.names[0], "not called by the forward of a calibration batch")
                 for s in unreached]
     if not steps:
         raise ValueError("no prunable layer is called by the forward of a calibration batch; "
@@ -253,9 +260,10 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
         raise
     del originals
     masks = {name: (p.detach() != 0) for s in steps for name, p in s.parameters()}
+    cpu = next(model.parameters()).device.type == "cpu"
     report = OneShotReport(method=repr(meth), allocation=allocation, target=target, layers=rows,
                            skipped=skipped, seconds=time.perf_counter() - t_start,
-                           peak_mb=max([r["peak_mb"] for r in rows] + [peak_rss_mb()]
-                                       if next(model.parameters()).device.type == "cpu"
-                                       else [r["peak_mb"] for r in rows]))
+                           peak_mb=max([r["peak_mb"] for r in rows]
+                                       + ([peak_rss_mb()] if cpu else [])),
+                           start_mb=rss_start if cpu else 0.0)
     return OneShotResult(model, report, masks)

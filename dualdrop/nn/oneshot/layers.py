@@ -306,10 +306,9 @@ def _kind(mod: nn.Module) -> str | None:
 
 def _why_not(mod: nn.Module) -> str:
     if isinstance(mod, (nn.Conv1d, nn.Conv2d)):
-        return (f"a grouped convolution (groups={mod.groups}): one-shot pruning covers groups=1; "
-                "left dense")
+        return f"a grouped convolution (groups={mod.groups}): one-shot pruning covers groups=1"
     return (f"{type(mod).__name__} is not a layer one-shot pruning covers (Linear, Conv1d/2d, "
-            "transformers Conv1D, MultiheadAttention); left dense")
+            "transformers Conv1D, MultiheadAttention)")
 
 
 def _unusable(mod: nn.Module, tensors: list[str], uses: dict, name: str) -> str | None:
@@ -327,5 +326,5 @@ def _unusable(mod: nn.Module, tensors: list[str], uses: dict, name: str) -> str 
         if len(holders) > 1:
             others = [u for mid, u in holders.items() if mid != id(mod)]
             return (f"its {t} is shared with {others} (tied weights): pruning it would prune "
-                    "them too; left dense (untie it to prune it)")
+                    "them too (untie it to prune it)")
     return None

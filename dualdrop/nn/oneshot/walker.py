@@ -27,13 +27,17 @@ are restored afterwards.
 from __future__ import annotations
 
 import contextlib
-import resource
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.base import layer_objective
@@ -198,8 +202,40 @@ def collect(model, steps: list[Step], calib, forward_fn) -> dict[str, torch.Tens
     return out
 
 
+def _status_mb(field: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_memory() -> float:
+    """Start a peak-memory measurement; returns the resident memory now, in MB.
+
+    On Linux the kernel's high-water mark of the process is reset to its current resident set
+    (``/proc/self/clear_refs``), so :func:`peak_rss_mb` then reads the peak since this call;
+    elsewhere it stays the process's peak so far."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    now = _status_mb("VmRSS")
+    return now if now is not None else peak_rss_mb()
+
+
 def peak_rss_mb() -> float:
-    """The process's peak resident memory so far, in MB (Linux reports kB)."""
+    """The process's peak resident memory since :func:`reset_peak_memory` (Linux), or so far,
+    in MB."""
+    hwm = _status_mb("VmHWM")
+    if hwm is not None:
+        return hwm
+    if resource is None:
+        return 0.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
