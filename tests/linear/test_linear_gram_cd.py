@@ -50,13 +50,13 @@ def test_matches_design_cd_synthetic(name, params, fit_intercept):
                                          ("mcp", {"a": 3.0, "lam": "alpha"})])
 def test_estimator_on_raw_data(name, params):
     """Unstandardized columns (diabetes before scaling: ages, blood pressure, sera), the
-    estimator's default dropout scaling and an intercept: the same fit as solver='cd' (without
-    its Anderson extrapolation, which on a nonconvex penalty may reach another stationary
-    point; the coordinate sequence is then the same)."""
+    estimator's default dropout scaling and an intercept: the same fit as solver='cd' (both
+    without Anderson extrapolation, which on a nonconvex penalty may reach another stationary
+    point; the coordinate sequences are then the same)."""
     X, y = _raw()
     kw = dict(penalty=name, penalty_params=params, alpha=0.5, tol=1e-10)
     ref = SparseLinearRegression(solver="cd", solver_params={"anderson": 0}, **kw).fit(X, y)
-    est = SparseLinearRegression(solver="gram_cd", **kw).fit(X, y)
+    est = SparseLinearRegression(solver="gram_cd", solver_params={"anderson": 0}, **kw).fit(X, y)
     assert est.solver_ == "gram_cd"
     assert np.allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-8 * np.abs(ref.coef_).max())
     assert abs(est.intercept_ - ref.intercept_) <= 1e-6 * abs(ref.intercept_)

@@ -53,6 +53,7 @@ from .. import _penalty
 from .._jit import prox_step, score_thresholds, select_ws
 from ._base import BaseSolver, UnsupportedProblem
 from ._common import single_thread_blas
+from .anderson import weights as anderson_weights
 
 __all__ = ["GramCD", "GramResult", "gram_cd", "gram_path", "solve_gram"]
 
@@ -112,35 +113,56 @@ def _scores(w, grad, lips, lam, code, params, positive, Tg, score):
 
 
 @njit(cache=True)
-def _passes(G, dg, ws, w, grad, lam, Tg, code, params, positive, tol_in, max_epochs):
-    """Proximal CD passes over the working set ``ws`` (full passes alternating with passes over
-    its nonzeros) until the largest scaled move ``G_jj |delta|`` of a full pass is at most
-    ``tol_in``. Updates ``w`` and ``grad`` in place; returns the number of passes."""
-    nws = ws.shape[0]
-    p = w.shape[0]
-    act = np.empty(nws, dtype=ws.dtype)
-    n_act = nws
+def _local_objective(w, g, b, lam, code, params):
+    """``1/2 w^T Gw w - b^T w + sum_j lam_j Omega(w_j)`` from ``g = Gw w - b``."""
+    s = 0.0
+    for j in range(w.shape[0]):
+        wj = w[j]
+        if wj != 0.0:
+            s += 0.5 * wj * (g[j] - b[j])
+            if lam[j] != 0.0:
+                s += lam[j] * omega_scalar(code, params, wj)
+    return s
+
+
+@njit(cache=True)
+def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs, K, convex):
+    """Proximal CD passes on a working set's own Gram ``Gw`` (its rows and columns of ``G``:
+    a move costs the working-set size, not ``p``), full passes alternating with passes over the
+    nonzeros, until the largest scaled move ``Gw_jj |delta|`` of a full pass is at most
+    ``tol_in``. Every ``K + 1`` passes the iterates are extrapolated (Anderson acceleration,
+    ``K = 0``: none) and the extrapolation kept if it lowers the objective; for a convex
+    penalty it is first brought back to the current orthant face (as in ``solvers.cd``). The
+    gradient ``g = Gw w - b`` is affine in ``w``: it extrapolates with the same weights. Updates
+    ``w`` and ``g`` in place; returns the number of passes."""
+    n = w.shape[0]
+    act = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        act[j] = j
+    n_act = n
     full = True
+    hist = np.zeros((K + 1, n))
+    ghist = np.zeros((K + 1, n))
+    n_hist = 0
     ep = 0
     for ep in range(max_epochs):
-        feats = ws if full else act
-        n_feats = nws if full else n_act
+        n_feats = n if full else n_act
         maxd = 0.0
         for jj in range(n_feats):
-            j = feats[jj]
+            j = jj if full else act[jj]
             L = dg[j]
             if L == 0.0:
                 continue
             old = w[j]
-            g = grad[j]
-            if old == 0.0 and abs(g) <= Tg[j]:
+            gj = g[j]
+            if old == 0.0 and abs(gj) <= T[j]:
                 continue  # the prox would return 0
-            new = prox_step(code, params, old - g / L, lam[j] / L, positive)
+            new = prox_step(code, params, old - gj / L, lam[j] / L, positive)
             if new != old:
                 delta = new - old
-                Gj = G[j]
-                for k in range(p):
-                    grad[k] += delta * Gj[k]
+                Gj = Gw[j]
+                for k in range(n):
+                    g[k] += delta * Gj[k]
                 w[j] = new
                 d = L * abs(delta)
                 if d > maxd:
@@ -149,19 +171,46 @@ def _passes(G, dg, ws, w, grad, lam, Tg, code, params, positive, tol_in, max_epo
             if maxd <= tol_in:
                 break
             n_act = 0
-            for jj in range(nws):
-                if w[ws[jj]] != 0.0:
-                    act[n_act] = ws[jj]
+            for j in range(n):
+                if w[j] != 0.0:
+                    act[n_act] = j
                     n_act += 1
-            full = n_act == nws
+            full = n_act == n
         elif maxd <= tol_in:
             full = True
+        if K == 0:
+            continue
+        hist[n_hist] = w
+        ghist[n_hist] = g
+        n_hist += 1
+        if n_hist < K + 1:
+            continue
+        n_hist = 0
+        ok, cw = anderson_weights(hist)
+        if not ok:
+            continue
+        w_acc = cw @ hist[1:]
+        if positive and np.any(w_acc < 0.0):
+            continue
+        g_acc = cw @ ghist[1:]
+        if convex:
+            for j in range(n):
+                a = w_acc[j]
+                if a != 0.0 and (w[j] == 0.0 or (a > 0.0) != (w[j] > 0.0)):
+                    Gj = Gw[j]
+                    for k in range(n):
+                        g_acc[k] -= a * Gj[k]
+                    w_acc[j] = 0.0
+        if _local_objective(w_acc, g_acc, b, lam, code, params) < \
+                _local_objective(w, g, b, lam, code, params):
+            w[:] = w_acc
+            g[:] = g_acc
     return ep + 1
 
 
 @njit(cache=True)
 def _solve_row(G, dg, lips, b, c0, w, lam, code, params, positive, tol, max_iter, max_epochs,
-               p0, working_set, lbar):
+               p0, working_set, lbar, K, convex):
     """The working-set outer loop for one row, from ``w`` (updated in place). Returns
     ``(n_iter, criterion, converged, passes, objective)``; ``n_iter`` counts outer iterations,
     the final check included."""
@@ -196,18 +245,34 @@ def _solve_row(G, dg, lips, b, c0, w, lam, code, params, positive, tol, max_iter
             ws = select_ws(score, w != 0.0, min(p, max(p0, 2 * nnz)))
         else:
             ws = all_feats
+        if ws.shape[0] == 0:
+            ws = all_feats
         tol_in = max(0.3 * crit, 0.1 * tol) * scale
-        total += _passes(G, dg, ws, w, grad, lam, T, code, params, positive, tol_in, max_epochs)
+        n = ws.shape[0]
+        if n == p:
+            total += _passes(G, dg, b, w, grad, lam, T, code, params, positive, tol_in,
+                             max_epochs, K, convex)
+            continue
+        Gw = np.empty((n, n))
+        for a in range(n):
+            Ga = G[ws[a]]
+            for c in range(n):
+                Gw[a, c] = Ga[ws[c]]
+        wl, gl = w[ws], grad[ws]
+        total += _passes(Gw, dg[ws], b[ws], wl, gl, lam[ws], T[ws], code, params, positive,
+                         tol_in, max_epochs, K, convex)
+        for a in range(n):
+            w[ws[a]] = wl[a]
     return max_iter, crit, False, total, F
 
 
 @njit(cache=True)
 def _row(r, G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol, max_iter,
-         max_epochs, p0, working_set, lbar, n_iter, crit, conv, passes, obj):
+         max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes, obj):
     lam = alphas[r] * weights
     w = W[r].copy()
     it, c, ok, tot, F = _solve_row(G, dg, lips, B[r], c0[r], w, lam, code, params, positive, tol,
-                                   max_iter, max_epochs, p0, working_set, lbar)
+                                   max_iter, max_epochs, p0, working_set, lbar, K, convex)
     W[r] = w
     n_iter[r] = it
     crit[r] = c
@@ -218,18 +283,19 @@ def _row(r, G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol,
 
 @njit(cache=True)
 def _rows_serial(G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol, max_iter,
-                 max_epochs, p0, working_set, lbar, n_iter, crit, conv, passes, obj):
+                 max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes, obj):
     for r in range(W.shape[0]):
         _row(r, G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol, max_iter,
-             max_epochs, p0, working_set, lbar, n_iter, crit, conv, passes, obj)
+             max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes, obj)
 
 
 @njit(cache=True, parallel=True)
 def _rows_parallel(G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol,
-                   max_iter, max_epochs, p0, working_set, lbar, n_iter, crit, conv, passes, obj):
+                   max_iter, max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes,
+                   obj):
     for r in prange(W.shape[0]):
         _row(r, G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol, max_iter,
-             max_epochs, p0, working_set, lbar, n_iter, crit, conv, passes, obj)
+             max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes, obj)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -320,7 +386,7 @@ def _spec(penalty):
         raise ValueError(f"penalty={P!r} has no compiled kernel (kernel_spec); gram_cd needs a "
                          "separable catalog penalty (every name of penalties.available() but "
                          "'hard_threshold')")
-    return spec
+    return P, spec
 
 
 class _threads:
@@ -338,8 +404,8 @@ class _threads:
 
 
 def solve_gram(G, B, c0, alpha, penalty, *, start=None, weights=None, positive=False, tol=1e-5,
-               max_iter=100, max_epochs=5000, p0=10, working_set=True, lips=None, lbar=None,
-               n_threads=1) -> GramResult:
+               max_iter=100, max_epochs=5000, p0=10, working_set=True, anderson=5, lips=None,
+               lbar=None, n_threads=1) -> GramResult:
     """Minimize ``1/2 w^T G w - B[r]^T w + c0[r]/2 + alpha[r] sum_j weights_j Omega(w_j)`` for
     every row ``r`` of ``B`` (module docstring).
 
@@ -356,7 +422,8 @@ def solve_gram(G, B, c0, alpha, penalty, *, start=None, weights=None, positive=F
     positive : constrain ``w >= 0``.
     tol, max_iter : the stopping criterion (``Problem.criterion``) and outer iterations per row;
         ``max_epochs`` bounds the passes of one working-set solve, ``p0`` is the first working-set
-        size, ``working_set=False`` solves on all coordinates at once.
+        size, ``working_set=False`` solves on all coordinates at once, ``anderson`` is the
+        number of extrapolated iterates (0: no extrapolation).
     lips, lbar : the curvatures the criterion divides by (default ``diag(G)`` and its mean over
         the positive entries); the estimator passes those of its design.
     n_threads : rows solved in parallel on this many numba threads (1: a serial loop).
@@ -386,12 +453,13 @@ def solve_gram(G, B, c0, alpha, penalty, *, start=None, weights=None, positive=F
     if lbar is None:
         pos = lips[lips > 0]
         lbar = float(pos.mean()) if pos.size else 1.0
-    code, params = _spec(penalty)
+    P, (code, params) = _spec(penalty)
     tol = _check_real("tol", tol, low=0.0, low_open=True)
     max_iter = _check_int("max_iter", max_iter, 1)
     max_epochs = _check_int("max_epochs", max_epochs, 1)
     p0 = _check_int("p0", p0, 1)
     n_threads = _check_int("n_threads", n_threads, 1)
+    anderson = _check_int("anderson", anderson, 0)
     if positive:
         W = np.maximum(W, 0.0)
     n_iter = np.zeros(R, dtype=np.int64)
@@ -400,8 +468,8 @@ def solve_gram(G, B, c0, alpha, penalty, *, start=None, weights=None, positive=F
     passes = np.zeros(R, dtype=np.int64)
     obj = np.zeros(R)
     args = (G, dg, lips, B, c0, W, alphas, weights, int(code), params, bool(positive), tol,
-            max_iter, max_epochs, p0, bool(working_set), float(lbar), n_iter, crit, conv, passes,
-            obj)
+            max_iter, max_epochs, p0, bool(working_set), float(lbar), anderson,
+            bool(getattr(P, "is_convex", False)), n_iter, crit, conv, passes, obj)
     if n_threads > 1 and R > 1:
         with _threads(min(n_threads, int(_numba_config.NUMBA_NUM_THREADS))):
             _rows_parallel(*args)
@@ -449,15 +517,15 @@ def gram_path(G, W0, alphas, penalty, *, start=None, callback=None, **options):
 class GramCD(BaseSolver):
     """Working-set coordinate descent on the Gram form (least squares). ``max_iter`` counts
     outer iterations; ``tol`` applies to ``Problem.criterion``. Options: ``working_set=False``
-    solves on all features at once, ``max_epochs`` bounds the inner passes, ``p0`` is the first
-    working-set size."""
+    solves on all features at once, ``anderson=0`` disables extrapolation, ``max_epochs`` bounds
+    the inner passes, ``p0`` is the first working-set size."""
 
     name = NAME
     requires = ("kernel", "quadratic")
     supports_positive = True
     default_max_iter = 100
 
-    def _solve(self, problem, w, b, *, tol, max_iter, verbose, working_set=True,
+    def _solve(self, problem, w, b, *, tol, max_iter, verbose, working_set=True, anderson=5,
                max_epochs=5000, p0=10):
         des = problem.design
         n = problem.n
@@ -479,7 +547,8 @@ class GramCD(BaseSolver):
         res = solve_gram(G, q, max(c0, 0.0), 1.0, problem.penalty, start=w,
                          weights=problem.lam_w, positive=problem.positive, tol=tol,
                          max_iter=max_iter, max_epochs=max_epochs, p0=p0,
-                         working_set=working_set, lips=problem.lips, lbar=problem._lbar)
+                         working_set=working_set, anderson=anderson, lips=problem.lips,
+                         lbar=problem._lbar)
         w = res.coef[0]
         if problem.fit_intercept:
             b = ybar - float(mu @ w)
