@@ -170,5 +170,5 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="n_threads"):
         gram_cd(G, W0, 0.1, "l1", n_threads=0)
     with pytest.raises(ValueError, match="has no option"):
-        SparseLinearRegression(solver="gram_cd", solver_params={"anderson": 3}).fit(
+        SparseLinearRegression(solver="gram_cd", solver_params={"step": 1}).fit(
             *_synthetic())
