@@ -251,6 +251,18 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
             if saved.get(k) != run_cfg.get(k)}
     if diff:
         detail = "; ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+        epochs = saved.get("epochs")
+        if isinstance(epochs, int) and int(ckpt["epoch"]) >= epochs:
+            folder = Path(path).parent
+            raise ValueError(
+                f"{folder} holds a finished run ({epochs} of {epochs} epochs; its results are "
+                f"in {folder / 'final.json'}), and the settings now differ ({detail}). A "
+                "finished run is not extended: its learning rate decayed to 0 over its "
+                f"{epochs} epochs. To train on from its weights, start a new run: "
+                f"--init-from {folder} --out NEW_FOLDER (with the --epochs you want); to see "
+                "its results, repeat its original command with --resume or call "
+                f"dualdrop.train.load_run({str(folder)!r})"
+            )
         raise ValueError(
             f"cannot resume {path}: the run configuration differs ({detail}); use "
             "the original settings or another out directory"
