@@ -13,6 +13,8 @@ from ._problem import Problem, SolverResult
 from .datafits import Logistic, Quadratic
 from .cv import SparseLinearRegressionCV, SparseLogisticRegressionCV
 from .estimators import SparseLinearRegression, SparseLogisticRegression, expected_failed_checks
+from .glm import (SparseCoxRegression, SparseGammaRegression, SparseGLM, SparseHuberRegression,
+                  SparsePoissonRegression, SparseQuantileRegression, concordance_index)
 from .multitask import SparseMultiTaskRegression, multitask_alpha_max
 from .path import alpha_max, regularization_path
 from .solvers import SOLVERS, get_solver
@@ -23,6 +25,13 @@ __all__ = [
     "SparseLinearRegressionCV",
     "SparseLogisticRegressionCV",
     "SparseMultiTaskRegression",
+    "SparseGLM",
+    "SparsePoissonRegression",
+    "SparseGammaRegression",
+    "SparseHuberRegression",
+    "SparseQuantileRegression",
+    "SparseCoxRegression",
+    "concordance_index",
     "multitask_alpha_max",
     "regularization_path",
     "alpha_max",

@@ -48,7 +48,7 @@ class Problem:
         self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
         self.lam_w = self.alpha * self.weights
         self.spec = _penalty.kernel_spec(penalty)
-        self.lips = datafit.lipschitz(self.design)
+        self.lips = datafit.lipschitz(self.design, self.y)
         self._lglobal = None
         self._f_null = None
         self.all_feats = np.arange(p, dtype=np.int64)

@@ -63,18 +63,20 @@ _NESTED = "penalty_params__"
 _NESTED_OBJ = "penalty__"
 
 
-class _LogisticData:
-    """What a logistic fit hands to the solvers: the column-scaled design, the (weighted)
-    datafit, the penalty weights, and the maps between ``(coef, intercept)`` and the solver's
-    variables ``(u = s w, b)``."""
+class GLMData:
+    """What a fit whose datafit carries its own sample weights (logistic, and the families of
+    :mod:`.families`) hands to the solvers: the column-scaled design, the datafit, the target,
+    the penalty weights, and the maps between ``(coef, intercept)`` and the solver's variables
+    ``(u = s w, b)``."""
 
     extra = False  # see _LeastSquaresData
 
-    def __init__(self, X, s, sw, fit_intercept, penalty_weights):
+    def __init__(self, X, s, datafit, fit_intercept, penalty_weights, y=None):
         self.s = s
         self.design = scaled_design(X, s)
-        self.datafit = Logistic(sw)
-        self.fit_intercept = bool(fit_intercept)
+        self.datafit = datafit
+        self.y = y
+        self.fit_intercept = bool(fit_intercept) and datafit.has_intercept
         self.penalty_weights = penalty_weights
 
     def to_solver(self, coef, intercept):
@@ -105,7 +107,7 @@ class _LeastSquaresData:
       ``_DENSE_CENTRING`` entries is centred densely instead (same problem, same optimum).
 
     Without weights the data pass through unchanged (the solvers' own intercept handling). The
-    column scales ``s`` apply on top, as for :class:`_LogisticData`.
+    column scales ``s`` apply on top, as for :class:`GLMData`.
     """
 
     def __init__(self, X, y, s, sw, fit_intercept, penalty_weights, positive):
@@ -212,12 +214,14 @@ class SparseLinearBase(BaseEstimator):
         "positive": ["boolean"],
         "penalty_weights": ["array-like", None],
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
+        "groups": [Integral, "array-like", None],
+        "group_l1_ratio": [Interval(Real, 0, 1, closed="both")],
     }
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0):
         self.penalty = penalty
         self.l1_ratio = l1_ratio
         self.penalty_params = penalty_params
@@ -232,6 +236,8 @@ class SparseLinearBase(BaseEstimator):
         self.verbose = verbose
         self.positive = positive
         self.penalty_weights = penalty_weights
+        self.groups = groups
+        self.group_l1_ratio = group_l1_ratio
 
     # ---- nested penalty parameters ----------------------------------------------------------
     def get_params(self, deep=True):
@@ -537,16 +543,17 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0):
         super().__init__(penalty, penalty_params, alpha, l1_ratio=l1_ratio, solver=solver,
                          tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
                          solver_params=solver_params, verbose=verbose, positive=positive,
-                         penalty_weights=penalty_weights)
+                         penalty_weights=penalty_weights, groups=groups,
+                         group_l1_ratio=group_l1_ratio)
 
     def _fit_data(self, X, y, sw):
-        return _LogisticData(X, self._scales(X, sw), sw, self.fit_intercept,
-                             self._penalty_weights(X.shape[1]))
+        return GLMData(X, self._scales(X, sw), Logistic(sw), self.fit_intercept,
+                       self._penalty_weights(X.shape[1]))
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):

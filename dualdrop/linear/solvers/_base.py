@@ -45,6 +45,9 @@ REQUIREMENTS = {
     "convex_l1_lp": (lambda pr: _convex_l1_lp(pr.penalty),
                      "a convex penalty: l1 or lp with p >= 1"),
     "quadratic": (lambda pr: pr.datafit.code == 0, "the least-squares datafit"),
+    "classical": (lambda pr: pr.datafit.code in (0, 1),
+                  "the least-squares or logistic datafit (the other families: 'cd', "
+                  "'reweighted_l1')"),
 }
 
 

@@ -6,6 +6,8 @@
 - Logistic: proximal Newton (the compiled inner solver in ``_cd_logistic``). Each outer step builds
   the quadratic model of the loss at the current point and minimizes it (plus the penalty) by the
   same coordinate descent, then a backtracking line search on the true objective.
+- Every other datafit (Poisson, Gamma, Huber, quantile, Cox: ``dualdrop.linear.families``): the
+  same proximal Newton with the datafit's own model ``G, H`` (``_newton.newton_inner``).
 
 Both run on a *working set* of features: the outer loop scores every feature by its optimality
 violation (gradient mapping), keeps the nonzero ones plus the worst violators (doubling the set
@@ -33,6 +35,7 @@ from .._jit import (_dn_axpy, _dn_dot, _sp_axpy, _sp_dot, col_axpy, csc_rmatvec,
                     prox_step, prox_steps, score_thresholds, scores_from_grad, select_ws,
                     zero_thresholds)
 from ._cd_logistic import inner_logistic
+from ._newton import newton_inner
 from .anderson import weights as anderson_weights
 
 NAME = "cd"
@@ -354,7 +357,7 @@ def _null_objective(problem):
 
 
 class CD(BaseSolver):
-    """Working-set coordinate descent (least squares) or proximal Newton (logistic).
+    """Working-set coordinate descent (least squares) or proximal Newton (the other datafits).
     ``max_iter`` counts outer (working-set) iterations; ``tol`` applies to
     ``Problem.criterion``. Options: ``anderson=0`` disables extrapolation, ``working_set=False``
     solves on all features at once, ``max_epochs`` bounds the inner passes, ``p0`` is the first
@@ -381,6 +384,7 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     des = problem.design
     arrs = des.arrays
     y = problem.y
+    logistic = problem.datafit.code == 1  # compiled end to end; the others: _newton
     sw = problem.datafit.sample_weight
     sw = np.ones(problem.n) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
     z = problem.z(w, b)
@@ -412,8 +416,12 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
                 ws = np.arange(problem.p, dtype=np.int64)
             tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
             z = np.ascontiguousarray(z)
-            n_in, b = inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
-                                      lips, lam_w, code, params, positive, tol_in, 50, 50)
+            if logistic:
+                n_in, b = inner_logistic(*arrs, y, sw, ws, w, z, float(b),
+                                          problem.fit_intercept, lips, lam_w, code, params,
+                                          positive, tol_in, 50, 50)
+            else:
+                n_in, z, b = newton_inner(problem, ws, w, z, float(b), tol_in)
             total_inner += int(n_in)
             if verbose == 2:
                 print(f"it {it}: crit {crit:.3e} ws {len(ws)} nnz {np.count_nonzero(w)} inner {n_in}")
