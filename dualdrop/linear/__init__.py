@@ -15,6 +15,7 @@ from .cv import SparseLinearRegressionCV, SparseLogisticRegressionCV
 from .estimators import SparseLinearRegression, SparseLogisticRegression, expected_failed_checks
 from .glm import (SparseCoxRegression, SparseGammaRegression, SparseGLM, SparseHuberRegression,
                   SparsePoissonRegression, SparseQuantileRegression, concordance_index)
+from .multinomial import SparseMultinomialRegression
 from .multitask import SparseMultiTaskRegression, multitask_alpha_max
 from .path import alpha_max, regularization_path
 from .solvers import SOLVERS, get_solver
@@ -25,6 +26,7 @@ __all__ = [
     "SparseLinearRegressionCV",
     "SparseLogisticRegressionCV",
     "SparseMultiTaskRegression",
+    "SparseMultinomialRegression",
     "SparseGLM",
     "SparsePoissonRegression",
     "SparseGammaRegression",

@@ -100,11 +100,8 @@ class _SparseLinearCVBase(BaseEstimator):
         single = self._single_estimator()
         single._check_params()  # penalty errors before any fold runs
         if isinstance(self.alphas, Integral):
-            alphas = alpha_grid(X, y, int(self.alphas), float(self.eps), penalty=self.penalty,
-                                penalty_params=self.penalty_params, datafit=datafit,
-                                fit_intercept=self.fit_intercept, scaling=self.scaling,
-                                l1_ratio=self.l1_ratio, sample_weight=sw,
-                                names=("alphas", "eps"))
+            alphas = alpha_grid(X, y, int(self.alphas), float(self.eps), estimator=single,
+                                sample_weight=sw, names=("alphas", "eps"))
         else:
             alphas = check_alphas(self.alphas)
         cv = check_cv(self.cv, y, classifier=datafit == "logistic")

@@ -52,6 +52,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _penalty
 from ._design import Design, scaled_design
+from ._groups import GroupProblem, check_groups
 from ._problem import Problem
 from ._validation import validate_data
 from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
@@ -133,8 +134,8 @@ class _LeastSquaresData:
                         "supported (the intercept would be constrained too); pass X dense, or "
                         "centre y and X yourself and use fit_intercept=False")
                 Xt = sp.hstack([Xt, sp.csc_matrix(d[:, None])], format="csc")
-                pw = np.ones(p) if penalty_weights is None else penalty_weights
-                self.penalty_weights = np.append(pw, 0.0)
+                if penalty_weights is not None:  # None: see SparseLinearBase._problem
+                    self.penalty_weights = np.append(penalty_weights, 0.0)
                 self.extra = True
             self.design, self.y = Design(Xt), d * y
         elif fit_intercept:
@@ -317,12 +318,28 @@ class SparseLinearBase(BaseEstimator):
         s[s == 0] = 1.0
         return s
 
+    def _group_structure(self, p):
+        """``groups`` checked against ``p`` features (``None`` without groups); see
+        :mod:`._groups`."""
+        groups = getattr(self, "groups", None)  # the multi-output estimator has none
+        if groups is None:
+            if getattr(self, "group_l1_ratio", 0.0):
+                raise ValueError(f"group_l1_ratio={self.group_l1_ratio!r} mixes an l1 term into "
+                                 "a group penalty: it needs groups= (or leave it at 0)")
+            return None
+        return check_groups(groups, p)
+
     def _penalty_weights(self, p):
-        """``penalty_weights`` as a checked array (``None``: all ones)."""
+        """``penalty_weights`` as a checked array (``None``: all ones): one per feature, or one
+        per group with ``groups``."""
+        grp = self._group_structure(p)
         if self.penalty_weights is None:
             return None
         pw = np.asarray(self.penalty_weights, dtype=np.float64)
-        if pw.shape != (p,):
+        if grp is not None and pw.shape != (grp.n_groups,):
+            raise ValueError(f"penalty_weights must have one entry per group ({grp.n_groups}) "
+                             f"with groups=, got shape {pw.shape}")
+        if grp is None and pw.shape != (p,):
             raise ValueError(f"penalty_weights must have one entry per feature ({p}), got shape "
                              f"{pw.shape}")
         if np.any(np.isnan(pw)) or np.any(pw < 0):
@@ -330,10 +347,28 @@ class SparseLinearBase(BaseEstimator):
                              "negative or NaN entries")
         return pw
 
+    def _problem(self, data, y, P, alpha):
+        """The problem the solvers receive: a :class:`~._problem.Problem`, or with ``groups`` a
+        :class:`~._groups.GroupProblem` (``P`` then split into the penalty of the group norms
+        and the ridge share ``l1_ratio``; the intercept column of sparse weighted least squares
+        a group of its own, unpenalized)."""
+        p = data.s.shape[0]
+        grp = self._group_structure(p)
+        weights = data.penalty_weights
+        if data.extra and weights is None:  # the intercept column, unpenalized
+            weights = np.append(np.ones(p if grp is None else grp.n_groups), 0.0)
+        if grp is None:
+            return Problem(data.design, y, data.datafit, P, float(alpha), data.fit_intercept,
+                           weights=weights, positive=self.positive)
+        if data.extra:
+            grp = grp.with_extra_feature()
+        base, rho = (P.penalty, P.l1_ratio) if isinstance(P, _penalty.WithRidge) else (P, 1.0)
+        return GroupProblem(data.design, y, data.datafit, base, float(alpha), grp,
+                            data.fit_intercept, weights=weights, positive=self.positive,
+                            l1_ratio=rho, group_l1_ratio=self.group_l1_ratio)
+
     def _solve_one(self, data, y, P, w0, b0):
-        problem = Problem(data.design, y, data.datafit, P, float(self.alpha), data.fit_intercept,
-                          weights=data.penalty_weights, positive=self.positive)
-        return self._solve_problem(problem, self.solver, w0, b0)
+        return self._solve_problem(self._problem(data, y, P, self.alpha), self.solver, w0, b0)
 
     def _solve_problem(self, problem, name, w0, b0):
         """Resolve the solver, solve, warn: the one path of every estimator (single- and
@@ -485,12 +520,10 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         from .solvers import cd
 
         if self.solver not in ("auto", "cd") or not set(self.solver_params or {}) <= set(
-                cd.SOLVER.options) - {"callback"}:
+                cd.SOLVER.options) - {"callback"} or self.groups is not None:
             return None
         data, dtype = prep
-        problem = Problem(data.design, data.y, data.datafit, P, float(alphas[0]),
-                          data.fit_intercept, weights=data.penalty_weights,
-                          positive=self.positive)
+        problem = self._problem(data, data.y, P, float(alphas[0]))
         try:
             W, B, n_iter, crit, conv = cd.quadratic_path(
                 problem, alphas, tol=float(self.tol), max_iter=self.max_iter,

@@ -71,6 +71,8 @@ class BaseSolver:
     default_max_iter = 100
     supports_positive = False  # the constraint w >= 0 (Problem.positive)
     multitask = False  # multi-output problems (dualdrop.linear.multitask.MultiTaskProblem)
+    grouped = False  # penalties on groups of features (dualdrop.linear._groups.GroupProblem)
+    multinomial = False  # dualdrop.linear.multinomial.MultinomialProblem
     _COMMON = ("tol", "max_iter", "verbose")
 
     def supports(self, problem: Problem):
@@ -78,6 +80,10 @@ class BaseSolver:
         if getattr(problem, "multitask", False) != self.multitask:
             return (f"{self.name} solves {'multi' if self.multitask else 'single'}-output "
                     "problems only" + ("" if self.multitask else "; use 'bcd'"))
+        if getattr(problem, "grouped", False) and not self.grouped:
+            return f"{self.name} does not handle groups= (use 'cd')"
+        if getattr(problem, "multinomial", False) and not self.multinomial:
+            return f"{self.name} does not fit the multinomial model (use 'cd')"
         if problem.positive and not self.supports_positive:
             return f"{self.name} does not handle positive=True (use 'cd' or 'cvxpy')"
         for req in self.requires:
@@ -125,7 +131,10 @@ class BaseSolver:
                             time=timer.elapsed, info=info)
 
     def _start(self, problem, w0, b0):
-        """The checked start point (a copy)."""
+        """The checked start point (a copy); problems with coefficient matrices have their
+        own (``start_point``)."""
+        if hasattr(problem, "start_point"):
+            return problem.start_point(w0, b0)
         return start_point(problem, w0, b0)
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose):  # pragma: no cover - abstract

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._jit import col_dot, col_wnorm2, penalty_sum, prox_step
+from .._jit import col_dot, col_wnorm2, penalty_sum, prox_step, select_ws
+from ._common import progress, single_thread_blas
 
 
 @njit(cache=True)
@@ -106,9 +107,10 @@ def newton_direction(X, data, indices, indptr, is_sparse, ws, w, G, H, fit_inter
     return db
 
 
-def line_search(problem, ws, w, d, z, Xd, b, db, max_halvings=40):
-    """Backtracking on the step ``t`` of the direction ``(d, db)`` (``Xd = X d + db``); updates
-    ``w`` in place and returns ``(accepted, z, b)``.
+def line_search(problem, feats, w, d, z, Xd, b, db, penalty, max_halvings=40):
+    """Backtracking on the step ``t`` of the direction ``(d, db)`` (``d`` over the features
+    ``feats``, ``Xd = X d + db``); updates ``w`` in place and returns ``(accepted, z, b)``.
+    ``penalty(w)``: the penalty's value over ``feats``.
 
     A step is accepted when ``P(w + t d) - P(w) + t <grad L(z + t Xd), Xd> < 0``, which implies a
     decrease of the objective (``L`` is convex: ``L(z_t) - L(z) <= t <grad L(z_t), Xd>``) and,
@@ -116,20 +118,19 @@ def line_search(problem, ws, w, d, z, Xd, b, db, max_halvings=40):
     columns are large (the datafit difference is never formed); plain objective decrease is
     accepted as well."""
     df, y = problem.datafit, problem.y
-    lam_w, (code, params) = problem.lam_w, problem.spec
-    P0 = penalty_sum(w, ws, lam_w, code, params)
+    P0 = penalty(w)
     F0 = df.value(y, z) + P0
-    w0 = w[ws].copy()
+    w0 = w[feats].copy()
     t = 1.0
     for _ in range(max_halvings):
         zt = z + t * Xd
-        w[ws] = w0 + t * d
-        Pt = penalty_sum(w, ws, lam_w, code, params)
-        slope = float(df.raw_grad(y, zt) @ Xd)
+        w[feats] = w0 + t * d
+        Pt = penalty(w)
+        slope = float(np.vdot(df.raw_grad(y, zt), Xd))
         if Pt - P0 + t * slope < 0.0 or df.value(y, zt) + Pt <= F0:
             return True, zt, b + t * db
         t *= 0.5
-    w[ws] = w0
+    w[feats] = w0
     return False, z, b
 
 
@@ -140,20 +141,71 @@ def newton_inner(problem, ws, w, z, b, tol_in, max_newton=50, max_cd=50):
     des, df, y = problem.design, problem.datafit, problem.y
     arrs = des.arrays
     code, params = problem.spec
+    lam_w = problem.lam_w
     fi = problem.fit_intercept
     nws = ws.shape[0]
     d, hjj, hx = np.empty(nws), np.empty(nws), np.empty(nws)
     Xd, u = np.empty(problem.n), np.empty(problem.n)
+
+    def penalty(w):
+        return penalty_sum(w, ws, lam_w, code, params)
+
     it = 0
     for it in range(max_newton):
         G = np.ascontiguousarray(df.raw_grad(y, z))
-        if ws_violation(*arrs, ws, w, G, problem.lips, problem.lam_w, code, params,
-                        problem.positive, fi) <= tol_in:
+        if ws_violation(*arrs, ws, w, G, problem.lips, lam_w, code, params, problem.positive,
+                        fi) <= tol_in:
             break
         H = np.ascontiguousarray(df.raw_hess(y, z))
-        db = newton_direction(*arrs, ws, w, G, H, fi, problem.lam_w, code, params,
-                              problem.positive, tol_in, max_cd, d, Xd, hjj, hx, u)
-        ok, z, b = line_search(problem, ws, w, d, z, Xd, b, db)
+        db = newton_direction(*arrs, ws, w, G, H, fi, lam_w, code, params, problem.positive,
+                              tol_in, max_cd, d, Xd, hjj, hx, u)
+        ok, z, b = line_search(problem, ws, w, d, z, Xd, b, db, penalty)
         if not ok:
             break
     return it + 1, z, b
+
+
+def working_set_loop(problem, w, b, tol, max_iter, verbose, working_set, p0, callback, scores,
+                     inner, name):
+    """The outer loop of the working-set solvers of every datafit but least squares (whose loop
+    is compiled): score every unit (feature or group) by its optimality violation, stop when the
+    criterion (``Problem.criterion``) is below ``tol``, else solve the working set (the nonzero
+    units plus the worst violators, twice the support) to a fraction of the current violation.
+
+    ``scores(w, z) -> (largest violation, the intercept's included; per-unit scores; per-unit
+    nonzero mask)``;
+    ``inner(ws, w, z, b, tol_in) -> (inner steps, z, b)`` updates ``w`` in place. Returns the
+    solver's ``(w, b, n_iter, history, criterion, converged, info)``."""
+    z = np.ascontiguousarray(problem.z(w, b))
+    history = [problem.objective(w, b, z)]
+    converged, crit, it, total_inner = False, np.inf, 0, 0
+    with progress(max_iter, verbose, name) as bar, single_thread_blas(problem.design):
+        for it in range(1, max_iter + 1):
+            m, score, nz = scores(w, z)
+            scale = problem.criterion_scale(history[-1])
+            crit = float(m) / scale
+            if crit <= tol:
+                converged = True
+                break
+            n_units = score.shape[0]
+            if working_set:
+                size = min(n_units, max(p0, 2 * int(np.count_nonzero(nz))))
+                ws = select_ws(score, nz, size)
+            else:
+                ws = np.arange(n_units, dtype=np.int64)
+            tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
+            n_in, z, b = inner(ws, w, np.ascontiguousarray(z), b, tol_in)
+            total_inner += int(n_in)
+            if verbose == 2:
+                print(f"it {it}: crit {crit:.3e} ws {len(ws)} nnz {np.count_nonzero(w)} "
+                      f"inner {n_in}")
+            history.append(problem.objective(w, b, z))
+            if callback is not None:
+                callback(w, b)
+            bar.update(1)
+            bar.set_postfix(crit=f"{crit:.2e}", ws=len(ws))
+        else:
+            # max_iter reached: final criterion at the returned point
+            crit = problem.criterion(w, b, z)
+            converged = crit <= tol
+    return w, b, it, history, crit, converged, {"inner_iterations": total_inner}

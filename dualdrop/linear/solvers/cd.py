@@ -35,7 +35,9 @@ from .._jit import (_dn_axpy, _dn_dot, _sp_axpy, _sp_dot, col_axpy, csc_rmatvec,
                     prox_step, prox_steps, score_thresholds, scores_from_grad, select_ws,
                     zero_thresholds)
 from ._cd_logistic import inner_logistic
-from ._newton import newton_inner
+from ._cd_groups import solve_groups
+from ._cd_multinomial import solve_multinomial
+from ._newton import newton_inner, working_set_loop
 from .anderson import weights as anderson_weights
 
 NAME = "cd"
@@ -366,6 +368,8 @@ class CD(BaseSolver):
     name = NAME
     requires = ("kernel",)
     supports_positive = True
+    grouped = True
+    multinomial = True
     default_max_iter = 100
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, working_set=True, anderson=5,
@@ -376,6 +380,11 @@ class CD(BaseSolver):
 
 def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_epochs, p0,
               callback):
+    if getattr(problem, "grouped", False):
+        return solve_groups(problem, w, b, tol, max_iter, verbose, working_set, p0, callback)
+    if getattr(problem, "multinomial", False):
+        return solve_multinomial(problem, w, b, tol, max_iter, verbose, working_set, p0,
+                                 callback)
     if problem.datafit.code == 0:
         return _solve_quadratic(problem, w, b, tol, max_iter, verbose, working_set, anderson,
                                 max_epochs, p0, callback)
@@ -387,54 +396,28 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     logistic = problem.datafit.code == 1  # compiled end to end; the others: _newton
     sw = problem.datafit.sample_weight
     sw = np.ones(problem.n) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
-    z = problem.z(w, b)
-    history = [problem.objective(w, b, z)]
     score = np.zeros(problem.p)
     lips, lam_w = problem.lips, problem.lam_w
     # the interval of gradients the prox maps to 0: lets CD skip prox calls for zeros that stay 0
     Tg = np.empty(problem.p)
     score_thresholds(code, params, lam_w, lips, Tg)
-    converged = False
-    crit = np.inf
-    it = 0
-    total_inner = 0
-    with progress(max_iter, verbose, "cd") as bar, single_thread_blas(des):
-        for it in range(1, max_iter + 1):
-            G = problem.datafit.raw_grad(y, z)
-            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg,
-                                 score)
-            gb = abs(G.sum()) if problem.fit_intercept else 0.0
-            scale = problem.criterion_scale(history[-1])
-            crit = max(float(m), float(gb)) / scale
-            if crit <= tol:
-                converged = True
-                break
-            if working_set:
-                size = min(problem.p, max(p0, 2 * int(np.count_nonzero(w))))
-                ws = select_ws(score, w != 0.0, size)
-            else:
-                ws = np.arange(problem.p, dtype=np.int64)
-            tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
-            z = np.ascontiguousarray(z)
-            if logistic:
-                n_in, b = inner_logistic(*arrs, y, sw, ws, w, z, float(b),
-                                          problem.fit_intercept, lips, lam_w, code, params,
-                                          positive, tol_in, 50, 50)
-            else:
-                n_in, z, b = newton_inner(problem, ws, w, z, float(b), tol_in)
-            total_inner += int(n_in)
-            if verbose == 2:
-                print(f"it {it}: crit {crit:.3e} ws {len(ws)} nnz {np.count_nonzero(w)} inner {n_in}")
-            history.append(problem.objective(w, b, z))
-            if callback is not None:
-                callback(w, b)
-            bar.update(1)
-            bar.set_postfix(crit=f"{crit:.2e}", ws=len(ws))
-        else:
-            # max_iter reached: final criterion at the returned point
-            crit = problem.criterion(w, b, z)
-            converged = crit <= tol
-    return w, b, it, history, crit, converged, {"inner_iterations": total_inner}
+
+    def scores(w, z):
+        G = problem.datafit.raw_grad(y, z)
+        m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg, score)
+        if problem.fit_intercept:
+            m = max(float(m), abs(float(G.sum())))
+        return m, score, w != 0.0
+
+    def inner(ws, w, z, b, tol_in):
+        if logistic:
+            n_in, b = inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
+                                      lips, lam_w, code, params, positive, tol_in, 50, 50)
+            return n_in, z, b
+        return newton_inner(problem, ws, w, z, float(b), tol_in)
+
+    return working_set_loop(problem, w, b, tol, max_iter, verbose, working_set, p0, callback,
+                            scores, inner, NAME)
 
 
 class _QuadraticSetup:
