@@ -11,7 +11,8 @@ regularization path (:mod:`.path`) sit on top.
 
 from ._problem import Problem, SolverResult
 from .datafits import Logistic, Quadratic
-from .cv import SparseLinearRegressionCV, SparseLogisticRegressionCV
+from .cv import (SparseGLMCV, SparseLinearRegressionCV, SparseLogisticRegressionCV,
+                 SparseMultinomialRegressionCV)
 from .estimators import SparseLinearRegression, SparseLogisticRegression, expected_failed_checks
 from .glm import (SparseCoxRegression, SparseGammaRegression, SparseGLM, SparseHuberRegression,
                   SparsePoissonRegression, SparseQuantileRegression, concordance_index)
@@ -25,6 +26,8 @@ __all__ = [
     "SparseLogisticRegression",
     "SparseLinearRegressionCV",
     "SparseLogisticRegressionCV",
+    "SparseGLMCV",
+    "SparseMultinomialRegressionCV",
     "SparseMultiTaskRegression",
     "SparseMultinomialRegression",
     "SparseGLM",
