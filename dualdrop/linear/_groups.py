@@ -314,6 +314,22 @@ class GroupProblem(Problem):
         self._lbar = float(pos.mean()) if pos.size else 1.0
         self.all_groups = np.arange(groups.n_groups, dtype=np.int64)
 
+    def _rescale(self, scale):
+        self.group_weights = self.group_weights * scale
+        self.lam_g = self.alpha * self.group_weights
+
+    def with_penalty(self, penalty, scale=1.0):
+        """A copy with another penalty of the group norms; the ridge share of ``penalty`` (a
+        ``WithRidge``) replaces this problem's."""
+        from ._penalty import WithRidge
+
+        base, rho = (penalty.penalty, penalty.l1_ratio) if isinstance(penalty, WithRidge) \
+            else (penalty, 1.0)
+        new = super().with_penalty(base, scale)
+        tau = self.group_l1_ratio
+        new.c_grp, new.c_l1, new.c_ridge = rho * (1.0 - tau), rho * tau, 1.0 - rho
+        return new
+
     def _criterion_h(self):
         """Per-sample curvatures whose weighted column norms are ``lips`` (what the scalar
         criterion uses), recovered from the datafit: ``raw_hess`` at the null model where the

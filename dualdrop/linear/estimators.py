@@ -56,6 +56,7 @@ from ._groups import GroupProblem, check_groups
 from ._problem import Problem
 from ._validation import validate_data
 from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
+from ._start import convex_start, needs_convex_start
 from .solvers import SOLVERS, UnsupportedProblem, get_solver
 
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression", "expected_failed_checks"]
@@ -217,12 +218,13 @@ class SparseLinearBase(BaseEstimator):
         "l1_ratio": [Interval(Real, 0, 1, closed="both")],
         "groups": [Integral, "array-like", None],
         "group_l1_ratio": [Interval(Real, 0, 1, closed="both")],
+        "start": [StrOptions({"best", "convex", "zero"})],
     }
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None, groups=None, group_l1_ratio=0.0):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0, start="best"):
         self.penalty = penalty
         self.l1_ratio = l1_ratio
         self.penalty_params = penalty_params
@@ -239,6 +241,7 @@ class SparseLinearBase(BaseEstimator):
         self.penalty_weights = penalty_weights
         self.groups = groups
         self.group_l1_ratio = group_l1_ratio
+        self.start = start
 
     # ---- nested penalty parameters ----------------------------------------------------------
     def get_params(self, deep=True):
@@ -374,17 +377,38 @@ class SparseLinearBase(BaseEstimator):
         """Resolve the solver, solve, warn: the one path of every estimator (single- and
         multi-output). The solver checks the problem and the options once
         (``BaseSolver.solve``); ``"auto"`` is ``cd``, or ``adaprox`` when ``cd`` cannot handle
-        the problem. Returns ``(result, solver name)``."""
+        the problem. Without a warm start and with a nonconvex penalty, ``start`` says where
+        the solver starts (:mod:`._start`): ``"best"`` (default) runs it from the convex
+        problem's solution and from 0 and keeps the lower objective, ``"convex"`` from the
+        former, ``"zero"`` from the latter. Returns ``(result, solver name)``."""
         kwargs = dict(self.solver_params or {})
         if "max_iter" in kwargs or "tol" in kwargs or "verbose" in kwargs:
             get_solver("cd" if name == "auto" else name).check_options(kwargs)  # names them
         if self.max_iter is not None:
             kwargs["max_iter"] = int(self.max_iter)
+        start = getattr(self, "start", "zero")
+        starts = [(w0, b0, {})]
+        if w0 is None and start != "zero" and needs_convex_start(problem) \
+                and problem.spec is not None:
+            cw, cb, info = convex_start(problem, float(self.tol), b0)
+            if cw is not None:
+                starts = [(cw, cb, info)] + (starts if start == "best" else [])
+        res = cand = None
+        for sw0, sb0, info in starts:
+            r, c = self._run_solver(problem, name, sw0, sb0, kwargs)
+            r.info.update(info or {"start": "zero" if sw0 is None else "given"})
+            if res is None or r.final_objective < res.final_objective:
+                res, cand = r, c
+        if not res.converged:
+            self._warn_unconverged(cand, res.n_iter, res.criterion, res.info.get("stop"),
+                                   res.info.get("max_iter"))
+        return res, cand
+
+    def _run_solver(self, problem, name, w0, b0, kwargs):
         for cand in (("cd", "adaprox") if name == "auto" else (name,)):
             try:
-                res = get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
-                                             verbose=bool(self.verbose), **kwargs)
-                break
+                return get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
+                                              verbose=bool(self.verbose), **kwargs), cand
             except UnsupportedProblem as err:
                 if name == "auto" and cand == "cd":
                     continue
@@ -394,18 +418,21 @@ class SparseLinearBase(BaseEstimator):
                     f"solver={cand!r} cannot handle penalty {problem.penalty!r} with the "
                     f"{problem.datafit.name} datafit: {err.reason}. Solvers that can: "
                     f"{capable_solvers(problem)}") from None
-        if not res.converged:
-            self._warn_unconverged(cand, res.n_iter, res.criterion)
-        return res, cand
 
-    def _warn_unconverged(self, name, n_iter, criterion):
-        warnings.warn(
-            f"{type(self).__name__} (solver={name!r}) did not converge after {n_iter} "
-            f"iterations: final optimality criterion {criterion:.3e} > tol={self.tol:g}. "
-            "Increase max_iter, loosen tol, or try another solver.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
+    def _warn_unconverged(self, name, n_iter, criterion, stop=None, max_iter=None):
+        crit = f"final optimality criterion {criterion:.3e} > tol={self.tol:g}"
+        if stop == "max_iter":
+            why = (f"{crit}: it stopped at max_iter={max_iter}. Increase max_iter, loosen tol, "
+                   "or try another solver")
+        elif stop == "stalled":
+            why = (f"{crit}: it stalled after {n_iter} iterations (no step lowered the "
+                   "objective any more). Loosen tol, or try another solver ('cd' reaches exact "
+                   "zeros)")
+        else:
+            why = (f"{crit} after {n_iter} iterations. Increase max_iter, loosen tol, or try "
+                   "another solver")
+        warnings.warn(f"{type(self).__name__} (solver={name!r}) did not converge: {why}.",
+                      ConvergenceWarning, stacklevel=4)
 
 
 class SparseLinearRegression(RegressorMixin, SparseLinearBase):
@@ -466,6 +493,22 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         raises ``ValueError`` listing the solver's options (``get_solver(name).options``).
     verbose : bool
         Progress bar.
+    groups : int, list of sizes, list of index arrays, or None
+        Penalize groups of features through their norms (``dualdrop.linear._groups``): the
+        group lasso for ``penalty="l1"``, any penalty of the catalog on the group norms (group
+        MCP, group log-sum, ...). An integer is the size of equal consecutive groups, a list
+        of integers the sizes of consecutive groups, a list of index arrays the groups
+        themselves (disjoint, covering every feature). ``penalty_weights`` then has one entry
+        per group (``np.sqrt(sizes)`` gives Yuan & Lin's weighting).
+    group_l1_ratio : float in [0, 1], default=0.0
+        With ``groups``, the share of the penalty on the l1 norm of the coefficients: the sparse
+        group lasso (``alpha ((1 - r) sum_g Omega(||u_g||) + r ||u||_1)``, scaled by
+        ``l1_ratio`` when a ridge term is added).
+    start : {"best", "convex", "zero"}, default="best"
+        Where a fit with a nonconvex penalty starts without a warm start
+        (``dualdrop.linear._start``): from the solution of the convex problem with the
+        penalty's l1 majorant at 0 (``"convex"``), from 0 (``"zero"``), or from both, keeping
+        the lower objective (``"best"``). Convex penalties start from 0.
 
     Attributes
     ----------
@@ -541,7 +584,8 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
             self.criterion_ = float(crit[k])
             self.solver_ = "cd"
             if not conv[k]:
-                self._warn_unconverged("cd", self.n_iter_, self.criterion_)
+                self._warn_unconverged("cd", self.n_iter_, self.criterion_, "max_iter",
+                                       self.max_iter or cd.SOLVER.default_max_iter)
             fits.append((np.array(self.coef_, copy=True), np.copy(self.intercept_),
                          self.n_iter_, self.criterion_))
             if callback is not None:
@@ -576,13 +620,13 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None, groups=None, group_l1_ratio=0.0):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0, start="best"):
         super().__init__(penalty, penalty_params, alpha, l1_ratio=l1_ratio, solver=solver,
                          tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
                          solver_params=solver_params, verbose=verbose, positive=positive,
                          penalty_weights=penalty_weights, groups=groups,
-                         group_l1_ratio=group_l1_ratio)
+                         group_l1_ratio=group_l1_ratio, start=start)
 
     def _fit_data(self, X, y, sw):
         return GLMData(X, self._scales(X, sw), Logistic(sw), self.fit_intercept,

@@ -176,7 +176,7 @@ _GLM_INIT_DOC = """
     Parameters as :class:`~dualdrop.linear.SparseLinearRegression` (``penalty``,
     ``penalty_params``, ``alpha``, ``l1_ratio``, ``solver``, ``tol``, ``max_iter``,
     ``fit_intercept``, ``warm_start``, ``scaling``, ``solver_params``, ``verbose``,
-    ``positive``, ``penalty_weights``, ``groups``, ``group_l1_ratio``); attributes ``coef_``,
+    ``positive``, ``penalty_weights``, ``groups``, ``group_l1_ratio``, ``start``); attributes ``coef_``,
     ``intercept_``, ``n_iter_``, ``objective_``, ``criterion_``, ``solver_``.
 """
 
@@ -205,12 +205,12 @@ class SparseGLM(_SparseGLMBase):
                  alpha=0.01, *, l1_ratio=1.0, solver="auto", tol=1e-5, max_iter=None,
                  fit_intercept=True, warm_start=False, scaling="dropout", solver_params=None,
                  verbose=False, positive=False, penalty_weights=None, groups=None,
-                 group_l1_ratio=0.0):
+                 group_l1_ratio=0.0, start="best"):
         super().__init__(penalty, penalty_params, alpha, l1_ratio=l1_ratio, solver=solver,
                          tol=tol, max_iter=max_iter, fit_intercept=fit_intercept,
                          warm_start=warm_start, scaling=scaling, solver_params=solver_params,
                          verbose=verbose, positive=positive, penalty_weights=penalty_weights,
-                         groups=groups, group_l1_ratio=group_l1_ratio)
+                         groups=groups, group_l1_ratio=group_l1_ratio, start=start)
         self.datafit = datafit
         self.datafit_params = datafit_params
 
@@ -242,7 +242,7 @@ class _NamedGLM(_SparseGLMBase):
 
 _COMMON_KW = ("penalty", "penalty_params", "alpha", "l1_ratio", "solver", "tol", "max_iter",
               "fit_intercept", "warm_start", "scaling", "solver_params", "verbose", "positive",
-              "penalty_weights", "groups", "group_l1_ratio")
+              "penalty_weights", "groups", "group_l1_ratio", "start")
 
 
 class SparsePoissonRegression(_NamedGLM):
@@ -259,7 +259,8 @@ class SparsePoissonRegression(_NamedGLM):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None, groups=None, group_l1_ratio=0.0):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0,
+                 start="best"):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
 
@@ -276,7 +277,8 @@ class SparseGammaRegression(_NamedGLM):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None, groups=None, group_l1_ratio=0.0):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0,
+                 start="best"):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
 
@@ -298,7 +300,8 @@ class SparseHuberRegression(_NamedGLM):
     def __init__(self, delta=1.35, penalty="l1", penalty_params=None, alpha=0.01, *,
                  l1_ratio=1.0, solver="auto", tol=1e-5, max_iter=None, fit_intercept=True,
                  warm_start=False, scaling="dropout", solver_params=None, verbose=False,
-                 positive=False, penalty_weights=None, groups=None, group_l1_ratio=0.0):
+                 positive=False, penalty_weights=None, groups=None, group_l1_ratio=0.0,
+                 start="best"):
         self.delta = delta
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
@@ -331,7 +334,7 @@ class SparseQuantileRegression(_NamedGLM):
                  alpha=0.01, *, l1_ratio=1.0, solver="auto", tol=1e-5, max_iter=None,
                  fit_intercept=True, warm_start=False, scaling="dropout", solver_params=None,
                  verbose=False, positive=False, penalty_weights=None, groups=None,
-                 group_l1_ratio=0.0):
+                 group_l1_ratio=0.0, start="best"):
         self.quantile = quantile
         self.smoothing = smoothing
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
@@ -406,7 +409,8 @@ class SparseCoxRegression(_NamedGLM):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, warm_start=False, scaling="dropout",
                  solver_params=None, verbose=False, positive=False, penalty_weights=None,
-                 groups=None, group_l1_ratio=0.0):
+                 groups=None, group_l1_ratio=0.0,
+                 start="best"):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
     def _fit_prepared(self, prep, P=None):

@@ -123,7 +123,7 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, grouped=True,
                  l1_ratio=1.0, solver="auto", tol=1e-5, max_iter=None, fit_intercept=True,
                  warm_start=False, scaling="dropout", solver_params=None, verbose=False,
-                 positive=False, penalty_weights=None):
+                 positive=False, penalty_weights=None, start="best"):
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.alpha = alpha
@@ -139,6 +139,7 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
         self.verbose = verbose
         self.positive = positive
         self.penalty_weights = penalty_weights
+        self.start = start
 
     def _prepare(self, X, y, sample_weight):
         """Checked data, classes and what the solver receives, ``(data, dtype)``."""

@@ -114,6 +114,9 @@ class BaseSolver:
 
     def solve(self, problem: Problem, w0=None, b0=None, *, tol=None, max_iter=None,
               verbose=False, **opts) -> SolverResult:
+        """Solve ``problem`` from ``(w0, b0)`` (``None``: zeros and the best intercept).
+        ``result.info["stop"]`` says why the solver stopped: ``"converged"``, ``"max_iter"`` or
+        ``"stalled"`` (no acceptable step, or no progress, before ``max_iter``)."""
         reason = self.supports(problem)
         if reason:
             raise UnsupportedProblem(reason)
@@ -124,7 +127,10 @@ class BaseSolver:
         with Timer() as timer:
             out = self._solve(problem, w, b, tol=tol, max_iter=max_iter, verbose=verbose, **opts)
         w, b, n_iter, history, crit, converged = out[:6]
-        info = out[6] if len(out) > 6 else {}
+        info = dict(out[6]) if len(out) > 6 else {}
+        info.setdefault("stop", "converged" if converged else
+                        ("max_iter" if n_iter >= max_iter else "stalled"))
+        info["max_iter"] = max_iter
         return SolverResult(coef=w, intercept=b if np.ndim(b) else float(b), n_iter=int(n_iter),
                             objective=np.asarray(history, dtype=np.float64),
                             criterion=float(crit), converged=bool(converged), solver=self.name,
