@@ -292,11 +292,13 @@ class GroupProblem(Problem):
     grouped = True
 
     def __init__(self, X, y, datafit, penalty, alpha, groups: GroupStructure, fit_intercept=True,
-                 weights=None, positive=False, l1_ratio=1.0, group_l1_ratio=0.0):
+                 weights=None, positive=False, l1_ratio=1.0, group_l1_ratio=0.0,
+                 ridge_scale=1.0):
         self.groups = groups
         rho, tau = float(l1_ratio), float(group_l1_ratio)
-        self.c_grp, self.c_l1, self.c_ridge = rho * (1.0 - tau), rho * tau, 1.0 - rho
-        self.l1_ratio, self.group_l1_ratio = rho, tau
+        self.c_grp, self.c_l1 = rho * (1.0 - tau), rho * tau
+        self.c_ridge = (1.0 - rho) * float(ridge_scale)  # see _penalty.WithRidge.rescaled
+        self.l1_ratio, self.group_l1_ratio, self.ridge_scale = rho, tau, float(ridge_scale)
         gw = np.ones(groups.n_groups) if weights is None else np.asarray(weights, np.float64)
         super().__init__(X, y, datafit, penalty, alpha, fit_intercept, None, positive)
         if self.spec is None:
@@ -323,11 +325,12 @@ class GroupProblem(Problem):
         ``WithRidge``) replaces this problem's."""
         from ._penalty import WithRidge
 
-        base, rho = (penalty.penalty, penalty.l1_ratio) if isinstance(penalty, WithRidge) \
-            else (penalty, 1.0)
-        new = super().with_penalty(base, scale)
+        ridged = isinstance(penalty, WithRidge)
+        rho = penalty.l1_ratio if ridged else 1.0
+        new = super().with_penalty(penalty.penalty if ridged else penalty, scale)
         tau = self.group_l1_ratio
-        new.c_grp, new.c_l1, new.c_ridge = rho * (1.0 - tau), rho * tau, 1.0 - rho
+        new.c_grp, new.c_l1 = rho * (1.0 - tau), rho * tau
+        new.c_ridge = (1.0 - rho) * (penalty.ridge_scale if ridged else 1.0)
         return new
 
     def _criterion_h(self):

@@ -14,21 +14,20 @@ Folds run in parallel with ``n_jobs`` (joblib).
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from joblib import Parallel, delayed
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
-from sklearn.utils._param_validation import HasMethods, Interval
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .datafits import normalized_sample_weight
-from ._validation import validate_data
-from .estimators import SparseLinearRegression, SparseLogisticRegression, SparseLinearBase
-from .glm import SparseGLM
+from ._validation import class_labels, constraints, fit_context, validate_data
+from .estimators import SparseLinearRegression, SparseLogisticRegression
+from .glm import GLM_DATAFITS, SparseGLM
 from .multinomial import SparseMultinomialRegression
 from .path import alpha_grid, check_alphas, fit_path_chunk, warn_unconverged
 
@@ -55,13 +54,7 @@ def _fold(est, X, y, sw, train, test, alphas, score):
 class _SparseLinearCVBase(BaseEstimator):
     _single = None  # the single-fit estimator class
 
-    _parameter_constraints: dict = {
-        **{k: v for k, v in SparseLinearBase._parameter_constraints.items() if k in _SHARED},
-        "alphas": [Interval(Integral, 1, None, closed="left"), "array-like"],
-        "eps": [Interval(Real, 0, 1, closed="neither")],
-        "cv": ["cv_object"],
-        "n_jobs": [Integral, None],
-    }
+    _parameter_constraints: dict = constraints(*_SHARED, "alphas", "eps", "cv", "n_jobs")
 
     def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
                  cv=None, n_jobs=None, solver="auto", tol=1e-5, max_iter=None,
@@ -189,7 +182,7 @@ class SparseLinearRegressionCV(RegressorMixin, _SparseLinearCVBase):
 
     _single = SparseLinearRegression
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
         the test errors."""
@@ -238,16 +231,12 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
                          group_l1_ratio=group_l1_ratio)
         self.scoring = scoring
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
         the test scores."""
         X, y, sw = self._validated(X, y, sample_weight)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if self.classes_.size < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; y has "
-                             f"only one class ({self.classes_[0]!r})")
+        self.classes_ = class_labels(y)
         scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
         self.scores_ = self._cv_path(X, y, sw, "logistic", scorer)
         return self
@@ -298,8 +287,8 @@ class SparseGLMCV(RegressorMixin, _SparseLinearCVBase):
 
     _parameter_constraints: dict = {
         **_SparseLinearCVBase._parameter_constraints,
-        "datafit": [str, HasMethods(["value", "raw_grad", "raw_hess"])],
-        "datafit_params": [dict, None],
+        **constraints("datafit_params"),
+        "datafit": [StrOptions(set(GLM_DATAFITS)), HasMethods(["value", "raw_grad", "raw_hess"])],
         "scoring": [str, callable, None],
     }
     _shared = _SHARED + ("datafit", "datafit_params")
@@ -321,7 +310,7 @@ class SparseGLMCV(RegressorMixin, _SparseLinearCVBase):
 
     _single = SparseGLM
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
         the held-out scores."""
@@ -350,7 +339,7 @@ class SparseMultinomialRegressionCV(ClassifierMixin, _SparseLinearCVBase):
     _parameter_constraints: dict = {
         **{k: v for k, v in _SparseLinearCVBase._parameter_constraints.items()
            if k not in ("groups", "group_l1_ratio")},
-        "scoring": [str, callable], "grouped": ["boolean"]}
+        **constraints("grouped"), "scoring": [str, callable]}
     _shared = tuple(k for k in _SHARED if k not in ("groups", "group_l1_ratio")) + ("grouped",)
 
     def __init__(self, penalty="l1", penalty_params=None, *, grouped=True, l1_ratio=1.0,
@@ -378,15 +367,11 @@ class SparseMultinomialRegressionCV(ClassifierMixin, _SparseLinearCVBase):
 
     _single = SparseMultinomialRegression
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit."""
         X, y, sw = self._validated(X, y, sample_weight)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if self.classes_.size < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; y has "
-                             f"only one class ({self.classes_[0]!r})")
+        self.classes_ = class_labels(y)
         scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
         self.scores_ = self._cv_path(X, y, sw, "multinomial", scorer)
         return self

@@ -36,14 +36,12 @@ of the per-sample losses; integer weights are repeated samples), sparse ``X``, w
 
 from __future__ import annotations
 
-from numbers import Real
-
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.base import RegressorMixin
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import validate_data
+from ._validation import constraints, fit_context, validate_data
 from .datafits import Datafit, available_datafits, get_datafit, normalized_sample_weight
 from .estimators import GLMData, SparseLinearBase
 from .families.cox import survival_target
@@ -90,10 +88,10 @@ class _SparseGLMBase(RegressorMixin, SparseLinearBase):
 
     # ---- fit --------------------------------------------------------------------------------
     def _fit_data(self, X, y, sw):
-        return GLMData(X, self._scales(X, sw), self._make_datafit(sw), self.fit_intercept,
+        return GLMData(X, self._scaling(X, sw), self._make_datafit(sw), self.fit_intercept,
                        self._penalty_weights(X.shape[1]), y=y)
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse) and the target ``y`` (see the datafit); ``sample_weight``:
         nonnegative weights of the samples or ``None``."""
@@ -127,8 +125,9 @@ class _SparseGLMBase(RegressorMixin, SparseLinearBase):
         return self
 
     def _null_gradient(self, X, y, sample_weight=None):
-        """``(|g|, L)`` at the null model (``w = 0``, the best intercept) of the scaled problem,
-        over the features with ``L > 0``: what :func:`~dualdrop.linear.path.alpha_max` needs."""
+        """``(|g|, L, scaling)`` at the null model (``w = 0``, the best intercept) of the scaled
+        problem, over the features with ``L > 0``: what :func:`~dualdrop.linear.path.alpha_max`
+        needs."""
         data, _ = self._prepare(X, y, sample_weight)
         df, yy = data.datafit, data.y
         b0 = df.intercept_init(yy) if data.fit_intercept else 0.0
@@ -136,7 +135,7 @@ class _SparseGLMBase(RegressorMixin, SparseLinearBase):
         L = df.lipschitz(data.design, yy)
         keep = L > 0
         g = np.abs(data.design.rmatvec(df.raw_grad(yy, z)))
-        return g[keep], L[keep]
+        return g[keep], L[keep], data.scaling
 
     # ---- predictions ------------------------------------------------------------------------
     def _linear_predictor(self, X):
@@ -197,8 +196,8 @@ class SparseGLM(_SparseGLMBase):
 
     _parameter_constraints: dict = {
         **SparseLinearBase._parameter_constraints,
+        **constraints("datafit_params"),
         "datafit": [StrOptions(set(GLM_DATAFITS)), HasMethods(["value", "raw_grad", "raw_hess"])],
-        "datafit_params": [dict, None],
     }
 
     def __init__(self, datafit="poisson", datafit_params=None, penalty="l1", penalty_params=None,
@@ -295,7 +294,7 @@ class SparseHuberRegression(_NamedGLM):
     _datafit_name = "huber"
     _datafit_params = ("delta",)
     _parameter_constraints: dict = {**SparseLinearBase._parameter_constraints,
-                                    "delta": [Interval(Real, 0, None, closed="neither")]}
+                                    **constraints("delta")}
 
     def __init__(self, delta=1.35, penalty="l1", penalty_params=None, alpha=0.01, *,
                  l1_ratio=1.0, solver="auto", tol=1e-5, max_iter=None, fit_intercept=True,
@@ -326,9 +325,7 @@ class SparseQuantileRegression(_NamedGLM):
     _datafit_name = "quantile"
     _datafit_params = ("quantile",)
     _parameter_constraints: dict = {**SparseLinearBase._parameter_constraints,
-                                    "quantile": [Interval(Real, 0, 1, closed="neither")],
-                                    "smoothing": [Interval(Real, 0, None, closed="neither"),
-                                                  None]}
+                                    **constraints("quantile", "smoothing")}
 
     def __init__(self, quantile=0.5, smoothing=None, penalty="l1", penalty_params=None,
                  alpha=0.01, *, l1_ratio=1.0, solver="auto", tol=1e-5, max_iter=None,

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import softmax
-from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin
 from sklearn.preprocessing import LabelBinarizer
-from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ._problem import Problem
-from ._validation import validate_data
+from ._validation import class_labels, constraints, fit_context, validate_data
 from .datafits import normalized_sample_weight
 from .estimators import GLMData, SparseLinearBase
 from .families.multinomial import Multinomial
@@ -117,7 +115,7 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
     _parameter_constraints: dict = {
         **{k: v for k, v in SparseLinearBase._parameter_constraints.items()
            if k not in ("groups", "group_l1_ratio")},
-        "grouped": ["boolean"],
+        **constraints("grouped"),
     }
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, grouped=True,
@@ -144,27 +142,24 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
     def _prepare(self, X, y, sample_weight):
         """Checked data, classes and what the solver receives, ``(data, dtype)``."""
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
-        check_classification_targets(y)
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        self.classes_ = np.unique(y)
-        if self.classes_.size < 2:
-            raise ValueError(f"SparseMultinomialRegression needs samples of at least 2 classes; "
-                             f"y has only one class ({self.classes_[0]!r})")
+        self.classes_ = class_labels(y)
         Y = LabelBinarizer().fit(self.classes_).transform(y).astype(np.float64)
         if Y.shape[1] == 1:  # two classes: LabelBinarizer gives one column
             Y = np.column_stack([1.0 - Y[:, 0], Y[:, 0]])
         sw = normalized_sample_weight(sample_weight, X.shape[0])
-        data = GLMData(X, self._scales(X, sw), Multinomial(sw), self.fit_intercept,
+        data = GLMData(X, self._scaling(X, sw), Multinomial(sw), self.fit_intercept,
                        self._penalty_weights(X.shape[1]), y=Y)
         return data, dtype
 
     def _problem(self, data, y, P, alpha):
+        P, alpha = data.scaling.solver_penalty(P, float(alpha))
         return MultinomialProblem(data.design, y, data.datafit, P, float(alpha),
                                   data.fit_intercept, weights=data.penalty_weights,
                                   positive=self.positive, grouped=self.grouped)
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse) and class labels ``y``; ``sample_weight``:
         nonnegative weights of the samples or ``None``."""
@@ -189,16 +184,17 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
         return self
 
     def _null_gradient(self, X, y, sample_weight=None):
-        """``(g, L)`` at the null model: row norms (grouped) or entries of the gradient."""
+        """``(g, L, scaling)`` at the null model: row norms (grouped) or entries of the
+        gradient."""
         data, _ = self._prepare(X, y, sample_weight)
         pr = self._problem(data, data.y, self._check_params(), 1.0)
         G = pr.datafit.raw_grad(pr.y, pr.z(pr.zeros(), pr.initial_intercept()))
         grad = np.asarray(data.design.X.T @ G)
         keep = pr.lips > 0
         if self.grouped:
-            return np.linalg.norm(grad, axis=1)[keep], pr.lips[keep]
+            return np.linalg.norm(grad, axis=1)[keep], pr.lips[keep], data.scaling
         K = grad.shape[1]
-        return np.abs(grad[keep]).ravel(), np.repeat(pr.lips[keep], K)
+        return np.abs(grad[keep]).ravel(), np.repeat(pr.lips[keep], K), data.scaling
 
     def decision_function(self, X):
         """The class scores ``X W + b`` (``n x K``; for two classes the difference of the two,

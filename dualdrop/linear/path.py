@@ -19,11 +19,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import clone
+from sklearn.utils._param_validation import StrOptions, validate_params
 
 from . import _penalty
-from ._validation import check_path_data
+from ._validation import check_path_data, constraints
 from .datafits import available_datafits, normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
@@ -31,11 +32,11 @@ __all__ = ["alpha_max", "estimator_alpha_max", "regularization_path"]
 
 
 def _gradient_at_zero(est, X, y, sample_weight=None):
-    """``(|g|, L)`` over the penalized features with ``L > 0``, stacked over the binary problems
-    a multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for every class).
-    The problem is the one the estimator ``est`` hands its solver (scaled columns, sample
-    weights, the intercept at its best value for ``w = 0``)."""
-    if hasattr(est, "_null_gradient"):  # the GLM estimators
+    """``(|g|, L, scaling)`` over the penalized features with ``L > 0``, stacked over the binary
+    problems a multiclass logistic fit solves (one-vs-rest: ``w = 0`` must be stationary for
+    every class). The problem is the one the estimator ``est`` hands its solver (scaled columns,
+    sample weights, the intercept at its best value for ``w = 0``)."""
+    if hasattr(est, "_null_gradient"):  # the GLM estimators and the multinomial
         return est._null_gradient(X, y, sample_weight)
     logistic = isinstance(est, SparseLogisticRegression)
     X, y = check_path_data(X, y, y_numeric=not logistic)
@@ -63,36 +64,52 @@ def _gradient_at_zero(est, X, y, sample_weight=None):
             b0 = df.intercept_init(yk) if data.fit_intercept else 0.0
         z = data.design.matvec(u0) + b0
         gs.append(np.abs(data.design.rmatvec(df.raw_grad(yk, z)))[:p][keep])
-    return np.concatenate(gs), np.tile(L[keep], len(ys))
+    return np.concatenate(gs), np.tile(L[keep], len(ys)), data.scaling
+
+
+def _user_penalty(est):
+    """``pen(a)``: the estimator's penalty (with its ridge term) at ``alpha = a``."""
+    follow = _penalty.follows_alpha(est.penalty_params)
+
+    def pen(a):
+        P = _penalty.resolve_penalty(est.penalty, est.penalty_params, alpha=a if follow else None)
+        return _penalty.with_ridge(P, est.l1_ratio)
+
+    return pen
 
 
 def _group_alpha_max(est, X, y, sample_weight=None):
     """:func:`estimator_alpha_max` with ``groups``: the largest over the binary problems of
-    ``_groups.group_alpha_max`` on the problem the estimator builds."""
+    ``_groups.group_alpha_max`` on the problem the estimator builds (in the solver's units,
+    then the user's)."""
     from ._groups import group_alpha_max
 
     prep = est._prepare(X, y, sample_weight)
     data = prep[0]
     ys = prep[2] if isinstance(est, SparseLogisticRegression) else [data.y]
-    P = est._check_params()
+    user_pen = _user_penalty(est)
     follow = _penalty.follows_alpha(est.penalty_params)
+    scaling = data.scaling
+    k = 0.0 if scaling.trivial else scaling.rescale(user_pen(1.0))[1]
 
-    def pen_at(a):
-        return _penalty.resolve_penalty(est.penalty, est.penalty_params, alpha=a)
+    def to_user(a):
+        return a if scaling.trivial else scaling.from_solver_alpha(a, k)
+
+    def pen_at(a):  # the solver's penalty of the group norms at the solver's alpha a
+        P, _ = scaling.solver_penalty(user_pen(to_user(a)), to_user(a))
+        return P.penalty if isinstance(P, _penalty.WithRidge) else P
 
     best = 0.0
     for yk in ys:
-        pr = est._problem(data, yk, P, 1.0)
+        pr = est._problem(data, yk, user_pen(1.0), 1.0)
         w0 = np.zeros(pr.p)
         if data.extra:  # the intercept column at its best value (it is unpenalized)
-            w0 = data.to_solver(np.zeros(pr.p - 1), float(np.mean(data.y * data.design.X[:, -1]
-                                                                  .toarray().ravel())))[0]
-        b0 = pr.initial_intercept()
-        grad = pr.design.rmatvec(pr.datafit.raw_grad(pr.y, pr.z(w0, b0)))
-        base = P.penalty if isinstance(P, _penalty.WithRidge) else P
-        best = max(best, group_alpha_max(grad, pr.Lg, pr.groups, pr.group_weights, base,
-                                         pr.l1_ratio, pr.group_l1_ratio,
-                                         pen_at if follow else None))
+            d = data.design.X[:, -1].toarray().ravel()
+            w0 = data.to_solver(np.zeros(pr.p - 1), float(d @ data.y) / pr.n)[0]
+        grad = pr.design.rmatvec(pr.datafit.raw_grad(pr.y, pr.z(w0, pr.initial_intercept())))
+        a = group_alpha_max(grad, pr.Lg, pr.groups, pr.group_weights, pr.penalty, pr.l1_ratio,
+                            pr.group_l1_ratio, pen_at if follow else None)
+        best = max(best, to_user(a))
     return best
 
 
@@ -103,10 +120,18 @@ def estimator_alpha_max(est, X, y, sample_weight=None):
     est._validate_params()
     if getattr(est, "groups", None) is not None:
         return _group_alpha_max(est, X, y, sample_weight)
-    g, L = _gradient_at_zero(est, X, y, sample_weight)
-    return alpha_max_from_gradient(g, L, est.penalty, est.penalty_params, l1_ratio=est.l1_ratio)
+    g, L, scale = _gradient_at_zero(est, X, y, sample_weight)
+    return alpha_max_from_gradient(g, L, est.penalty, est.penalty_params, l1_ratio=est.l1_ratio,
+                                   scaling=scale)
 
 
+_DATAFIT = {"datafit": [StrOptions(set(available_datafits()))]}
+
+
+@validate_params(constraints("X", "y", "penalty", "penalty_params", "fit_intercept", "scaling",
+                             "l1_ratio", "sample_weight", "groups", "group_l1_ratio",
+                             "datafit_params", **_DATAFIT),
+                 prefer_skip_nested_validation=True)
 def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
               scaling="dropout", *, l1_ratio=1.0, sample_weight=None, groups=None,
               group_l1_ratio=0.0, datafit_params=None):
@@ -123,20 +148,40 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
     return estimator_alpha_max(est, X, y, sample_weight)
 
 
-def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0):
+def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0,
+                            scaling=None):
     """Smallest ``alpha`` with ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for every ``j``, given
     the gradient magnitudes ``g`` (``|g_j|``, or the row norms ``||g_j||_2`` of a multi-output
     gradient: the block prox is 0 exactly when the scalar prox of the norm is) and the
-    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators."""
+    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators.
+    ``scaling`` (:class:`._scale.Scaling`): ``g`` and ``L`` are those of the solver's rescaled
+    problem; the answer is in the user's units."""
     follow = _penalty.follows_alpha(penalty_params)
 
-    def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
+    def user_pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
         P = _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
         return _penalty.with_ridge(P, l1_ratio)
+
+    if scaling is None or scaling.trivial:
+        pen, to_user = user_pen, float
+    else:
+        k = scaling.rescale(user_pen(1.0))[1]
+
+        def to_user(a):
+            return scaling.from_solver_alpha(a, k)
+
+        def pen(a):  # the solver's penalty at the solver's alpha a
+            return scaling.rescale(user_pen(to_user(a)))[0]
 
     P = pen(1.0)
     if g.size == 0 or not np.any(g):
         return 0.0
+    return to_user(_solver_alpha_max(g, L, P, pen, follow))
+
+
+def _solver_alpha_max(g, L, P, pen, follow):
+    """:func:`alpha_max_from_gradient` in the solver's units: ``P`` the penalty, ``pen(a)`` the
+    penalty at ``alpha = a`` (it changes with ``a`` only when ``follow``)."""
     gmax = float(np.max(g))
 
     def all_zero(a):
@@ -153,15 +198,18 @@ def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio
 
 def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling,
                datafit_params=None, **kw):
-    """The estimator that fits ``datafit`` (a name of ``datafits.available_datafits()``)."""
+    """The estimator of ``datafit`` (a name of ``datafits.available_datafits()``) with these
+    parameters, validated as its ``fit`` would."""
     from .glm import GLM_DATAFITS, SparseGLM
     from .multinomial import SparseMultinomialRegression
 
     common = dict(penalty=penalty, penalty_params=penalty_params, alpha=alpha, scaling=scaling,
                   **kw)
     if datafit in GLM_DATAFITS:
-        return SparseGLM(datafit=datafit, datafit_params=datafit_params,
-                         fit_intercept=fit_intercept, **common)
+        est = SparseGLM(datafit=datafit, datafit_params=datafit_params,
+                        fit_intercept=fit_intercept, **common)
+        est._validate_params()
+        return est
     cls = {"quadratic": SparseLinearRegression, "logistic": SparseLogisticRegression,
            "multinomial": SparseMultinomialRegression}.get(datafit)
     if cls is None:
@@ -173,7 +221,9 @@ def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling,
         if common.pop("groups", None) is not None or common.pop("group_l1_ratio", 0.0):
             raise ValueError("groups= is not available with the multinomial datafit: its "
                              "penalty already groups each feature's row of coefficients")
-    return cls(fit_intercept=fit_intercept, **common)
+    est = cls(fit_intercept=fit_intercept, **common)
+    est._validate_params()
+    return est
 
 
 def fit_path_chunk(est, X, y, alphas, sample_weight=None, callback=None):
@@ -235,6 +285,12 @@ def check_alphas(alphas):
     return alphas
 
 
+@validate_params(constraints("X", "y", "penalty", "penalty_params", "n_alphas",
+                             "alpha_min_ratio", "solver", "tol", "max_iter", "fit_intercept",
+                             "scaling", "n_jobs", "solver_params", "l1_ratio", "sample_weight",
+                             "groups", "group_l1_ratio", "datafit_params",
+                             alphas=["array-like", None], **_DATAFIT),
+                 prefer_skip_nested_validation=True)
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
                         alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-5,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
@@ -259,7 +315,7 @@ def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None,
                             sample_weight=sample_weight)
     alphas = check_alphas(alphas)
     est.set_params(alpha=float(alphas[0]))
-    n_jobs = 1 if n_jobs is None else int(n_jobs)
+    n_jobs = effective_n_jobs(n_jobs)  # joblib's reading of None and -1, -2, ...
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
         results = [fit_path_chunk(est, X, y, chunks[0], sample_weight)]
