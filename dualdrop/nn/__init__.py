@@ -35,11 +35,12 @@ from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import Method, state_of
 from dualdrop.nn._heads import HeadPrunedAttention
 from dualdrop.nn.compact import compact, compact_report, load_compact, save_compact
-from dualdrop.nn.export import CSRLinear, export_sparse, fold, format_report, sparsity_report
+from dualdrop.nn.export import (CSRLinear, export_sparse, fold, format_report, linear_density,
+                                sparsity_report)
 from dualdrop.nn.registry import REGISTRY, describe, method_class
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
            "METHODS", "REGISTRY", "Method", "method_class", "describe", "Sparsifier",
            "CSRLinear", "fold", "state_of", "tune_allocator", "compact", "compact_report",
-           "save_compact", "load_compact", "HeadPrunedAttention"]
+           "save_compact", "load_compact", "HeadPrunedAttention", "linear_density"]
