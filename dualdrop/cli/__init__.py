@@ -21,6 +21,7 @@ _SUBCOMMANDS = {
     "compare": "compare_cmd",
     "frontier": "frontier_cmd",
     "diagnose": "diagnose_cmd",
+    "latency": "latency_cmd",
 }
 
 
