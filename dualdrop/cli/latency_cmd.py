@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    from dualdrop.nn.latency import LAYOUTS
+    from dualdrop.nn.inference import LAYOUTS
 
     p = subparsers.add_parser(
         "latency",
@@ -159,7 +159,7 @@ def _from_run(args):
 
 
 def run(args) -> int:
-    from dualdrop.nn.latency import latency
+    from dualdrop.nn.inference import latency
 
     path = Path(args.run)
     if not path.exists():

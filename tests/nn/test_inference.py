@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import export_sparse
-from dualdrop.nn import latency as latency_mod
-from dualdrop.nn.latency import LatencyReport, batch_of, count_flops, latency
+from dualdrop.nn import inference as latency_mod
+from dualdrop.nn.inference import LatencyReport, batch_of, count_flops, latency
 
 pytest.importorskip("torch_pruning")
 torch.set_num_threads(1)
