@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -110,7 +111,7 @@ def main() -> None:
         net = load_run(run)
         rep = latency(net, X[:128], layouts=a.layouts, batch_sizes=tuple(a.batch_sizes),
                       threads=1, rounds=a.rounds, min_time=a.min_time, eval_data=(X, y))
-        folder = out / Path(run).name
+        folder = out / re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-")
         rep.save(folder)
         print(rep.table())
         m = rep.meta

@@ -80,6 +80,22 @@ class Int8DynamicLinear(nn.Module):
         else:
             self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.register_forward_pre_hook(_plain_path)
+        self._prepare()
+
+    def _prepare(self):
+        """Per-call constants: the transposed int8 view, a zero bias."""
+        self._weight_t = self.weight.t()
+        self._bias0 = torch.zeros(self.out_features, dtype=torch.float32,
+                                  device=self.weight.device)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._prepare()
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self._prepare()
+        return out
 
     @classmethod
     @torch.no_grad()
@@ -98,14 +114,18 @@ class Int8DynamicLinear(nn.Module):
             raise ValueError(f"Int8DynamicLinear expected inputs with {self.in_features} features "
                              f"in the last dimension, got shape {tuple(x.shape)}")
         lead, dtype = x.shape[:-1], x.dtype
-        rows = x.reshape(-1, self.in_features).float()
-        t = rows.abs().amax(1, keepdim=True).div_(_QMAX)
-        t = torch.where(t > 0, t, torch.ones_like(t))
+        rows = x.reshape(-1, self.in_features)
+        if dtype != torch.float32:
+            rows = rows.float()
+        # as few tensor operations as the formula allows: at small sizes each costs more than
+        # its arithmetic (an all-zero row: any t > 0, its q is 0)
+        t = rows.abs().amax(1, keepdim=True).clamp_min_(1e-30).mul_(1.0 / _QMAX)
         q = rows.div(t).round_().to(torch.int8)
-        acc = torch._int_mm(q, self.weight.t())           # exact int32 sums
-        scale = t * self.weight_scale
-        y = acc * scale if self.bias is None else torch.addcmul(self.bias, acc, scale)
-        return y.reshape(*lead, self.out_features).to(dtype)
+        acc = torch._int_mm(q, self._weight_t)            # exact int32 sums
+        y = torch.addcmul(self._bias0 if self.bias is None else self.bias, acc,
+                          t * self.weight_scale)
+        return y.reshape(*lead, self.out_features) if dtype == torch.float32 else \
+            y.reshape(*lead, self.out_features).to(dtype)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float weight this layer multiplies by (``Q s``)."""
@@ -146,9 +166,10 @@ def quantize_dynamic_int8(model: nn.Module, *, inplace: bool = False) -> nn.Modu
     for name, m in out.named_modules():
         if type(m) is nn.Linear and counts.get(id(m.weight), 0) == 1:
             convert.append((name, m))
-        elif not isinstance(m, Int8DynamicLinear) and any(
-                p.dim() >= 2 for p in m.parameters(recurse=False)):
-            left.append(name or type(m).__name__)
+        elif not isinstance(m, Int8DynamicLinear):
+            big = [p for p, t in m.named_parameters(recurse=False) if t.dim() >= 2]
+            if big:
+                left.append(name or ", ".join(big))
     for name, m in convert:
         new = Int8DynamicLinear.from_linear(m)
         if name == "":
