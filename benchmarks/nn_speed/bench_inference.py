@@ -116,7 +116,7 @@ def main() -> None:
         print(rep.table())
         m = rep.meta
         md += table(rep, label)
-        md += [f"Goals: " + "; ".join(goals(rep)) + ".", "",
+        md += ["Goals: " + "; ".join(goals(rep)) + ".", "",
                f"Load average {m['load_before']} -> {m['load_after']} on {m['cpus']} CPUs, "
                f"{m['date']}; {m['rounds']} interleaved rounds, medians; run `{run}`; "
                f"figure `{folder}/latency.png`.", ""]

@@ -42,7 +42,6 @@ layout's classification error on it is reported too (``error``), so int8 is judg
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import json
@@ -60,9 +59,10 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dualdrop.nn._base import check_int
-from dualdrop.nn._graph import call, check_inputs, first_line, tensors
+from dualdrop.nn._graph import (batch_of, call, check_inputs, first_line, output_diff,
+                                tensors)
 from dualdrop.nn._timing import interleaved, summary, torch_threads
-from dualdrop.nn.export import CSRLinear, export_sparse
+from dualdrop.nn.export import export_sparse
 from dualdrop.nn.onnx import OnnxModel, export_onnx, onnxruntime_available
 from dualdrop.nn.quantize import quantize_dynamic_int8
 
@@ -192,34 +192,6 @@ def _disk_bytes(net) -> int:
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         torch.save(net.state_dict(), buf)
     return buf.getbuffer().nbytes
-
-
-# ---------------------------------------------------------------------------------- inputs
-
-def batch_of(example_inputs, n: int):
-    """``example_inputs`` with ``n`` rows: every tensor's dim 0 cycled (the same rows for every
-    layout at one batch size)."""
-    def one(t):
-        if not isinstance(t, torch.Tensor) or t.dim() == 0:
-            return t
-        return t[torch.arange(n) % t.shape[0]]
-    if isinstance(example_inputs, dict):
-        return {k: one(v) for k, v in example_inputs.items()}
-    if isinstance(example_inputs, (tuple, list)):
-        return type(example_inputs)(one(t) for t in example_inputs)
-    return one(example_inputs)
-
-
-def _max_diff(ref, got) -> float:
-    a, b = tensors(ref), tensors(got)
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        return float("inf")
-    worst = 0.0
-    for x, y in zip(a, b):
-        if x.numel():
-            scale = 1.0 + float(x.abs().max())
-            worst = max(worst, float((x.float() - y.float()).abs().max()) / scale)
-    return worst
 
 
 @torch.no_grad()
@@ -432,7 +404,7 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
             ref = call(here["dense"], xb)
             diffs = {}
             for name, net in here.items():
-                diffs[name] = _max_diff(ref, call(net, xb))
+                diffs[name] = output_diff(ref, call(net, xb))
                 if "int8" not in name and not diffs[name] <= CHECK_ATOL:
                     raise RuntimeError(f"layout {name!r} computes other outputs than the dense "
                                        f"network at batch {b} (max difference {diffs[name]:.3g} "

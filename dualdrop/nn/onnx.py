@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._graph import check_inputs, first_line, tensors
+from dualdrop.nn._graph import batch_of, check_inputs, first_line, output_diff
 from dualdrop.nn.export import export_sparse
 from dualdrop.nn.quantize import check_quantize
 
@@ -80,12 +80,7 @@ def _batch_of(args, kwargs) -> int | None:
 
 def _resize_batch(args, kwargs, n: int):
     """Every tensor input with ``n`` rows along dim 0 (its rows cycled)."""
-    def one(t):
-        if not isinstance(t, torch.Tensor) or t.dim() == 0:
-            return t
-        idx = torch.arange(n) % t.shape[0]
-        return t[idx]
-    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+    return batch_of(tuple(args), n), batch_of(dict(kwargs), n)
 
 
 @contextlib.contextmanager
@@ -182,17 +177,6 @@ def _quantize_file(src: Path, dst: Path) -> None:
                          extra_options={"WeightSymmetric": True, "MatMulConstBOnly": True})
 
 
-def _max_diff(ref, got) -> float:
-    a, b = tensors(ref), tensors(got)
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        return float("inf")
-    worst = 0.0
-    for x, y in zip(a, b):
-        scale = 1.0 + float(x.abs().max()) if x.numel() else 1.0
-        worst = max(worst, float((x.float() - y.float()).abs().max()) / scale if x.numel() else 0)
-    return worst
-
-
 @torch.no_grad()
 def export_onnx(model: nn.Module, example_inputs, path: str | os.PathLike, *,
                 layout: str = "dense", quantize: str | None = None, dynamic_batch: bool = True,
@@ -254,7 +238,7 @@ def export_onnx(model: nn.Module, example_inputs, path: str | os.PathLike, *,
         sizes = [n or 1] + ([(n or 1) + 3] if dynamic_batch else [])
         for size in sizes:
             a, k = _resize_batch(args, kwargs, size)
-            worst = max(worst, _max_diff(net(*a, **k), runner(*a, **k)))
+            worst = max(worst, output_diff(net(*a, **k), runner(*a, **k)))
         record["max_abs_diff"] = worst
         if not quantize and not worst <= atol:
             raise RuntimeError(f"export_onnx: onnxruntime's outputs differ from torch's by "
