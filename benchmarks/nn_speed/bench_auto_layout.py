@@ -49,7 +49,7 @@ def main() -> None:
     slower = []
     for d in a.densities:
         rep = latency(mlp(d), x, layouts=("csr", "auto"), batch_sizes=tuple(a.batch_sizes),
-                      rounds=a.rounds, min_time=5e-3)
+                      rounds=a.rounds, min_time=1e-3)
         cells = []
         for b in a.batch_sizes:
             dn, cs, au = (rep.row(lay, b) for lay in ("dense", "csr", "auto"))

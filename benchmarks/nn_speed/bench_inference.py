@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--out", default="results/inference")
     ap.add_argument("--rounds", type=int, default=31)
-    ap.add_argument("--min-time", type=float, default=5e-3)
+    ap.add_argument("--min-time", type=float, default=1e-3)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
     ap.add_argument("--layouts", nargs="+", default=None)
     a = ap.parse_args()

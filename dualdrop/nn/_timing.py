@@ -7,7 +7,10 @@ candidates one after another lets such a change fall on one of them only. So eve
 every candidate once, in an order that rotates from round to round, and each candidate's figure
 is the median over rounds (its spread: the quartiles). Within a round a candidate is called
 ``number`` times in a row (chosen at warm-up so that one measurement lasts at least
-``min_time``), which keeps the timer's resolution and call overhead out of fast forwards.
+``min_time``), which keeps the timer's resolution and call overhead out of fast forwards. Keep
+``min_time`` short (1 ms): under load the scheduler hands a process slices of a few
+milliseconds, so a longer measurement is almost always interrupted by a neighbour's slice, and
+a short one usually is not; the median over many short rounds is then an uninterrupted figure.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def calibrate(fn: Callable[[], object], min_time: float, max_number: int = 100_0
 
 
 def interleaved(fns: dict[str, Callable[[], object]], *, rounds: int = 7, warmup: int = 3,
-                min_time: float = 2e-3, on_round: Callable[[], None] | None = None
+                min_time: float = 1e-3, on_round: Callable[[], None] | None = None
                 ) -> dict[str, list[float]]:
     """Seconds per call of each ``fns[name]()``, one value per round (module docstring).
 

@@ -23,7 +23,8 @@ layout                     what runs
 
 **Fair timing** (``dualdrop.nn._timing``): warm-up calls, then rounds in which every layout is
 timed once (order rotating), each figure the median over rounds with its quartiles; a layout's
-repeat count per round is calibrated so that a measurement lasts at least ``min_time``. Every
+repeat count per round is calibrated so that a measurement lasts at least ``min_time`` (1 ms:
+short measurements are seldom interrupted by a neighbour's time slice on a loaded machine). Every
 layout gets the same inputs: the rows of ``example_inputs`` cycled to each batch size. Before
 any timing each float layout's outputs must equal the dense ones (to ``1e-5`` of the output
 scale; ``RuntimeError`` otherwise), so a faster layout is never a wrong one.
@@ -344,7 +345,7 @@ def _check_batches(batch_sizes) -> list[int]:
 @torch.no_grad()
 def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 128),
             threads: int | None = 1, *, rounds: int = 15, warmup: int = 3,
-            min_time: float = 2e-3, eval_data=None, progress: bool = True) -> LatencyReport:
+            min_time: float = 1e-3, eval_data=None, progress: bool = True) -> LatencyReport:
     """Time the test-time network of ``model`` in every layout (module docstring).
 
     ``model``: a sparsified or plain ``nn.Module`` (unchanged). ``example_inputs``: one batch
