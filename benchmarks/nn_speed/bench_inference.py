@@ -39,7 +39,8 @@ BATCHES = (1, 32, 128)
 def table(rep, label: str) -> list[str]:
     lays = rep.meta["layouts"]
     b_hi = max(rep.meta["batch_sizes"])
-    head = ("| layout | " + " | ".join(f"batch {b}: us (speed-up)" for b in rep.meta["batch_sizes"])
+    head = ("| layout | " + " | ".join(f"batch {b}: us (speed-up) [fastest rounds]"
+                                      for b in rep.meta["batch_sizes"])
             + f" | ideal at {b_hi} (FLOP ratio) | params | nonzero | size on disk (KB) "
             "| test error |")
     lines = [f"##### {label}", "", head, "|" + " --- |" * (head.count("|") - 1)]
@@ -47,7 +48,8 @@ def table(rep, label: str) -> list[str]:
         cells = []
         for b in rep.meta["batch_sizes"]:
             r = rep.row(lay, b)
-            cells.append(f"{1e6 * r['median_s']:.0f} ({r['speedup']:.2f}x)")
+            cells.append(f"{1e6 * r['median_s']:.0f} ({r['speedup']:.2f}x) "
+                         f"[{r['speedup_min']:.2f}x]")
         r = rep.row(lay, b_hi)
         err = "—" if r["error"] is None else f"{100 * r['error']:.2f}%"
         lines.append(f"| {lay} | " + " | ".join(cells) + f" | {r['flop_ratio']:.2f}x "
@@ -58,24 +60,25 @@ def table(rep, label: str) -> list[str]:
     return lines
 
 
-def goals(rep) -> list[str]:
+def goals(rep, key: str = "speedup") -> list[str]:
+    """The issue's goals read from the medians (``key="speedup"``) or the fastest rounds
+    (``"speedup_min"``)."""
     lays, b_hi = rep.meta["layouts"], max(rep.meta["batch_sizes"])
     out = []
     if "compact" in lays:
         r = rep.row("compact", b_hi)
-        ok = r["speedup"] >= r["flop_ratio"] / 1.5
+        ok = r[key] >= r["flop_ratio"] / 1.5
         out.append(f"compact within 1.5x of its FLOP ratio at batch {b_hi}: "
-                   f"{'met' if ok else 'NOT met'} ({r['speedup']:.2f}x of {r['flop_ratio']:.2f}x, "
-                   f"{r['flop_ratio'] / r['speedup']:.2f}x away)")
+                   f"{'met' if ok else 'NOT met'} ({r[key]:.2f}x of {r['flop_ratio']:.2f}x)")
     if "auto" in lays:
-        sp = {b: rep.row("auto", b)["speedup"] for b in rep.meta["batch_sizes"]}
+        sp = {b: rep.row("auto", b)[key] for b in rep.meta["batch_sizes"]}
         ok = all(v >= 1.0 for v in sp.values())
         out.append("auto >= 1.0x dense at every batch size: " + ("met" if ok else "NOT met")
                    + " (" + ", ".join(f"{v:.2f}x at {b}" for b, v in sp.items()) + ")")
     for q, f in (("compact-int8", "compact"), ("onnxruntime-compact-int8", "onnxruntime-compact")):
         if q in lays and f in lays:
             rq, rf = rep.row(q, b_hi), rep.row(f, b_hi)
-            ratio = rf["median_s"] / rq["median_s"]
+            ratio = rq[key] / rf[key]
             derr = None if rq["error"] is None else 100 * (rq["error"] - rf["error"])
             ok = ratio >= 1.5 and (derr is None or abs(derr) <= 0.1)
             out.append(f"{q} >= 1.5x {f} at batch {b_hi}, test error within 0.1 points: "
@@ -116,7 +119,8 @@ def main() -> None:
         print(rep.table())
         m = rep.meta
         md += table(rep, label)
-        md += ["Goals: " + "; ".join(goals(rep)) + ".", "",
+        md += ["Goals, medians: " + "; ".join(goals(rep)) + ".", "",
+               "Goals, fastest rounds: " + "; ".join(goals(rep, "speedup_min")) + ".", "",
                f"Load average {m['load_before']} -> {m['load_after']} on {m['cpus']} CPUs, "
                f"{m['date']}; {m['rounds']} interleaved rounds, medians; run `{run}`; "
                f"figure `{folder}/latency.png`.", ""]

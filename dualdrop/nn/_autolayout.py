@@ -7,9 +7,10 @@ the reference machine CSR won at 2-5% density from 32 rows on and lost at one ro
 measured where the model will run:
 
 1. every candidate layer (weight density at most ``max_density``) is timed dense and CSR on the
-   input it will get (``dualdrop.nn._timing``: interleaved rounds, medians), and becomes CSR
-   only when that is faster by the ``margin`` (a fraction of the dense time), so that timing
-   noise does not turn a tie into a slower layer;
+   input it will get (``dualdrop.nn._timing``: interleaved rounds; each candidate's fastest
+   round, since a neighbour's load only ever adds time, and on a loaded machine more than half
+   the rounds can carry some), and becomes CSR only when that is faster by the ``margin`` (a
+   fraction of the dense time), so that a tie does not turn into a slower layer;
 2. with ``example_inputs`` the whole network is timed as well: the per-layer choice against
    every candidate CSR and against all dense. A CSR layer hands the next one a feature-major
    view (``CSRLinear``), which a following CSR layer reads without a copy, so a chain of CSR
@@ -29,18 +30,19 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn._graph import call
-from dualdrop.nn._timing import interleaved, summary
+from dualdrop.nn._timing import interleaved
 
 AUTO_MARGIN = 0.1
-_ROUNDS, _MIN_TIME = 7, 1e-3
+_ROUNDS, _MIN_TIME = 9, 5e-4
 
 
 def _density(w: torch.Tensor) -> float:
     return int(torch.count_nonzero(w)) / w.numel() if w.numel() else 1.0
 
 
-def _median(fns: dict) -> dict:
-    return {k: summary(v)["median"] for k, v in interleaved(
+def _fastest(fns: dict) -> dict:
+    """Seconds per call of each candidate: its fastest of the interleaved rounds."""
+    return {k: min(v) for k, v in interleaved(
         fns, rounds=_ROUNDS, warmup=2, min_time=_MIN_TIME).items()}
 
 
@@ -68,7 +70,7 @@ def choose_csr(layers: list[tuple[str, nn.Module]], make_csr: Callable[[nn.Modul
             x = torch.randn(batch_rows, csr.in_features, dtype=w.dtype, device=w.device)
             if prev_out == csr.in_features:  # the feature-major view a CSR layer hands on
                 x = x.t().contiguous().t()
-        t = _median({"dense": lambda: m(x), "csr": lambda: csr(x)})
+        t = _fastest({"dense": lambda: m(x), "csr": lambda: csr(x)})
         layout = "csr" if t["csr"] < (1.0 - margin) * t["dense"] else "dense"
         record[name] = {"layout": layout, "density": dens, "dense_s": t["dense"],
                         "csr_s": t["csr"]}
@@ -100,7 +102,7 @@ def whole_network(candidates: dict[str, nn.Module], example_inputs,
                   margin: float = AUTO_MARGIN) -> tuple[str, dict]:
     """``(name, seconds)``: the fastest of ``candidates`` (``"dense"`` among them) on
     ``example_inputs``; dense unless another is faster by ``margin``."""
-    t = _median({k: (lambda net=net: call(net, example_inputs)) for k, net in candidates.items()})
+    t = _fastest({k: (lambda net=net: call(net, example_inputs)) for k, net in candidates.items()})
     best = min(t, key=t.get)
     if best != "dense" and t[best] >= (1.0 - margin) * t["dense"]:
         best = "dense"

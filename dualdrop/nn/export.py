@@ -12,7 +12,7 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   feature-major layout, in_features x batch). Other layers stay dense.
 - ``"auto"``: per Linear layer, the faster of dense and CSR, *measured* at export: each layer
   whose weight density is at most ``csr_max_density`` (default 0.3; denser layers stay dense
-  untimed) is timed both ways on this machine (interleaved rounds, medians; the threads torch
+  untimed) is timed both ways on this machine (interleaved rounds, the fastest of each; the threads torch
   uses now) and becomes CSR only when that is at least ``AUTO_MARGIN`` (10%) faster. The
   inputs: with ``example_inputs`` (a batch as the model will receive it) each layer's own input
   on that forward run, and then the whole network is timed too, the per-layer choice against

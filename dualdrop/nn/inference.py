@@ -210,8 +210,9 @@ def _error(fn, X, y, chunk: int = 1000) -> float:
 class LatencyReport:
     """The rows of :func:`latency` (one per layout and batch size) and how they were taken.
 
-    ``rows[i]``: ``layout, batch, median_s, q1_s, q3_s, min_s, rounds, speedup, flops,
-    flops_nonzero, flop_ratio, params, nonzero, bytes, max_abs_diff, error, note``.
+    ``rows[i]``: ``layout, batch, median_s, q1_s, q3_s, min_s, rounds, speedup`` (dense median /
+    this median), ``speedup_min`` (the same of the fastest rounds), ``flops, flops_nonzero,
+    flop_ratio, params, nonzero, bytes, max_abs_diff, error, note``.
     ``table()`` prints them; ``to_json``, ``to_csv``, ``figure`` write them."""
 
     rows: list[dict]
@@ -226,14 +227,15 @@ class LatencyReport:
     def table(self) -> str:
         """A plain-text table (times in microseconds, spread: the quartiles)."""
         has_err = any(r["error"] is not None for r in self.rows)
-        head = (f"{'layout':<25} {'batch':>5} {'median us':>10} {'q1-q3 us':>15} "
+        head = (f"{'layout':<25} {'batch':>5} {'median us':>10} {'q1-q3 us':>15} {'min us':>8} "
                 f"{'speed-up':>8} {'ideal':>6} {'MFLOPs':>8} {'params':>9} {'nonzero':>9} "
                 f"{'KB':>7}" + (f" {'error':>7}" if has_err else ""))
         lines = [head, "-" * len(head)]
         for r in self.rows:
             lines.append(
                 f"{r['layout']:<25} {r['batch']:>5} {1e6 * r['median_s']:>10.1f} "
-                f"{1e6 * r['q1_s']:>7.1f}-{1e6 * r['q3_s']:<7.1f} {r['speedup']:>7.2f}x "
+                f"{1e6 * r['q1_s']:>7.1f}-{1e6 * r['q3_s']:<7.1f} {1e6 * r['min_s']:>8.1f} "
+                f"{r['speedup']:>7.2f}x "
                 f"{r['flop_ratio']:>5.2f}x {r['flops'] / 1e6:>8.3f} {r['params']:>9,d} "
                 f"{r['nonzero']:>9,d} {r['bytes'] / 1024:>7.1f}"
                 + (f" {100 * r['error']:>6.2f}%" if has_err else ""))
@@ -420,7 +422,8 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
                                 rounds=rounds, warmup=warmup, min_time=min_time,
                                 on_round=lambda: bar.update(1))
             times.update({n: times[m] for n, m in same.items()})
-            dense_t = summary(times["dense"])["median"]
+            dense_s = summary(times["dense"])
+            dense_t = dense_s["median"]
             for n in chosen:
                 s = summary(times[n])
                 f, fnz = flops[n]
@@ -434,7 +437,8 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
                 rows.append({
                     "layout": n, "batch": b, "median_s": s["median"], "q1_s": s["q1"],
                     "q3_s": s["q3"], "min_s": s["min"], "rounds": s["rounds"],
-                    "speedup": dense_t / s["median"], "flops": int(f),
+                    "speedup": dense_t / s["median"],
+                    "speedup_min": dense_s["min"] / s["min"], "flops": int(f),
                     "flops_nonzero": int(round(fnz)),
                     "flop_ratio": flops["dense"][0] / f if f else float("nan"),
                     "params": base[n]["params"], "nonzero": base[n]["nonzero"],

@@ -24,11 +24,11 @@ def sparse_mlp(density=0.05, seed=0):
 
 
 def fake_timer(monkeypatch, seconds):
-    """``_median`` returns ``seconds[layer index]`` = (dense, csr) in call order, then the
+    """``_fastest`` returns ``seconds[layer index]`` = (dense, csr) in call order, then the
     whole-network timings (a dict) if given."""
     calls = iter(seconds)
 
-    def median(fns):
+    def fastest(fns):
         t = next(calls)
         if isinstance(t, dict):
             return {k: t[k] for k in fns}
@@ -36,7 +36,7 @@ def fake_timer(monkeypatch, seconds):
             f()
         return {"dense": t[0], "csr": t[1]}
 
-    monkeypatch.setattr(_autolayout, "_median", median)
+    monkeypatch.setattr(_autolayout, "_fastest", fastest)
 
 
 def kinds(net):
@@ -77,7 +77,7 @@ def test_random_inputs_have_the_rows_asked_and_feature_major_after_a_csr_layer(m
         seen.append((tuple(x.shape), x.is_contiguous()))
         return {"dense": 1.0, "csr": 0.1}
 
-    monkeypatch.setattr(_autolayout, "_median", spy)
+    monkeypatch.setattr(_autolayout, "_fastest", spy)
     export_sparse(sparse_mlp(), "auto", auto_batch_size=17)
     # the first layer gets batch-major rows, the next ones the transposed view CSR hands on
     assert seen == [((17, 40), True), ((17, 30), False), ((17, 20), False)]
