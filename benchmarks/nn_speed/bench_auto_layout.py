@@ -6,7 +6,7 @@ at each batch size on that batch: every layer timed dense and CSR, then the whol
 one thread, interleaved, medians. The question: is auto ever slower than dense, and where does
 CSR pay off? Writes ``OUT/auto_layout.md``.
 
-    OMP_NUM_THREADS=1 nice -n 10 python3 benchmarks/nn_speed/bench_auto_layout.py --out results/auto_layout
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_auto_layout.py --out results/auto_layout
 """
 
 from __future__ import annotations

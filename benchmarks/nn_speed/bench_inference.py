@@ -15,7 +15,7 @@ nonzeros, size on disk, test error), then the goals:
 - int8 compact >= 1.5x the float compact at batch 128, test error within 0.1 points (torch's
   ``compact-int8`` against ``compact``; onnxruntime's compact-int8 against its float compact).
 
-    OMP_NUM_THREADS=1 nice -n 10 python3 benchmarks/nn_speed/bench_inference.py \\
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_inference.py \\
         "LeNet-300-100, 5% of weights=results/inference_runs/lenet300/magnitude-5pct" \\
         --data-dir ../shared/mnist --out results/inference
 """

@@ -12,17 +12,18 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   feature-major layout, in_features x batch). Other layers stay dense.
 - ``"auto"``: per Linear layer, the faster of dense and CSR, *measured* at export: each layer
   whose weight density is at most ``csr_max_density`` (default 0.3; denser layers stay dense
-  untimed) is timed both ways on this machine (interleaved rounds, the fastest of each; the threads torch
-  uses now) and becomes CSR only when that is at least ``AUTO_MARGIN`` (10%) faster. The
-  inputs: with ``example_inputs`` (a batch as the model will receive it) each layer's own input
-  on that forward run, and then the whole network is timed too, the per-layer choice against
-  all candidate layers CSR and against dense, keeping dense unless another is faster by the
-  margin; without, random inputs of ``auto_batch_size`` rows (default 1; the rows one call of
-  the layer multiplies: the batch size of an MLP, batch x tokens in a Transformer), laid out as
-  the layer will receive them (feature-major after a CSR layer of matching width, see below).
-  CSR wins only at low density and enough rows (benchmarks/RESULTS.md, "Inference"), so at
-  batch 1 "auto" is usually dense. The choice per layer is in the returned module's
-  ``dualdrop_auto_layout`` (``{layer: {"layout", "dense_s", "csr_s"}}``).
+  untimed) is timed both ways on this machine (interleaved rounds, the fastest of each, with
+  the threads torch uses now) and becomes CSR only when that is at least ``AUTO_MARGIN`` (10%)
+  faster. The inputs: with ``example_inputs`` (a batch as the model will receive it) each
+  layer's own input on that forward run, and then the whole network is timed too, the
+  per-layer choice against all candidate layers CSR and against dense, keeping dense unless
+  another is faster by the margin; without, random inputs of ``auto_batch_size`` rows (default
+  1; the rows one call of the layer multiplies: the batch size of an MLP, batch x tokens in a
+  Transformer), laid out as the layer will receive them (feature-major after a CSR layer of
+  matching width, see below). CSR wins only at low density and enough rows
+  (benchmarks/RESULTS.md, "Inference"), so at batch 1 "auto" is usually dense. The choice per
+  layer is in the returned module's ``dualdrop_auto_layout`` (``{layer: {"layout", "density",
+  "dense_s", "csr_s"}}``, seconds per call).
 - ``"compact"`` (with ``example_inputs=``): the dense layers with dead neurons and channels
   removed physically, outputs unchanged (``dualdrop.nn.compact``; needs torch-pruning, the
   ``structured`` extra). Its ``state_dict`` fits the narrower shapes only: save it with

@@ -11,8 +11,9 @@ in int8 and quantizes its input at run time, so that the product runs in 8-bit i
   export reports how many (``int8_report``);
 - input, per row ``r`` (a sample, or a token): ``t_r = max_i |x_ri| / 127``, ``q_ri =
   round(x_ri / t_r)``;
-- output: ``y_ro = t_r s_o sum_i q_ri Q_oi + b_o``, the integer sum exact in int32 (``torch._int_mm``,
-  the int8 matrix product torchao's int8 paths call), the rescale and bias in float.
+- output: ``y_ro = t_r s_o sum_i q_ri Q_oi + b_o``, the integer sum exact in int32
+  (``torch._int_mm``, the int8 matrix product torchao's int8 paths call), the rescale and bias
+  in float.
 
 The relative error of one product is about ``1/254`` of the row's and the unit's largest
 magnitudes; a classifier's accuracy moves by a few hundredths of a point (benchmarks/RESULTS.md,

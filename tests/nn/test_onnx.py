@@ -131,7 +131,8 @@ def test_compact_file_is_smaller_and_int8_keeps_pruned_zeros(tmp_path):
     q = export_onnx(model, x, tmp_path / "q.onnx", quantize="dynamic-int8")
     assert small["bytes"] < dense["bytes"] and q["bytes"] < dense["bytes"]
     assert 0 < q["max_abs_diff"] < 0.05
-    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(tmp_path / "q.onnx").graph.initializer}
+    graph = onnx.load(tmp_path / "q.onnx").graph
+    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     int8 = [a for a in inits.values() if a.dtype == np.int8 and a.ndim == 2]
     ws = [model[0].weight, model[2].weight, model[4].weight]
     assert len(int8) == 3
