@@ -22,6 +22,7 @@ _SUBCOMMANDS = {
     "frontier": "frontier_cmd",
     "diagnose": "diagnose_cmd",
     "latency": "latency_cmd",
+    "prune": "prune_cmd",
 }
 
 

@@ -7,9 +7,12 @@ weight tied to several modules or names stays one Parameter, so the tie survives
 
 - ``"dense"``: the plain layers; the result's ``state_dict`` has exactly the keys of the plain
   architecture, so it loads with ``strict=True`` into it.
-- ``"csr"``: every Linear layer becomes ``CSRLinear`` (weight stored as a torch sparse CSR
-  tensor, out_features x in_features, multiplied as ``W_csr @ H`` with ``H`` the activations in
-  feature-major layout, in_features x batch). Other layers stay dense.
+- ``"csr"``: every Linear layer (and Hugging Face's ``Conv1D``, GPT-2's Linear layer with a
+  transposed weight) becomes ``CSRLinear`` (weight stored as a torch sparse CSR tensor,
+  out_features x in_features, multiplied as ``W_csr @ H`` with ``H`` the activations in
+  feature-major layout, in_features x batch). Other layers stay dense. torch has no CPU kernel
+  for sparse products in float16/bfloat16: there ``CSRLinear`` multiplies in float32 and
+  returns the input's dtype.
 - ``"auto"``: per Linear layer, the faster of dense and CSR, *measured* at export: each layer
   whose weight density is at most ``csr_max_density`` (default 0.3; denser layers stay dense
   untimed) is timed both ways on this machine (interleaved rounds, the fastest of each, with
@@ -51,10 +54,13 @@ from torch.nn.utils import parametrize
 from dualdrop.nn._autolayout import choose_csr, layer_inputs, whole_network
 from dualdrop.nn._base import check_choice, check_float, check_int, remove_state_hooks, state_of
 from dualdrop.nn._graph import check_inputs, first_line
+from dualdrop.nn._layers import dense_type, out_in
 from dualdrop.nn.quantize import check_quantize, quantize_dynamic_int8
 from dualdrop.nn.targets import all_targets, default_weight_names
 
 CSR_MAX_DENSITY = 0.3   # layout="auto": denser Linear layers stay dense without being timed
+#: dtypes without a CPU kernel for sparse CSR products in torch (CSRLinear computes in float32)
+_NO_CPU_SPARSE = (torch.float16, torch.bfloat16)
 # layouts built on top of this module: "compact" -> dualdrop.nn.compact.compact, registered by
 # that module (imported with dualdrop.nn), which itself starts from export_sparse(..., "dense")
 LAYOUT_HOOKS: dict = {}
@@ -103,7 +109,12 @@ class CSRLinear(nn.Module):
                              f"last dimension, got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         h = x.reshape(-1, self.in_features).t()      # (in, batch): a view, no copy if possible
-        out = torch.sparse.mm(self.weight, h)          # (out, batch), contiguous
+        weight = self.weight
+        if weight.dtype in _NO_CPU_SPARSE and weight.device.type == "cpu":
+            # no CPU kernel for these dtypes: multiply in float32, return x's dtype
+            out = torch.sparse.mm(weight.float(), h.float()).to(x.dtype)
+        else:
+            out = torch.sparse.mm(weight, h)           # (out, batch), contiguous
         if self.bias is not None:
             out = out + self.bias[:, None]
         return out.t().reshape(*lead, self.out_features)
@@ -204,7 +215,7 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
     if layout == "dense":
         return out
     layers = [(name, m) for name, m in out.named_modules()
-              if type(m) is nn.Linear and not _is_tied(out, m.weight)]
+              if dense_type(m) and not _is_tied(out, m.weight)]
     if layout == "csr":
         return _with_csr(out, {name for name, _ in layers})
     # layout == "auto": measured (dualdrop.nn._autolayout)
@@ -216,7 +227,7 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
             raise ValueError(f"model(example_inputs) failed ({type(exc).__name__}: "
                              f"{first_line(exc)}); example_inputs must be valid inputs of the "
                              "model (a tuple/list is unpacked as positional arguments)") from None
-    chosen, record = choose_csr(layers, lambda m: CSRLinear.from_dense(m.weight, m.bias),
+    chosen, record = choose_csr(layers, lambda m: CSRLinear.from_dense(out_in(m), m.bias),
                                 max_density=csr_max_density, batch_rows=rows, inputs=inputs)
     if example_inputs is not None and chosen:
         every = {n for n, r in record.items() if r["csr_s"] is not None}
@@ -236,10 +247,10 @@ def _with_csr(out: nn.Module, names: set) -> nn.Module:
     """``out`` with its Linear layers ``names`` as ``CSRLinear`` (in place; ``""``: ``out``
     itself, returned as a new module)."""
     if "" in names:
-        return CSRLinear.from_dense(out.weight, out.bias).eval()
+        return CSRLinear.from_dense(out_in(out), out.bias).eval()
     for name in sorted(names):
         m = out.get_submodule(name)
-        _set_submodule(out, name, CSRLinear.from_dense(m.weight, m.bias))
+        _set_submodule(out, name, CSRLinear.from_dense(out_in(m), m.bias))
     if names:
         for module in out.modules():
             if isinstance(module, nn.TransformerEncoder) and any(
@@ -253,10 +264,11 @@ def _is_tied(model, param):
 
 
 def linear_density(model: nn.Module) -> float:
-    """Fraction of nonzero weights over the ``nn.Linear`` layers of ``model`` (1.0 if none)."""
+    """Fraction of nonzero weights over the dense layers (``nn.Linear``, Hugging Face's
+    ``Conv1D``) of ``model`` (1.0 if none)."""
     nnz = tot = 0
     for m in model.modules():
-        if type(m) is nn.Linear:
+        if dense_type(m):
             nnz += int(torch.count_nonzero(m.weight))
             tot += m.weight.numel()
     return nnz / tot if tot else 1.0

@@ -40,6 +40,8 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
+from dualdrop.nn._layers import dense_type, out_in
+
 QUANTIZE = ("dynamic-int8",)
 _QMAX = 127.0
 
@@ -100,8 +102,9 @@ class Int8DynamicLinear(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def from_linear(cls, linear: nn.Linear) -> "Int8DynamicLinear":
-        w = linear.weight.detach().float()
+    def from_linear(cls, linear: nn.Module) -> "Int8DynamicLinear":
+        """From an ``nn.Linear`` (or Hugging Face's ``Conv1D``, its weight transposed)."""
+        w = out_in(linear).detach().float()
         scale = w.abs().amax(1) / _QMAX
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a dead unit: Q = 0
         q = torch.round(w / scale[:, None]).clamp_(-_QMAX, _QMAX).to(torch.int8)
@@ -144,7 +147,8 @@ def _set(root, name, new):
 
 @torch.no_grad()
 def quantize_dynamic_int8(model: nn.Module, *, inplace: bool = False) -> nn.Module:
-    """``model`` with every (untied) ``nn.Linear`` as :class:`Int8DynamicLinear`, in eval mode.
+    """``model`` with every (untied) ``nn.Linear`` (and Hugging Face ``Conv1D``) as
+    :class:`Int8DynamicLinear`, in eval mode.
 
     ``model``: a plain network (e.g. ``export_sparse(model, "dense")`` or the compact export;
     ``export_sparse(..., quantize="dynamic-int8")`` calls this). A copy unless ``inplace``.
@@ -165,7 +169,7 @@ def quantize_dynamic_int8(model: nn.Module, *, inplace: bool = False) -> nn.Modu
         counts[id(p)] = counts.get(id(p), 0) + 1
     convert, left = [], []
     for name, m in out.named_modules():
-        if type(m) is nn.Linear and counts.get(id(m.weight), 0) == 1:
+        if dense_type(m) and counts.get(id(m.weight), 0) == 1:
             convert.append((name, m))
         elif not isinstance(m, Int8DynamicLinear):
             big = [p for p, t in m.named_parameters(recurse=False) if t.dim() >= 2]
