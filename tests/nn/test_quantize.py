@@ -133,3 +133,19 @@ def test_int8_layer_checks_its_input():
         layer(torch.randn(3, 5))
     with pytest.raises(TypeError, match="2-D int8 weight"):
         Int8DynamicLinear(torch.zeros(2, 4), torch.ones(2), None)
+
+
+def test_hugging_face_conv1d_is_quantized_with_its_weight_transposed():
+    Conv1D = pytest.importorskip("transformers.pytorch_utils").Conv1D
+    torch.manual_seed(0)
+    net = nn.Sequential(Conv1D(8, 12), nn.ReLU(), nn.Linear(8, 3)).eval()   # Conv1D(out, in)
+    with torch.no_grad():
+        net[0].weight[:, 2] = 0                        # (in, out): output unit 2 dead
+    q = quantize_dynamic_int8(net)
+    assert isinstance(q[0], Int8DynamicLinear) and q[0].weight.shape == (8, 12)
+    assert torch.all(q[0].weight[2] == 0)
+    x = torch.randn(5, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(q[0](x).double(), reference(x, net[0].weight.t(), net[0].bias),
+                                   rtol=1e-6, atol=1e-6)
+        assert (q(x) - net(x)).abs().max() < 0.05
