@@ -58,10 +58,11 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from tqdm.auto import tqdm
 
 from dualdrop.nn._base import check_int
 from dualdrop.nn._graph import (batch_of, call, check_inputs, first_line, output_diff,
-                                tensors)
+                                tensors, torch_pruning)
 from dualdrop.nn._timing import interleaved, summary, torch_threads
 from dualdrop.nn.export import export_sparse
 from dualdrop.nn.onnx import OnnxModel, export_onnx, onnxruntime_available
@@ -378,12 +379,9 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
     if any(_needs_compact(x) for x in chosen):
-        from dualdrop.nn._graph import torch_pruning
         torch_pruning("the compact layouts of the latency report")
     if any(x in _ORT for x in chosen) and not onnxruntime_available():
         raise ImportError('the onnxruntime layouts need onnxruntime: pip install "dualdrop[onnx]"')
-
-    from tqdm.auto import tqdm
 
     static = [x for x in chosen if x != "auto"]
     steps = len(static) + len(batches) * (1 + ("auto" in chosen) + rounds)
