@@ -44,6 +44,7 @@ layout's classification error on it is reported too (``error``), so int8 is judg
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import math
@@ -82,11 +83,7 @@ def _needs_compact(layout: str) -> bool:
 
 
 def _torch_pruning_available() -> bool:
-    try:
-        import torch_pruning  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("torch_pruning") is not None
 
 
 # ---------------------------------------------------------------------------------- FLOPs
