@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 128])
     ap.add_argument("--rounds", type=int, default=31)
     ap.add_argument("--out", default="results/auto_layout")
+    ap.add_argument("--clock", default="cpu", choices=("wall", "cpu"))
     a = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(a.out)
@@ -51,7 +52,7 @@ def main() -> None:
     slower = []
     for d in a.densities:
         rep = latency(mlp(d), x, layouts=("csr", "auto"), batch_sizes=tuple(a.batch_sizes),
-                      rounds=a.rounds, min_time=1e-3)
+                      rounds=a.rounds, min_time=1e-3, clock=a.clock)
         cells = []
         for b in a.batch_sizes:
             dn, cs, au = (rep.row(lay, b) for lay in ("dense", "csr", "auto"))

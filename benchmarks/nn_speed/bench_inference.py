@@ -96,6 +96,8 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=1e-3)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
     ap.add_argument("--layouts", nargs="+", default=None)
+    ap.add_argument("--clock", default="cpu", choices=("wall", "cpu"),
+                    help="cpu (default here): the process's CPU time, robust on a shared machine")
     a = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(a.out)
@@ -113,7 +115,8 @@ def main() -> None:
         X, y = data[key]
         net = load_run(run)
         rep = latency(net, X[:128], layouts=a.layouts, batch_sizes=tuple(a.batch_sizes),
-                      threads=1, rounds=a.rounds, min_time=a.min_time, eval_data=(X, y))
+                      threads=1, rounds=a.rounds, min_time=a.min_time, clock=a.clock,
+                      eval_data=(X, y))
         folder = out / re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-")
         rep.save(folder)
         print(rep.table())
@@ -122,7 +125,8 @@ def main() -> None:
         md += ["Goals, medians: " + "; ".join(goals(rep)) + ".", "",
                "Goals, fastest rounds: " + "; ".join(goals(rep, "speedup_min")) + ".", "",
                f"Load average {m['load_before']} -> {m['load_after']} on {m['cpus']} CPUs, "
-               f"{m['date']}; {m['rounds']} interleaved rounds, medians; run `{run}`; "
+               f"{m['date']}; {m['rounds']} interleaved rounds, medians of {m['clock']} time; "
+               f"run `{run}`; "
                f"figure `{folder}/latency.png`.", ""]
         if m["notes"]:
             md += ["Notes: " + "; ".join(m["notes"]), ""]

@@ -54,6 +54,9 @@ def register(subparsers) -> None:
                    help="torch and onnxruntime threads while timing (default 1)")
     p.add_argument("--rounds", type=int, default=15,
                    help="interleaved rounds; each figure is the median over them (default 15)")
+    p.add_argument("--clock", default="wall", choices=("wall", "cpu"),
+                   help="wall: the time a caller waits (default); cpu: the process's CPU time, "
+                   "which other work on a loaded machine does not inflate (one thread)")
     p.add_argument("--data-dir", default=None,
                    help="MNIST folder, for a run trained on MNIST: its test split gives the "
                    "inputs and each layout's test error (without it: random inputs)")
@@ -174,7 +177,8 @@ def run(args) -> int:
         model, x, eval_data = _from_file(args)
         out = Path(args.out) if args.out else path.with_name(path.stem + "_latency")
     report = latency(model, x, layouts=args.layouts, batch_sizes=args.batch_sizes,
-                     threads=args.threads, rounds=args.rounds, eval_data=eval_data,
+                     threads=args.threads, rounds=args.rounds, clock=args.clock,
+                     eval_data=eval_data,
                      progress=not args.no_progress)
     print(report.table())
     paths = report.save(out)

@@ -61,10 +61,10 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from tqdm.auto import tqdm
 
-from dualdrop.nn._base import check_int
+from dualdrop.nn._base import check_choice, check_int
 from dualdrop.nn._graph import (batch_of, call, check_inputs, first_line, output_diff,
                                 tensors, torch_pruning)
-from dualdrop.nn._timing import interleaved, summary, torch_threads
+from dualdrop.nn._timing import CLOCKS, interleaved, summary, torch_threads
 from dualdrop.nn.export import export_sparse
 from dualdrop.nn.onnx import OnnxModel, export_onnx, onnxruntime_available
 from dualdrop.nn.quantize import quantize_dynamic_int8
@@ -239,8 +239,8 @@ class LatencyReport:
                 + (f" {100 * r['error']:>6.2f}%" if has_err else ""))
         m = self.meta
         lines.append(f"{m.get('threads')} thread(s), {m.get('rounds')} interleaved rounds, "
-                     f"medians; load average {m.get('load_before')} -> {m.get('load_after')} "
-                     f"on {m.get('cpus')} CPUs")
+                     f"medians of {m.get('clock', 'wall')} time; load average "
+                     f"{m.get('load_before')} -> {m.get('load_after')} on {m.get('cpus')} CPUs")
         for n in m.get("notes", []):
             lines.append(f"note: {n}")
         return "\n".join(lines)
@@ -345,7 +345,8 @@ def _check_batches(batch_sizes) -> list[int]:
 @torch.no_grad()
 def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 128),
             threads: int | None = 1, *, rounds: int = 15, warmup: int = 3,
-            min_time: float = 1e-3, eval_data=None, progress: bool = True) -> LatencyReport:
+            min_time: float = 1e-3, clock: str = "wall", eval_data=None,
+            progress: bool = True) -> LatencyReport:
     """Time the test-time network of ``model`` in every layout (module docstring).
 
     ``model``: a sparsified or plain ``nn.Module`` (unchanged). ``example_inputs``: one batch
@@ -354,7 +355,8 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
     ``LAYOUTS`` (default: all whose packages are installed; ``"dense"`` is always timed, as the
     reference). ``threads``: torch's (and onnxruntime's) intra-op threads while timing (None:
     leave torch's setting). ``rounds``, ``warmup``, ``min_time``: the timing (module
-    docstring). ``eval_data``: ``(X, y)`` tensors, classification error per layout.
+    docstring). ``clock``: ``"wall"`` (default) or ``"cpu"``, the process's CPU time, which a
+    machine loaded beyond its cores does not inflate (``dualdrop.nn._timing``). ``eval_data``: ``(X, y)`` tensors, classification error per layout.
     ``progress``: a progress bar. Returns a :class:`LatencyReport`.
     """
     if not isinstance(model, nn.Module):
@@ -368,6 +370,7 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
     warmup = check_int("warmup", warmup, low=0)
     if not (isinstance(min_time, (int, float)) and 0 < min_time <= 10):
         raise ValueError(f"min_time must be seconds in (0, 10], got {min_time!r}")
+    check_choice("clock", clock, set(CLOCKS))
     if eval_data is not None:
         if not (isinstance(eval_data, (tuple, list)) and len(eval_data) == 2
                 and all(isinstance(t, torch.Tensor) for t in eval_data)
@@ -415,7 +418,7 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
             times = interleaved({n: (lambda net=net: call(net, xb)) for n, net in here.items()
                                  if n not in same},
                                 rounds=rounds, warmup=warmup, min_time=min_time,
-                                on_round=lambda: bar.update(1))
+                                on_round=lambda: bar.update(1), clock=clock)
             times.update({n: times[m] for n, m in same.items()})
             dense_s = summary(times["dense"])
             dense_t = dense_s["median"]
@@ -441,7 +444,7 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
                     "note": base[n].get("note", "")})
     bar.close()
     meta = {"threads": threads if threads is not None else torch.get_num_threads(),
-            "rounds": rounds, "warmup": warmup, "min_time_s": min_time,
+            "rounds": rounds, "warmup": warmup, "min_time_s": min_time, "clock": clock,
             "batch_sizes": batches, "layouts": chosen, "torch": torch.__version__,
             "cpus": os.cpu_count(), "machine": platform.machine(),
             "load_before": load_before, "load_after": _load(),

@@ -71,7 +71,9 @@ def test_rows_costs_and_flops_of_every_torch_layout(tmp_path):
 
 def test_an_auto_export_that_stays_dense_shares_the_dense_row(monkeypatch):
     m = neuron_pruned_mlp()
-    rep = latency(m, torch.randn(4, 12), layouts=("auto",), batch_sizes=(1,), **FAST)
+    rep = latency(m, torch.randn(4, 12), layouts=("auto",), batch_sizes=(1,), clock="cpu",
+                  **FAST)
+    assert rep.meta["clock"] == "cpu" and "cpu time" in rep.table()
     auto = rep.row("auto", 1)
     if "every layer dense" in auto["note"]:
         assert auto["median_s"] == rep.row("dense", 1)["median_s"]
@@ -140,6 +142,7 @@ def test_batch_of_cycles_rows_of_every_input():
     ({"min_time": 0}, ValueError, "min_time"),
     ({"eval_data": torch.randn(3, 12)}, TypeError, "eval_data must be"),
     ({"progress": "no"}, TypeError, "progress must be"),
+    ({"clock": "gpu"}, ValueError, "clock must be one of"),
 ])
 def test_bad_arguments_are_refused(kw, err, match):
     with pytest.raises(err, match=match):
