@@ -185,9 +185,10 @@ def layer_kind(m) -> str | None:
 
 def unit_groups(dg, tp):
     """``(root, prune_fn, width, group)`` for every dependency group of output units of the
-    Linear (and Conv1D) and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``, each group once
-    (from the first of its layers met): ``group`` is ``dg.get_pruning_group`` of all the root's
-    units, the coupled layers, BatchNorm entries and consumers with their index maps."""
+    Linear (and Conv1D) and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``,
+    each group once (from the first of its layers met): ``group`` is ``dg.get_pruning_group``
+    of all the root's units, the coupled layers, BatchNorm entries and consumers with their
+    index maps."""
     visited = set()
     for m in list(dg.module2node):
         kind = layer_kind(m)

@@ -174,10 +174,9 @@ def all_targets(model: nn.Module) -> list[Target]:
     for mname, mod in _model_modules(model):
         defaults = default_weight_names(mod)
         for pname, p in _tensors(mod).items():
-            named = pname in defaults or (not defaults and pname == "weight"
-                                          and p is not None and p.dim() >= 2)
             if p is None:
                 continue
+            named = pname in defaults or (not defaults and pname == "weight" and p.dim() >= 2)
             qual = f"{mname}.{pname}" if mname else pname
             t = by_id.get(id(p))
             if t is None:
