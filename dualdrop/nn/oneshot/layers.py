@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from dualdrop.nn.targets import foreign_reason
+from dualdrop.nn.targets import check_patterns, foreign_reason
 
 KINDS = ("linear", "conv", "hf_conv1d", "mha_in", "mha_out")
 
@@ -200,26 +200,6 @@ def _matches(name: str, module: nn.Module, item) -> bool:
     return fnmatch.fnmatchcase(name, item)
 
 
-def check_patterns(spec, arg: str):
-    """``include`` / ``exclude`` as a list of name patterns and module types (or None)."""
-    if spec is None:
-        return None
-    items = [spec] if isinstance(spec, (str, type)) else spec
-    try:
-        items = list(items)
-    except TypeError:
-        raise TypeError(f"{arg} must be a layer name pattern, a module type or a list of those, "
-                        f"got {type(spec).__name__}") from None
-    for it in items:
-        if not isinstance(it, (str, type)) or (isinstance(it, type)
-                                               and not issubclass(it, nn.Module)):
-            raise TypeError(f"{arg}: entries must be layer name patterns (str, fnmatch) or "
-                            f"torch.nn.Module types, got {it!r}")
-    if not items:
-        raise ValueError(f"{arg} is empty; pass None instead")
-    return items
-
-
 def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], list[tuple]]:
     """``(steps, skipped)``: the prunable layers of ``model`` as walk steps (in module order;
     the walker reorders them by the forward), and ``(name, reason)`` of every weight left dense.
@@ -228,6 +208,9 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
     ``"encoder.*"``; an attention's parts are ``<name>.in_proj`` and ``<name>.out_proj``) or
     module types; every prunable layer by default."""
     inc, exc = check_patterns(include, "include"), check_patterns(exclude, "exclude")
+    for arg, items in (("include", inc), ("exclude", exc)):
+        if items is not None and not items:
+            raise ValueError(f"{arg} is empty; pass None instead")
     uses: dict[int, dict[int, str]] = {}  # parameter -> {module holding it: a name of it}
     for mname, mod in model.named_modules(remove_duplicate=False):
         for pname, p in mod._parameters.items():
