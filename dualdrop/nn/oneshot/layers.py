@@ -224,14 +224,19 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
             mha_outs.add(id(mod.out_proj))
     matched = {id(it): False for it in (inc or []) + (exc or [])}
 
-    def wanted(name, mod):
+    def wanted(names, mods):
+        """Whether a layer known by ``names`` and ``mods`` (its own; for an attention's parts
+        also the attention's) is selected; records which patterns matched something."""
+        def hit(it):
+            return any(_matches(n, m, it) for n in names for m in mods)
+
         hit_inc = inc is None
         for it in inc or ():
-            if _matches(name, mod, it):
+            if hit(it):
                 matched[id(it)] = hit_inc = True
         hit_exc = False
         for it in exc or ():
-            if _matches(name, mod, it):
+            if hit(it):
                 matched[id(it)] = hit_exc = True
         return hit_inc and not hit_exc
 
@@ -246,7 +251,7 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
                      ("mha_out", f"{mname}.out_proj", [f"{mname}.out_proj"], ["weight"],
                       mod.out_proj)]
             for kind, name, names, tensors, holder in parts:
-                if not wanted(name, mod) and not wanted(name, holder):
+                if not wanted([name, mname], [holder, mod]):
                     continue
                 reason = _unusable(holder, tensors, uses, name)
                 if reason:
@@ -257,12 +262,12 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
         kind = _kind(mod)
         if kind is None:
             big = [n for n, p in mod._parameters.items() if p is not None and p.dim() >= 2]
-            if big and wanted(mname, mod):
+            if big and wanted([mname], [mod]):
                 label = mname if big == ["weight"] else ", ".join(
                     f"{mname}.{n}" if mname else n for n in big)
                 skipped.append((label, _why_not(mod)))
             continue
-        if not wanted(mname, mod):
+        if not wanted([mname], [mod]):
             continue
         reason = _unusable(mod, ["weight"], uses, mname)
         if reason:
