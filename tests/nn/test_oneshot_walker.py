@@ -87,6 +87,7 @@ def capture_inputs(model, calib, modules):
     return seen
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
 def test_conv_and_linear_objectives_match_their_own_forward():
     torch.manual_seed(0)
     net = ConvNet()
