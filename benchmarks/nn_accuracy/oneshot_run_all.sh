@@ -13,7 +13,7 @@ HERE=$(dirname "$0")
 for net in $NETS; do
     case $net in
         lenet300) extra=(--targets 0.5 0.2 0.1 0.05 0.02 2:4) ;;
-        gpt2) extra=(--calib 256) ;;
+        gpt2) extra=(--calib 128) ;;
         *) extra=() ;;
     esac
     echo "== $net $(date -u +%H:%M:%S)"
