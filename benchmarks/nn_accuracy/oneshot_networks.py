@@ -7,7 +7,9 @@ set (error for MNIST, perplexity for GPT-2), fine-tuned with the masks held and 
 Recorded per cell: the report (per-layer density and layer objective), seconds, peak memory
 (the process's resident high-water mark during the one-shot call, and the part the call added),
 test error before and after fine-tuning. Cells are appended to ``OUT/cells.jsonl`` as they
-finish; a rerun skips finished cells (resumable), ``--report`` writes ``OUT/tables.md``.
+finish; a rerun skips finished cells (resumable; a cell measured with ``--finetune-lr 0``, no
+fine-tuning, is measured again when fine-tuning is asked), ``--report`` writes
+``OUT/tables.md``.
 
     python3 benchmarks/nn_accuracy/oneshot_networks.py --net lenet300 \\
         --ref results/oneshot/ref/lenet300 --data-dir ../shared/mnist --out results/oneshot/lenet300
@@ -209,7 +211,8 @@ def main(argv=None):
             for method in methods:
                 for refit in ([False, True] if args.refit else [False]):
                     key = cell_key(method, target, allocation, refit)
-                    if key in done:
+                    if key in done and (not args.finetune_lr
+                                        or done[key].get("test_ft") is not None):
                         continue
                     print(f"== {args.net} {key} {time.strftime('%H:%M:%S')}", flush=True)
                     try:

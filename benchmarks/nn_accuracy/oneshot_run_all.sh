@@ -3,6 +3,8 @@
 # allocation on the four reference networks (oneshot_references.sh trains them). One network after
 # another, one thread; rerunning skips finished cells (new methods add their cells).
 # Usage: benchmarks/nn_accuracy/oneshot_run_all.sh MNIST_DIR OUT [NETS...]
+#   env: FINETUNE=0 measures the one-shot cells only (fast); a later run with FINETUNE=1
+#        (default) adds the fine-tuned errors
 set -uo pipefail
 DATA=${1:-../shared/mnist}
 OUT=${2:-results/oneshot}
@@ -17,6 +19,7 @@ for net in $NETS; do
         *) extra=() ;;
     esac
     echo "== $net $(date -u +%H:%M:%S)"
+    if [ "${FINETUNE:-1}" = 0 ]; then extra+=(--finetune-lr 0); fi
     python3 "$HERE/oneshot_networks.py" --net "$net" --ref "$OUT/ref/$net" --data-dir "$DATA" \
         --out "$OUT/$net" "${extra[@]}" || echo "!! $net failed"
     python3 "$HERE/oneshot_networks.py" --net "$net" --out "$OUT/$net" --report > /dev/null
