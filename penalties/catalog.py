@@ -20,6 +20,9 @@ class L1(KernelPenalty):
     is_convex = True
     _code = K.L1
 
+    def rescaled(self, c):
+        return self, 1.0
+
     def _f(self, eta):
         return eta.copy()
 
@@ -40,6 +43,9 @@ class Lp(KernelPenalty):
 
     def _kernel_params(self):
         return np.array([self.p])
+
+    def rescaled(self, c):
+        return self, self.p
 
     def _f(self, eta):
         q = self.p / (2.0 - self.p)
@@ -69,6 +75,9 @@ class LogSum(_EpsPenalty):
     name = "logsum"
     _code = K.LOGSUM
 
+    def rescaled(self, c):  # log(1 + c u / eps) = log(1 + u / (eps / c))
+        return self._rescaled_with(0.0, eps=self.eps / c)
+
     def _f(self, eta):
         eps = self.eps
         s = np.sqrt(eps * eps + 4.0 * eta)
@@ -85,6 +94,9 @@ class Log2Sum(_EpsPenalty):
 
     name = "log2sum"
     _code = K.LOG2SUM
+
+    def rescaled(self, c):  # log(1 + c^2 u^2 / eps) = log(1 + u^2 / (eps / c^2))
+        return self._rescaled_with(0.0, eps=self.eps / c / c)
 
     def _f(self, eta):
         eps = self.eps
@@ -111,6 +123,9 @@ class SCAD(KernelPenalty):
     def _kernel_params(self):
         return np.array([self.a, self.lam])
 
+    def rescaled(self, c):  # every piece is c times the penalty with lam / c
+        return self._rescaled_with(1.0, lam=self.lam / c)
+
     def _f(self, eta):
         a, lam = self.a, self.lam
         s = a * lam * eta / ((a - 1.0) * lam + eta)
@@ -135,6 +150,9 @@ class MCP(KernelPenalty):
 
     def _kernel_params(self):
         return np.array([self.a, self.lam])
+
+    def rescaled(self, c):  # c|u| - c^2 u^2 / (2A) = c (|u| - u^2 / (2 A / c)), A = a lam
+        return self._rescaled_with(1.0, lam=self.lam / c)
 
     def _f(self, eta):
         A = self.a * self.lam

@@ -15,7 +15,7 @@ def register(sub):
     p = sub.add_parser(
         "demo",
         help="penalty figure + comparison table + a small sparse regression",
-        description="The main job of the README: writes the two-panel figure of effective "
+        description="A first look at dualdrop, on built-in data: writes the two-panel figure of effective "
         "penalties (penalties.png/.pdf) and their curves (penalties.csv, nnz_curve.csv) into --out, "
         "prints a comparison table of the penalties, then fits a sparse regression (n=200, p=500, "
         "10 true nonzeros) with five of them and prints support recovery, error and fit times. "

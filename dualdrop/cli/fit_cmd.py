@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def register(sub):
+    from dualdrop.linear import SparseLinearRegression
     from dualdrop.linear.solvers import SOLVERS
 
     p = sub.add_parser(
@@ -34,9 +35,11 @@ def register(sub):
     p.add_argument("--solver", default="auto", choices=["auto", *SOLVERS],
                    help="solver; auto picks cd for penalties with a compiled prox, adaprox "
                    "otherwise (default auto)")
-    p.add_argument("--tol", type=float, default=1e-6,
+    tol = SparseLinearRegression().get_params()["tol"]  # the estimators' default, one home
+    p.add_argument("--tol", type=float, default=tol,
                    help="tolerance on the optimality criterion, the largest coordinate-wise "
-                   "gradient mapping (default 1e-6)")
+                   f"gradient mapping relative to the data's scale (default {tol:g}, as the "
+                   "estimators)")
     p.add_argument("--max-iter", type=int, default=None,
                    help="solver iterations (default: the solver's own, e.g. 100 outer "
                    "working-set iterations for cd)")

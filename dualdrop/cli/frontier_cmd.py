@@ -136,8 +136,15 @@ def register(subparsers) -> None:
                    "heartbeat (default 900; on this machine a dead process is seen at once)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: select, evaluate and draw from the study in --out")
-    p.add_argument("--epochs", type=int, default=200,
-                   help="epochs of every trial (default 200, the paper's protocol)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs of every trial (default: the data's, as for sparsify: 200, the "
+                   "paper's protocol, on MNIST; 30 on the embedded digits)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate of every method (default: each method's own on this "
+                   "data, as for sparsify; --hp METHOD:lr=VALUE sets one method's)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="batch size of every trial (default: the data's, as for sparsify: 128 "
+                   "on MNIST, 32 on the embedded digits)")
     p.add_argument("--data-dir", default=None,
                    help="MNIST IDX folder (default: scikit-learn's embedded 8x8 digits)")
     p.add_argument("--seed", type=int, default=0, help="seed of every trial (default 0)")
@@ -161,7 +168,8 @@ def _from_runs(args) -> dict:
     parser = args.parser  # every training option set away from its default is refused
     ignored = [f"--{n.replace('_', '-')}" for n in
                ("methods", "init_from", "report_only", "range", "hp", "n_trials", "workers",
-                "sampler", "stale_after", "epochs", "seed", "device", "threads")
+                "sampler", "stale_after", "epochs", "lr", "batch_size", "seed", "device",
+                "threads")
                if getattr(args, n) != parser.get_default(n)]
     if ignored:
         raise ValueError(f"--from-runs draws finished runs and trains nothing; drop "
@@ -188,7 +196,8 @@ def run(args) -> int:
         result = run_frontier(
             methods=args.methods or DEFAULT_METHODS,
             out=args.out if args.out is not None else "runs/frontier", n_trials=args.n_trials,
-            epochs=args.epochs, data_dir=args.data_dir, seed=args.seed, device=args.device,
+            epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+            data_dir=args.data_dir, seed=args.seed, device=args.device,
             threads=args.threads, workers=args.workers, init_from=args.init_from,
             knobs=_knobs(args), fixed=_parse_fixed(args.hp), sampler=args.sampler,
             verify_data=not args.no_verify, stale_after=args.stale_after,

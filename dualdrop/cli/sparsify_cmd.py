@@ -89,7 +89,8 @@ def register(subparsers) -> None:
         "sparsify",
         help="train LeNet-300-100 (or LeNet-5, a ResNet, a Transformer) with one "
         "sparsification method",
-        description="Train LeNet-300-100 (Adam, linear learning-rate decay to 0) with one "
+        description="Train a network (--model: LeNet-300-100 by default, LeNet-5-Caffe, a small "
+        "ResNet or a Transformer; Adam, linear learning-rate decay to 0) with one "
         "sparsification method of dualdrop.nn; write per-epoch history (JSON, CSV), a "
         "checkpoint every epoch, the trained network (model.pt) and the end-of-training test "
         "error (final.json) to --out. Defaults follow the data: the paper's protocol on MNIST, "

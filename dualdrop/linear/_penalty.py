@@ -134,14 +134,15 @@ def is_concave_in_abs(P, scale=1.0) -> bool:
 
 
 class WithRidge(KernelPenalty):
-    """``Omega_mixed(w) = l1_ratio * Omega(w) + (1 - l1_ratio) / 2 * w^2`` for a penalty
-    ``Omega`` with a compiled kernel (see the module docstring). ``l1_ratio = 1`` is ``Omega``
-    itself, ``l1_ratio = 0`` pure ridge."""
+    """``Omega_mixed(w) = l1_ratio * Omega(w) + ridge_scale (1 - l1_ratio) / 2 * w^2`` for a
+    penalty ``Omega`` with a compiled kernel (see the module docstring). ``l1_ratio = 1`` is
+    ``Omega`` itself, ``l1_ratio = 0`` pure ridge; ``ridge_scale`` (default 1) is what a
+    rescaling leaves of the ridge's weight (:meth:`rescaled`)."""
 
-    _param_names = ("penalty", "l1_ratio")
+    _param_names = ("penalty", "l1_ratio", "ridge_scale")
     _code = _K.MIXED
 
-    def __init__(self, penalty, l1_ratio=0.5):
+    def __init__(self, penalty, l1_ratio=0.5, ridge_scale=1.0):
         spec = kernel_spec(penalty) if hasattr(penalty, "omega") else None
         if spec is None or spec[0] == _K.MIXED:
             raise ValueError(
@@ -151,15 +152,33 @@ class WithRidge(KernelPenalty):
         l1_ratio = float(l1_ratio)
         if not 0.0 <= l1_ratio <= 1.0:
             raise ValueError(f"l1_ratio must be in [0, 1], got {l1_ratio!r}")
+        ridge_scale = float(ridge_scale)
+        if not (np.isfinite(ridge_scale) and ridge_scale > 0.0):
+            raise ValueError(f"ridge_scale must be a finite number > 0, got {ridge_scale!r}")
         self.penalty = penalty
         self.l1_ratio = l1_ratio
+        self.ridge_scale = ridge_scale
         self._inner = spec
         self.is_convex = bool(getattr(penalty, "is_convex", False)) or l1_ratio == 0.0
         self.name = f"{penalty_name(penalty)}+ridge"
 
     def _kernel_params(self):
         code, params = self._inner
-        return np.concatenate([[self.l1_ratio, 1.0 - self.l1_ratio, float(code)], params])
+        return np.concatenate([[self.l1_ratio, (1.0 - self.l1_ratio) * self.ridge_scale,
+                                float(code)], params])
+
+    def rescaled(self, c):
+        """``rho Omega(c u) + s (1 - rho)/2 c^2 u^2 = c^k [rho Omega'(u) + s c^(2-k) (1 - rho)/2
+        u^2]`` with ``(Omega', k)`` the inner penalty's rescaling."""
+        inner = getattr(self.penalty, "rescaled", None)
+        out = inner(c) if inner is not None else None
+        if out is None:
+            return None
+        P, k = out
+        try:
+            return WithRidge(P, self.l1_ratio, self.ridge_scale * float(c) ** (2.0 - k)), k
+        except (ValueError, OverflowError):
+            return None
 
     def _f(self, eta):  # the dual function of the mixture is not needed by any solver here
         raise NotImplementedError("WithRidge has no closed-form dual function f")

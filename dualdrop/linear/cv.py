@@ -14,20 +14,18 @@ Folds run in parallel with ``n_jobs`` (joblib).
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from joblib import Parallel, delayed
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
-from sklearn.utils._param_validation import Interval
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .datafits import normalized_sample_weight
-from ._validation import validate_data
-from .estimators import SparseLinearRegression, SparseLogisticRegression, SparseLinearBase
+from ._validation import class_labels, constraints, fit_context, validate_data
+from .estimators import SparseLinearRegression, SparseLogisticRegression
 from .path import alpha_grid, check_alphas, fit_path_chunk, warn_unconverged
 
 __all__ = ["SparseLinearRegressionCV", "SparseLogisticRegressionCV"]
@@ -51,13 +49,7 @@ def _fold(est, X, y, sw, train, test, alphas, score):
 class _SparseLinearCVBase(BaseEstimator):
     _single = None  # the single-fit estimator class
 
-    _parameter_constraints: dict = {
-        **{k: v for k, v in SparseLinearBase._parameter_constraints.items() if k in _SHARED},
-        "alphas": [Interval(Integral, 1, None, closed="left"), "array-like"],
-        "eps": [Interval(Real, 0, 1, closed="neither")],
-        "cv": ["cv_object"],
-        "n_jobs": [Integral, None],
-    }
+    _parameter_constraints: dict = constraints(*_SHARED, "alphas", "eps", "cv", "n_jobs")
 
     def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
                  cv=None, n_jobs=None, solver="auto", tol=1e-5, max_iter=None,
@@ -184,7 +176,7 @@ class SparseLinearRegressionCV(RegressorMixin, _SparseLinearCVBase):
 
     _single = SparseLinearRegression
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
         the test errors."""
@@ -231,16 +223,12 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
                          penalty_weights=penalty_weights)
         self.scoring = scoring
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
         the test scores."""
         X, y, sw = self._validated(X, y, sample_weight)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if self.classes_.size < 2:
-            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; y has "
-                             f"only one class ({self.classes_[0]!r})")
+        self.classes_ = class_labels(y)
         scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
         self.scores_ = self._cv_path(X, y, sw, "logistic", scorer)
         return self

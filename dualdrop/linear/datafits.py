@@ -47,12 +47,19 @@ def normalized_sample_weight(sample_weight, n):
                          f"{v.shape}")
     if not np.all(np.isfinite(v)) or np.any(v < 0):
         raise ValueError("sample_weight must hold finite numbers >= 0 (0 removes a sample)")
-    total = float(v.sum())
-    if total <= 0:
+    if not np.any(v > 0):
         raise ValueError("sample_weight must not be all zero (its sum must be positive)")
     if np.all(v == v[0]):
         return None
-    return v * (n / total)
+    with np.errstate(over="ignore"):
+        total = float(v.sum())
+        factor = n / total
+    if not np.isfinite(factor) or not np.isfinite(total):
+        # the sum overflows (weights near the largest float) or n / sum does (subnormal
+        # weights): the same normalization on v / max(v), whose sum is between 1 and n
+        v = v / float(v.max())
+        factor = n / float(v.sum())
+    return v * factor
 
 
 def weighted_col_norms2(X, sw=None):

@@ -40,22 +40,20 @@ from __future__ import annotations
 
 import copy
 import warnings
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _penalty
-from ._design import Design, scaled_design
+from ._design import Design, divide_columns, scaled_design
+from ._scale import plan_scaling
 from ._problem import Problem
-from ._validation import validate_data
-from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
-from .solvers import SOLVERS, UnsupportedProblem, get_solver
+from ._validation import class_labels, constraints, fit_context, unchanged_on_error, validate_data
+from .datafits import Logistic, Quadratic, normalized_sample_weight
+from .solvers import UnsupportedProblem, get_solver
 
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression", "expected_failed_checks"]
 
@@ -66,13 +64,16 @@ _NESTED_OBJ = "penalty__"
 class _LogisticData:
     """What a logistic fit hands to the solvers: the column-scaled design, the (weighted)
     datafit, the penalty weights, and the maps between ``(coef, intercept)`` and the solver's
-    variables ``(u = s w, b)``."""
+    variables ``(u = s w, b)``; ``scaling`` (:class:`._scale.Scaling`) says how the solver's
+    problem relates to the user's (``s = scaling.t``)."""
 
     extra = False  # see _LeastSquaresData
+    cy = 1.0  # labels have no scale
 
-    def __init__(self, X, s, sw, fit_intercept, penalty_weights):
-        self.s = s
-        self.design = scaled_design(X, s)
+    def __init__(self, X, scaling, sw, fit_intercept, penalty_weights):
+        self.scaling = scaling
+        self.s = scaling.t
+        self.design = scaled_design(X, self.s)
         self.datafit = Logistic(sw)
         self.fit_intercept = bool(fit_intercept)
         self.penalty_weights = penalty_weights
@@ -105,16 +106,21 @@ class _LeastSquaresData:
       ``_DENSE_CENTRING`` entries is centred densely instead (same problem, same optimum).
 
     Without weights the data pass through unchanged (the solvers' own intercept handling). The
-    column scales ``s`` apply on top, as for :class:`_LogisticData`.
+    column divisors ``s = scaling.t`` and the target divisor ``cy = scaling.cy``
+    (:mod:`._scale`) apply first: everything here is computed on ``X / s`` and ``y / cy``, and
+    :meth:`from_solver` maps back to the user's units.
     """
 
-    def __init__(self, X, y, s, sw, fit_intercept, penalty_weights, positive):
-        self.s = s
+    def __init__(self, X, y, scaling, sw, fit_intercept, penalty_weights, positive):
+        self.scaling = scaling
+        self.s = s = scaling.t
+        self.cy = scaling.cy
         self.datafit = Quadratic()
         self.extra = False  # the intercept is the last column
-        self.offset = None  # (xbar, ybar) of the weighted centring
+        self.offset = None  # (xbar, ybar) of the weighted centring, in the solver's units
         self.penalty_weights = penalty_weights
         self.fit_intercept = bool(fit_intercept) and sw is None
+        y = y / self.cy if self.cy != 1.0 else y
         if sw is None:
             self.design, self.y = scaled_design(X, s), y
             return
@@ -122,8 +128,9 @@ class _LeastSquaresData:
         d = np.sqrt(sw)
         if sp.issparse(X) and fit_intercept and n * p <= _DENSE_CENTRING:
             X = X.toarray()
-        if sp.issparse(X):
-            Xt = sp.diags(d) @ sp.csc_matrix(X) @ sp.diags(1.0 / s)
+        Xs = divide_columns(X, s)
+        if sp.issparse(Xs):
+            Xt = sp.diags(d) @ Xs
             if fit_intercept:
                 if positive:
                     raise ValueError(
@@ -136,27 +143,32 @@ class _LeastSquaresData:
                 self.extra = True
             self.design, self.y = Design(Xt), d * y
         elif fit_intercept:
-            xbar, ybar = sw @ X / n, float(sw @ y) / n
+            xbar, ybar = sw @ Xs / n, float(sw @ y) / n
             self.offset = (xbar, ybar)
-            self.design = Design(np.asfortranarray((X - xbar) * (1.0 / s)) * d[:, None])
+            self.design = Design(np.asfortranarray(Xs - xbar) * d[:, None])
             self.y = d * (y - ybar)
         else:
-            self.design = Design(np.asfortranarray(X * (1.0 / s)) * d[:, None])
+            self.design = Design(np.asfortranarray(Xs) * d[:, None])
             self.y = d * y
 
     def to_solver(self, coef, intercept):
-        u = coef * self.s
+        cy = self.cy
+        u = coef * self.s if cy == 1.0 else coef * (self.s / cy)
+        if intercept is not None:
+            intercept = intercept / cy
         if self.extra:
             return np.append(u, intercept), None
         return u, (intercept if self.fit_intercept else None)
 
     def from_solver(self, u, b):
+        cy = self.cy
+        n = -1 if self.extra else len(u)
+        w = u[:n] / self.s if cy == 1.0 else u[:n] * (cy / self.s)
         if self.extra:
-            return u[:-1] / self.s, float(u[-1])
-        w = u / self.s
+            return w, float(u[-1]) * cy
         if self.offset is not None:
-            return w, self.offset[1] - float(self.offset[0] @ w)
-        return w, b
+            return w, (self.offset[1] - float(self.offset[0] @ u)) * cy
+        return w, (b * cy if b is not None else b)
 
 
 _SAMPLE_WEIGHT_CHECKS = tuple(f"check_sample_weight_equivalence_on_{kind}_data"
@@ -195,24 +207,13 @@ class SparseLinearBase(BaseEstimator):
 
     _datafit = None
 
-    # checked by scikit-learn's validation on every fit (``_fit_context``): a wrong type or value
-    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it accepts
-    _parameter_constraints: dict = {
-        "penalty": [str, HasMethods(["omega", "prox"])],
-        "penalty_params": [dict, None],
-        "alpha": [Interval(Real, 0, None, closed="left")],
-        "solver": [StrOptions({"auto", *SOLVERS})],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
-        "fit_intercept": ["boolean"],
-        "warm_start": ["boolean"],
-        "scaling": [StrOptions({"dropout", "none"})],
-        "solver_params": [dict, None],
-        "verbose": ["verbose"],
-        "positive": ["boolean"],
-        "penalty_weights": ["array-like", None],
-        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
-    }
+    # checked by scikit-learn's validation on every fit (``fit_context``): a wrong type or value
+    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it
+    # accepts; the entries come from the one table of ``_validation.PARAMETERS``
+    _parameter_constraints: dict = constraints(
+        "penalty", "penalty_params", "alpha", "solver", "tol", "max_iter", "fit_intercept",
+        "warm_start", "scaling", "solver_params", "verbose", "positive", "penalty_weights",
+        "l1_ratio")
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
@@ -245,6 +246,12 @@ class SparseLinearBase(BaseEstimator):
         return params
 
     def set_params(self, **params):
+        """scikit-learn's ``set_params`` with nested penalty parameters; a refused call (an
+        unknown name, a bad nested value) leaves the estimator as it was."""
+        with unchanged_on_error(self):
+            return self._set_params(dict(params))
+
+    def _set_params(self, params):
         nested = {k[len(_NESTED):]: params.pop(k) for k in list(params) if k.startswith(_NESTED)}
         nested_obj = {k[len(_NESTED_OBJ):]: params.pop(k) for k in list(params)
                       if k.startswith(_NESTED_OBJ)}
@@ -303,13 +310,12 @@ class SparseLinearBase(BaseEstimator):
         P = _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
         return _penalty.with_ridge(P, self.l1_ratio)
 
-    def _scales(self, X, sw=None):
-        """Column scales ``s_j = sqrt(sum_i sw_i x_ij^2 / n)`` (``scaling="dropout"``) or ones."""
-        if self.scaling == "none":
-            return np.ones(X.shape[1])
-        s = np.sqrt(weighted_col_norms2(X, sw) / X.shape[0])
-        s[s == 0] = 1.0
-        return s
+    def _scaling(self, X, sw=None, y=None):
+        """How the solvers see this fit (:mod:`._scale`): column divisors ``t`` (``scaling=
+        "dropout"``: ``s_j = sqrt(sum_i sw_i x_ij^2 / n)``, 1 for a zero column; ``"none"``:
+        ones, or one power of two for columns of extreme scale), and for least squares (``y``
+        given) the target's divisor."""
+        return plan_scaling(X, sw, self.scaling, y)
 
     def _penalty_weights(self, p):
         """``penalty_weights`` as a checked array (``None``: all ones)."""
@@ -325,7 +331,8 @@ class SparseLinearBase(BaseEstimator):
         return pw
 
     def _solve_one(self, data, y, P, w0, b0):
-        problem = Problem(data.design, y, data.datafit, P, float(self.alpha), data.fit_intercept,
+        P, alpha = data.scaling.solver_penalty(P, float(self.alpha))
+        problem = Problem(data.design, y, data.datafit, P, alpha, data.fit_intercept,
                           weights=data.penalty_weights, positive=self.positive)
         return self._solve_problem(problem, self.solver, w0, b0)
 
@@ -436,10 +443,10 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
     _datafit = Quadratic
 
     def _fit_data(self, X, y, sw):
-        return _LeastSquaresData(X, y, self._scales(X, sw), sw, self.fit_intercept,
+        return _LeastSquaresData(X, y, self._scaling(X, sw, y), sw, self.fit_intercept,
                                  self._penalty_weights(X.shape[1]), self.positive)
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse), ``y``; ``sample_weight``: nonnegative weights of the
         samples (see the module docstring) or ``None``."""
@@ -465,7 +472,11 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = dtype.type(intercept)
         self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
+        # in the user's units (the solver's objective is divided by cy^2; beyond ~1e154 the
+        # objective itself is not a float: inf)
+        with np.errstate(over="ignore"):
+            self.objective_ = (res.objective if data.cy == 1.0
+                               else np.asarray(res.objective) * data.cy * data.cy)
         self.criterion_ = float(res.criterion)
         self.solver_ = name
         return self
@@ -482,12 +493,17 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
                 cd.SOLVER.options) - {"callback"}:
             return None
         data, dtype = prep
-        problem = Problem(data.design, data.y, data.datafit, P, float(alphas[0]),
+        P2, a0 = data.scaling.solver_penalty(P, float(alphas[0]))
+        solver_alphas = alphas
+        if not data.scaling.trivial:
+            k = data.scaling.rescale(P)[1]
+            solver_alphas = np.array([data.scaling.to_solver_alpha(float(a), k) for a in alphas])
+        problem = Problem(data.design, data.y, data.datafit, P2, a0,
                           data.fit_intercept, weights=data.penalty_weights,
                           positive=self.positive)
         try:
             W, B, n_iter, crit, conv = cd.quadratic_path(
-                problem, alphas, tol=float(self.tol), max_iter=self.max_iter,
+                problem, solver_alphas, tol=float(self.tol), max_iter=self.max_iter,
                 **(self.solver_params or {}))
         except UnsupportedProblem:
             return None
@@ -545,10 +561,10 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
                          penalty_weights=penalty_weights)
 
     def _fit_data(self, X, y, sw):
-        return _LogisticData(X, self._scales(X, sw), sw, self.fit_intercept,
+        return _LogisticData(X, self._scaling(X, sw), sw, self.fit_intercept,
                              self._penalty_weights(X.shape[1]))
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse) and class labels ``y``; ``sample_weight``:
         nonnegative weights of the samples (see the module docstring) or ``None``."""
@@ -559,21 +575,14 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        K = self.classes_.size
-        if K < 2:
-            raise ValueError(
-                f"SparseLogisticRegression needs samples of at least 2 classes; y has only one "
-                f"class ({self.classes_[0]!r})"
-            )
+        classes = class_labels(y)
         data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
-        targets = [self.classes_[1]] if K == 2 else list(self.classes_)
+        targets = [classes[1]] if classes.size == 2 else list(classes)
         ys = [np.where(y == cls, 1.0, -1.0) for cls in targets]
-        return data, dtype, ys
+        return data, dtype, ys, classes
 
     def _fit_prepared(self, prep, P=None):
-        data, dtype, ys = prep
+        data, dtype, ys, classes = prep
         P = self._check_params() if P is None else P
         p = data.s.shape[0]
         old = getattr(self, "coef_", None)
@@ -588,6 +597,7 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
             iters.append(res.n_iter)
             objs.append(res.objective)
             crits.append(res.criterion)
+        self.classes_ = classes
         self.coef_ = np.vstack(coefs).astype(dtype, copy=False)
         self.intercept_ = np.asarray(icpts, dtype=dtype)
         self.n_iter_ = np.asarray(iters)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import clone
+from sklearn.utils._param_validation import StrOptions, validate_params
 
 from . import _penalty
-from ._validation import check_path_data
+from ._validation import check_path_data, constraints
 from .datafits import normalized_sample_weight
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 
@@ -62,9 +63,16 @@ def _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_pa
             b0 = df.intercept_init(yk) if data.fit_intercept else 0.0
         z = data.design.matvec(u0) + b0
         gs.append(np.abs(data.design.rmatvec(df.raw_grad(yk, z)))[:p][keep])
-    return np.concatenate(gs), np.tile(L[keep], len(ys))
+    return np.concatenate(gs), np.tile(L[keep], len(ys)), data.scaling
 
 
+_ESTIMATORS = {"quadratic": SparseLinearRegression, "logistic": SparseLogisticRegression}
+_DATAFIT = {"datafit": [StrOptions(set(_ESTIMATORS))]}
+
+
+@validate_params(constraints("X", "y", "penalty", "penalty_params", "fit_intercept", "scaling",
+                             "l1_ratio", "sample_weight", **_DATAFIT),
+                 prefer_skip_nested_validation=True)
 def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_intercept=True,
               scaling="dropout", *, l1_ratio=1.0, sample_weight=None):
     """Smallest ``alpha`` for which ``w = 0`` is a stationary point (see the module docstring).
@@ -73,25 +81,46 @@ def alpha_max(X, y, penalty="l1", penalty_params=None, datafit="quadratic", fit_
     labels the estimator accepts (strings included). ``l1_ratio`` and ``sample_weight`` as in
     the estimators (``l1_ratio < 1`` divides the convex value by ``l1_ratio``, as scikit-learn's
     ElasticNet grid does)."""
-    g, L = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty, penalty_params,
-                             sample_weight)
-    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
+    g, L, scale = _gradient_at_zero(X, y, datafit, fit_intercept, scaling, penalty,
+                                    penalty_params, sample_weight)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio,
+                                   scaling=scale)
 
 
-def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0):
+def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio=1.0,
+                            scaling=None):
     """Smallest ``alpha`` with ``prox_{alpha Omega / L_j}(g_j / L_j) = 0`` for every ``j``, given
     the gradient magnitudes ``g`` (``|g_j|``, or the row norms ``||g_j||_2`` of a multi-output
     gradient: the block prox is 0 exactly when the scalar prox of the norm is) and the
-    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators."""
+    curvatures ``L`` of the features with ``L > 0``; ``l1_ratio`` as in the estimators.
+    ``scaling`` (:class:`._scale.Scaling`): ``g`` and ``L`` are those of the solver's rescaled
+    problem; the answer is in the user's units."""
     follow = _penalty.follows_alpha(penalty_params)
 
-    def pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
+    def user_pen(a):  # MCP/SCAD with lam following alpha change shape with alpha
         P = _penalty.resolve_penalty(penalty, penalty_params, alpha=a if follow else None)
         return _penalty.with_ridge(P, l1_ratio)
+
+    if scaling is None or scaling.trivial:
+        pen, to_user = user_pen, float
+    else:
+        k = scaling.rescale(user_pen(1.0))[1]
+
+        def to_user(a):
+            return scaling.from_solver_alpha(a, k)
+
+        def pen(a):  # the solver's penalty at the solver's alpha a
+            return scaling.rescale(user_pen(to_user(a)))[0]
 
     P = pen(1.0)
     if g.size == 0 or not np.any(g):
         return 0.0
+    return to_user(_solver_alpha_max(g, L, P, pen, follow))
+
+
+def _solver_alpha_max(g, L, P, pen, follow):
+    """:func:`alpha_max_from_gradient` in the solver's units: ``P`` the penalty, ``pen(a)`` the
+    penalty at ``alpha = a`` (it changes with ``a`` only when ``follow``)."""
     gmax = float(np.max(g))
 
     def all_zero(a):
@@ -124,7 +153,7 @@ def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio
         else:
             return gmax
     for _ in range(200):
-        mid = np.sqrt(lo * hi) if lo > 0 else 0.5 * hi
+        mid = np.sqrt(lo) * np.sqrt(hi) if lo > 0 else 0.5 * hi  # lo * hi can overflow
         if all_zero(mid):
             hi = mid
         else:
@@ -135,11 +164,14 @@ def alpha_max_from_gradient(g, L, penalty="l1", penalty_params=None, *, l1_ratio
 
 
 def _estimator(datafit, penalty, penalty_params, alpha, fit_intercept, scaling, **kw):
-    cls = {"quadratic": SparseLinearRegression, "logistic": SparseLogisticRegression}.get(datafit)
+    """The estimator of ``datafit`` with these parameters, validated as its ``fit`` would."""
+    cls = _ESTIMATORS.get(datafit)
     if cls is None:
-        raise ValueError(f"datafit must be 'quadratic' or 'logistic', got {datafit!r}")
-    return cls(penalty=penalty, penalty_params=penalty_params, alpha=alpha,
-               fit_intercept=fit_intercept, scaling=scaling, **kw)
+        raise ValueError(f"datafit must be one of {sorted(_ESTIMATORS)}, got {datafit!r}")
+    est = cls(penalty=penalty, penalty_params=penalty_params, alpha=alpha,
+              fit_intercept=fit_intercept, scaling=scaling, **kw)
+    est._validate_params()
+    return est
 
 
 def fit_path_chunk(est, X, y, alphas, sample_weight=None, callback=None):
@@ -202,6 +234,11 @@ def check_alphas(alphas):
     return alphas
 
 
+@validate_params(constraints("X", "y", "penalty", "penalty_params", "n_alphas",
+                             "alpha_min_ratio", "solver", "tol", "max_iter", "fit_intercept",
+                             "scaling", "n_jobs", "solver_params", "l1_ratio", "sample_weight",
+                             alphas=["array-like", None], **_DATAFIT),
+                 prefer_skip_nested_validation=True)
 def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None, n_alphas=30,
                         alpha_min_ratio=1e-3, datafit="quadratic", solver="auto", tol=1e-5,
                         max_iter=None, fit_intercept=True, scaling="dropout", n_jobs=None,
@@ -222,7 +259,7 @@ def regularization_path(X, y, penalty="l1", penalty_params=None, *, alphas=None,
     est = _estimator(datafit, penalty, penalty_params, float(alphas[0]), fit_intercept, scaling,
                      solver=solver, tol=tol, max_iter=max_iter, solver_params=solver_params,
                      l1_ratio=l1_ratio)
-    n_jobs = 1 if n_jobs is None else int(n_jobs)
+    n_jobs = effective_n_jobs(n_jobs)  # joblib's reading of None and -1, -2, ...
     chunks = [c for c in np.array_split(alphas, max(1, min(n_jobs, alphas.size))) if c.size]
     if len(chunks) == 1:
         results = [fit_path_chunk(est, X, y, chunks[0], sample_weight)]

@@ -7,9 +7,12 @@ weight tied to several modules or names stays one Parameter, so the tie survives
 
 - ``"dense"``: the plain layers; the result's ``state_dict`` has exactly the keys of the plain
   architecture, so it loads with ``strict=True`` into it.
-- ``"csr"``: every Linear layer becomes ``CSRLinear`` (weight stored as a torch sparse CSR
-  tensor, out_features x in_features, multiplied as ``W_csr @ H`` with ``H`` the activations in
-  feature-major layout, in_features x batch). Other layers stay dense.
+- ``"csr"``: every Linear layer (and Hugging Face's ``Conv1D``, GPT-2's Linear layer with a
+  transposed weight) becomes ``CSRLinear`` (weight stored as a torch sparse CSR tensor,
+  out_features x in_features, multiplied as ``W_csr @ H`` with ``H`` the activations in
+  feature-major layout, in_features x batch). Other layers stay dense. torch has no CPU kernel
+  for sparse products in float16/bfloat16: there ``CSRLinear`` multiplies in float32 and
+  returns the input's dtype.
 - ``"auto"``: ``"csr"`` when the Linear layers' total density is at most ``csr_max_density``
   (default 0.1; on the 2-core reference machine the CSR export beat dense up to about 10%
   density and lost at 30%, see benchmarks/RESULTS.md), else ``"dense"``. One layout for all
@@ -40,9 +43,12 @@ import torch.nn as nn
 from torch.nn.utils import parametrize
 
 from dualdrop.nn._base import check_choice, check_float, remove_state_hooks, state_of
+from dualdrop.nn._layers import dense_type, out_in
 from dualdrop.nn.targets import all_targets, default_weight_names
 
 CSR_MAX_DENSITY = 0.1
+#: dtypes without a CPU kernel for sparse CSR products in torch (CSRLinear computes in float32)
+_NO_CPU_SPARSE = (torch.float16, torch.bfloat16)
 # layouts built on top of this module: "compact" -> dualdrop.nn.compact.compact, registered by
 # that module (imported with dualdrop.nn), which itself starts from export_sparse(..., "dense")
 LAYOUT_HOOKS: dict = {}
@@ -91,7 +97,12 @@ class CSRLinear(nn.Module):
                              f"last dimension, got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         h = x.reshape(-1, self.in_features).t()      # (in, batch): a view, no copy if possible
-        out = torch.sparse.mm(self.weight, h)          # (out, batch), contiguous
+        weight = self.weight
+        if weight.dtype in _NO_CPU_SPARSE and weight.device.type == "cpu":
+            # no CPU kernel for these dtypes: multiply in float32, return x's dtype
+            out = torch.sparse.mm(weight.float(), h.float()).to(x.dtype)
+        else:
+            out = torch.sparse.mm(weight, h)           # (out, batch), contiguous
         if self.bias is not None:
             out = out + self.bias[:, None]
         return out.t().reshape(*lead, self.out_features)
@@ -170,14 +181,14 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
                          f"layout={layout!r}; drop example_inputs or pass layout='compact'")
     csr_max_density = check_float("csr_max_density", csr_max_density, low=0.0, high=1.0)
     out = fold(copy.deepcopy(model), leave_sparse=True)
-    if type(out) is nn.Linear:  # the model itself is a single layer
+    if dense_type(out):  # the model itself is a single layer
         return _maybe_csr(out, layout, csr_max_density).eval()
     if layout == "auto":
         layout = "csr" if _linear_density(out) <= csr_max_density else "dense"
     if layout == "csr":
         for name, module in list(out.named_modules()):
-            if type(module) is nn.Linear and name and not _is_tied(out, module.weight):
-                _set_submodule(out, name, CSRLinear.from_dense(module.weight, module.bias))
+            if dense_type(module) and name and not _is_tied(out, module.weight):
+                _set_submodule(out, name, CSRLinear.from_dense(out_in(module), module.bias))
         for module in out.modules():
             if isinstance(module, nn.TransformerEncoder) and any(
                     isinstance(m, CSRLinear) for m in module.modules()):
@@ -191,17 +202,17 @@ def _is_tied(model, param):
 def _linear_density(model):
     nnz = tot = 0
     for m in model.modules():
-        if type(m) is nn.Linear:
+        if dense_type(m):
             nnz += int(torch.count_nonzero(m.weight))
             tot += m.weight.numel()
     return nnz / tot if tot else 1.0
 
 
 def _maybe_csr(module, layout, csr_max_density):
-    if type(module) is not nn.Linear or layout == "dense":
+    if not dense_type(module) or layout == "dense":
         return module
     if layout == "csr" or _linear_density(module) <= csr_max_density:
-        return CSRLinear.from_dense(module.weight, module.bias)
+        return CSRLinear.from_dense(out_in(module), module.bias)
     return module
 
 

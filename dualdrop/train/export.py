@@ -143,6 +143,15 @@ def save_model(model: nn.Module, sparsified: bool, out: Path,
     return files
 
 
+def _runs_below(folder: Path, depth: int = 3) -> list[Path]:
+    """Finished runs (folders with a ``final.json``) up to ``depth`` levels below ``folder``:
+    ``compare``'s ``OUT/runs/<method>[/seed<k>]``, ``frontier``'s ``OUT/trials/<method>/<id>``."""
+    found = []
+    for k in range(1, depth + 1):
+        found += [p.parent for p in folder.glob("/".join(["*"] * k) + "/final.json")]
+    return sorted(found)
+
+
 def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
     """The test-time network of a finished ``dualdrop sparsify`` run, ready for ``model(x)``.
 
@@ -159,11 +168,21 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
     folder = Path(run)
     final_path = folder / "final.json"
     if not final_path.is_file():
-        state = "it does not exist" if not folder.exists() else "it has no final.json"
+        if not folder.exists():
+            raise FileNotFoundError(f"load_run({str(run)!r}): the folder does not exist; pass the --out "
+                                    "folder of a finished dualdrop sparsify run")
+        state = "it has no final.json"
         if (folder / CHECKPOINT).is_file():
             history = folder / "history.json"
             done = len(json.loads(history.read_text())) if history.is_file() else "some"
             state = f"the run is unfinished ({done} epochs checkpointed)"
+        elif folder.is_dir() and (below := _runs_below(folder)):
+            shown = ", ".join(repr(str(r)) for r in below[:4]) + (", ..." if len(below) > 4
+                                                                   else "")
+            raise FileNotFoundError(
+                f"load_run({str(run)!r}): this folder holds {len(below)} finished run"
+                f"{'s' if len(below) > 1 else ''} (a compare or frontier folder), not one run; "
+                f"load one of them, e.g. load_run({str(below[0])!r}) (runs: {shown})")
         raise FileNotFoundError(f"load_run({str(run)!r}): {state}; finish it with "
                                 "dualdrop sparsify ... --resume (same options), or pass the "
                                 "folder of a finished run")
