@@ -208,6 +208,11 @@ def _as_list(spec, arg):
     return items
 
 
+#: the check of an ``include`` / ``exclude`` argument (a pattern, a module type or a list of
+#: those; None stays None), for the other selection APIs (one-shot pruning's layers)
+check_patterns = _as_list
+
+
 def _matches(target: Target, item) -> bool:
     if isinstance(item, type):
         return any(s.named and isinstance(s.module, item) for s in target.sites)
