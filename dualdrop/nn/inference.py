@@ -288,7 +288,8 @@ class LatencyReport:
         ax.set_ylabel("speed-up over dense (median)")
         ax.set_yscale("log")
         ax.set_title(f"{self.meta.get('threads')} thread(s), {self.meta.get('rounds')} "
-                     "interleaved rounds", fontsize=9)
+                     f"interleaved rounds, medians of {self.meta.get('clock', 'wall')} time",
+                     fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         fig.savefig(path, dpi=150)
