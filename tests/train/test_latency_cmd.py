@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -53,30 +54,30 @@ def test_a_saved_model_file_with_its_class(digits_run, tmp_path, capsys):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("extra, err, match", [
-    (["--model-class", "x:Y"], ValueError, "for a saved model file"),
-    (["--rounds", "0"], ValueError, "rounds must be >= 1"),
+def _refused(capsys, argv, match):
+    """The CLI's error boundary: one line on stderr naming the problem, exit status 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("dualdrop latency: error:"), err
+    assert re.search(match, err), err
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--model-class", "x:Y"], "for a saved model file"),
+    (["--rounds", "0"], "rounds must be >= 1"),
 ])
-def test_bad_options_on_a_run_folder(digits_run, extra, err, match):
-    with pytest.raises(err, match=match):
-        main(["latency", str(digits_run), *extra, "--no-progress"])
+def test_bad_options_on_a_run_folder(digits_run, extra, match, capsys):
+    _refused(capsys, ["latency", str(digits_run), *extra, "--no-progress"], match)
 
 
-def test_bad_model_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no such run folder or model file"):
-        main(["latency", str(tmp_path / "none.pt")])
+def test_bad_model_files(tmp_path, capsys):
+    _refused(capsys, ["latency", str(tmp_path / "none.pt")], "no such run folder or model file")
     (tmp_path / "m.pt").write_bytes(b"not a model")
-    with pytest.raises(ValueError, match="pass --model-class"):
-        main(["latency", str(tmp_path / "m.pt")])
+    _refused(capsys, ["latency", str(tmp_path / "m.pt")], "pass --model-class")
     base = ["latency", str(tmp_path / "m.pt"), "--input-shape", "64", "--model-class"]
-    with pytest.raises(ValueError, match="cannot be imported"):
-        main(base + ["nowhere.mod:Net"])
-    with pytest.raises(ValueError, match="expected MODULE:CLASS"):
-        main(base + ["LeNet300100"])
-    with pytest.raises(ValueError, match="cannot be read as a saved model"):
-        main(base + ["dualdrop.train.models:LeNet300100", "--model-args", '{"n_features": 64}'])
-    with pytest.raises(ValueError, match="--input-shape"):
-        main(["latency", str(tmp_path / "m.pt"), "--input-shape", "0,3", "--model-class",
-              "dualdrop.train.models:LeNet300100"])
-    with pytest.raises(ValueError, match="--model-args is not JSON"):
-        main(base + ["dualdrop.train.models:LeNet300100", "--model-args", "{n: 1"])
+    _refused(capsys, base + ["nowhere.mod:Net"], "cannot be imported")
+    _refused(capsys, base + ["LeNet300100"], "expected MODULE:CLASS")
+    _refused(capsys, base + ["dualdrop.train.models:LeNet300100", "--model-args",
+                             '{"n_features": 64}'], "cannot be read as a saved model")
+    _refused(capsys, ["latency", str(tmp_path / "m.pt"), "--input-shape", "0,3", "--model-class",
+                      "dualdrop.train.models:LeNet300100"], "--input-shape")
