@@ -30,6 +30,7 @@ SOLVERS = {
     "cvxpy": "cvxpy_solver",
     "dropout_sgd": "dropout_sgd",
     "bcd": "bcd",
+    "gram_cd": "gram_cd",
 }
 
 
