@@ -5,8 +5,9 @@
   ``benchmarks.md`` and ``benchmarks/history/*.md`` without copying them into ``docs/``. Their
   relative links are rewritten to the site's layout; the history pages are reachable from the
   results page and left out of the navigation.
-- Docstrings are written in reStructuredText-flavoured prose (````code````, ``:func:`name```);
-  the roles are dropped from the rendered API pages so that only the code span remains.
+- Docstrings are written in reStructuredText-flavoured prose (````code````, ``:func:`name```,
+  ``Example::``); the roles are dropped from the rendered pages so that only the code span
+  remains, and a literal-block marker ``::`` reads as one colon.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from mkdocs.structure.files import File, InclusionLevel
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc|py:\w+):(?=<code>)")
+_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc|py:\w+):<code>~?")
+_LITERAL = re.compile(r"::</p>")
 _IMG = re.compile(r"\]\(\.\./((?:\w+/)*figures/[^)\s]+)\)")
 
 
@@ -51,4 +53,7 @@ def on_files(files, config):
 
 
 def on_page_content(html, page, config, files):
-    return _ROLE.sub("", html)
+    html = _ROLE.sub("<code>", html)  # ":class:`~pkg.Name`": the code span alone
+    # a reStructuredText literal-block marker ("Example::" before an indented block) reads as
+    # one colon once the block is rendered as code
+    return _LITERAL.sub(":</p>", html)

@@ -1,4 +1,4 @@
-"""``dualdrop demo``: the main job of the README in one command.
+"""``dualdrop demo``: a first look at dualdrop in one command, on built-in data.
 
 Computes and plots the effective penalties of the paper's comparison figure (dropout methods beside classical
 penalties), prints their comparison table, then fits a small sparse regression with several of

@@ -11,7 +11,8 @@ What counts as a snippet:
   escapes the check by its formatting. Other indented blocks (formulas, output) are prose.
 
 A block right after the line ``<!-- snippet: skip -->`` is deliberately illustrative and is not
-run. Every step of a page runs in one scratch folder, in document order, so a command that
+run; a block that only includes a file (``--8<-- "examples/x.py"``, the site's examples) is run
+where the file is tested (``tests/docs/test_examples.py``). Every step of a page runs in one scratch folder, in document order, so a command that
 writes ``runs/x`` feeds a later ``load_run("runs/x")``.
 
 What the runner changes, and nothing else (the budgets and data of a test run):
@@ -127,7 +128,8 @@ def extract(path: Path, text: str | None = None) -> list[Step]:
             while j < len(lines) and not lines[j].strip().startswith(fence):
                 j += 1
             body = [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[i + 1:j]]
-            if not skip:
+            included = all(ln.strip().startswith("--8<--") for ln in body if ln.strip())
+            if not skip and not included:  # an included file is tested where it lives
                 src = f"{name}:{i + 1}"
                 if info in PY_FENCES:
                     steps.append(Step("python", "\n".join(body) + "\n", src))

@@ -175,10 +175,9 @@ def run_frontier(
     (:data:`dualdrop.train.config.DATASET_DEFAULTS`: the paper's protocol on MNIST, a short
     schedule chosen on validation for the embedded digits); ``lr`` sets every method's learning
     rate (a method's own ``fixed[m]["lr"]`` wins). ``init_from``: a finished dense run; each
-    trial then also
-    chooses between a random start and a warm start from it. ``workers``: processes started here
-    (each with ``threads`` torch threads); run the same call elsewhere to add more. A study made
-    with other settings is refused. ``report_only``: train nothing; select, evaluate the
+    trial then also chooses between a random start and a warm start from it. ``workers``:
+    processes started here (each with ``threads`` torch threads); run the same call elsewhere
+    to add more. A study made with other settings is refused. ``report_only``: train nothing; select, evaluate the
     frontier points not yet evaluated, draw and tabulate (``data_dir`` may then point to where
     the data lives on this machine).
 
