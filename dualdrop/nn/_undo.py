@@ -14,9 +14,11 @@ after the bias and change ``state_dict``'s order); for every parameter its ``req
 its ``.grad`` (the object) and its tensor hooks (a method's gradient hook,
 ``dualdrop.nn._gradhook``). Optionally, ``values``: copies of the buffers (``"buffers"``: what a
 training-mode forward changes, BatchNorm's running statistics) or of every parameter and buffer
-(``"all"``: before loading a checkpoint), and the global random generators (``rng``: torch's,
-CUDA's when initialized, NumPy's, Python's, and any ``generators`` given). Parameters are copied
-only when asked, so the usual guard of a call costs no weight-sized memory.
+(``"all"``: before loading a checkpoint), the global random generators (``rng``: torch's,
+CUDA's when initialized, NumPy's, Python's, and any ``generators`` given), and the attributes of
+plain ``objects`` given (a ``Sparsifier`` handle and its controller: their lists, dicts and sets
+by content). Parameters are copied only when asked, so the usual guard of a call costs no
+weight-sized memory.
 
 On an exception (or Ctrl-C) inside the block everything is put back and the exception goes on;
 :meth:`Snapshot.commit` ends the guarantee early: ``fit`` commits right before its first
@@ -47,7 +49,8 @@ _VALUES = (None, "buffers", "all")
 class Snapshot:
     """What :func:`undo_on_error` puts back (module docstring); :meth:`restore` does it."""
 
-    def __init__(self, model: nn.Module, *, values=None, rng: bool = False, generators=()):
+    def __init__(self, model: nn.Module, *, values=None, rng: bool = False, generators=(),
+                 objects=()):
         if values not in _VALUES:
             raise ValueError(f"values must be one of {list(_VALUES)}, got {values!r}")
         self.committed = False
@@ -73,11 +76,16 @@ class Snapshot:
             self._values = [(t, t.detach().clone()) for t in tensors]
         self._rng = _rng_state(generators) if rng else None
         self._generators = list(generators)
+        self._objects = []
+        for o in {id(o): o for o in objects if o is not None}.values():
+            attrs = dict(vars(o))
+            contents = {k: c for k, v in attrs.items() if (c := _contents(v)) is not None}
+            self._objects.append((o, attrs, contents))
 
     def commit(self) -> None:
         """End the guarantee: a later failure keeps what was done (and the memory is freed)."""
         self.committed = True
-        self._modules = self._params = self._values = []
+        self._modules = self._params = self._values = self._objects = []
         self._rng = None
 
     @torch.no_grad()
@@ -118,8 +126,21 @@ class Snapshot:
                     _gradhook.HOOKS[id(p)] = gradhook
         for t, saved in self._values:
             t.copy_(saved)
+        for o, attrs, contents in self._objects:
+            for k in [k for k in o.__dict__ if k not in attrs]:
+                del o.__dict__[k]
+            o.__dict__.update(attrs)
+            for k, saved in contents.items():
+                table = attrs[k]
+                table.clear()
+                (table.extend if isinstance(table, list) else table.update)(saved)
         if self._rng is not None:
             _set_rng_state(self._rng, self._generators)
+
+
+def _contents(v):
+    """A copy of the contents of a list, dict or set (put back in the same object), else None."""
+    return type(v)(v) if type(v) in (list, dict, set) else None
 
 
 def _tensor_hooks(p) -> dict:
@@ -150,11 +171,13 @@ def _set_rng_state(state: dict, generators) -> None:
 
 
 @contextlib.contextmanager
-def undo_on_error(model: nn.Module, *, values=None, rng: bool = False, generators=()):
+def undo_on_error(model: nn.Module, *, values=None, rng: bool = False, generators=(),
+                  objects=()):
     """Run a block that acts on ``model``; if it raises (Ctrl-C included) before
-    ``snapshot.commit()``, put ``model`` (and the random generators, with ``rng``) back exactly
-    as they were, then let the exception go on. Yields the :class:`Snapshot`."""
-    snap = Snapshot(model, values=values, rng=rng, generators=generators)
+    ``snapshot.commit()``, put ``model`` (the random generators, with ``rng``, and the
+    attributes of ``objects``) back exactly as they were, then let the exception go on. Yields
+    the :class:`Snapshot`."""
+    snap = Snapshot(model, values=values, rng=rng, generators=generators, objects=objects)
     try:
         yield snap
     except BaseException:

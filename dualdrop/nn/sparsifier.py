@@ -89,7 +89,10 @@ class Sparsifier:
     targets and a reference to the model; all numeric state lives in the model (parameters and
     buffers of the weights' parametrizations), so ``model.state_dict()`` plus the optimizer's
     state dict describe a run completely. ``Sparsifier.attach(model, method, ...)`` re-creates a
-    handle for a model that is already sparsified (e.g. a deep copy).
+    handle for a model that is already sparsified (e.g. a deep copy) from what ``sparsify``
+    recorded on its states (:func:`sparsified_with`); only the handle holds the target-density
+    controller's progress and the units coupled through ``example_inputs``, so keep it (and pass
+    it to ``dualdrop.train.fit``) to continue a run.
     """
 
     def __init__(self, model: nn.Module, record, pairs, skipped=()):
@@ -118,15 +121,48 @@ class Sparsifier:
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":
+        """A new handle on ``model``, already sparsified with ``method``: the hyperparameters
+        ``sparsify`` recorded on the states (:func:`sparsified_with`; the test-time ``tol``
+        as the states hold it now), ``hparams`` given here replacing them, and the heads of an
+        attention tied as ``sparsify`` ties them. It has no target-density controller (set
+        ``sp.controller = dualdrop.nn.density.DensityController(sp, D)``, or keep the handle
+        of ``sparsify``) and knows no units coupled through ``example_inputs``."""
+        pairs = cls.check_attach(model, method)
+        made = _made_with(pairs)
+        if made is not None:
+            hparams = {**made["hparams"], **hparams}
+        else:
+            kinds = {st.groups.kind for _, st in pairs if st.groups is not None}
+            if kinds and "granularity" not in hparams:  # the states' groups, not the default
+                hparams = {**hparams, "granularity": "head" if "head" in kinds else "neuron"}
+        sp = cls(model, _methods.get(method, **hparams), pairs)
+        sp.ties, sp.norm_holds = _ties(pairs, [])
+        return sp
+
+    @staticmethod
+    def check_attach(model: nn.Module, method: str) -> list:
+        """ValueError unless ``model``'s sparsified weights all use ``method`` (what
+        :meth:`attach` needs); returns their ``(Target, WeightState)`` pairs."""
         pairs = _find_states(model)
         found = {st.method for _, st in pairs}
         if found != {method}:
             raise ValueError(f"model's sparsified weights use methods {sorted(found)}, not "
                              f"{method!r}")
-        kinds = {st.groups.kind for _, st in pairs if st.groups is not None}
-        if kinds and "granularity" not in hparams:  # the states' groups, not the default
-            hparams = {**hparams, "granularity": "head" if "head" in kinds else "neuron"}
-        return cls(model, _methods.get(method, **hparams), pairs)
+        return pairs
+
+    def check_model(self, model: nn.Module) -> None:
+        """ValueError unless this handle is live on ``model``'s sparsified weights (not
+        removed, made for ``model``, the states it holds are the model's)."""
+        if self._removed:
+            raise ValueError("this Sparsifier was removed (remove/finalize): the model is plain "
+                             "again; sparsify it anew")
+        if self.model is not model:
+            raise ValueError("this Sparsifier is the handle of another model (sp.model is not "
+                             "model); use it with the model it was made for")
+        if [id(st) for _, st in _find_states(model)] != [id(st) for _, st in self._pairs]:
+            raise ValueError("the model's sparsified weights are no longer those of this "
+                             "Sparsifier (sparsified again since?); use the handle of the "
+                             "sparsify call that made them")
 
     def states(self) -> list:
         """``(Target, WeightState)`` of every sparsified weight (a tied weight once)."""
@@ -383,6 +419,39 @@ def is_sparsified(model: nn.Module) -> bool:
     return bool(_find_states(model))
 
 
+#: the attribute of a weight's state that holds what ``sparsify`` made it with
+_MADE_WITH = "made_with"
+
+
+def sparsified_with(model: nn.Module) -> dict | None:
+    """What ``sparsify`` recorded on ``model``'s states: ``{"method", "hparams" (every
+    hyperparameter, as ``sparsify(model, method, **hparams)`` takes them; ``tol`` as the states
+    hold it now), "target_density" (None without one), "coupled" (whether ``example_inputs``
+    tied units across layers)}``; None for a plain model or states made another way. A deep copy
+    carries it; a handle's controller and coupled units it does not (they live in the
+    ``Sparsifier``)."""
+    return _made_with(_find_states(model))
+
+
+def _made_with(pairs) -> dict | None:
+    made = [getattr(st, _MADE_WITH, None) for _, st in pairs]
+    if not made or any(m is None for m in made):
+        return None
+    out = {**made[0], "hparams": dict(made[0]["hparams"])}
+    if "tol" in out["hparams"] and hasattr(pairs[0][1], "tol"):
+        out["hparams"]["tol"] = pairs[0][1].tol  # set_tol and the controller's last step move it
+    return out
+
+
+def _record_made_with(pairs, record, target_density, coupled: bool) -> None:
+    """Record on every state the call that made it (:func:`sparsified_with`)."""
+    keys = _methods.default_hparams(record.name)
+    made = {"method": record.name, "target_density": target_density, "coupled": coupled,
+            "hparams": {k: v for k, v in record.hparams.items() if k in keys}}
+    for _, st in pairs:
+        setattr(st, _MADE_WITH, made)
+
+
 def _find_states(model):
     pairs = []
     for t in all_targets(model):
@@ -499,6 +568,9 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
         sp.ties, sp.norm_holds = _ties(pairs, coupled)
         if target_density is not None:
             sp.controller = _density.DensityController(sp, target_density)
+        # units tied through example_inputs, beyond the heads attach finds again
+        traced = len(sp.ties) > len(_head_ties(pairs)) or bool(sp.norm_holds)
+        _record_made_with(pairs, record, target_density, traced)
     if foreign:
         flines = "\n".join(f"  {q} ({plain_class(m).__name__}): {r}" for q, m, r in foreign)
         warnings.warn(f"sparsify: {len(foreign)} tensor(s) transformed by another tool are left "

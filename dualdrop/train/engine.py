@@ -2,8 +2,9 @@
 CLI's runner: ``train_step``, ``run_epoch``.
 
 ``fit(model, method, train_loader, loss_fn, steps=... or epochs=..., target_density=D)`` sparsifies
-``model`` with ``method`` and trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)``
-(``loss_fn`` receives the model and one batch, so any batch structure works), calling
+``model`` with ``method`` (or takes the ``Sparsifier`` handle that ``sparsify`` returned) and
+trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)`` (``loss_fn`` receives the model
+and one batch, so any batch structure works), calling
 ``sp.after_step(optimizer, step, total_steps)`` after every step, so the target-density controller
 and the method's own schedule (``dualdrop.nn.density``) see the whole budget. The optimizer is
 built from ``sp.method_param_groups(lr, total_steps)`` (the budget-aware rate of the method's own
@@ -48,10 +49,11 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from dualdrop.nn import Sparsifier, sparsify
+from dualdrop.nn import registry as _methods
 from dualdrop.nn._graph import first_line
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.density import DensityController, check_density
-from dualdrop.nn.sparsifier import check_materialized, is_sparsified
+from dualdrop.nn.sparsifier import check_materialized, is_sparsified, sparsified_with
 from dualdrop.train.checkpoint import atomic_save, read_checkpoint, rng_state, set_rng_state
 from penalties.checks import check_float, check_int
 
@@ -203,13 +205,29 @@ def _epoch_batches(loader, epoch_rng, done_in_epoch: int, current_rng):
     return it, epoch_rng
 
 
-def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | None = None,
-        epochs: int | None = None, lr: float = 1e-3, optimizer=None, scheduler="linear",
-        target_density: float | None = None, hparams: dict | None = None, n_train=None,
+def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
+        steps: int | None = None, epochs: int | None = None, lr: float = 1e-3, optimizer=None,
+        scheduler="linear", target_density: float | None = None, hparams: dict | None = None,
+        n_train=None,
         val_loader=None, val_fn=None, checkpoint_dir=None, checkpoint_every: int | None = None,
         resume: bool = True, stop_after: int | None = None, log_every: int = 50,
         progress: bool = True, sparsify_kwargs: dict | None = None) -> FitResult:
     """Sparsify ``model`` with ``method`` and train it (module docstring).
+
+    ``method``: a method name (``dualdrop.nn.METHODS`` or ``"penalty:<name>"``) for a plain
+    model, sparsified here with ``hparams``, ``target_density`` and ``sparsify_kwargs``; or the
+    ``Sparsifier`` that ``sparsify(model, ...)`` returned, used as it is: its method,
+    hyperparameters, units coupled through ``example_inputs`` and target-density controller as
+    it stands (a second ``fit(model, out.sparsifier, ...)`` fine-tunes with the masks the first
+    one made, its regularizer released). A model that is already sparsified keeps what
+    ``sparsify`` gave it: ``hparams`` entries that differ from its hyperparameters, and a
+    ``target_density`` other than the one it was sparsified with, are refused (a target density
+    may be added to a handle or model without one, except for magnitude pruning, whose final
+    sparsity is its hyperparameter ``sparsity``). Given by name, an already sparsified model gets
+    its handle rebuilt from what ``sparsify`` recorded on its states
+    (``dualdrop.nn.sparsifier.sparsified_with``: hyperparameters and target density; a new
+    controller, its ramp over this call's budget); one whose units were coupled through
+    ``example_inputs`` is refused by name (only the handle holds the coupling): pass the handle.
 
     ``loss_fn(model, batch) -> scalar`` (the mean data loss of one batch: a floating-point
     tensor with one element and a gradient); ``steps`` or ``epochs`` (one of them): the budget;
@@ -230,11 +248,12 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
     keeps the work done: each batch's loss is checked before its update, so no weight becomes
     non-finite, and the last checkpoint stays in ``checkpoint_dir``.
     """
-    args = _check_fit_args(model, loss_fn, train_loader, steps, epochs, lr, optimizer,
+    args = _check_fit_args(model, method, loss_fn, train_loader, steps, epochs, lr, optimizer,
                            scheduler, target_density, hparams, n_train, val_loader, val_fn,
                            checkpoint_dir, checkpoint_every, resume, stop_after, log_every,
                            progress, sparsify_kwargs)
-    total, n = args["total"], args["n_train"]
+    total, n, plan = args["total"], args["n_train"], args["plan"]
+    handle = plan["handle"]
     hparams, sparsify_kwargs = dict(hparams or {}), dict(sparsify_kwargs or {})
     path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir is not None else None
     ck = None
@@ -247,15 +266,19 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
                              "checkpoint_dir or resume=False")
     gen = _loader_generator(train_loader)
     # act; until the first optimizer update a failure puts everything back (undo.commit)
+    # (a handle given, and its controller, are put back as well)
     with undo_on_error(model, values="all" if ck is not None else "buffers", rng=True,
-                       generators=[gen] if gen is not None else []) as undo:
-        if is_sparsified(model):
+                       generators=[gen] if gen is not None else [],
+                       objects=[handle, getattr(handle, "controller", None)]) as undo:
+        if handle is not None:
+            sp = handle
+        elif plan["attach"]:
             sp = Sparsifier.attach(model, method, **hparams)
-            if target_density is not None:
-                sp.controller = DensityController(sp, target_density)
         else:
             sp = sparsify(model, method, target_density=target_density, **sparsify_kwargs,
                           **hparams)
+        if plan["controller"] is not None:
+            sp.controller = DensityController(sp, plan["controller"])
         opt = _make_optimizer(optimizer, sp.method_param_groups(lr, total))
         sp.check_optimizer(opt)
         if scheduler == "linear":
@@ -365,14 +388,18 @@ _FIT_KEYS = ("model", "optimizer", "scheduler", "sparsifier", "step", "epoch", "
              "total_steps", "epoch_rng", "rng", "history")
 
 
-def _check_fit_args(model, loss_fn, train_loader, steps, epochs, lr, optimizer, scheduler,
-                    target_density, hparams, n_train, val_loader, val_fn, checkpoint_dir,
-                    checkpoint_every, resume, stop_after, log_every, progress,
+def _check_fit_args(model, method, loss_fn, train_loader, steps, epochs, lr, optimizer,
+                    scheduler, target_density, hparams, n_train, val_loader, val_fn,
+                    checkpoint_dir, checkpoint_every, resume, stop_after, log_every, progress,
                     sparsify_kwargs) -> dict:
     """Every argument of :func:`fit` checked before anything acts: TypeError/ValueError naming
-    the argument and the fix. Returns ``{"total": steps of the budget, "n_train": ...}``."""
+    the argument and the fix. Returns ``{"total": steps of the budget, "n_train": ...,
+    "plan": how the handle is got (:func:`_plan_method`)}``."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(method, (str, Sparsifier)):
+        raise TypeError(f"method must be a method name (e.g. 'logsum') or the Sparsifier that "
+                        f"sparsify(model, ...) returned, got {type(method).__name__}")
     if not callable(loss_fn):
         raise TypeError("loss_fn must be callable as loss_fn(model, batch) -> scalar loss")
     if (steps is None) == (epochs is None):
@@ -424,7 +451,84 @@ def _check_fit_args(model, loss_fn, train_loader, steps, epochs, lr, optimizer, 
         raise ValueError(f"model is already sparsified, so sparsify_kwargs "
                          f"{sorted(sparsify_kwargs)} would be ignored; pass a plain model "
                          "or leave sparsify_kwargs out")
-    return {"total": total, "n_train": n}
+    plan = _plan_method(model, method, dict(hparams or {}), target_density)
+    return {"total": total, "n_train": n, "plan": plan}
+
+
+def _plan_method(model, method, hparams: dict, target_density) -> dict:
+    """How :func:`fit` gets its handle, checked before anything acts: ``{"handle": the
+    Sparsifier given (None: made here), "attach": whether an already sparsified model given by
+    name gets its handle rebuilt (``Sparsifier.attach``), "controller": the target density of a
+    new controller on the handle, or None}`` (``fit``'s docstring says the rules)."""
+    if isinstance(method, Sparsifier):
+        try:
+            method.check_model(model)
+        except ValueError as exc:
+            raise ValueError(f"method: {exc}") from None
+        keys = _methods.default_hparams(method.method)
+        made = {"method": method.method, "coupled": False,
+                "hparams": {k: v for k, v in method.hparams.items() if k in keys},
+                "target_density": getattr(method.controller, "target", None)}
+        plan = {"handle": method, "attach": False}
+        new_controller = method.controller is None
+    else:
+        _methods.method_class(method)  # an unknown name: ValueError naming the choices
+        if not is_sparsified(model):
+            return {"handle": None, "attach": False, "controller": None}
+        try:
+            Sparsifier.check_attach(model, method)
+        except ValueError as exc:
+            raise ValueError(f"model is already sparsified: {exc}; pass the Sparsifier "
+                             "sparsify returned, or a plain model") from None
+        made = sparsified_with(model)
+        plan = {"handle": None, "attach": True}
+        new_controller = True
+        if made is None:  # states made without sparsify's record: what the call gives
+            return {**plan, "controller": target_density}
+        if made["coupled"]:
+            raise ValueError(f"model was sparsified with example_inputs, which coupled units "
+                             f"across layers, and only the Sparsifier sparsify returned holds "
+                             f"them: pass it as method (fit(model, sp, ...)) instead of "
+                             f"{method!r}")
+    _check_same_hparams(made, hparams)
+    target = _planned_target(made, target_density)
+    return {**plan, "controller": target if new_controller else None}
+
+
+def _check_same_hparams(made: dict, hparams: dict) -> None:
+    """``hparams`` given for an already sparsified model must be those it has: TypeError for
+    an unknown name, ValueError naming the ones that differ."""
+    if not hparams:
+        return
+    have = made["hparams"]
+    asked = _methods.get(made["method"], **{**have, **hparams}).hparams
+    differ = {k: asked[k] for k in hparams if asked[k] != have.get(k)}
+    if differ:
+        had = {k: have.get(k) for k in differ}
+        raise ValueError(f"hparams {differ} differ from those the model was sparsified with "
+                         f"({had}): an already sparsified model keeps its method's "
+                         "hyperparameters; leave hparams out, or sparsify a plain model with "
+                         "them")
+
+
+def _planned_target(made: dict, target_density):
+    """The target density of the new controller, or None (the rules in ``fit``'s docstring)."""
+    had = made["target_density"]
+    if target_density is None:
+        return had
+    target_density = check_density(target_density)
+    if had is not None:
+        if target_density != had:
+            raise ValueError(f"the model was sparsified with target_density={had:g}, not "
+                             f"{target_density:g}; leave target_density out, or sparsify a "
+                             "plain model with the new one")
+        return had
+    if "lam" not in _methods.default_hparams(made["method"]):
+        raise ValueError(f"{made['method']} has no strength for a target density to drive: its "
+                         f"final sparsity is its hyperparameter sparsity="
+                         f"{made['hparams'].get('sparsity')}, fixed by sparsify; sparsify a "
+                         "plain model with target_density=... (or sparsity=...)")
+    return target_density
 
 
 def _check_checkpoint_dir(checkpoint_dir) -> None:
