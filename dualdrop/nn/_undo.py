@@ -58,10 +58,10 @@ class Snapshot:
         self._modules = []
         for m in mods:
             attrs = dict(m.__dict__)
-            tables = {k: type(attrs[k])(attrs[k]) for k in _TABLES if isinstance(
+            contents = {k: type(attrs[k])(attrs[k]) for k in _TABLES if isinstance(
                 attrs.get(k), dict)}
-            sets = {k: set(v) for k, v in attrs.items() if isinstance(v, set)}
-            self._modules.append((m, type(m), attrs, tables, sets))
+            contents.update((k, set(v)) for k, v in attrs.items() if isinstance(v, set))
+            self._modules.append((m, type(m), attrs, contents))
         params = list({id(p): p for m in mods for p in m._parameters.values()
                        if p is not None}.values())
         self._params = [(p, p.requires_grad, p.grad, _tensor_hooks(p),
@@ -79,7 +79,7 @@ class Snapshot:
         self._objects = []
         for o in {id(o): o for o in objects if o is not None}.values():
             attrs = dict(vars(o))
-            contents = {k: c for k, v in attrs.items() if (c := _contents(v)) is not None}
+            contents = {k: type(v)(v) for k, v in attrs.items() if type(v) in (list, dict, set)}
             self._objects.append((o, attrs, contents))
 
     def commit(self) -> None:
@@ -91,19 +91,10 @@ class Snapshot:
     @torch.no_grad()
     def restore(self) -> None:
         """Put every recorded object back as it was."""
-        for m, cls, attrs, tables, sets in self._modules:
+        for m, cls, attrs, contents in self._modules:
             if type(m) is not cls:
                 m.__class__ = cls
-            for k in [k for k in m.__dict__ if k not in attrs]:
-                del m.__dict__[k]
-            m.__dict__.update(attrs)
-            for k, saved in tables.items():
-                table = attrs[k]
-                table.clear()
-                table.update(saved)
-            for k, saved in sets.items():
-                attrs[k].clear()
-                attrs[k].update(saved)
+            _put_back(m, attrs, contents)
         for p, req, grad, hooks, gradhook in self._params:
             p.requires_grad_(req)
             p.grad = grad
@@ -127,20 +118,21 @@ class Snapshot:
         for t, saved in self._values:
             t.copy_(saved)
         for o, attrs, contents in self._objects:
-            for k in [k for k in o.__dict__ if k not in attrs]:
-                del o.__dict__[k]
-            o.__dict__.update(attrs)
-            for k, saved in contents.items():
-                table = attrs[k]
-                table.clear()
-                (table.extend if isinstance(table, list) else table.update)(saved)
+            _put_back(o, attrs, contents)
         if self._rng is not None:
             _set_rng_state(self._rng, self._generators)
 
 
-def _contents(v):
-    """A copy of the contents of a list, dict or set (put back in the same object), else None."""
-    return type(v)(v) if type(v) in (list, dict, set) else None
+def _put_back(obj, attrs: dict, contents: dict) -> None:
+    """Give ``obj`` back the instance attributes ``attrs`` (those added since are deleted), and
+    its containers (dicts, lists, sets: the same objects) the ``contents`` they held."""
+    for k in [k for k in obj.__dict__ if k not in attrs]:
+        del obj.__dict__[k]
+    obj.__dict__.update(attrs)
+    for k, saved in contents.items():
+        table = attrs[k]
+        table.clear()
+        (table.extend if isinstance(table, list) else table.update)(saved)
 
 
 def _tensor_hooks(p) -> dict:
