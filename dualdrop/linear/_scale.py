@@ -54,16 +54,22 @@ def _outside(m) -> bool:
 
 def col_rms(X, sw=None) -> np.ndarray:
     """``sqrt(sum_i sw_i x_ij^2 / n)`` per column (``sw``: weights of mean 1, or ``None``), also
-    where ``x_ij^2`` would over- or underflow: then ``max_i |x_ij|`` is factored out first."""
+    where ``x_ij^2`` over- or underflows: those columns (a sum that is not finite, or below
+    1e-280 where subnormals lose digits) are computed again with ``max_i |x_ij|`` factored out."""
     n = X.shape[0]
-    if sp.issparse(X):
-        m = np.asarray(abs(X).max(axis=0).toarray(), dtype=np.float64).ravel()
-    else:
-        m = np.max(np.abs(X), axis=0) if n else np.zeros(X.shape[1])
-    if np.all((m == 0) | ((m > 1e-100) & (m < 1e100))):  # squares and sums are safe
-        return np.sqrt(weighted_col_norms2(X, sw) / n)
-    safe = np.where(m > 0, m, 1.0)
-    return m * np.sqrt(weighted_col_norms2(divide_columns(X, safe), sw) / n)
+    with np.errstate(over="ignore", under="ignore"):
+        r2 = weighted_col_norms2(X, sw) / n
+    rms = np.sqrt(r2)
+    redo = np.flatnonzero(~np.isfinite(r2) | (r2 < 1e-280))
+    if redo.size:  # rare: only columns of extreme magnitude (or all-zero ones) get here
+        Xr = X[:, redo]
+        if sp.issparse(Xr):
+            m = np.asarray(abs(Xr).max(axis=0).toarray(), dtype=np.float64).ravel()
+        else:
+            m = np.max(np.abs(Xr), axis=0) if n else np.zeros(redo.size)
+        safe = np.where(m > 0, m, 1.0)
+        rms[redo] = m * np.sqrt(weighted_col_norms2(divide_columns(Xr, safe), sw) / n)
+    return rms
 
 
 class Scaling:
