@@ -13,8 +13,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 
-from dualdrop.linear import (SparseLinearRegression, SparseLogisticRegression, alpha_max,
-                             regularization_path)
+from dualdrop.linear import (SparseLinearRegression, SparseLinearRegressionCV,
+                             SparseLogisticRegression, SparseLogisticRegressionCV,
+                             SparseMultiTaskRegression, get_solver, multitask_alpha_max,
+                             regularization_path, alpha_max)
 
 FORMATS = ["dense", "csr", "csc", "coo", "lil", "dok", "bsr", "csr_array", "csc_array"]
 
@@ -194,3 +196,64 @@ def test_alpha_max_and_the_path_are_equivariant(prob, log_c):
     ref = regularization_path(X, y, n_alphas=4, tol=1e-10, sample_weight=sw)
     got = regularization_path(X * c, y, n_alphas=4, tol=1e-10, sample_weight=sw)
     _close(got["coefs"] * c, ref["coefs"], 1e-6)
+
+
+@given(problems(), st.floats(-170, 150), st.floats(-200, 200), st.sampled_from(FORMATS))
+@settings(max_examples=10)
+def test_multitask_is_equivariant_in_the_units_of_x_and_y(prob, log_c, log_d, fmt):
+    X, y, _ = prob
+    c, d = 10.0 ** log_c, 10.0 ** log_d
+    Y = np.column_stack([y, -0.5 * y + np.linspace(0, 1, len(y)) * np.std(y)])
+    assume(np.std(Y) > 1e-6 * np.max(np.abs(Y)))
+    ref = SparseMultiTaskRegression(alpha=0.1, tol=1e-10).fit(X, Y)
+    got = SparseMultiTaskRegression(alpha=0.1 * d, tol=1e-10).fit(as_format(X * c, fmt), Y * d)
+    _close(got.coef_ * c / d, ref.coef_, 1e-6)
+    assert multitask_alpha_max(X * c, Y * d) == pytest.approx(d * multitask_alpha_max(X, Y),
+                                                              rel=1e-9)
+
+
+@given(problems(), st.sampled_from(["alphas", "eps", "cv", "n_jobs"]).flatmap(
+    lambda k: st.tuples(st.just(k), st.sampled_from(
+        {"alphas": [0, True, -3], "eps": [0.0, 1.0, True], "cv": ["three", 1.5],
+         "n_jobs": [0, True, 1.5]}[k]))))
+@settings(max_examples=10)
+def test_cv_estimators_check_their_parameters_and_stay_as_given(prob, item):
+    X, y, sw = prob
+    name, value = item
+    cv = SparseLinearRegressionCV(alphas=4, cv=3)
+    _fit(cv, X, y, sw)
+    before = _state(cv)
+    cv.set_params(**{name: value})
+    with pytest.raises(ValueError, match=name):
+        cv.fit(X, y, sample_weight=sw)
+    cv.set_params(**{name: before[name]})
+    after = _state(cv)
+    for k in before:
+        if isinstance(before[k], np.ndarray):
+            np.testing.assert_array_equal(before[k], after[k])
+
+
+@given(problems(classes=True), st.floats(-170, 150))
+@settings(max_examples=5)
+def test_logistic_cv_is_equivariant_in_the_units_of_x(prob, log_c):
+    X, y, sw = prob
+    c = 10.0 ** log_c
+    ref = _fit(SparseLogisticRegressionCV(alphas=4, cv=3, tol=1e-10), X, y, sw)
+    got = _fit(SparseLogisticRegressionCV(alphas=4, cv=3, tol=1e-10), X * c, y, sw)
+    assert got.alpha_ == pytest.approx(ref.alpha_, rel=1e-9)
+    _close(got.coef_ * c, ref.coef_, 1e-5)
+
+
+@given(st.text(max_size=12), st.dictionaries(st.text(max_size=8), st.integers(), max_size=2))
+def test_solver_names_and_options_are_checked(name, options):
+    from dualdrop.linear import SOLVERS
+
+    if name not in SOLVERS:
+        with pytest.raises(ValueError, match="solver"):
+            get_solver(name)
+        return
+    solver = get_solver(name)
+    unknown = set(options) - set(solver.options)
+    if unknown:
+        with pytest.raises(ValueError, match=rf"solver {name!r} has no option"):
+            solver.check_options(options)

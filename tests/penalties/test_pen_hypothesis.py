@@ -181,3 +181,74 @@ def test_from_dual_accepts_an_increasing_dual_and_refuses_its_mirror(c):
         P.from_dual(lambda e: -c * e)
     with pytest.raises(ValueError, match="elementwise|vectorized"):
         P.from_dual(lambda e: c * e / e.max())
+
+
+# ------------------------------------------------------------------------------------------------
+# catalog lookup, specs, curves, the compiled kernels themselves
+# ------------------------------------------------------------------------------------------------
+SPEC_TEXT = st.one_of(
+    st.text(max_size=30),
+    st.builds(lambda n, k, v, lam: f"{n}:{k}={v}" + (f"@{lam}" if lam is not None else ""),
+              st.sampled_from(P.available() + ["nope", ""]),
+              st.sampled_from(["eps", "a", "lam", "p", "k", "b", "bogus"]),
+              st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)),
+              st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))),
+)
+
+
+@given(SPEC_TEXT)
+def test_a_spec_is_parsed_or_refused_with_a_value_error(text):
+    from penalties.curves import parse_spec
+
+    try:
+        spec = parse_spec(text)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    key = spec.name.strip().lower().replace("-", "_")  # get() reads names so
+    assert np.isfinite(spec.lam) and spec.lam > 0 and key in P.available()
+    spec.build()
+
+
+@given(st.sampled_from(P.available()), st.dictionaries(
+    st.sampled_from(["eps", "a", "lam", "p", "k", "b", "v_norm", "zz"]),
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 40),
+              st.booleans(), st.text(max_size=2)), max_size=2))
+def test_get_builds_a_penalty_or_names_the_bad_parameter(name, params):
+    try:
+        pen = P.get(name, **params)
+    except ValueError as exc:
+        assert any(k in str(exc) for k in params) or "parameter" in str(exc)
+        return
+    for k, v in params.items():  # accepted: exactly the value given (nothing coerced)
+        assert pen.get_params()[k] == v and not isinstance(v, (bool, str))
+    w = np.linspace(-3, 3, 7)
+    assert np.all(np.asarray(pen.omega(w)) >= 0)
+
+
+@given(PENALTY.filter(lambda p: p.kernel_spec() is not None),
+       st.floats(allow_nan=False, allow_infinity=False), st.floats(0, 1e300))
+def test_the_scalar_kernels_are_what_the_penalty_returns(pen, w, t):
+    from penalties import kernels as K
+
+    code, params = pen.kernel_spec()
+    assert K.omega_scalar(code, params, w) == pen.omega(w)
+    assert K.derivative_scalar(code, params, w) == pen.derivative(w)
+    assert K.eta_hat_scalar(code, params, w) == pen.eta_hat(w)
+    assert K.prox_scalar(code, params, w, t) == pen.prox(w, t)
+
+
+@given(st.sampled_from([None, ["logsum:eps=2@2", "l1"], ["mcp:a=3,lam=1", "hard_threshold:k=3"]]),
+       st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 5)),
+       st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 5)),
+       st.one_of(st.integers(-2, 50), st.floats(0, 10), st.booleans()))
+@settings(max_examples=15)
+def test_curves_refuse_bad_ranges_naming_them(specs, w_min, w_max, n):
+    from penalties.curves import scalar_curves
+
+    try:
+        out = scalar_curves(specs, w_min=w_min, w_max=w_max, n=n)
+    except ValueError as exc:
+        assert any(name in str(exc) for name in ("w_min", "w_max", "n"))
+        return
+    assert out["w"].shape == (n,) and all(np.all(np.isfinite(v)) for v in out.values())
