@@ -268,6 +268,8 @@ def _eta_hat(code, p, w):
         return np.inf
     if code == MCP:
         A = p[0] * p[1]
+        if A == np.inf:  # a = inf: the l1 penalty
+            return a
         if a < A:
             return A * a / (A - a)
         return np.inf

@@ -48,6 +48,7 @@ _SUBCOMMANDS = {
     "compare": "compare_cmd",
     "frontier": "frontier_cmd",
     "diagnose": "diagnose_cmd",
+    "latency": "latency_cmd",
     "prune": "prune_cmd",
 }
 

@@ -48,6 +48,8 @@ def register(subparsers) -> None:
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="a method option (repeatable), e.g. --hp blocksize=64")
+    p.add_argument("--allocation-hp", action="append", default=[], metavar="NAME=VALUE",
+                   help="an allocation option (repeatable), e.g. --allocation-hp owl_lambda=0.02")
     p.add_argument("--refit", action="store_true",
                    help="refit the kept weights of every row by least squares on the "
                    "calibration data")
@@ -110,7 +112,8 @@ def prune_run(args) -> dict:
         raise ValueError("give exactly one of --density D and --pattern N:M")
     if args.pattern is not None:
         parse_pattern(args.pattern)
-    check_allocation(args.allocation, {})
+    alloc_options = {k: _typed(v) for k, v in parse_hparams(args.allocation_hp).items()}
+    check_allocation(args.allocation, alloc_options)
     for name, v, low in (("--calib", args.calib, 1), ("--finetune-epochs", args.finetune_epochs, 0),
                          ("--threads", args.threads, 0)):
         if v < low:
@@ -144,11 +147,13 @@ def prune_run(args) -> dict:
     t0 = time.perf_counter()
     res = prune_oneshot(net, calib, args.method, target_density=args.density,
                         pattern=args.pattern, allocation=args.allocation, options=options,
+                        allocation_options=alloc_options,
                         exclude=args.exclude, progress=not args.no_progress)
     oneshot_s = time.perf_counter() - t0
     final = {"status": "finished", "method": f"oneshot:{args.method}", "from": str(source),
              "architecture": src_final.get("architecture"), "data": data.summary(),
              "target": res.report.target, "allocation": args.allocation, "options": options,
+             "allocation_options": alloc_options,
              "calib": args.calib, "seed": args.seed, "oneshot_seconds": oneshot_s,
              "val_error_oneshot": error_rate(net, Xva, yva),
              "test_error_oneshot": error_rate(net, Xte, yte),
@@ -173,6 +178,7 @@ def prune_run(args) -> dict:
     atomic_write_json(out / "config.json", {
         "method": f"oneshot:{args.method}", "from": str(source), "source_config": src_cfg,
         "density": args.density, "pattern": args.pattern, "allocation": args.allocation,
+        "allocation_options": alloc_options,
         "options": options, "calib": args.calib, "seed": args.seed, "exclude": args.exclude,
         "finetune_epochs": args.finetune_epochs, "lr": args.lr,
         "model": src_cfg.get("model"), "n_features": src_cfg.get("n_features"),
