@@ -59,6 +59,8 @@ def parse_spec(text: str) -> Spec:
             if "=" not in item:
                 raise ValueError(f"bad parameter {item!r} in spec {text!r}: use key=value")
             k, v = item.split("=", 1)
+            if k.strip() in params:
+                raise ValueError(f"parameter {k.strip()!r} given twice in spec {text!r}")
             try:
                 val = float(v)
             except ValueError:

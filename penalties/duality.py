@@ -15,8 +15,10 @@ constructor                 numerics
 ==========================  =================================================================
 
 Each takes vectorized callables (numpy arrays in, arrays out) and verifies what the duality needs
-on a grid at construction: a rule that is not monotone, or an Omega whose ``Omega(sqrt z)`` is not
-concave and nondecreasing, raises ``ValueError`` naming where it fails. The returned objects are
+on a grid at construction: a rule that is not monotone, a dual ``f`` that decreases (or falls
+below ``f0``, which would make Omega negative), an Omega whose ``Omega(sqrt z)`` is not concave
+and nondecreasing, or a callable that is not elementwise (a scalar for an array, an output that
+depends on the other entries) raises ``ValueError`` naming where it fails. The returned objects are
 :class:`penalties.Penalty` instances (omega, f, eta_hat, derivative, prox, keep_ratio).
 """
 

@@ -226,7 +226,10 @@ def _derivative(code, p, w):
         A = p[0] * p[1]
         d = 1.0 - a / A if a < A else 0.0
     elif code == STANDOUT:
-        d = p[2] * a * math.exp(-(p[0] * a + p[1]))
+        # c a e^{-(s a + b)}; past e^-700 in logs, where c a alone can overflow
+        ex = p[0] * a + p[1]
+        d = (p[2] * a) * math.exp(-ex) if ex < 700.0 else math.exp(
+            math.log(p[2]) + math.log(a) - ex)
     elif code == TABLE:
         _, d = _table_omega_and_slope(p, a)
     else:
@@ -430,8 +433,8 @@ def _prox(code, p, v, t):
         if t < A:  # convex objective: firm thresholding
             if a <= t:
                 return 0.0
-            if a <= A:
-                return sgn * (a - t) / (1.0 - t / A)
+            if a <= A:  # (a - t) / (1 - t/A) <= a; rounding can put it an ulp above at a = A
+                return sgn * min((a - t) / (1.0 - t / A), a)
             return v
         # t >= A: concave on [0, A], so the minimum is 0 or v itself (|v| > A), whichever is
         # lower: v when a^2 > t A (compared as a > (t/a) A: no overflow)

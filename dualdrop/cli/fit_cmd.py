@@ -197,8 +197,12 @@ def _write(path, write):
     import os
 
     tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C included: no partial file left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def run(args) -> int:

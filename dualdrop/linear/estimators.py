@@ -50,7 +50,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import _penalty
 from ._design import Design, divide_columns, scaled_design
 from ._groups import GroupProblem, check_groups
-from ._scale import plan_scaling
+from ._scale import check_unscaled_target, plan_scaling
 from ._problem import Problem
 from ._start import convex_start, needs_convex_start
 from ._validation import class_labels, constraints, fit_context, unchanged_on_error, validate_data
@@ -74,6 +74,8 @@ class GLMData:
     cy = 1.0  # these datafits' targets are not rescaled
 
     def __init__(self, X, scaling, datafit, fit_intercept, penalty_weights, y=None):
+        if y is not None:
+            check_unscaled_target(y, getattr(datafit, "name", "this"))
         self.scaling = scaling
         self.s = scaling.t
         self.design = scaled_design(X, self.s)

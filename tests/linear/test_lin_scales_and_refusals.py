@@ -235,3 +235,15 @@ def test_refused_cv_fit_leaves_the_cv_estimator_as_it_was(data):
     with pytest.raises(ValueError):
         cv.fit(X, y, sample_weight=-np.ones(60))
     _same(_state(cv), before)
+
+
+@pytest.mark.parametrize("d", [1e300, 1e-300])
+def test_glm_targets_outside_the_float_band_are_refused_naming_y(data, d):
+    from dualdrop.linear import SparseHuberRegression, SparseQuantileRegression
+
+    X, y, _, _ = data
+    for cls in (SparseHuberRegression, SparseQuantileRegression):
+        est = cls()
+        with pytest.raises(ValueError, match="y has magnitude.*not rescaled"):
+            est.fit(X, y * d)
+        assert not hasattr(est, "coef_")
