@@ -120,41 +120,47 @@ class _Path:
         return res.coef
 
     def to_budget(self, target, *, ratio, slack, max_bisect):
-        """Run the path until at least ``target`` nonzeros, then bisect the last bracket to
-        ``[target, target (1 + slack)]``. Returns ``(U, alpha)`` of the fit with at least
+        """Run the path (``alpha`` times ``ratio`` per fit) until at least ``target`` nonzeros,
+        then refine the last bracket until a fit lands in ``[target, target (1 + slack)]``:
+        regula falsi on ``log nnz`` against ``log alpha`` (aiming inside the interval), each
+        fit warm-started from the sparser end. Returns ``(U, alpha)`` of the fit with at least
         ``target`` nonzeros closest to it (or the densest fit if none reaches it)."""
         lp = self.lp
-        a = alpha_max(self.P, float(np.max(np.abs(lp.B), initial=0.0)))
+        a_hi = alpha_max(self.P, float(np.max(np.abs(lp.B), initial=0.0)))
         U_hi = np.zeros_like(lp.U0)  # sparser end of the bracket
-        a_hi = a
-        U = U_hi
-        nnz = 0
+        n_hi = 0
         for _ in range(400):
             a_lo = a_hi * ratio
-            U = self.fit(a_lo, U_hi)
-            nnz = int(np.count_nonzero(U))
-            if nnz >= target:
+            U_lo = self.fit(a_lo, U_hi)
+            n_lo = int(np.count_nonzero(U_lo))
+            if n_lo >= target:
                 break
-            U_hi, a_hi = U, a_lo
+            U_hi, a_hi, n_hi = U_lo, a_lo, n_lo
         else:
-            return U, a_hi
-        U_best, a_best = U, a_lo
+            return U_hi, a_hi
+        aim = np.log(target * (1.0 + 0.5 * slack))
         for _ in range(max_bisect):
-            if nnz <= target * (1.0 + slack) or a_hi <= a_lo * (1 + 1e-6):
+            if n_lo <= target * (1.0 + slack) or a_hi <= a_lo * (1 + 1e-9):
                 break
-            mid = np.sqrt(a_lo * a_hi)
+            lh, ll = np.log(a_hi), np.log(a_lo)
+            if n_hi > 0 and n_lo > n_hi:
+                t = (aim - np.log(n_hi)) / (np.log(n_lo) - np.log(n_hi))
+                t = min(max(t, 0.05), 0.95)
+            else:
+                t = 0.5
+            mid = float(np.exp(lh + t * (ll - lh)))
             Um = self.fit(mid, U_hi)
             n = int(np.count_nonzero(Um))
             if n >= target:
-                a_lo, U_best, a_best, nnz = mid, Um, mid, n
+                a_lo, U_lo, n_lo = mid, Um, n
             else:
-                a_hi, U_hi = mid, Um
-        return U_best, a_best
+                a_hi, U_hi, n_hi = mid, Um, n
+        return U_lo, a_lo
 
 
 def penalty_layer(lp: LayerProblem, n_keep=None, pattern=None, *, penalty="logsum",
-                  penalty_params=None, refit=True, polish=True, ratio=0.7, slack=0.02,
-                  max_bisect=12, tol=1e-4, n_threads=1):
+                  penalty_params=None, refit=True, polish=True, ratio=0.5, slack=0.05,
+                  max_bisect=12, tol=1e-2, n_threads=1):
     """Prune ``lp`` to the budget with the penalty (module docstring). Returns ``(U, mask,
     info)``: the scaled live weights ``(R, q)``, their support and ``{"alpha", "fits",
     "swaps", "transfers", "seconds"}``."""
