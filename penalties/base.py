@@ -91,13 +91,32 @@ class Penalty:
         """Dropout keep ratio ``alpha = eta_hat / (eta_hat + lam)`` implied by the penalty."""
         lam = check_param(lam, "lam", low=0.0)
         eta = np.asarray(self.eta_hat(w), dtype=float)
-        with np.errstate(invalid="ignore"):
-            alpha = np.where(np.isinf(eta), 1.0, eta / (eta + lam))
+        # 1 / (1 + lam/eta), not eta / (eta + lam): the sum overflows for eta and lam near the
+        # largest float; eta = 0 gives 0 and eta = inf gives 1 without a special case
+        with np.errstate(divide="ignore", over="ignore"):
+            alpha = 1.0 / (1.0 + lam / eta)
         return finish(alpha, eta)
 
     def value(self, w):
         """Sum of Omega over a vector (the penalty term of an objective, lambda excluded)."""
         return float(np.sum(self.omega(w)))
+
+    def rescaled(self, c):
+        """``(P, k)`` with ``Omega(c u) = c^k P.Omega(u)`` for every ``u`` (``c > 0``): the same
+        family at another scale of its argument (L1: itself, ``k = 1``; LogSum: ``eps / c``,
+        ``k = 0``; ...). A scale-free problem in extreme units can then be computed at unit scale
+        (``dualdrop.linear`` does). ``None`` for a penalty without a scale parameter (the tabulated
+        dropout penalties, penalties built from callables) or when the rescaled parameter would
+        leave the floats."""
+        return None
+
+    def _rescaled_with(self, k, **params):
+        """``(type(self)(**changed params), k)``, or ``None`` if a changed parameter is refused
+        (e.g. it underflowed to 0)."""
+        try:
+            return type(self)(**{**self.get_params(), **params}), k
+        except (ValueError, OverflowError, ZeroDivisionError):
+            return None
 
     # ---- parameters, equality, pickling ---------------------------------------------------
     def get_params(self, deep=True) -> dict:

@@ -6,6 +6,8 @@ All are expressed in the unit convention ``Omega(w) = 1/2 min_eta [w^2/eta + f(e
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from . import kernels as K
@@ -19,6 +21,9 @@ class L1(KernelPenalty):
     name = "l1"
     is_convex = True
     _code = K.L1
+
+    def rescaled(self, c):
+        return self, 1.0
 
     def _f(self, eta):
         return eta.copy()
@@ -40,6 +45,9 @@ class Lp(KernelPenalty):
 
     def _kernel_params(self):
         return np.array([self.p])
+
+    def rescaled(self, c):
+        return self, self.p
 
     def _f(self, eta):
         q = self.p / (2.0 - self.p)
@@ -69,6 +77,9 @@ class LogSum(_EpsPenalty):
     name = "logsum"
     _code = K.LOGSUM
 
+    def rescaled(self, c):  # log(1 + c u / eps) = log(1 + u / (eps / c))
+        return self._rescaled_with(0.0, eps=self.eps / c)
+
     def _f(self, eta):
         eps = self.eps
         s = np.sqrt(eps * eps + 4.0 * eta)
@@ -85,6 +96,9 @@ class Log2Sum(_EpsPenalty):
 
     name = "log2sum"
     _code = K.LOG2SUM
+
+    def rescaled(self, c):  # log(1 + c^2 u^2 / eps) = log(1 + u^2 / (eps / c^2))
+        return self._rescaled_with(0.0, eps=self.eps / c / c)
 
     def _f(self, eta):
         eps = self.eps
@@ -111,6 +125,9 @@ class SCAD(KernelPenalty):
     def _kernel_params(self):
         return np.array([self.a, self.lam])
 
+    def rescaled(self, c):  # every piece is c times the penalty with lam / c
+        return self._rescaled_with(1.0, lam=self.lam / c)
+
     def _f(self, eta):
         a, lam = self.a, self.lam
         s = a * lam * eta / ((a - 1.0) * lam + eta)
@@ -118,11 +135,17 @@ class SCAD(KernelPenalty):
         return np.where(eta <= lam, eta, mid)
 
 
+def _is_pos_inf(v):
+    """Whether ``v`` is the number ``+inf`` (a bool is not a number here)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and v == float("inf")
+
+
 class MCP(KernelPenalty):
     """Minimax concave penalty (Zhang 2010), divided by ``lam``; with ``A = a lam``:
 
     ``Omega = |w| - w^2 / (2A)`` for ``|w| <= A``, ``A/2`` beyond; ``eta_hat = A|w| / (A - |w|)``
-    (infinite beyond A); ``f(eta) = A eta / (eta + A)``.
+    (infinite beyond A); ``f(eta) = A eta / (eta + A)``. ``a = inf`` is the l1 penalty
+    (``Omega = |w|``, ``eta_hat = |w|``, ``f(eta) = eta``), as in skglm and ncvreg's limit.
     """
 
     name = "mcp"
@@ -130,12 +153,18 @@ class MCP(KernelPenalty):
     _code = K.MCP
 
     def __init__(self, a=3.0, lam=1.0):
-        self.a = check_param(a, "a", low=0.0)
+        self.a = np.inf if _is_pos_inf(a) else check_param(a, "a", low=0.0)
         self.lam = check_param(lam, "lam", low=0.0)
+        self.is_convex = bool(np.isinf(self.a))
 
     def _kernel_params(self):
         return np.array([self.a, self.lam])
 
+    def rescaled(self, c):  # c|u| - c^2 u^2 / (2A) = c (|u| - u^2 / (2 A / c)), A = a lam
+        return self._rescaled_with(1.0, lam=self.lam / c)
+
     def _f(self, eta):
         A = self.a * self.lam
+        if np.isinf(A):
+            return np.asarray(eta, dtype=np.float64)
         return A * eta / (eta + A)

@@ -22,7 +22,7 @@ import numpy as np
 from scipy import special
 
 from . import kernels as K
-from ._checks import check_param
+from ._checks import as_real_array, check_param, finish
 from ._table import build_table, check_increasing, gauss_legendre, graded_breakpoints, uniform_breakpoints
 from .base import KernelPenalty
 
@@ -99,9 +99,12 @@ class VarDrop(_TablePenalty):
 
     @staticmethod
     def kl(log_alpha):
-        """The approximate per-weight KL(q || log-uniform prior) as a function of log alpha."""
-        la = np.asarray(log_alpha, dtype=float)
-        return VD_K1 - VD_K1 * special.expit(VD_K2 + VD_K3 * la) + 0.5 * np.log1p(np.exp(-la))
+        """The approximate per-weight KL(q || log-uniform prior) as a function of log alpha
+        (any real, +-inf included: KL(+inf) = 0, KL(-inf) = inf; NaN raises ``ValueError``)."""
+        la = as_real_array(log_alpha, "log_alpha", allow_inf=True)
+        # 1/2 log(1 + e^{-la}) as 1/2 softplus(-la): log1p(exp(-la)) overflows for la < -709
+        out = VD_K1 - VD_K1 * special.expit(VD_K2 + VD_K3 * la) + 0.5 * np.logaddexp(0.0, -la)
+        return finish(out, la)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,6 +149,22 @@ def _vd_exact_f(eta):
     return 4.0 * dawson_integral(np.sqrt(0.5 * eta))
 
 
+_LOG_U_BIG = math.log(1e100)  # beyond: I(u) = I(1e100) + 1/2 log(u / 1e100) (error ~1e-201)
+_I_BIG = float(dawson_integral(np.array([1e100]))[0])
+
+
+def _vd_exact_f_of_log(log_eta):
+    """``f(eta)`` of :func:`_vd_exact_f` from ``log eta`` (any real, +-inf): eta itself
+    overflows for log eta > 709, where ``D(t) = 1/(2t) + O(t^-3)`` makes ``I`` logarithmic."""
+    le = np.asarray(log_eta, dtype=float)
+    lu = 0.5 * (le - math.log(2.0))  # log u, u = sqrt(eta / 2)
+    big = lu > _LOG_U_BIG
+    with np.errstate(over="ignore"):
+        u = np.exp(np.where(big, 0.0, lu))
+    out = 4.0 * np.where(big, _I_BIG + 0.5 * (lu - _LOG_U_BIG), dawson_integral(u))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _vd_exact_table():
     # Parameter: log u with eta = 2u^2; optimality f'(eta) eta^2 = w^2 reads 4 u^3 D(u) = w^2.
@@ -182,9 +201,10 @@ class VarDropExact(_TablePenalty):
 
     @staticmethod
     def kl(log_alpha):
-        """Exact per-weight KL(q || log-uniform prior) as a function of log alpha."""
-        la = np.asarray(log_alpha, dtype=float)
-        return 0.5 * _vd_exact_f(np.exp(-la))
+        """Exact per-weight KL(q || log-uniform prior) as a function of log alpha (any real,
+        +-inf included: KL(+inf) = 0, KL(-inf) = inf; NaN raises ``ValueError``)."""
+        la = as_real_array(log_alpha, "log_alpha", allow_inf=True)
+        return finish(0.5 * _vd_exact_f_of_log(-la), la)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -353,18 +373,32 @@ class HardConcrete(_TablePenalty):
         return float(math.exp(self._table().x_hi))
 
     def log_alpha_of_eta(self, eta):
-        """The gate parameter theta = log a whose eta~ equals ``eta`` (vectorized bisection)."""
-        eta = np.asarray(eta, dtype=float)
-        target = -np.log(eta)  # log rho, decreasing in theta -> bisect on -log rho
+        """The gate parameter theta = log a whose eta~ equals ``eta`` (vectorized bisection).
 
-        lo = np.full_like(eta, HC_THETA_LO - 20.0)
-        hi = np.full_like(eta, HC_THETA_HI + 20.0)
+        ``eta`` >= 0 (0 gives -inf, inf gives +inf; NaN or a negative value raises
+        ``ValueError``). Beyond the bisection range both ends are exactly linear in log eta up
+        to exponentially small terms (a closed gate: E[z] and E[z^2] both ~ e^theta, so
+        1/eta~ ~ e^-theta; an open one: 1 - E[z] and Var(z) ~ e^-theta), and are extended so.
+        """
+        arr = as_real_array(eta, "eta", allow_inf=True)
+        if (arr < 0).any():
+            raise ValueError(f"eta must be >= 0, got {arr[arr < 0].flat[0]!r}")
+        with np.errstate(divide="ignore"):
+            log_eta = np.log(arr)
+        ends = np.array([HC_THETA_LO - 20.0, HC_THETA_HI + 20.0])
+        log_eta_ends = -np.log(_HC.envelope(ends)[0])
+        inside = (log_eta > log_eta_ends[0]) & (log_eta < log_eta_ends[1])
+        lo = np.full(arr.shape, ends[0])
+        hi = np.full(arr.shape, ends[1])
         for _ in range(90):
             mid = 0.5 * (lo + hi)
-            below = -np.log(_HC.envelope(mid)[0]) < -target
+            below = -np.log(_HC.envelope(mid)[0]) < log_eta
             lo = np.where(below, mid, lo)
             hi = np.where(below, hi, mid)
-        return 0.5 * (lo + hi)
+        theta = np.where(inside, 0.5 * (lo + hi),
+                         np.where(log_eta <= log_eta_ends[0], ends[0] + (log_eta - log_eta_ends[0]),
+                                  ends[1] + (log_eta - log_eta_ends[1])))
+        return finish(theta, arr)
 
     def _f(self, eta):
         return _HC.l0(self.log_alpha_of_eta(eta))
@@ -395,6 +429,9 @@ class Standout(KernelPenalty):
 
     def _kernel_params(self):
         return np.array([self.a, self.b, self.v_norm**2 / self.lam])
+
+    def rescaled(self, c):  # g(a c |h|) / a^2 = c^2 g(a' |h|) / a'^2 with a' = a c
+        return self._rescaled_with(2.0, a=self.a * c)
 
     def _f(self, eta):
         # f(eta) = max_h 2 Omega(h) - h^2/eta, attained where eta_hat(h) = eta.

@@ -29,8 +29,8 @@ import numpy as np
 
 from ._checks import check_param
 from ._numerics import (  # noqa: F401 (grid_golden_min, richardson_derivative, numeric_prox: public here)
-    NumericPenalty, call_checked, check_range, chunked, grid_golden_min, log_grid, numeric_prox,
-    richardson_derivative)
+    NumericPenalty, call_checked, check_elementwise, check_range, chunked, grid_golden_min,
+    log_grid, numeric_prox, richardson_derivative)
 from .base import Penalty
 
 _CHUNK = 1 << 15
@@ -57,8 +57,25 @@ class DualPenalty(NumericPenalty):
         vals = call_checked(f, grid, "f")
         if not np.all(np.isfinite(vals)):
             raise ValueError(f"f is not finite at eta = {grid[~np.isfinite(vals)][0]:.6g}")
+        check_elementwise(f, grid, vals, "f", "eta")
+        # f' = (w / eta_hat)^2 >= 0 at every optimal eta: a decreasing f has no minimizer but
+        # eta = inf (Omega = -inf, or whatever the end of eta_range makes of it)
+        scale = max(1.0, float(np.max(np.abs(vals))))
+        down = np.diff(vals) < -1e-12 * scale
+        if np.any(down):
+            i = int(np.argmax(down))
+            raise ValueError(
+                f"f must be nondecreasing in eta (f'(eta_hat) = (w/eta_hat)^2 >= 0); it decreases "
+                f"between eta = {grid[i]:.6g} and eta = {grid[i + 1]:.6g}, so it is the dual of "
+                "no penalty")
         # Omega(0) = 1/2 f(0+): 0 in the unit convention, or estimated as inf f over the range
-        self._offset = 0.5 * (float(np.min(vals)) if f0 is None else check_param(f0, "f0"))
+        f_zero = float(np.min(vals)) if f0 is None else check_param(f0, "f0")
+        if vals[0] < f_zero - 1e-9 * scale:
+            raise ValueError(
+                f"f(eta) = {vals[0]:.6g} at eta = {lo:.6g} is below f0 = {f_zero:.6g} (f(0+)), so "
+                "Omega would be negative near 0; pass f0=None to take f's infimum over eta_range, "
+                "or shift f so that f(0+) = f0")
+        self._offset = 0.5 * f_zero
         self._llo, self._lhi = math.log(lo), math.log(hi)
 
     def _f(self, eta):
@@ -113,6 +130,7 @@ def _verify_subquadratic(omega_fn, w_range, name="omega"):
     om = call_checked(omega_fn, w, name)
     if not np.all(np.isfinite(om)):
         raise ValueError(f"{name} is not finite at w = {w[~np.isfinite(om)][0]:.6g}")
+    check_elementwise(omega_fn, w, om, name, "w")
     z = w * w
     scale = max(1.0, float(np.max(np.abs(om))))
     dom = np.diff(om)
@@ -207,6 +225,7 @@ class RulePenalty(NumericPenalty):
         lo, hi = self.w_range
         grid = log_grid(lo, hi, 2001)
         eta = call_checked(eta_hat, grid, "eta_hat")
+        check_elementwise(eta_hat, grid, eta, "eta_hat", "w")
         if np.any(np.isnan(eta)) or np.any(eta < 0):
             bad = grid[np.isnan(eta) | (eta < 0)][0]
             raise ValueError(f"eta_hat must be >= 0 (or +inf); got {eta[grid == bad][0]} at w = {bad:.6g}")
@@ -359,6 +378,7 @@ def from_keep_ratio(alpha_hat, lam, w_range=(1e-12, 1e8)) -> Penalty:
     # monotonicity is checked on alpha itself: lam alpha/(1-alpha) amplifies rounding near alpha = 1
     grid = log_grid(*check_range(w_range, "w_range"), 2001)
     al = call_checked(alpha_hat, grid, "alpha_hat")
+    check_elementwise(alpha_hat, grid, al, "alpha_hat", "w")
     dal = np.diff(al)
     if np.any(dal < -1e-12):
         i = int(np.argmax(dal < -1e-12))
@@ -386,6 +406,8 @@ class MaskPenalty(NumericPenalty):
         self.description = getattr(penalty, "__name__", "penalty")
         lo, hi = self.theta_range
         th = np.linspace(lo, hi, 2001)
+        for nm, fn in (("mean", mean), ("second_moment", second_moment), ("penalty", penalty)):
+            check_elementwise(fn, th, call_checked(fn, th, nm), nm, "theta")
         rho = self.rho(th)
         if np.any(rho <= 0) or not np.all(np.isfinite(rho)):
             bad = th[(rho <= 0) | ~np.isfinite(rho)][0]

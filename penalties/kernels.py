@@ -114,6 +114,32 @@ def _table_omega_and_slope(p, a):
 # ----------------------------------------------------------------------------------------------
 # Scalar kernels
 # ----------------------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _standout_ratio(p, a):
+    """Standout's ``Omega(a) / a`` for ``a > 0``: with ``u = s_a a``, ``ce = c e^{-b}`` and
+    ``g(u) = 1 - (1 + u) e^{-u}``, ``Omega = ce g(u) / s_a^2``, so ``Omega / a = (ce / s_a) g(u) / u``
+    (for small u, ``ce a g(u) / u^2`` by its series): finite wherever the answer is, whatever the
+    scales of ``a`` and ``s_a`` (``u^2 / s_a^2`` under- or overflows)."""
+    sa = p[0]
+    u = sa * a
+    ce = p[2] * math.exp(-p[1])
+    if u < 1e-3:
+        return (ce * a) * (0.5 - u / 3.0 + u * u / 8.0 - u * u * u / 30.0)
+    g = -math.expm1(-u) - u * math.exp(-u) if u < 800.0 else 1.0
+    return (ce / sa) * (g / u)
+
+
+@njit(cache=True, inline="always")
+def _omega_ratio(code, p, a):
+    """``Omega(a) / a`` for ``a > 0``, formed without the overflow of ``Omega`` itself where a
+    closed form allows (Lp, Standout): what the prox's comparison with 0 needs (:func:`_gain`)."""
+    if code == LP:
+        return a ** (p[0] - 1.0) / p[0]
+    if code == STANDOUT:
+        return _standout_ratio(p, a)
+    return _omega(code, p, a) / a
+
+
 @njit(cache=True)
 def omega_scalar(code, p, w):
     """Omega(w) for the penalty (code, p)."""
@@ -132,9 +158,17 @@ def _omega(code, p, w):
     if code == LP:
         return a ** p[0] / p[0]
     if code == LOGSUM:
-        return math.log1p(a / p[0])
+        r = a / p[0]
+        if r < 1e300:
+            return math.log1p(r)
+        # a/eps overflows or nearly: log(a + eps) - log eps without forming the quotient
+        return math.log(a) - math.log(p[0]) + math.log1p(p[0] / a)
     if code == LOG2SUM:
-        return math.log1p(a * a / p[0])
+        r = (a / p[0]) * a if a < 1e150 else math.inf
+        if r < 1e300:
+            return math.log1p(r)
+        # log(a^2 + eps) - log eps = 2 log a - log eps + log1p(eps / a^2)
+        return 2.0 * math.log(a) - math.log(p[0]) + math.log1p((p[0] / a) / a)
     if code == SCAD:
         A = p[0]
         lam = p[1]
@@ -149,16 +183,7 @@ def _omega(code, p, w):
             return a - a * a / (2.0 * A)
         return 0.5 * A
     if code == STANDOUT:
-        sa = p[0]
-        sb = p[1]
-        c = p[2]
-        u = sa * a
-        # 1 - (1 + u) e^{-u}, written to keep relative accuracy for small u
-        if u < 1e-3:
-            g = u * u * (0.5 - u / 3.0 + u * u / 8.0 - u * u * u / 30.0)
-        else:
-            g = -math.expm1(-u) - u * math.exp(-u)
-        return c * math.exp(-sb) * g / (sa * sa)
+        return _standout_ratio(p, a) * a
     if code == TABLE:
         om, _ = _table_omega_and_slope(p, a)
         return om
@@ -186,7 +211,8 @@ def _derivative(code, p, w):
     elif code == LOGSUM:
         d = 1.0 / (a + p[0])
     elif code == LOG2SUM:
-        d = 2.0 * a / (a * a + p[0])
+        # 2a / (a^2 + eps), in the form that neither overflows (large a) nor underflows
+        d = 2.0 / (a + p[0] / a) if a * a > p[0] else 2.0 * a / (a * a + p[0])
     elif code == SCAD:
         A = p[0]
         lam = p[1]
@@ -239,6 +265,8 @@ def _eta_hat(code, p, w):
         return np.inf
     if code == MCP:
         A = p[0] * p[1]
+        if A == np.inf:  # a = inf: the l1 penalty
+            return a
         if a < A:
             return A * a / (A - a)
         return np.inf
@@ -259,14 +287,29 @@ def _eta_hat(code, p, w):
 
 
 @njit(cache=True)
-def _prox_objective(code, p, x, a, t):
-    return 0.5 * (x - a) * (x - a) + t * _omega(code, p, x)
+def _scaled_objective(code, p, x, a, t):
+    """``h(x) / a^2`` for ``h(x) = 1/2 (x - a)^2 + t Omega(x)``, ``a > 0``: the prox objective in
+    units of ``a^2``, so that comparing candidates neither overflows for |v| up to the largest
+    float (``h`` itself is ``inf`` beyond ~1e154) nor loses the penalty for tiny |v|."""
+    d = (x - a) / a
+    om = _omega(code, p, x)
+    pen = 0.0 if om == 0.0 else (t / a) * (om / a)
+    return 0.5 * d * d + pen
+
+
+@njit(cache=True)
+def _gain(code, p, x, a, t):
+    """``(h(0) - h(x)) / a`` for ``h(x) = 1/2 (x - a)^2 + t Omega(x)`` and ``0 < x <= a``: how much
+    ``x`` beats 0 in the prox objective, positive when it does. Written as ``(x/a) ((a - x/2) -
+    t Omega(x)/x)``: ``x/a <= 1`` and the bracket is at most ``a``, so it is finite over the whole
+    float range (``h`` overflows beyond |v| ~ 1e154, where the answer is about ``v``)."""
+    return (x / a) * ((a - 0.5 * x) - t * _omega_ratio(code, p, x))
 
 
 @njit(cache=True)
 def _consider(code, p, a, t, x, best, hbest):
     """Keep x if it beats the incumbent for min 1/2 (x - a)^2 + t Omega(x) (ties: smaller x)."""
-    h = _prox_objective(code, p, x, a, t)
+    h = _scaled_objective(code, p, x, a, t)
     if h < hbest or (h == hbest and x < best):
         return x, h
     return best, hbest
@@ -274,13 +317,14 @@ def _consider(code, p, a, t, x, best, hbest):
 
 @njit(cache=True)
 def _prox_root(code, p, a, t, lo, hi, flo, fhi):
-    """Root of phi(x) = x + t Omega'(x) - a in [lo, hi] with phi(lo) < 0 <= phi(hi) (Illinois)."""
+    """Root of phi(x) = x + t Omega'(x) - a in [lo, hi] with phi(lo) < 0 <= phi(hi) (Illinois;
+    the secant point as ``lo + (hi - lo) flo / (flo - fhi)``, which cannot overflow)."""
     side = 0
     x = hi
     for _ in range(200):
-        x = (lo * fhi - hi * flo) / (fhi - flo)
+        x = lo + (hi - lo) * (flo / (flo - fhi))
         if not (lo < x < hi):
-            x = 0.5 * (lo + hi)
+            x = 0.5 * lo + 0.5 * hi
         fx = x + t * _derivative(code, p, x) - a
         if fx == 0.0:
             return x
@@ -298,36 +342,38 @@ def _prox_root(code, p, a, t, lo, hi, flo, fhi):
             side = 1
         if hi - lo <= 4e-16 * hi:
             break
-    return 0.5 * (lo + hi)
+    return 0.5 * lo + 0.5 * hi
 
 
 @njit(cache=True)
 def prox_numeric_scalar(code, p, v, t):
     """Generic 1-D prox: every local minimizer of 1/2 (x-|v|)^2 + t Omega(x) on [0, |v|] is found
     as a sign change of its derivative on a 24-cell grid, refined to machine precision, and the
-    best one is compared with x = 0. Exact for penalties whose Omega' changes convexity at most
-    once per cell (all catalog penalties)."""
+    best one is compared with x = 0 (by :func:`_gain`, finite for any finite v and t). Exact for
+    penalties whose Omega' changes convexity at most once per cell (all catalog penalties)."""
     a = abs(v)
     if a == 0.0 or t == 0.0:
         return v
     K = 24
     best = 0.0
-    hbest = 0.5 * a * a
+    gbest = 0.0
     x_prev = 0.0
     # phi at 0+: t * Omega'(0+) - a
     tiny = a * 1e-14
     f_prev = tiny + t * _derivative(code, p, tiny) - a
     for i in range(1, K + 1):
-        # the last grid point is |v| itself: a * K / K can round below it, where phi is then
-        # -ulp < 0 for a penalty flat beyond some point (Omega' = 0), and the root at |v| was lost
-        x = a if i == K else a * i / K
+        # the last grid point is |v| itself (a penalty flat beyond some point, Omega' = 0, has its
+        # root there; a rounded grid point just below it would lose it); a * (i / K), not
+        # a * i / K, which overflows for |v| near the largest float
+        x = a if i == K else a * (i / K)
         fx = x + t * _derivative(code, p, x) - a
         if f_prev < 0.0 and fx >= 0.0:
             r = _prox_root(code, p, a, t, x_prev, x, f_prev, fx)
-            h = _prox_objective(code, p, r, a, t)
-            if h < hbest:
-                hbest = h
-                best = r
+            if r > 0.0:
+                g = _gain(code, p, r, a, t)
+                if g > gbest:
+                    gbest = g
+                    best = r
         x_prev = x
         f_prev = fx
     return best if v > 0 else -best
@@ -357,16 +403,28 @@ def _prox(code, p, v, t):
     if code == LP and p[0] == 1.0:
         return sgn * max(a - t, 0.0)
     if code == LOGSUM:
+        # stationary points: x^2 + (eps - a) x + t - a eps = 0; the larger root is
+        # (a - eps)/2 + sqrt(m^2 - t) with m = (a + eps)/2, formed as m sqrt((1 - q)(1 + q)),
+        # q = sqrt(t)/m, so that nothing is squared (no overflow up to the largest float)
         eps = p[0]
-        disc = (a + eps) * (a + eps) - 4.0 * t
-        if disc < 0.0:
+        m = 0.5 * a + 0.5 * eps
+        q = math.sqrt(t) / m
+        if q > 1.0:
             return 0.0
-        r = 0.5 * ((a - eps) + math.sqrt(disc))
+        s = m * math.sqrt((1.0 - q) * (1.0 + q))
+        half = 0.5 * a - 0.5 * eps
+        if half >= 0.0:
+            r = half + s
+        elif t / eps < a:
+            # a < eps: half + s cancels; the product of the roots is t - a eps (divided by eps
+            # above and below: a eps can overflow)
+            r = (a - t / eps) / (s / eps + 0.5 - 0.5 * (a / eps))
+        else:
+            return 0.0
         if r <= 0.0:
             return 0.0
-        if _prox_objective(code, p, r, a, t) < 0.5 * a * a:
-            return sgn * r
-        return 0.0
+        r = min(r, a)  # the root is below a; rounding can put it an ulp above
+        return sgn * r if _gain(code, p, r, a, t) > 0.0 else 0.0
     if code == MCP:
         A = p[0] * p[1]
         if t < A:  # convex objective: firm thresholding
@@ -375,14 +433,15 @@ def _prox(code, p, v, t):
             if a <= A:
                 return sgn * (a - t) / (1.0 - t / A)
             return v
-        # t >= A: concave on [0, A], so the minimum is 0 or v itself (|v| > A), whichever is lower
-        return v if a * a > t * A else 0.0
+        # t >= A: concave on [0, A], so the minimum is 0 or v itself (|v| > A), whichever is
+        # lower: v when a^2 > t A (compared as a > (t/a) A: no overflow)
+        return v if a > (t / a) * A else 0.0
     if code == SCAD:
         # Piecewise-quadratic objective: the minimum is a clipped stationary point of a piece or a
         # breakpoint; compare them all (scalars only: this runs inside coordinate descent).
         sa = p[0]
         lam = p[1]
-        best, hbest = 0.0, 0.5 * a * a
+        best, hbest = 0.0, 0.5
         best, hbest = _consider(code, p, a, t, min(max(a - t, 0.0), lam), best, hbest)
         best, hbest = _consider(code, p, a, t, lam, best, hbest)
         best, hbest = _consider(code, p, a, t, sa * lam, best, hbest)

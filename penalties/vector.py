@@ -79,7 +79,12 @@ class HardThreshold:
         return self.support(w).astype(float)
 
     def prox(self, v, t=1.0) -> np.ndarray:
+        """The k largest magnitudes of ``v`` kept, the rest zeroed (any step ``t >= 0``: the
+        indicator does not scale)."""
         arr = _as_vector(v, "v")
+        tt = as_real_array(t, "t")
+        if (tt < 0).any():
+            raise ValueError("t (the prox step) must be >= 0")
         return np.where(self.support(arr), arr, 0.0)
 
 
@@ -125,6 +130,12 @@ class ARD:
     ``Omega(w) = 1/2 min_eta [sum_j w_j^2/eta_j + log det(sigma2 I + X diag(eta) X^T)]`` (lambda = 1,
     shifted so Omega(0) = 0). ``omega`` minimizes over eta by the classical fixed-point (MM)
     iterations ``eta_j <- |w_j| / sqrt(x_j^T S^{-1} x_j)``, ``S = sigma2 I + X diag(eta) X^T``.
+
+    Scales. Writing ``x_j = c_j u_j`` with ``||u_j|| = 1`` and ``eta_j = e_j / c_j^2`` leaves
+    ``X diag(eta) X^T`` unchanged, so ``Omega_X(w) = Omega_U(c * w)`` and
+    ``eta_hat_X(w) = eta_hat_U(c * w) / c^2``: the iterations run on the unit-norm columns, and any
+    finite column scale works. A zero column does not enter ``f``: its ``w_j^2 / eta_j`` is
+    minimized at ``eta_j = inf`` (0 when ``w_j = 0``), so it adds nothing to Omega.
     """
 
     name = "ard"
@@ -140,36 +151,56 @@ class ARD:
         self.sigma2 = check_param(sigma2, "sigma2", low=0.0)
         self.max_iter = check_param(max_iter, "max_iter", low=0, integer=True)
         self.tol = check_param(tol, "tol", low=0.0)
+        # column norms without overflow or underflow: max |x_ij| times the norm of x_j / max
+        big = np.max(np.abs(X), axis=0) if X.shape[0] else np.zeros(X.shape[1])
+        safe = np.where(big > 0, big, 1.0)
+        self._c = np.where(big > 0, safe * np.linalg.norm(X / safe, axis=0), 0.0)
+        self._live = self._c > 0
+        self._U = X[:, self._live] / self._c[self._live]
         n = X.shape[0]
         self._logdet0 = n * np.log(self.sigma2)
 
-    def _objective(self, w, eta):
-        nz = eta > 0
-        S = self.sigma2 * np.eye(self.X.shape[0]) + (self.X[:, nz] * eta[nz]) @ self.X[:, nz].T
+    def _objective(self, v, e):
+        """``1/2 [sum v^2 / e + log det S] - logdet0`` over the live columns (``v = c w``) and
+        ``S = sigma2 I + U diag(e) U^T``."""
+        nz = e > 0
+        S = self.sigma2 * np.eye(self.X.shape[0]) + (self._U[:, nz] * e[nz]) @ self._U[:, nz].T
         sign, logdet = np.linalg.slogdet(S)
-        return 0.5 * (np.sum(w[nz] ** 2 / eta[nz]) + logdet - self._logdet0), S
+        return 0.5 * (np.sum(v[nz] ** 2 / e[nz]) + logdet - self._logdet0), S
 
-    def eta_hat(self, w) -> np.ndarray:
+    def _check_w(self, w):
         w = _as_vector(w)
         if w.size != self.X.shape[1]:
             raise ValueError(f"w has {w.size} entries but X has {self.X.shape[1]} columns")
-        eta = np.abs(w).copy()
+        return w
+
+    def _eta_live(self, v):
+        """The MM iterations on the live columns, in the units of ``v = c w``."""
+        e = np.abs(v).copy()
         prev = np.inf
         for _ in range(self.max_iter):
-            val, S = self._objective(w, eta)
-            Sinv_X = np.linalg.solve(S, self.X)
-            q = np.einsum("ij,ij->j", self.X, Sinv_X)
-            eta = np.abs(w) / np.sqrt(q)
+            val, S = self._objective(v, e)
+            q = np.einsum("ij,ij->j", self._U, np.linalg.solve(S, self._U))
+            e = np.abs(v) / np.sqrt(q)
             if abs(prev - val) <= self.tol * max(1.0, abs(val)):
                 break
             prev = val
+        return e
+
+    def eta_hat(self, w) -> np.ndarray:
+        w = self._check_w(w)
+        c = self._c[self._live]
+        eta = np.where(w != 0, np.inf, 0.0)  # the zero columns
+        with np.errstate(over="ignore"):
+            eta[self._live] = self._eta_live(c * w[self._live]) / c / c
         return eta
 
     def omega(self, w) -> float:
-        w = _as_vector(w)
-        if not np.any(w):
+        w = self._check_w(w)
+        v = self._c[self._live] * w[self._live]
+        if not np.any(v):
             return 0.0
-        return float(self._objective(w, self.eta_hat(w))[0])
+        return float(self._objective(v, self._eta_live(v))[0])
 
     value = omega
 

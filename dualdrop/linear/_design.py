@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from ._jit import col_sums, csc_rmatvec
 
-__all__ = ["Design", "scaled_design"]
+__all__ = ["Design", "divide_columns", "scaled_design"]
 
 _DUMMY_2D = np.zeros((2, 2), order="F")
 _DUMMY_F = np.zeros(1)
@@ -87,11 +87,20 @@ class Design:
         return s * 1.0001  # a hair above: it is used as a Lipschitz bound
 
 
+def divide_columns(X, s):
+    """A copy of ``X`` with column ``j`` divided by ``s_j`` (Fortran-ordered, or CSC when
+    sparse): a division, not ``X * (1/s)``, which overflows where ``s`` is subnormal (columns of
+    magnitude ~1e-310)."""
+    if sp.issparse(X):
+        Xc = sp.csc_matrix(X, dtype=np.float64, copy=True)
+        Xc.data /= np.repeat(np.asarray(s, dtype=np.float64), np.diff(Xc.indptr))
+        return Xc
+    return np.asfortranarray(X, dtype=np.float64) / s
+
+
 def scaled_design(X, s):
     """The :class:`Design` of ``X`` with columns divided by ``s`` (the solvers' variables are
     ``u = s w``); ``X`` itself when every scale is 1."""
     if np.all(np.abs(s - 1.0) <= 1e-12):
         return Design(X)
-    if sp.issparse(X):
-        return Design(sp.csc_matrix(X) @ sp.diags(1.0 / s))
-    return Design(np.asfortranarray(X) * (1.0 / s))
+    return Design(divide_columns(X, s))

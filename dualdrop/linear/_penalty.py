@@ -27,6 +27,7 @@ __all__ = [
     "is_separable",
     "right_derivative_at_zero",
     "is_concave_in_abs",
+    "smallest_zero_alpha",
     "WithRidge",
     "with_ridge",
 ]
@@ -124,6 +125,42 @@ def abs_derivative(P, w):
     return d
 
 
+def smallest_zero_alpha(all_zero, guess, fallback=None):
+    """The smallest ``alpha`` with ``all_zero(alpha)`` (a condition that holds from some
+    threshold on: every coordinate's or group's prox-gradient step from 0 stays at 0): bracket
+    ``[lo, hi]`` by factors of 10 from ``guess``, then bisect on a log scale to 1e-13 relative.
+    ``0.0`` when every ``alpha > 0`` qualifies; ``fallback`` (default ``guess``) when none
+    does."""
+    fallback = guess if fallback is None else fallback
+    lo = hi = guess
+    if all_zero(hi):
+        for _ in range(700):
+            lo = hi / 10.0
+            if lo == 0.0 or not all_zero(lo):
+                break
+            hi = lo
+        else:
+            return 0.0
+    else:
+        for _ in range(700):
+            lo, hi = hi, 10.0 * hi
+            if not np.isfinite(hi):
+                return fallback  # no alpha gives exact zeros
+            if all_zero(hi):
+                break
+        else:
+            return fallback
+    for _ in range(200):
+        mid = np.sqrt(lo) * np.sqrt(hi) if lo > 0 else 0.5 * hi  # lo * hi can overflow
+        if all_zero(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return float(hi)
+
+
 def is_concave_in_abs(P, scale=1.0) -> bool:
     """Numerical check that ``Omega'(t)`` is nonincreasing on ``t > 0`` (so ``Omega`` is concave
     in ``|w|`` and reweighted l1 is a majorization-minimization scheme)."""
@@ -134,14 +171,15 @@ def is_concave_in_abs(P, scale=1.0) -> bool:
 
 
 class WithRidge(KernelPenalty):
-    """``Omega_mixed(w) = l1_ratio * Omega(w) + (1 - l1_ratio) / 2 * w^2`` for a penalty
-    ``Omega`` with a compiled kernel (see the module docstring). ``l1_ratio = 1`` is ``Omega``
-    itself, ``l1_ratio = 0`` pure ridge."""
+    """``Omega_mixed(w) = l1_ratio * Omega(w) + ridge_scale (1 - l1_ratio) / 2 * w^2`` for a
+    penalty ``Omega`` with a compiled kernel (see the module docstring). ``l1_ratio = 1`` is
+    ``Omega`` itself, ``l1_ratio = 0`` pure ridge; ``ridge_scale`` (default 1) is what a
+    rescaling leaves of the ridge's weight (:meth:`rescaled`)."""
 
-    _param_names = ("penalty", "l1_ratio")
+    _param_names = ("penalty", "l1_ratio", "ridge_scale")
     _code = _K.MIXED
 
-    def __init__(self, penalty, l1_ratio=0.5):
+    def __init__(self, penalty, l1_ratio=0.5, ridge_scale=1.0):
         spec = kernel_spec(penalty) if hasattr(penalty, "omega") else None
         if spec is None or spec[0] == _K.MIXED:
             raise ValueError(
@@ -151,15 +189,33 @@ class WithRidge(KernelPenalty):
         l1_ratio = float(l1_ratio)
         if not 0.0 <= l1_ratio <= 1.0:
             raise ValueError(f"l1_ratio must be in [0, 1], got {l1_ratio!r}")
+        ridge_scale = float(ridge_scale)
+        if not (np.isfinite(ridge_scale) and ridge_scale > 0.0):
+            raise ValueError(f"ridge_scale must be a finite number > 0, got {ridge_scale!r}")
         self.penalty = penalty
         self.l1_ratio = l1_ratio
+        self.ridge_scale = ridge_scale
         self._inner = spec
         self.is_convex = bool(getattr(penalty, "is_convex", False)) or l1_ratio == 0.0
         self.name = f"{penalty_name(penalty)}+ridge"
 
     def _kernel_params(self):
         code, params = self._inner
-        return np.concatenate([[self.l1_ratio, 1.0 - self.l1_ratio, float(code)], params])
+        return np.concatenate([[self.l1_ratio, (1.0 - self.l1_ratio) * self.ridge_scale,
+                                float(code)], params])
+
+    def rescaled(self, c):
+        """``rho Omega(c u) + s (1 - rho)/2 c^2 u^2 = c^k [rho Omega'(u) + s c^(2-k) (1 - rho)/2
+        u^2]`` with ``(Omega', k)`` the inner penalty's rescaling."""
+        inner = getattr(self.penalty, "rescaled", None)
+        out = inner(c) if inner is not None else None
+        if out is None:
+            return None
+        P, k = out
+        try:
+            return WithRidge(P, self.l1_ratio, self.ridge_scale * float(c) ** (2.0 - k)), k
+        except (ValueError, OverflowError):
+            return None
 
     def _f(self, eta):  # the dual function of the mixture is not needed by any solver here
         raise NotImplementedError("WithRidge has no closed-form dual function f")

@@ -40,22 +40,22 @@ from __future__ import annotations
 
 import copy
 import warnings
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import _penalty
-from ._design import Design, scaled_design
+from ._design import Design, divide_columns, scaled_design
+from ._groups import GroupProblem, check_groups
+from ._scale import plan_scaling
 from ._problem import Problem
-from ._validation import validate_data
-from .datafits import Logistic, Quadratic, normalized_sample_weight, weighted_col_norms2
-from .solvers import SOLVERS, UnsupportedProblem, get_solver
+from ._start import convex_start, needs_convex_start
+from ._validation import class_labels, constraints, fit_context, unchanged_on_error, validate_data
+from .datafits import Logistic, Quadratic, normalized_sample_weight
+from .solvers import UnsupportedProblem, get_solver
 
 __all__ = ["SparseLinearRegression", "SparseLogisticRegression", "expected_failed_checks"]
 
@@ -63,18 +63,23 @@ _NESTED = "penalty_params__"
 _NESTED_OBJ = "penalty__"
 
 
-class _LogisticData:
-    """What a logistic fit hands to the solvers: the column-scaled design, the (weighted)
-    datafit, the penalty weights, and the maps between ``(coef, intercept)`` and the solver's
-    variables ``(u = s w, b)``."""
+class GLMData:
+    """What a fit whose datafit carries its own sample weights (logistic, and the families of
+    :mod:`.families`) hands to the solvers: the column-scaled design, the datafit, the target,
+    the penalty weights, and the maps between ``(coef, intercept)`` and the solver's variables
+    ``(u = s w, b)``; ``scaling`` (:class:`._scale.Scaling`) says how the solver's problem
+    relates to the user's (``s = scaling.t``)."""
 
     extra = False  # see _LeastSquaresData
+    cy = 1.0  # these datafits' targets are not rescaled
 
-    def __init__(self, X, s, sw, fit_intercept, penalty_weights):
-        self.s = s
-        self.design = scaled_design(X, s)
-        self.datafit = Logistic(sw)
-        self.fit_intercept = bool(fit_intercept)
+    def __init__(self, X, scaling, datafit, fit_intercept, penalty_weights, y=None):
+        self.scaling = scaling
+        self.s = scaling.t
+        self.design = scaled_design(X, self.s)
+        self.datafit = datafit
+        self.y = y
+        self.fit_intercept = bool(fit_intercept) and datafit.has_intercept
         self.penalty_weights = penalty_weights
 
     def to_solver(self, coef, intercept):
@@ -105,16 +110,22 @@ class _LeastSquaresData:
       ``_DENSE_CENTRING`` entries is centred densely instead (same problem, same optimum).
 
     Without weights the data pass through unchanged (the solvers' own intercept handling). The
-    column scales ``s`` apply on top, as for :class:`_LogisticData`.
+    column divisors ``s = scaling.t`` and the target divisor ``cy = scaling.cy``
+    (:mod:`._scale`) apply first: everything here is computed on ``X / s`` and ``y / cy``, and
+    :meth:`from_solver` maps back to the user's units (the logistic and GLM fits:
+    :class:`GLMData`).
     """
 
-    def __init__(self, X, y, s, sw, fit_intercept, penalty_weights, positive):
-        self.s = s
+    def __init__(self, X, y, scaling, sw, fit_intercept, penalty_weights, positive):
+        self.scaling = scaling
+        self.s = s = scaling.t
+        self.cy = scaling.cy
         self.datafit = Quadratic()
         self.extra = False  # the intercept is the last column
-        self.offset = None  # (xbar, ybar) of the weighted centring
+        self.offset = None  # (xbar, ybar) of the weighted centring, in the solver's units
         self.penalty_weights = penalty_weights
         self.fit_intercept = bool(fit_intercept) and sw is None
+        y = y / self.cy if self.cy != 1.0 else y
         if sw is None:
             self.design, self.y = scaled_design(X, s), y
             return
@@ -122,8 +133,9 @@ class _LeastSquaresData:
         d = np.sqrt(sw)
         if sp.issparse(X) and fit_intercept and n * p <= _DENSE_CENTRING:
             X = X.toarray()
-        if sp.issparse(X):
-            Xt = sp.diags(d) @ sp.csc_matrix(X) @ sp.diags(1.0 / s)
+        Xs = divide_columns(X, s)
+        if sp.issparse(Xs):
+            Xt = sp.diags(d) @ Xs
             if fit_intercept:
                 if positive:
                     raise ValueError(
@@ -131,32 +143,37 @@ class _LeastSquaresData:
                         "supported (the intercept would be constrained too); pass X dense, or "
                         "centre y and X yourself and use fit_intercept=False")
                 Xt = sp.hstack([Xt, sp.csc_matrix(d[:, None])], format="csc")
-                pw = np.ones(p) if penalty_weights is None else penalty_weights
-                self.penalty_weights = np.append(pw, 0.0)
+                if penalty_weights is not None:  # None: see SparseLinearBase._problem
+                    self.penalty_weights = np.append(penalty_weights, 0.0)
                 self.extra = True
             self.design, self.y = Design(Xt), d * y
         elif fit_intercept:
-            xbar, ybar = sw @ X / n, float(sw @ y) / n
+            xbar, ybar = sw @ Xs / n, float(sw @ y) / n
             self.offset = (xbar, ybar)
-            self.design = Design(np.asfortranarray((X - xbar) * (1.0 / s)) * d[:, None])
+            self.design = Design(np.asfortranarray(Xs - xbar) * d[:, None])
             self.y = d * (y - ybar)
         else:
-            self.design = Design(np.asfortranarray(X * (1.0 / s)) * d[:, None])
+            self.design = Design(np.asfortranarray(Xs) * d[:, None])
             self.y = d * y
 
     def to_solver(self, coef, intercept):
-        u = coef * self.s
+        cy = self.cy
+        u = coef * self.s if cy == 1.0 else coef * (self.s / cy)
+        if intercept is not None:
+            intercept = intercept / cy
         if self.extra:
             return np.append(u, intercept), None
         return u, (intercept if self.fit_intercept else None)
 
     def from_solver(self, u, b):
+        cy = self.cy
+        n = -1 if self.extra else len(u)
+        w = u[:n] / self.s if cy == 1.0 else u[:n] * (cy / self.s)
         if self.extra:
-            return u[:-1] / self.s, float(u[-1])
-        w = u / self.s
+            return w, float(u[-1]) * cy
         if self.offset is not None:
-            return w, self.offset[1] - float(self.offset[0] @ w)
-        return w, b
+            return w, (self.offset[1] - float(self.offset[0] @ u)) * cy
+        return w, (b * cy if b is not None else b)
 
 
 _SAMPLE_WEIGHT_CHECKS = tuple(f"check_sample_weight_equivalence_on_{kind}_data"
@@ -195,29 +212,18 @@ class SparseLinearBase(BaseEstimator):
 
     _datafit = None
 
-    # checked by scikit-learn's validation on every fit (``_fit_context``): a wrong type or value
-    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it accepts
-    _parameter_constraints: dict = {
-        "penalty": [str, HasMethods(["omega", "prox"])],
-        "penalty_params": [dict, None],
-        "alpha": [Interval(Real, 0, None, closed="left")],
-        "solver": [StrOptions({"auto", *SOLVERS})],
-        "tol": [Interval(Real, 0, None, closed="neither")],
-        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
-        "fit_intercept": ["boolean"],
-        "warm_start": ["boolean"],
-        "scaling": [StrOptions({"dropout", "none"})],
-        "solver_params": [dict, None],
-        "verbose": ["verbose"],
-        "positive": ["boolean"],
-        "penalty_weights": ["array-like", None],
-        "l1_ratio": [Interval(Real, 0, 1, closed="both")],
-    }
+    # checked by scikit-learn's validation on every fit (``fit_context``): a wrong type or value
+    # raises ``InvalidParameterError`` (a ``ValueError``) naming the parameter and what it
+    # accepts; the entries come from the one table of ``_validation.PARAMETERS``
+    _parameter_constraints: dict = constraints(
+        "penalty", "penalty_params", "alpha", "solver", "tol", "max_iter", "fit_intercept",
+        "warm_start", "scaling", "solver_params", "verbose", "positive", "penalty_weights",
+        "l1_ratio", "groups", "group_l1_ratio", "start")
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0, start="best"):
         self.penalty = penalty
         self.l1_ratio = l1_ratio
         self.penalty_params = penalty_params
@@ -232,6 +238,9 @@ class SparseLinearBase(BaseEstimator):
         self.verbose = verbose
         self.positive = positive
         self.penalty_weights = penalty_weights
+        self.groups = groups
+        self.group_l1_ratio = group_l1_ratio
+        self.start = start
 
     # ---- nested penalty parameters ----------------------------------------------------------
     def get_params(self, deep=True):
@@ -245,6 +254,12 @@ class SparseLinearBase(BaseEstimator):
         return params
 
     def set_params(self, **params):
+        """scikit-learn's ``set_params`` with nested penalty parameters; a refused call (an
+        unknown name, a bad nested value) leaves the estimator as it was."""
+        with unchanged_on_error(self):
+            return self._set_params(dict(params))
+
+    def _set_params(self, params):
         nested = {k[len(_NESTED):]: params.pop(k) for k in list(params) if k.startswith(_NESTED)}
         nested_obj = {k[len(_NESTED_OBJ):]: params.pop(k) for k in list(params)
                       if k.startswith(_NESTED_OBJ)}
@@ -303,20 +318,35 @@ class SparseLinearBase(BaseEstimator):
         P = _penalty.resolve_penalty(self.penalty, self.penalty_params, alpha=self.alpha)
         return _penalty.with_ridge(P, self.l1_ratio)
 
-    def _scales(self, X, sw=None):
-        """Column scales ``s_j = sqrt(sum_i sw_i x_ij^2 / n)`` (``scaling="dropout"``) or ones."""
-        if self.scaling == "none":
-            return np.ones(X.shape[1])
-        s = np.sqrt(weighted_col_norms2(X, sw) / X.shape[0])
-        s[s == 0] = 1.0
-        return s
+    def _scaling(self, X, sw=None, y=None):
+        """How the solvers see this fit (:mod:`._scale`): column divisors ``t`` (``scaling=
+        "dropout"``: ``s_j = sqrt(sum_i sw_i x_ij^2 / n)``, 1 for a zero column; ``"none"``:
+        ones, or one power of two for columns of extreme scale), and for least squares (``y``
+        given) the target's divisor."""
+        return plan_scaling(X, sw, self.scaling, y)
+
+    def _group_structure(self, p):
+        """``groups`` checked against ``p`` features (``None`` without groups); see
+        :mod:`._groups`."""
+        groups = getattr(self, "groups", None)  # the multi-output estimator has none
+        if groups is None:
+            if getattr(self, "group_l1_ratio", 0.0):
+                raise ValueError(f"group_l1_ratio={self.group_l1_ratio!r} mixes an l1 term into "
+                                 "a group penalty: it needs groups= (or leave it at 0)")
+            return None
+        return check_groups(groups, p)
 
     def _penalty_weights(self, p):
-        """``penalty_weights`` as a checked array (``None``: all ones)."""
+        """``penalty_weights`` as a checked array (``None``: all ones): one per feature, or one
+        per group with ``groups``."""
+        grp = self._group_structure(p)
         if self.penalty_weights is None:
             return None
         pw = np.asarray(self.penalty_weights, dtype=np.float64)
-        if pw.shape != (p,):
+        if grp is not None and pw.shape != (grp.n_groups,):
+            raise ValueError(f"penalty_weights must have one entry per group ({grp.n_groups}) "
+                             f"with groups=, got shape {pw.shape}")
+        if grp is None and pw.shape != (p,):
             raise ValueError(f"penalty_weights must have one entry per feature ({p}), got shape "
                              f"{pw.shape}")
         if np.any(np.isnan(pw)) or np.any(pw < 0):
@@ -324,26 +354,68 @@ class SparseLinearBase(BaseEstimator):
                              "negative or NaN entries")
         return pw
 
+    def _problem(self, data, y, P, alpha):
+        """The problem the solvers receive: a :class:`~._problem.Problem`, or with ``groups`` a
+        :class:`~._groups.GroupProblem` (``P`` then split into the penalty of the group norms
+        and the ridge share ``l1_ratio``; the intercept column of sparse weighted least squares
+        a group of its own, unpenalized)."""
+        P, alpha = data.scaling.solver_penalty(P, float(alpha))
+        p = data.s.shape[0]
+        grp = self._group_structure(p)
+        weights = data.penalty_weights
+        if data.extra and weights is None:  # the intercept column, unpenalized
+            weights = np.append(np.ones(p if grp is None else grp.n_groups), 0.0)
+        if grp is None:
+            return Problem(data.design, y, data.datafit, P, float(alpha), data.fit_intercept,
+                           weights=weights, positive=self.positive)
+        if data.extra:
+            grp = grp.with_extra_feature()
+        ridged = isinstance(P, _penalty.WithRidge)
+        return GroupProblem(data.design, y, data.datafit, P.penalty if ridged else P,
+                            float(alpha), grp, data.fit_intercept, weights=weights,
+                            positive=self.positive, l1_ratio=P.l1_ratio if ridged else 1.0,
+                            group_l1_ratio=self.group_l1_ratio,
+                            ridge_scale=P.ridge_scale if ridged else 1.0)
+
     def _solve_one(self, data, y, P, w0, b0):
-        problem = Problem(data.design, y, data.datafit, P, float(self.alpha), data.fit_intercept,
-                          weights=data.penalty_weights, positive=self.positive)
-        return self._solve_problem(problem, self.solver, w0, b0)
+        return self._solve_problem(self._problem(data, y, P, self.alpha), self.solver, w0, b0)
 
     def _solve_problem(self, problem, name, w0, b0):
         """Resolve the solver, solve, warn: the one path of every estimator (single- and
         multi-output). The solver checks the problem and the options once
         (``BaseSolver.solve``); ``"auto"`` is ``cd``, or ``adaprox`` when ``cd`` cannot handle
-        the problem. Returns ``(result, solver name)``."""
+        the problem. Without a warm start and with a nonconvex penalty, ``start`` says where
+        the solver starts (:mod:`._start`): ``"best"`` (default) runs it from the convex
+        problem's solution and from 0 and keeps the lower objective, ``"convex"`` from the
+        former, ``"zero"`` from the latter. Returns ``(result, solver name)``."""
         kwargs = dict(self.solver_params or {})
         if "max_iter" in kwargs or "tol" in kwargs or "verbose" in kwargs:
             get_solver("cd" if name == "auto" else name).check_options(kwargs)  # names them
         if self.max_iter is not None:
             kwargs["max_iter"] = int(self.max_iter)
+        start = getattr(self, "start", "zero")
+        starts = [(w0, b0, {})]
+        if w0 is None and start != "zero" and needs_convex_start(problem) \
+                and problem.spec is not None:
+            cw, cb, info = convex_start(problem, float(self.tol), b0)
+            if cw is not None:
+                starts = [(cw, cb, info)] + (starts if start == "best" else [])
+        res = cand = None
+        for sw0, sb0, info in starts:
+            r, c = self._run_solver(problem, name, sw0, sb0, kwargs)
+            r.info.update(info or {"start": "zero" if sw0 is None else "given"})
+            if res is None or r.final_objective < res.final_objective:
+                res, cand = r, c
+        if not res.converged:
+            self._warn_unconverged(cand, res.n_iter, res.criterion, res.info.get("stop"),
+                                   res.info.get("max_iter"))
+        return res, cand
+
+    def _run_solver(self, problem, name, w0, b0, kwargs):
         for cand in (("cd", "adaprox") if name == "auto" else (name,)):
             try:
-                res = get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
-                                             verbose=bool(self.verbose), **kwargs)
-                break
+                return get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
+                                              verbose=bool(self.verbose), **kwargs), cand
             except UnsupportedProblem as err:
                 if name == "auto" and cand == "cd":
                     continue
@@ -353,18 +425,21 @@ class SparseLinearBase(BaseEstimator):
                     f"solver={cand!r} cannot handle penalty {problem.penalty!r} with the "
                     f"{problem.datafit.name} datafit: {err.reason}. Solvers that can: "
                     f"{capable_solvers(problem)}") from None
-        if not res.converged:
-            self._warn_unconverged(cand, res.n_iter, res.criterion)
-        return res, cand
 
-    def _warn_unconverged(self, name, n_iter, criterion):
-        warnings.warn(
-            f"{type(self).__name__} (solver={name!r}) did not converge after {n_iter} "
-            f"iterations: final optimality criterion {criterion:.3e} > tol={self.tol:g}. "
-            "Increase max_iter, loosen tol, or try another solver.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
+    def _warn_unconverged(self, name, n_iter, criterion, stop=None, max_iter=None):
+        crit = f"final optimality criterion {criterion:.3e} > tol={self.tol:g}"
+        if stop == "max_iter":
+            why = (f"{crit}: it stopped at max_iter={max_iter}. Increase max_iter, loosen tol, "
+                   "or try another solver")
+        elif stop == "stalled":
+            why = (f"{crit}: it stalled after {n_iter} iterations (no step lowered the "
+                   "objective any more). Loosen tol, or try another solver ('cd' reaches exact "
+                   "zeros)")
+        else:
+            why = (f"{crit} after {n_iter} iterations. Increase max_iter, loosen tol, or try "
+                   "another solver")
+        warnings.warn(f"{type(self).__name__} (solver={name!r}) did not converge: {why}.",
+                      ConvergenceWarning, stacklevel=4)
 
 
 class SparseLinearRegression(RegressorMixin, SparseLinearBase):
@@ -425,6 +500,22 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         raises ``ValueError`` listing the solver's options (``get_solver(name).options``).
     verbose : bool
         Progress bar.
+    groups : int, list of sizes, list of index arrays, or None
+        Penalize groups of features through their norms (``dualdrop.linear._groups``): the
+        group lasso for ``penalty="l1"``, any penalty of the catalog on the group norms (group
+        MCP, group log-sum, ...). An integer is the size of equal consecutive groups, a list
+        of integers the sizes of consecutive groups, a list of index arrays the groups
+        themselves (disjoint, covering every feature). ``penalty_weights`` then has one entry
+        per group (``np.sqrt(sizes)`` gives Yuan & Lin's weighting).
+    group_l1_ratio : float in [0, 1], default=0.0
+        With ``groups``, the share of the penalty on the l1 norm of the coefficients: the sparse
+        group lasso (``alpha ((1 - r) sum_g Omega(||u_g||) + r ||u||_1)``, scaled by
+        ``l1_ratio`` when a ridge term is added).
+    start : {"best", "convex", "zero"}, default="best"
+        Where a fit with a nonconvex penalty starts without a warm start
+        (``dualdrop.linear._start``): from the solution of the convex problem with the
+        penalty's l1 majorant at 0 (``"convex"``), from 0 (``"zero"``), or from both, keeping
+        the lower objective (``"best"``). Convex penalties start from 0.
 
     Attributes
     ----------
@@ -436,10 +527,10 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
     _datafit = Quadratic
 
     def _fit_data(self, X, y, sw):
-        return _LeastSquaresData(X, y, self._scales(X, sw), sw, self.fit_intercept,
+        return _LeastSquaresData(X, y, self._scaling(X, sw, y), sw, self.fit_intercept,
                                  self._penalty_weights(X.shape[1]), self.positive)
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse), ``y``; ``sample_weight``: nonnegative weights of the
         samples (see the module docstring) or ``None``."""
@@ -465,7 +556,11 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = dtype.type(intercept)
         self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
+        # in the user's units (the solver's objective is divided by cy^2; beyond ~1e154 the
+        # objective itself is not a float: inf)
+        with np.errstate(over="ignore"):
+            self.objective_ = (res.objective if data.cy == 1.0
+                               else np.asarray(res.objective) * data.cy * data.cy)
         self.criterion_ = float(res.criterion)
         self.solver_ = name
         return self
@@ -479,15 +574,17 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         from .solvers import cd
 
         if self.solver not in ("auto", "cd") or not set(self.solver_params or {}) <= set(
-                cd.SOLVER.options) - {"callback"}:
+                cd.SOLVER.options) - {"callback"} or self.groups is not None:
             return None
         data, dtype = prep
-        problem = Problem(data.design, data.y, data.datafit, P, float(alphas[0]),
-                          data.fit_intercept, weights=data.penalty_weights,
-                          positive=self.positive)
+        solver_alphas = alphas
+        if not data.scaling.trivial:
+            k = data.scaling.rescale(P)[1]
+            solver_alphas = np.array([data.scaling.to_solver_alpha(float(a), k) for a in alphas])
+        problem = self._problem(data, data.y, P, float(alphas[0]))
         try:
             W, B, n_iter, crit, conv = cd.quadratic_path(
-                problem, alphas, tol=float(self.tol), max_iter=self.max_iter,
+                problem, solver_alphas, tol=float(self.tol), max_iter=self.max_iter,
                 **(self.solver_params or {}))
         except UnsupportedProblem:
             return None
@@ -502,7 +599,8 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
             self.criterion_ = float(crit[k])
             self.solver_ = "cd"
             if not conv[k]:
-                self._warn_unconverged("cd", self.n_iter_, self.criterion_)
+                self._warn_unconverged("cd", self.n_iter_, self.criterion_, "max_iter",
+                                       self.max_iter or cd.SOLVER.default_max_iter)
             fits.append((np.array(self.coef_, copy=True), np.copy(self.intercept_),
                          self.n_iter_, self.criterion_))
             if callback is not None:
@@ -537,18 +635,19 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0, start="best"):
         super().__init__(penalty, penalty_params, alpha, l1_ratio=l1_ratio, solver=solver,
                          tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
                          solver_params=solver_params, verbose=verbose, positive=positive,
-                         penalty_weights=penalty_weights)
+                         penalty_weights=penalty_weights, groups=groups,
+                         group_l1_ratio=group_l1_ratio, start=start)
 
     def _fit_data(self, X, y, sw):
-        return _LogisticData(X, self._scales(X, sw), sw, self.fit_intercept,
-                             self._penalty_weights(X.shape[1]))
+        return GLMData(X, self._scaling(X, sw), Logistic(sw), self.fit_intercept,
+                       self._penalty_weights(X.shape[1]))
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y, sample_weight=None):
         """Fit on ``X`` (dense or sparse) and class labels ``y``; ``sample_weight``:
         nonnegative weights of the samples (see the module docstring) or ``None``."""
@@ -559,21 +658,14 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        K = self.classes_.size
-        if K < 2:
-            raise ValueError(
-                f"SparseLogisticRegression needs samples of at least 2 classes; y has only one "
-                f"class ({self.classes_[0]!r})"
-            )
+        classes = class_labels(y)
         data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
-        targets = [self.classes_[1]] if K == 2 else list(self.classes_)
+        targets = [classes[1]] if classes.size == 2 else list(classes)
         ys = [np.where(y == cls, 1.0, -1.0) for cls in targets]
-        return data, dtype, ys
+        return data, dtype, ys, classes
 
     def _fit_prepared(self, prep, P=None):
-        data, dtype, ys = prep
+        data, dtype, ys, classes = prep
         P = self._check_params() if P is None else P
         p = data.s.shape[0]
         old = getattr(self, "coef_", None)
@@ -588,6 +680,7 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
             iters.append(res.n_iter)
             objs.append(res.objective)
             crits.append(res.criterion)
+        self.classes_ = classes
         self.coef_ = np.vstack(coefs).astype(dtype, copy=False)
         self.intercept_ = np.asarray(icpts, dtype=dtype)
         self.n_iter_ = np.asarray(iters)

@@ -24,14 +24,14 @@ as :func:`dualdrop.linear.path.alpha_max` for the others.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import MultiOutputMixin, RegressorMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
+from sklearn.base import MultiOutputMixin, RegressorMixin
+from sklearn.utils._param_validation import StrOptions, validate_params
 from sklearn.utils.validation import check_is_fitted
 
 from ._jit import block_scores, penalty_sum, row_norms
 from ._problem import Problem
 from .datafits import Quadratic
-from ._validation import validate_data
+from ._validation import constraints, fit_context, validate_data
 from ._design import scaled_design
 from .estimators import SparseLinearBase
 from .path import alpha_max_from_gradient
@@ -116,6 +116,8 @@ def _gradient_rows_at_zero(design, Y, fit_intercept):
     return np.linalg.norm(G, axis=1)[keep], L[keep]
 
 
+@validate_params(constraints("X", "Y", "penalty", "penalty_params", "fit_intercept", "scaling",
+                             "l1_ratio"), prefer_skip_nested_validation=True)
 def multitask_alpha_max(X, Y, penalty="l1", penalty_params=None, fit_intercept=True,
                         scaling="dropout", *, l1_ratio=1.0):
     """Smallest ``alpha`` for which :class:`SparseMultiTaskRegression` returns ``W = 0`` (see the
@@ -125,8 +127,10 @@ def multitask_alpha_max(X, Y, penalty="l1", penalty_params=None, fit_intercept=T
                                     l1_ratio=l1_ratio)
     est._validate_params()
     X, Y = est._check_data(X, Y, reset=True)
-    g, L = _gradient_rows_at_zero(scaled_design(X, est._scales(X)), Y, fit_intercept)
-    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio)
+    scaling = est._scaling(X, None, Y)
+    g, L = _gradient_rows_at_zero(scaled_design(X, scaling.t), Y / scaling.cy, fit_intercept)
+    return alpha_max_from_gradient(g, L, penalty, penalty_params, l1_ratio=l1_ratio,
+                                   scaling=scaling)
 
 
 class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBase):
@@ -148,7 +152,7 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBa
 
     _parameter_constraints: dict = {
         **{k: v for k, v in SparseLinearBase._parameter_constraints.items() if k != "positive"},
-        "solver": [StrOptions({"auto", "bcd"})],
+        "solver": [StrOptions({"auto", "bcd"})],  # its own solvers: block coordinate descent
     }
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
@@ -183,25 +187,30 @@ class SparseMultiTaskRegression(MultiOutputMixin, RegressorMixin, SparseLinearBa
                 "use SparseLinearRegression, or pass y.reshape(-1, 1)")
         return X, Y
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @fit_context
     def fit(self, X, y):
         P = self._check_params()
         X, Y = self._check_data(X, y, reset=True)
         dtype = X.dtype
         X, Y = X.astype(np.float64, copy=False), Y.astype(np.float64, copy=False)
-        s = self._scales(X)
+        scaling = self._scaling(X, None, Y)  # extreme scales: see ._scale
+        s, cy = scaling.t, scaling.cy
         design = scaled_design(X, s)
-        problem = MultiTaskProblem(design, Y, P, float(self.alpha), self.fit_intercept,
+        P, alpha = scaling.solver_penalty(P, float(self.alpha))
+        problem = MultiTaskProblem(design, Y / cy, P, alpha, self.fit_intercept,
                                    weights=self._penalty_weights(design.p))
         W0 = b0 = None
         if self.warm_start and np.shape(getattr(self, "coef_", None)) == (Y.shape[1], X.shape[1]):
-            W0 = (self.coef_ * s).T
-            b0 = self.intercept_ if self.fit_intercept else None
+            W0 = (self.coef_ * (s / cy)).T
+            b0 = self.intercept_ / cy if self.fit_intercept else None
         res, _ = self._solve_problem(problem, "bcd", W0, b0)
-        self.coef_ = (res.coef / s[:, None]).T.astype(dtype, copy=False)
-        self.intercept_ = np.asarray(res.intercept, dtype=dtype)
+        coef = res.coef / s[:, None] if cy == 1.0 else res.coef * (cy / s)[:, None]
+        self.coef_ = coef.T.astype(dtype, copy=False)
+        self.intercept_ = np.asarray(res.intercept * cy, dtype=dtype)
         self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
+        with np.errstate(over="ignore"):
+            self.objective_ = (res.objective if cy == 1.0
+                               else np.asarray(res.objective) * cy * cy)
         self.criterion_ = float(res.criterion)
         self.solver_ = "bcd"
         return self

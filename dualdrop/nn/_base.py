@@ -27,10 +27,10 @@ import weakref
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.utils import parametrize
 
 from dualdrop.nn._groups import GRANULARITIES, check_granularity, groups_of
+from dualdrop.nn._layers import linear_map_reason
 from dualdrop.nn._noise import make_key
 from penalties.checks import check_choice, check_float, check_int  # noqa: F401 (re-exported)
 
@@ -201,18 +201,27 @@ class WeightState(nn.Module):
         if not self.hook_seen and not compiling():
             self.hook_seen = True
 
-    def watch_weight(self, weight) -> None:
-        """Remember (weakly) the original weight, for the optimizer check of ``sparsify``."""
+    def watch_weight(self, weight, sites=()) -> None:
+        """Remember (weakly) the original weight and the ``(module, tensor name)`` it
+        parametrizes, for the optimizer check of ``sparsify``."""
         self.__dict__["_weight_ref"] = weakref.ref(weight)
+        self.__dict__["_site_refs"] = [(weakref.ref(m), n) for m, n in sites]
 
     def __getstate__(self):  # a weak reference is neither pickled nor copied
         state = super().__getstate__()
         state.pop("_weight_ref", None)
+        state.pop("_site_refs", None)
         return state
 
     def watched_weight(self):
+        """The watched weight while this state still parametrizes it (not after
+        ``Sparsifier.remove``, or a ``sparsify`` that failed and was undone), else None."""
         ref = self.__dict__.get("_weight_ref")
-        return ref() if ref is not None else None
+        sites = self.__dict__.get("_site_refs", ())
+        if ref is None or not any(state_of(m(), n) is self for m, n in sites
+                                  if m() is not None):
+            return None
+        return ref()
 
     def release_rnn_cache(self, module, args, output):
         """Forward hook of a recurrent layer: drop the parametrized weights it cached."""
@@ -430,46 +439,6 @@ def register_state(module: nn.Module, tensor_name: str, state: WeightState) -> N
         module._register_load_state_dict_pre_hook(state.legacy_state_dict_hook)
 
 
-# ---- forward hooks of the methods that change the forward ------------------------------------
-
-_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_CONV_T = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-
-
-def linear_map_reason(module: nn.Module, parent: nn.Module | None, *, transposed_ok=True):
-    """None if the forward of ``module`` is the plain linear map of its weight (so hooks on it see
-    every use of the weight); else why not."""
-    if isinstance(parent, nn.MultiheadAttention):
-        return ("its parent MultiheadAttention reads this weight directly and never calls the "
-                "module's forward")
-    kinds = (nn.Linear,) + _CONV + (_CONV_T if transposed_ok else ())
-    for k in kinds:
-        if isinstance(module, k):
-            if type(module).forward is not k.forward:
-                return (f"{type(module).__name__} overrides {k.__name__}.forward, so the plain "
-                        "linear map cannot be assumed")
-            return None
-    what = "Linear, Conv1d/2d/3d" + (" or ConvTranspose1d/2d/3d" if transposed_ok else "")
-    return f"{type(module).__name__} is not a {what} layer (a linear map of its input is needed)"
-
-
-def linear_op(module: nn.Module, x, weight, args=(), kwargs=None):
-    """The module's linear map of ``x`` with ``weight`` and no bias (``args``/``kwargs``: the
-    forward's own arguments, for ConvTranspose's ``output_size``)."""
-    if isinstance(module, nn.Linear):
-        return F.linear(x, weight)
-    if isinstance(module, _CONV_T):
-        kwargs = kwargs or {}
-        output_size = kwargs.get("output_size", args[1] if len(args) > 1 else None)
-        nd = len(module.kernel_size)
-        out_pad = module._output_padding(x, output_size, module.stride, module.padding,
-                                         module.kernel_size, nd, module.dilation)
-        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[nd - 1]
-        return fn(x, weight, None, module.stride, module.padding, out_pad, module.groups,
-                  module.dilation)
-    return module._conv_forward(x, weight, None)
-
-
 # ---- the method record --------------------------------------------------------------------------
 
 #: hyperparameters every method takes, with their defaults and descriptions
@@ -591,6 +560,8 @@ class Method:
 
     def skip_reason(self, target) -> str | None:
         """Why this method cannot act on ``target`` (a ``targets.Target``), or None."""
+        if target.param.numel() == 0:
+            return f"it has no entries (shape {tuple(target.param.shape)}): nothing to prune"
         groups = groups_of(target, self.hparams.get("granularity", "weight"))
         if isinstance(groups, str):
             return groups

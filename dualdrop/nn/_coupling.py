@@ -27,8 +27,9 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn._base import mask_first_moments
-from dualdrop.nn._graph import (BN, call, check_inputs, first_line, layer_kind, torch_pruning,
-                                unit_groups)
+from dualdrop.nn._graph import (call, check_inputs, dependency_graph, first_line, layer_kind,
+                                torch_pruning, unit_groups)
+from dualdrop.nn._layers import BN
 
 def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
     """The coupled sets of output units of ``model``'s Linear and (ungrouped) convolution
@@ -45,9 +46,7 @@ def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
         for p, _ in flags:
             p.requires_grad_(True)
         with torch.enable_grad():
-            dg = tp.DependencyGraph().build_dependency(
-                model, example_inputs=example_inputs,
-                forward_fn=lambda m, x: call(m, x), verbose=False)
+            dg = dependency_graph(tp, model, example_inputs, lambda m, x: call(m, x))
         sets = []
         for _, _, _, group in unit_groups(dg, tp):
             layers, norms = {}, {}

@@ -1,17 +1,22 @@
 """Tracing a model with Torch-Pruning (Fang et al., DepGraph, CVPR 2023): what the compact export
 (``dualdrop.nn.compact``) and the coupled units of structured pruning (``dualdrop.nn._coupling``)
-share. torch-pruning is an optional extra, imported only when a trace is asked for."""
+share. torch-pruning is an optional extra, imported only when a trace is asked for.
+
+Torch-Pruning knows ``nn.Linear`` but not Hugging Face's ``Conv1D`` (GPT-2's Linear layer, weight
+``(in, out)``); :func:`dependency_graph` registers a pruner for it (output units are the weight's
+columns and the bias, input units its rows), so a GPT-2 is traced like a network of Linear
+layers."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
-import torch.nn as nn
+
+from dualdrop.nn._layers import CONV, conv1d_class, dense_type, n_out
+from dualdrop.nn._undo import undo_on_error
 
 INSTALL_HINT = 'pip install "dualdrop[structured]"'
-
-LINEAR = (nn.Linear,)
-CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-BN = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 def torch_pruning(purpose: str):
@@ -45,6 +50,34 @@ def tensors(out) -> list:
     return []
 
 
+def batch_of(inputs, n: int):
+    """``inputs`` (a tensor, or a tuple/list/dict of them) with ``n`` rows: the rows of every
+    tensor's dim 0 cycled (0-d tensors and other values kept)."""
+    def one(t):
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            return t
+        return t[torch.arange(n, device=t.device) % t.shape[0]]
+    if isinstance(inputs, dict):
+        return {k: one(v) for k, v in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(one(t) for t in inputs)
+    return one(inputs)
+
+
+def output_diff(ref, got) -> float:
+    """The largest difference between the tensors of two outputs, relative to the scale of the
+    reference (``|a - b| / (1 + max |a|)``, worst over tensors); inf if their shapes differ."""
+    a, b = tensors(ref), tensors(got)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.numel():
+            scale = 1.0 + float(x.abs().max())
+            worst = max(worst, float((x.float() - y.float()).abs().max()) / scale)
+    return worst
+
+
 def check_inputs(example_inputs) -> None:
     """TypeError unless ``example_inputs`` holds the tensors of one forward run."""
     if example_inputs is None:
@@ -58,10 +91,88 @@ def check_inputs(example_inputs) -> None:
                         f"{type(example_inputs).__name__}")
 
 
+def dependency_graph(tp, model, example_inputs, forward_fn):
+    """Torch-Pruning's ``DependencyGraph`` of ``model`` traced by ``forward_fn(model,
+    example_inputs)`` (the tensors of its output), with the pruner of Hugging Face's ``Conv1D``
+    registered. Torch-Pruning hooks every layer for the traced run and unhooks them only when
+    the run succeeds: a failed run leaves the model as it was (hooks, modes, gradients flags)."""
+    cls = conv1d_class()
+    custom = {cls: _conv1d_pruner(tp)} if cls is not None and any(
+        type(m) is cls for m in model.modules()) else None
+
+    def forward(m, x):  # the output's tensors: Torch-Pruning flattens lists, not HF's outputs
+        return _traced(forward_fn, m, x)
+
+    with undo_on_error(model) as snap, _no_cache(model):
+        dg = tp.DependencyGraph().build_dependency(
+            model, example_inputs=example_inputs, forward_fn=forward,
+            customized_pruners=custom, verbose=False)
+        snap.commit()
+    return dg
+
+
+def _traced(forward_fn, model, inputs) -> list:
+    out = tensors(forward_fn(model, inputs))
+    if not any(t.grad_fn is not None for t in out):
+        raise ValueError("the model's output holds no tensor computed from its weights")
+    return out
+
+
+@contextlib.contextmanager
+def _no_cache(model):
+    """A Hugging Face model traced without its key/value cache (``config.use_cache`` off for
+    the run, then back): the cache is no part of the network's function, and its
+    concatenation along the sequence is read by Torch-Pruning as one along the features."""
+    config = getattr(model, "config", None)
+    cached = getattr(config, "use_cache", None)
+    if cached is True:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if cached is True:
+            config.use_cache = True
+
+
+_PRUNERS: dict = {}
+
+
+def _conv1d_pruner(tp):
+    """A Torch-Pruning pruner for ``Conv1D`` (``y = x W + b``, ``W`` of shape ``(in, out)``),
+    made once (its methods are the graph's handlers, compared by identity)."""
+    if "conv1d" in _PRUNERS:
+        return _PRUNERS["conv1d"]
+
+    class Conv1DPruner(tp.pruner.BasePruningFunc):
+        def prune_out_channels(self, layer, idxs):
+            keep = sorted(set(range(layer.weight.shape[1])) - set(idxs))
+            layer.weight = self._prune_parameter_and_grad(layer.weight, keep, 1)
+            if layer.bias is not None:
+                layer.bias = self._prune_parameter_and_grad(layer.bias, keep, 0)
+            layer.nf = len(keep)
+            return layer
+
+        def prune_in_channels(self, layer, idxs):
+            keep = sorted(set(range(layer.weight.shape[0])) - set(idxs))
+            layer.weight = self._prune_parameter_and_grad(layer.weight, keep, 0)
+            if hasattr(layer, "nx"):
+                layer.nx = len(keep)
+            return layer
+
+        def get_out_channels(self, layer):
+            return layer.weight.shape[1]
+
+        def get_in_channels(self, layer):
+            return layer.weight.shape[0]
+
+    _PRUNERS["conv1d"] = Conv1DPruner()
+    return _PRUNERS["conv1d"]
+
+
 def layer_kind(m) -> str | None:
-    """``"linear"``, ``"conv"``, ``"depthwise"``, ``"grouped"`` or None (not a layer whose
-    output units the export handles)."""
-    if type(m) in LINEAR:
+    """``"linear"`` (``nn.Linear`` or Hugging Face's ``Conv1D``), ``"conv"``, ``"depthwise"``,
+    ``"grouped"`` or None (not a layer whose output units the export handles)."""
+    if dense_type(m):
         return "linear"
     if type(m) in CONV:
         if m.groups == 1:
@@ -74,16 +185,17 @@ def layer_kind(m) -> str | None:
 
 def unit_groups(dg, tp):
     """``(root, prune_fn, width, group)`` for every dependency group of output units of the
-    Linear and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``, each group once
-    (from the first of its layers met): ``group`` is ``dg.get_pruning_group`` of all the root's
-    units, the coupled layers, BatchNorm entries and consumers with their index maps."""
+    Linear (and Conv1D) and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``,
+    each group once (from the first of its layers met): ``group`` is ``dg.get_pruning_group``
+    of all the root's units, the coupled layers, BatchNorm entries and consumers with their
+    index maps."""
     visited = set()
     for m in list(dg.module2node):
         kind = layer_kind(m)
         if kind not in ("linear", "conv") or m in visited:
             continue
-        fn = tp.prune_linear_out_channels if kind == "linear" else tp.prune_conv_out_channels
-        width = m.out_features if kind == "linear" else m.out_channels
+        fn = dg.get_pruner_of_module(m).prune_out_channels
+        width = n_out(m)
         group = dg.get_pruning_group(m, fn, list(range(width)))
         for item in group:
             if dg.is_out_channel_pruning_fn(item.dep.handler):

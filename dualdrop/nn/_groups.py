@@ -3,7 +3,8 @@
 ``"weight"`` (the default) prunes single weights. ``"neuron"`` (alias ``"channel"``) prunes the
 output units of a layer: the rows of a Linear weight ``(out, in)``, the output channels of a
 convolution kernel ``(out, in/groups, k...)`` (a ConvTranspose kernel ``(in, out/groups, k...)``
-holds its output channels in its second dimension, within each of its ``groups`` blocks).
+holds its output channels in its second dimension, within each of its ``groups`` blocks; the
+weight ``(in, out)`` of Hugging Face's ``Conv1D``, GPT-2's Linear layer, its columns).
 ``"head"`` prunes the heads of ``nn.MultiheadAttention``: in ``in_proj_weight`` ``(3E, E)`` group
 ``h`` is the rows ``[i E + h d, i E + (h + 1) d)`` of q, k and v together (``d = E / heads``),
 in ``q_proj_weight`` / ``k_proj_weight`` / ``v_proj_weight`` (separate tensors when ``kdim`` or
@@ -25,12 +26,11 @@ import math
 import torch
 import torch.nn as nn
 
+from dualdrop.nn._layers import CONV, CONV_T, LINEAR, is_conv1d
+
 #: the accepted values of ``granularity`` (``"channel"`` is ``"neuron"``)
 GRANULARITIES = ("weight", "neuron", "channel", "head")
 ALIASES = {"channel": "neuron"}
-
-_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_CONV_T = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
 def check_granularity(value) -> str:
@@ -119,11 +119,13 @@ def _neuron(module: nn.Module, tensor_name: str, shape) -> Groups | str:
                 "or use granularity='weight')")
     if len(shape) < 2:
         return f"{name}.weight has {len(shape)} dimension(s): no output units to group"
-    if isinstance(module, _CONV_T):
+    if isinstance(module, CONV_T):
         g = module.groups
         view = (g, shape[0] // g) + tuple(shape[1:])
         return Groups("neuron", shape, view, (g, 1, shape[1]) + (1,) * (len(shape) - 2))
-    if isinstance(module, (nn.Linear,) + _CONV):
+    if is_conv1d(module):  # transformers' Conv1D: W (in, out), an output unit is a column
+        return Groups("neuron", shape, shape, (1, shape[1]))
+    if isinstance(module, LINEAR + CONV):
         return Groups("neuron", shape, shape, (shape[0],) + (1,) * (len(shape) - 1))
     return (f"{name} is not a Linear or convolution layer, whose output units the groups are "
             "(exclude it, or use granularity='weight')")

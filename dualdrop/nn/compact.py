@@ -67,12 +67,14 @@ import re
 
 import torch
 import torch.nn as nn
+from torch.overrides import TorchFunctionMode
 
 from dualdrop.nn import export as _export
-from dualdrop.nn._graph import (BN, CONV, LINEAR, call, check_inputs, first_line, layer_kind,
+from dualdrop.nn._graph import (call, check_inputs, dependency_graph, first_line, layer_kind,
                                 tensors, torch_pruning, unit_groups)
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
+from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
 from dualdrop.nn.export import export_sparse
 
 FORMAT = "dualdrop-compact"
@@ -84,13 +86,15 @@ _PER_ENTRY = {
     "LeakyReluBackward", "EluBackward", "HardtanhBackward", "HardswishBackward",
     "HardsigmoidBackward", "SoftplusBackward", "MishBackward", "ClampBackward",
     "ClampMinBackward", "ClampMaxBackward", "NegBackward", "CloneBackward", "AliasBackward",
-    "AddBackward", "SubBackward", "MulBackward", "DivBackward",
+    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward",
+    "ExpBackward", "LogBackward", "SqrtBackward", "RsqrtBackward", "ErfBackward",
+    "AbsBackward", "ReciprocalBackward",  # hand-written activations (GPT-2's tanh GELU)
     "MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward",
     "MaxPool3DWithIndicesBackward", "AvgPool2DBackward", "AvgPool3DBackward",
     "AdaptiveAvgPool2DBackward", "AdaptiveAvgPool3DBackward",
     "AdaptiveMaxPool2DBackward", "AdaptiveMaxPool3DBackward",
 }
-_BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward"}
+_BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"}
 
 
 def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Module:
@@ -124,8 +128,10 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
 
 
 def _zero_rows(m) -> list:
-    """Per output unit: whether its weights (a row of W, a filter) are all zero."""
-    return (m.weight.reshape(m.weight.shape[0], -1) == 0).all(1).tolist()
+    """Per output unit: whether its weights (a row of W, a column of a Conv1D's, a filter) are
+    all zero."""
+    w = out_in(m)
+    return (w.reshape(w.shape[0], -1) == 0).all(1).tolist()
 
 
 def _pad_free(conv) -> bool:
@@ -141,7 +147,7 @@ def _pad_free(conv) -> bool:
 def _columns(x, m, kind, idxs):
     """``(N, len(idxs))``: every sample/position of the consumer input at ``idxs``."""
     if kind == "linear":
-        flat = x.reshape(-1, m.in_features)
+        flat = x.reshape(-1, n_in(m))
     else:
         if x.dim() == len(m.kernel_size) + 1:  # an unbatched input
             x = x.unsqueeze(0)
@@ -178,16 +184,17 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
     for p in net.parameters():
         p.requires_grad_(True)
     outputs = set()  # a layer whose output is the model's output has no output node after it
+    numbers = _NumberOps()  # binary ops with a Python number (``1.0 + tanh(u)``): per entry
 
     def forward(model, inputs):
-        out = call(model, inputs)
+        with numbers:
+            out = call(model, inputs)
         outputs.update(t.grad_fn for t in tensors(out) if t.grad_fn is not None)
         return out
 
     try:
         with torch.enable_grad():
-            dg = tp.DependencyGraph().build_dependency(
-                net, example_inputs=example_inputs, forward_fn=forward, verbose=False)
+            dg = dependency_graph(tp, net, example_inputs, forward)
     except Exception as exc:
         raise ValueError("compact export: torch-pruning cannot trace this model's dependency "
                          f"graph ({type(exc).__name__}: {first_line(exc)}); export it with "
@@ -201,7 +208,7 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         if any(item.dep.target.grad_fn in outputs and dg.is_out_channel_pruning_fn(
                 item.dep.handler) for item in group):
             continue  # the model's output keeps its width
-        plan = _plan(group, m, width, tp, dg, seen, calls, shared)
+        plan = _plan(group, m, fn, width, tp, dg, seen, calls, shared, numbers.nodes)
         if plan is not None:
             plans.append(plan)
 
@@ -216,7 +223,7 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
     return net
 
 
-def _plan(group, root, width, tp, dg, seen, calls, shared):
+def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozenset()):
     """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one group, or None if none go."""
     ops = tp.ops
     dead = [True] * width
@@ -226,19 +233,20 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
         m = node.module
         if isinstance(m, nn.Module) and calls.get(m, 0) > 1:
             return None  # a layer used twice: one node, two roles
-        if node.type in (ops.OPTYPE.LINEAR, ops.OPTYPE.CONV, ops.OPTYPE.DEPTHWISE_CONV):
+        if node.type in (ops.OPTYPE.LINEAR, ops.OPTYPE.CONV, ops.OPTYPE.DEPTHWISE_CONV) or (
+                node.type == ops.OPTYPE.CUSTOMIZED and is_conv1d(m)):
             kind = layer_kind(m)
             if kind not in ("linear", "conv", "depthwise") or any(
                     id(p) in shared for p in m.parameters(recurse=False)):
                 return None
             if kind == "depthwise" or dg.is_out_channel_pruning_fn(handler):
-                if max(item.idxs, default=0) >= m.weight.shape[0]:
+                if max(item.idxs, default=0) >= n_out(m):
                     return None  # a broadcast partner (one unit against many): not a unit map
                 zero = _zero_rows(m)
                 for idx, r in zip(item.idxs, item.root_idxs):
                     dead[r] = dead[r] and zero[idx]
             else:
-                in_dim = m.in_features if kind == "linear" else m.in_channels
+                in_dim = n_in(m)
                 if m not in seen or max(item.idxs, default=0) >= in_dim:
                     return None
                 consumers.append((m, kind, list(item.idxs), list(item.root_idxs)))
@@ -254,7 +262,8 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
                 continue
             if name not in _PER_ENTRY and not _spatial_mean(node.grad_fn, name):
                 return None
-            if name in _BINARY and any(f is None for f, _ in node.grad_fn.next_functions):
+            if name in _BINARY and node.grad_fn not in number_ops and any(
+                    f is None for f, _ in node.grad_fn.next_functions):
                 return None  # combined with a tensor outside the graph (e.g. the raw input)
         elif node.type in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT,
                            ops.OPTYPE.SLICE):
@@ -264,7 +273,7 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
     # unread: every layer reading the unit ignores it (zero column), e.g. input-unit gates
     unread = [bool(consumers)] * width
     for m, kind, idxs, roots in consumers:
-        cols = m.weight.transpose(0, 1)[idxs]
+        cols = out_in(m).transpose(0, 1)[idxs]
         zero = (cols.reshape(len(idxs), -1) == 0).all(1).tolist()
         for z, r in zip(zero, roots):
             unread[r] = unread[r] and z
@@ -302,24 +311,42 @@ def _plan(group, root, width, tp, dg, seen, calls, shared):
             if cols else None
         if vals is None or not torch.any(vals != 0):
             continue
-        w = m.weight.double()[:, cols]
+        w = out_in(m).double()[:, cols]
         if kind == "conv":
             w = w.flatten(2).sum(2)
         folds.append((m, w @ vals))
-    fn = tp.prune_linear_out_channels if layer_kind(root) == "linear" \
-        else tp.prune_conv_out_channels
     return root, fn, gone, folds
 
 
+class _NumberOps(TorchFunctionMode):
+    """Records the autograd nodes of binary operations with a Python number operand (``0.5 *
+    x``, ``1.0 + t``): per entry, while autograd alone cannot tell such a node from one that
+    adds a tensor from outside the graph (its other input has no node either)."""
+
+    def __init__(self):
+        super().__init__()
+        self.nodes = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if (isinstance(out, torch.Tensor) and out.grad_fn is not None and len(args) == 2
+                and any(isinstance(a, (int, float)) for a in args)):
+            self.nodes.add(out.grad_fn)
+        return out
+
+
 def _product_of(grad_fn, weights) -> bool:
-    """Whether a matrix product node is a Linear layer's own ``x W^T`` (its weight among
-    ``weights``): on inputs with more than two dimensions ``F.linear`` is reshape, addmm, view,
-    and Torch-Pruning sees the module at the view and the addmm as a separate node."""
+    """Whether a matrix product node is a dense layer's own ``x W^T`` (``x W`` for a Conv1D; its
+    weight among ``weights``): on inputs with more than two dimensions ``F.linear`` (and
+    Conv1D's forward) is reshape, addmm, view, and Torch-Pruning sees the module at the view
+    and the addmm as a separate node."""
     for fn, _ in grad_fn.next_functions:
-        if fn is not None and type(fn).__name__.startswith("TBackward"):
-            for leaf, _ in fn.next_functions:
-                if leaf is not None and id(getattr(leaf, "variable", None)) in weights:
-                    return True
+        if fn is None:
+            continue
+        leaves = fn.next_functions if type(fn).__name__.startswith("TBackward") else [(fn, 0)]
+        for leaf, _ in leaves:
+            if leaf is not None and id(getattr(leaf, "variable", None)) in weights:
+                return True
     return False
 
 
@@ -370,8 +397,7 @@ def compact_report(dense: nn.Module, small: nn.Module) -> dict:
         kind = layer_kind(m)
         if kind is None or name not in ref:
             continue
-        total = ref[name].out_features if kind == "linear" else ref[name].out_channels
-        rows[name] = (m.out_features if kind == "linear" else m.out_channels, total)
+        rows[name] = (n_out(m), n_out(ref[name]))
     return rows
 
 
@@ -425,7 +451,8 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
             continue
         mod_name, _, attr = key.rpartition(".")
         m = modules.get(mod_name)
-        if not isinstance(m, LINEAR + CONV + BN) or own[key].dim() != value.dim():
+        if not (isinstance(m, LINEAR + CONV + BN) or is_conv1d(m)) or \
+                own[key].dim() != value.dim():
             raise ValueError(f"{path} does not fit {type(model).__name__}: {key} has shape "
                              f"{tuple(value.shape)}, the model {tuple(own[key].shape)}; {fix}")
         _resize(m, attr, value)
@@ -460,6 +487,8 @@ def _sync_sizes(m):
     """The size attributes of a resized layer follow its weight (what ``extra_repr`` shows)."""
     if isinstance(m, LINEAR):
         m.out_features, m.in_features = m.weight.shape
+    elif is_conv1d(m):
+        m.nx, m.nf = m.weight.shape
     elif isinstance(m, CONV):
         m.out_channels = m.weight.shape[0]
         m.in_channels = m.weight.shape[1] * m.groups

@@ -270,20 +270,34 @@ class DensityController:
                 "natural_density": self.natural_density, "reached": self.reached}
 
     def load_state_dict(self, state: dict) -> None:
-        if float(state["target"]) != self.target:
+        """Restore :meth:`state_dict`'s output; checked whole before anything is assigned
+        (TypeError/ValueError naming what does not fit)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"controller state must be a dict (DensityController.state_dict()), "
+                            f"got {type(state).__name__}")
+        missing = sorted({"target", "log_m", "last", "natural_density", "reached"} - set(state))
+        if missing:
+            raise ValueError(f"controller state lacks {missing}: not a DensityController state")
+        try:
+            target, log_m, last = float(state["target"]), float(state["log_m"]), int(state["last"])
+            integral = float(state.get("integral", log_m))
+        except (TypeError, ValueError):
+            raise ValueError("controller state holds non-numeric target/log_m/last/integral: "
+                             "not a DensityController state") from None
+        if target != self.target:
             raise ValueError(f"controller state was saved for target_density={state['target']} "
                              f"but this run asks {self.target}")
-        self.log_m, self.last = float(state["log_m"]), int(state["last"])
-        self.integral = float(state.get("integral", self.log_m))
-        self.ramp_log_m = state.get("ramp_log_m")
         masks = state.get("masks")
         if masks is not None:
             shapes = [tuple(st.keep_score(t.param).shape) for t, st in self.sp.states()]
-            if len(masks) != len(shapes) or any(tuple(m.shape) != s
-                                                for m, s in zip(masks, shapes)):
+            if not isinstance(masks, (list, tuple)) or len(masks) != len(shapes) or any(
+                    not isinstance(m, torch.Tensor) or tuple(m.shape) != s
+                    for m, s in zip(masks, shapes)):
                 raise ValueError("controller state has masks for another model (their shapes "
                                  "differ from this model's sparsified weights)")
             masks = [m.to(torch.bool) for m in masks]
+        self.log_m, self.last, self.integral = log_m, last, integral
+        self.ramp_log_m = state.get("ramp_log_m")
         self.masks = masks
         self.natural_density, self.reached = state["natural_density"], state["reached"]
         if self.uses_multiplier:

@@ -14,6 +14,7 @@ strong prior. ``Sparsifier.check_balance`` warns when the regularizer dominates 
 
 from __future__ import annotations
 
+import itertools
 import warnings
 import weakref
 
@@ -26,8 +27,12 @@ from dualdrop.nn import registry as _methods
 from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._coupling import coupled_units, hold_norms
 from dualdrop.nn._base import check_choice, check_float, check_int, register_state, state_of
+from dualdrop.nn._graph import check_inputs
+from dualdrop.nn._groups import Groups, groups_of
+from dualdrop.nn._layers import n_out
+from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.export import export_sparse, fold, sparsity_report
-from dualdrop.nn.targets import all_targets, plain_class, select
+from dualdrop.nn.targets import all_targets, plain_class, select, unknown_weights
 
 METHODS = _methods.METHODS
 
@@ -60,7 +65,7 @@ def _check_before_first_step(optimizer, args, kwargs):
 def _watch_optimizers(pairs) -> None:
     for t, st in pairs:
         if any(True for _ in st.parameters()):
-            st.watch_weight(t.param)
+            st.watch_weight(t.param, [(s.module, s.tensor_name) for s in t.sites])
             _LIVE.add(st)
     if _LIVE and not _STEP_HOOK:
         _STEP_HOOK.append(register_optimizer_step_pre_hook(_check_before_first_step))
@@ -289,11 +294,22 @@ class Sparsifier:
         return {} if self.controller is None else {"controller": self.controller.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output (TypeError/ValueError, nothing changed, when it
+        does not fit this handle)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict (Sparsifier.state_dict()), got "
+                            f"{type(state).__name__}")
+        unknown = sorted(map(str, set(state) - {"controller"}))
+        if unknown:
+            raise ValueError(f"state has unknown entries {unknown}: not a Sparsifier.state_dict()")
         if "controller" in state:
             if self.controller is None:
                 raise ValueError("the state has a target-density controller but this Sparsifier "
                                  "was made without target_density")
             self.controller.load_state_dict(state["controller"])
+        elif self.controller is not None:
+            raise ValueError("the state has no target-density controller but this Sparsifier "
+                             "was made with target_density; load the state of a run with one")
 
     @property
     def has_tol(self) -> bool:
@@ -314,14 +330,25 @@ class Sparsifier:
     @torch.no_grad()
     def density(self) -> dict:
         """``{weight name: fraction of nonzero test-time weights, ..., "total": fraction}``
-        over the sparsified weights (a tied weight once; biases are not counted)."""
-        out, nnz, tot = {}, 0, 0
+        over the sparsified weights (a tied weight once; biases are not counted). A NaN or
+        infinite weight counts as nonzero, and a ``RuntimeWarning`` names the weights holding
+        one (a diverged training is not a dense network)."""
+        out, nnz, tot, bad = {}, 0, 0, []
         for t, st in self.states():
-            k, n = int(torch.count_nonzero(st.eval_weight(t.param))), t.param.numel()
+            value = st.eval_weight(t.param)
+            k, n = int(torch.count_nonzero(value)), t.param.numel()
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                bad.append(f"{t.key} ({int((~torch.isfinite(value)).sum())} of {n})")
             out[t.key] = k / n
             nnz += k
             tot += n
         out["total"] = nnz / tot
+        if bad:
+            warnings.warn(f"density: {len(bad)} sparsified weight(s) hold NaN or inf entries, "
+                          f"counted as nonzero: {', '.join(bad[:6])}"
+                          f"{' ...' if len(bad) > 6 else ''}; the training diverged (lower the "
+                          "learning rate or the method's strength)", RuntimeWarning,
+                          stacklevel=2)
         return out
 
     def report(self) -> list[dict]:
@@ -373,12 +400,15 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     Every selected weight tensor gets the method's state as its ``torch.nn.utils.parametrize``
     parametrization (methods that change the forward also hook the layer). By default the
     weights of every weight-bearing layer are selected (``dualdrop.nn.targets``: Linear and
-    subclasses, Conv*/ConvTranspose*, Embedding, RNN/LSTM/GRU, MultiheadAttention); biases and
-    normalization parameters are not. ``include`` / ``exclude``: name patterns (``fnmatch`` on
-    parameter names; a module name means its weights) and/or module types. A weight the method
-    cannot act on (e.g. local reparameterization on an LSTM weight) is skipped with a warning
-    naming it and why (``on_unsupported="error"``: raise instead). A weight tied to several
-    modules gets one state.
+    subclasses, Hugging Face's Conv1D, Conv*/ConvTranspose*, Embedding, RNN/LSTM/GRU,
+    MultiheadAttention); biases and normalization parameters are not, and the ``weight`` (2-D
+    or more) of a module of any other type is named in a warning. ``include`` / ``exclude``:
+    name patterns (``fnmatch`` on parameter names; a module name means its weights) and/or
+    module types. A weight the method cannot act on (e.g. local reparameterization on an LSTM
+    weight or a tied embedding) is skipped with a warning naming it and why
+    (``on_unsupported="error"``: raise instead). A weight tied to several modules gets one
+    state. Arguments are checked before the model is touched, and a call that fails while
+    acting (``example_inputs`` the model cannot run) puts the model back as it was given.
 
     ``target_density=D`` (in (0, 1]): the finished network keeps a fraction ``D`` of the
     sparsified weights, whatever the method; its strength becomes a multiplier adjusted during
@@ -426,55 +456,87 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     check_choice("on_unsupported", on_unsupported, {"warn", "error"})
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_materialized(model)
     if _find_states(model):
         raise ValueError("model is already sparsified; call sparsify once per model (or "
                          "export_sparse(model) / Sparsifier.remove() first to get a plain model)")
-    coupled = []
+    granularity = record.hparams.get("granularity", "weight")
     if example_inputs is not None:
-        if record.hparams.get("granularity", "weight") == "weight":
+        if granularity == "weight":
             raise ValueError("example_inputs couples whole units (channels of a residual "
                              "stream): give granularity='neuron', 'channel' or 'head' too, or "
                              "leave example_inputs out")
-        coupled = coupled_units(model, example_inputs)
-    tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
+        check_inputs(example_inputs)
     foreign = []
     chosen, _ = select(model, include, exclude, foreign=foreign)
-    if foreign:
-        lines = "\n".join(f"  {q} ({plain_class(m).__name__}): {r}" for q, m, r in foreign)
-        warnings.warn(f"sparsify: {len(foreign)} tensor(s) transformed by another tool are left "
-                      f"as they are:\n{lines}", UserWarning, stacklevel=2)
+    if granularity == "head":
+        _check_heads(chosen)
     acted, skipped = [], []
     for t in chosen:
         reason = record.skip_reason(t)
         (skipped.append((t, reason)) if reason else acted.append(t))
-    if skipped:
-        lines = "\n".join(f"  {t.name} ({t.kinds}): {r}" for t, r in skipped)
-        if on_unsupported == "error" or not acted:
-            raise ValueError(f"method {record.name!r} cannot act on {len(skipped)} selected "
-                             f"weight(s):\n{lines}\nexclude them (exclude=[...]) or choose a "
-                             "method that only transforms the weight")
-        warnings.warn(f"sparsify: method {record.name!r} skips {len(skipped)} weight(s), "
-                      f"left dense:\n{lines}", UserWarning, stacklevel=2)
-    pairs, done = [], []
-    try:
+    lines = "\n".join(f"  {t.name} ({t.kinds}): {r}" for t, r in skipped)
+    if skipped and (on_unsupported == "error" or not acted):
+        raise ValueError(f"method {record.name!r} cannot act on {len(skipped)} selected "
+                         f"weight(s):\n{lines}\nexclude them (exclude=[...]) or choose a "
+                         "method that only transforms the weight")
+    unknown = unknown_weights(model, exclude) if include is None else []
+    # act: a failure from here on (a forward run the trace needs, a state that cannot be made)
+    # puts the model back as it was given
+    with undo_on_error(model, values=None if example_inputs is None else "buffers", rng=True):
+        coupled = [] if example_inputs is None else coupled_units(model, example_inputs)
+        tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
+        pairs = []
         for t in acted:
             state = record.make_state(t)
             for site in t.sites:
                 register_state(site.module, site.tensor_name, state)
-                done.append((site.module, site.tensor_name))
             for mod, name in record.extra_tensors(t):
                 register_state(mod, name, state)
-                done.append((mod, name))
             record.attach(t, state)
             pairs.append((t, state))
-    except Exception:
-        fold(model, leave_sparse=False)
-        raise
-    sp = Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
-    sp.ties, sp.norm_holds = _ties(pairs, coupled)
-    if target_density is not None:
-        sp.controller = _density.DensityController(sp, target_density)
+        sp = Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
+        sp.ties, sp.norm_holds = _ties(pairs, coupled)
+        if target_density is not None:
+            sp.controller = _density.DensityController(sp, target_density)
+    if foreign:
+        flines = "\n".join(f"  {q} ({plain_class(m).__name__}): {r}" for q, m, r in foreign)
+        warnings.warn(f"sparsify: {len(foreign)} tensor(s) transformed by another tool are left "
+                      f"as they are:\n{flines}", UserWarning, stacklevel=2)
+    if skipped:
+        warnings.warn(f"sparsify: method {record.name!r} skips {len(skipped)} weight(s), "
+                      f"left dense:\n{lines}", UserWarning, stacklevel=2)
+    if unknown:
+        ulines = "\n".join(f"  {q} ({kind})" for q, kind in unknown)
+        warnings.warn(f"sparsify: {len(unknown)} weight(s) of layer types dualdrop does not "
+                      f"know are left dense:\n{ulines}\nselect them with include=[...] (the "
+                      "methods acting through the weight take any tensor; include replaces the "
+                      "default selection) or name them in exclude=[...] to silence this",
+                      UserWarning, stacklevel=2)
     return sp
+
+
+def check_materialized(model: nn.Module) -> None:
+    """ValueError when ``model`` holds tensors on the ``meta`` device (shapes without data)."""
+    meta = [n for n, t in itertools.chain(model.named_parameters(), model.named_buffers())
+            if t.is_meta]
+    if meta:
+        raise ValueError(f"model has {len(meta)} tensor(s) on the meta device ({meta[0]}, ...): "
+                         "shapes without data, as a model built under torch.device('meta') or "
+                         "an unloaded checkpoint leaves them; materialize it first (e.g. "
+                         "model.to_empty(device='cpu') then load its weights)")
+
+
+def _check_heads(chosen) -> None:
+    """ValueError when ``granularity="head"`` finds no attention heads among the weights."""
+    if any(isinstance(g, Groups) and g.kind == "head"
+           for g in (groups_of(t, "head") for t in chosen)):
+        return
+    raise ValueError("granularity='head' prunes the heads of torch.nn.MultiheadAttention and no "
+                     "selected weight belongs to one (attention written with plain Linear or "
+                     "Conv1D projections, such as Hugging Face's GPT2Attention, is not read as "
+                     "heads); use granularity='neuron' (= 'channel': the output units of "
+                     "Linear/Conv layers) or 'weight'")
 
 
 def _ties(pairs, coupled) -> tuple[list, list]:
@@ -486,10 +548,10 @@ def _ties(pairs, coupled) -> tuple[list, list]:
     index = {}
     for i, (t, st) in enumerate(pairs):
         groups = getattr(st, "groups", None)
-        if groups is None or groups.kind != "neuron" or groups.n_groups != t.param.shape[0]:
+        if groups is None or groups.kind != "neuron":
             continue
         for site in t.sites:
-            if site.tensor_name == "weight":
+            if site.tensor_name == "weight" and groups.n_groups == n_out(site.module):
                 index[id(site.module)] = i
     ties, holds = _head_ties(pairs), []
     for group in coupled:

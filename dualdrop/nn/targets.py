@@ -9,15 +9,19 @@ Default selection: the weight matrices / kernels of the weight-bearing layers, b
 (subclasses included):
 
 - ``Linear``, ``Bilinear``, ``Conv1d/2d/3d``, ``ConvTranspose1d/2d/3d``, ``Embedding``,
-  ``EmbeddingBag``: ``weight``;
+  ``EmbeddingBag`` and Hugging Face's ``Conv1D`` (GPT-2's Linear layer, ``dualdrop.nn._layers``):
+  ``weight``;
 - ``RNN``, ``LSTM``, ``GRU``: every ``weight_ih_l*``, ``weight_hh_l*`` (and ``weight_hr_l*``);
 - ``MultiheadAttention``: ``in_proj_weight`` or ``q_proj_weight``/``k_proj_weight``/
   ``v_proj_weight`` (``out_proj`` is a ``Linear``).
 
 Biases, normalization parameters and parameters of other modules are left alone unless selected
-explicitly. ``include`` / ``exclude`` take a pattern (``fnmatch`` on qualified parameter names,
-e.g. ``"encoder.*"``, ``"*.weight_hh_*"``; a module name such as ``"fc1"`` means that module's
-default weights), a module type (its default weights), or a list of those.
+explicitly; a module of another type holding a ``weight`` of two or more dimensions is named by
+:func:`unknown_weights`, so that ``sparsify`` can say it leaves it dense. ``include`` /
+``exclude`` take a pattern (``fnmatch`` on qualified parameter names, e.g. ``"encoder.*"``,
+``"*.weight_hh_*"``; a module name such as ``"fc1"`` means that module's default weights), a
+module type (its default weights), or a list of those; a module of a type without default
+weights is selected by name or type through its ``weight`` (2-D or more).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch.nn as nn
 from torch.nn.utils import parametrize, prune
 
 from dualdrop.nn._base import WeightState
+from dualdrop.nn._layers import is_conv1d
 
 _WEIGHT_TYPES = (nn.Linear, nn.Bilinear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d,
                  nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Embedding, nn.EmbeddingBag)
@@ -42,7 +47,7 @@ def default_weight_names(module: nn.Module) -> list[str]:
     own = getattr(module, "sparsify_weights", None)
     if own is not None:
         names = list(own)
-    elif isinstance(module, _WEIGHT_TYPES):
+    elif isinstance(module, _WEIGHT_TYPES) or is_conv1d(module):
         names = ["weight"]
     elif isinstance(module, nn.RNNBase):
         names = [n for n in params if n.startswith(("weight_ih_l", "weight_hh_l", "weight_hr_l"))]
@@ -56,12 +61,16 @@ def default_weight_names(module: nn.Module) -> list[str]:
 @dataclass
 class Site:
     """One place a target's tensor lives: ``module.<tensor_name>`` (``module_name`` is its first
-    qualified name; ``parent`` the module that owns it, for MultiheadAttention's out_proj)."""
+    qualified name; ``parent`` the module that owns it, for MultiheadAttention's out_proj;
+    ``default``: selected by default; ``named``: selected when its module is named in
+    ``include``/``exclude`` by name or type, the default weights or, for a module type without
+    any, its ``weight`` of two or more dimensions)."""
     module_name: str
     module: nn.Module
     tensor_name: str
     parent: nn.Module | None
     default: bool
+    named: bool = False
 
 
 @dataclass
@@ -167,6 +176,7 @@ def all_targets(model: nn.Module) -> list[Target]:
         for pname, p in _tensors(mod).items():
             if p is None:
                 continue
+            named = pname in defaults or (not defaults and pname == "weight" and p.dim() >= 2)
             qual = f"{mname}.{pname}" if mname else pname
             t = by_id.get(id(p))
             if t is None:
@@ -174,7 +184,8 @@ def all_targets(model: nn.Module) -> list[Target]:
             t.aliases.append(qual)
             if (id(mod), pname) not in seen_sites:
                 seen_sites.add((id(mod), pname))
-                t.sites.append(Site(mname, mod, pname, parents.get(id(mod)), pname in defaults))
+                t.sites.append(Site(mname, mod, pname, parents.get(id(mod)), pname in defaults,
+                                    named))
     return list(by_id.values())
 
 
@@ -197,13 +208,18 @@ def _as_list(spec, arg):
     return items
 
 
+#: the check of an ``include`` / ``exclude`` argument (a pattern, a module type or a list of
+#: those; None stays None), for the other selection APIs (one-shot pruning's layers)
+check_patterns = _as_list
+
+
 def _matches(target: Target, item) -> bool:
     if isinstance(item, type):
-        return any(s.default and isinstance(s.module, item) for s in target.sites)
+        return any(s.named and isinstance(s.module, item) for s in target.sites)
     if any(fnmatch.fnmatchcase(a, item) for a in target.aliases):
         return True
     # a module name (pattern) selects that module's default weights
-    defaults = {s.tensor_name for s in target.sites if s.default}
+    defaults = {s.tensor_name for s in target.sites if s.named}
     return any(a.rpartition(".")[2] in defaults and fnmatch.fnmatchcase(a.rpartition(".")[0], item)
                for a in target.aliases)
 
@@ -257,8 +273,26 @@ def select(model: nn.Module, include=None, exclude=None, *,
     chosen = [t for t in chosen if id(t.param) not in foreign_ids]
     if not chosen:
         raise ValueError("nothing to sparsify: the model has no weight of a known layer type "
-                         "(Linear, Conv*, ConvTranspose*, Embedding, RNN/LSTM/GRU, "
-                         "MultiheadAttention) left after include/exclude; name its tensors with "
-                         "include=[...]")
+                         "(Linear, transformers Conv1D, Conv*, ConvTranspose*, Embedding, "
+                         "RNN/LSTM/GRU, MultiheadAttention) left after include/exclude; name its "
+                         "tensors with include=[...]")
     ids = {id(t.param) for t in chosen}
     return chosen, [t for t in targets if id(t.param) not in ids]
+
+
+def unknown_weights(model: nn.Module, exclude=None) -> list[tuple[str, str]]:
+    """``(qualified name, module type)`` of every ``weight`` Parameter of two or more dimensions
+    held by a module type the default selection does not know (a user's layer, a library's
+    custom projection), a tied one once, leaving out what ``exclude`` names and what another tool
+    transforms: weight-like tensors that ``sparsify`` would otherwise leave dense without a
+    word. Select them with ``include=[...]`` (methods acting through the weight take any tensor)."""
+    exc = _as_list(exclude, "exclude") or []
+    out = []
+    for t in all_targets(model):
+        sites = [s for s in t.sites if s.named and not s.default
+                 and foreign_reason(s.module, s.tensor_name) is None]
+        if not sites or any(s.default for s in t.sites) or any(_matches(t, it) for it in exc):
+            continue
+        out.append((t.name, "+".join(dict.fromkeys(plain_class(s.module).__name__
+                                                   for s in sites))))
+    return out

@@ -188,13 +188,18 @@ def _load(path: Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def read_checkpoint(path: str | os.PathLike, fix: str) -> dict:
+#: the keys of a run's checkpoint (``dualdrop sparsify``); ``fit`` names its own
+RUN_KEYS = ("format", "model", "config", "epoch")
+
+
+def read_checkpoint(path: str | os.PathLike, fix: str, *, keys=RUN_KEYS) -> dict:
     """Load a dualdrop training checkpoint with ``weights_only=True``.
 
-    Anything unusable (empty, truncated, corrupt, a foreign file, an unknown format) raises
-    :class:`CheckpointError` with one line naming ``path`` and ending with ``fix`` (what to do).
-    A format-1 checkpoint (older dualdrop: numpy's RNG state as an array) is read with only
-    numpy's array reconstruction allowed besides tensors, and converted.
+    Anything unusable (empty, truncated, corrupt, a foreign file, an unknown format, a dict
+    without ``keys``) raises :class:`CheckpointError` with one line naming ``path`` and ending
+    with ``fix`` (what to do). A format-1 checkpoint (older dualdrop: numpy's RNG state as an
+    array) is read with only numpy's array reconstruction allowed besides tensors, and
+    converted. ``keys``: the entries the checkpoint must have (a run's, or ``fit``'s).
     """
     path = Path(path)
     if not path.is_file():
@@ -222,12 +227,12 @@ def read_checkpoint(path: str | os.PathLike, fix: str) -> dict:
     except Exception as exc:  # zip reader errors (RuntimeError), EOFError, OSError, ...
         msg = f"{path} is truncated or corrupt ({_first_line(exc)}); {fix}"
         raise CheckpointError(msg) from None
-    if not isinstance(ck, dict) or not {"format", "model", "config", "epoch"} <= set(ck):
+    if not isinstance(ck, dict) or not set(keys) <= set(ck):
         what = (f"a dict with keys {sorted(map(str, ck))[:6]}" if isinstance(ck, dict)
                 else f"a {type(ck).__name__}")
         raise CheckpointError(f"{path} is not a dualdrop training checkpoint (it holds {what}); "
                               f"{fix}")
-    if ck["format"] != FORMAT_VERSION:
+    if "format" in keys and ck["format"] != FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format {ck['format']!r}, this dualdrop "
                               f"reads format {FORMAT_VERSION}; {fix}")
     return ck
@@ -246,6 +251,18 @@ def load_checkpoint(path: Path, run_cfg: dict) -> dict:
             if saved.get(k) != run_cfg.get(k)}
     if diff:
         detail = "; ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
+        epochs = saved.get("epochs")
+        if isinstance(epochs, int) and int(ckpt["epoch"]) >= epochs:
+            folder = Path(path).parent
+            raise ValueError(
+                f"{folder} holds a finished run ({epochs} of {epochs} epochs; its results are "
+                f"in {folder / 'final.json'}), and the settings now differ ({detail}). A "
+                "finished run is not extended: its learning rate decayed to 0 over its "
+                f"{epochs} epochs. To train on from its weights, start a new run: "
+                f"--init-from {folder} --out NEW_FOLDER (with the --epochs you want); to see "
+                "its results, repeat its original command with --resume or call "
+                f"dualdrop.train.load_run({str(folder)!r})"
+            )
         raise ValueError(
             f"cannot resume {path}: the run configuration differs ({detail}); use "
             "the original settings or another out directory"

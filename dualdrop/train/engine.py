@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -47,10 +48,12 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from dualdrop.nn import Sparsifier, sparsify
-from dualdrop.nn.density import DensityController
-from dualdrop.nn.sparsifier import is_sparsified
-from dualdrop.train.checkpoint import atomic_save, rng_state, set_rng_state
-from penalties.checks import check_int
+from dualdrop.nn._graph import first_line
+from dualdrop.nn._undo import undo_on_error
+from dualdrop.nn.density import DensityController, check_density
+from dualdrop.nn.sparsifier import check_materialized, is_sparsified
+from dualdrop.train.checkpoint import atomic_save, read_checkpoint, rng_state, set_rng_state
+from penalties.checks import check_float, check_int
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -208,15 +211,166 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
         progress: bool = True, sparsify_kwargs: dict | None = None) -> FitResult:
     """Sparsify ``model`` with ``method`` and train it (module docstring).
 
-    ``loss_fn(model, batch) -> scalar`` (the mean data loss of one batch); ``steps`` or
-    ``epochs`` (one of them): the budget; ``optimizer``: ``callable(param_groups) -> Optimizer``
-    (default Adam); ``scheduler``: ``"linear"`` (decay to 0), None, or
-    ``callable(optimizer, total_steps) -> LRScheduler`` stepped every step; ``hparams``: the
-    method's; ``val_fn(model, val_loader) -> dict`` logged at the end of every epoch and at the
-    end (default: the mean of ``loss_fn`` over ``val_loader``); ``checkpoint_dir``: atomic
-    checkpoints, resumed from when present and ``resume``; ``stop_after``: stop after this many
-    steps of this call (a planned interruption; the checkpoint lets a later call continue).
+    ``loss_fn(model, batch) -> scalar`` (the mean data loss of one batch: a floating-point
+    tensor with one element and a gradient); ``steps`` or ``epochs`` (one of them): the budget;
+    ``optimizer``: ``callable(param_groups) -> Optimizer`` (default Adam); ``scheduler``:
+    ``"linear"`` (decay to 0), None, or ``callable(optimizer, total_steps) -> LRScheduler``
+    stepped every step; ``hparams``: the method's; ``val_fn(model, val_loader) -> dict`` logged
+    at the end of every epoch and at the end (default: the mean of ``loss_fn`` over
+    ``val_loader``); ``checkpoint_dir``: atomic checkpoints every ``checkpoint_every`` steps
+    and at the end, resumed from when present and ``resume``; ``stop_after``: stop after this
+    many steps of this call (a planned interruption; the checkpoint lets a later call
+    continue); ``log_every``: steps between history rows (0: none).
+
+    Refusals leave the model as given. Every argument, and a checkpoint to resume from (read
+    whole, one-line error when corrupt or truncated), is checked before the model is touched;
+    what can only fail while acting (a checkpoint of another model or method, the first
+    batch's loss) is undone: the model, its hooks and parametrizations, BatchNorm statistics and
+    the random generators are put back exactly. From the first optimizer update on, a failure
+    keeps the work done: each batch's loss is checked before its update, so no weight becomes
+    non-finite, and the last checkpoint stays in ``checkpoint_dir``.
     """
+    args = _check_fit_args(model, loss_fn, train_loader, steps, epochs, lr, optimizer,
+                           scheduler, target_density, hparams, n_train, val_loader, val_fn,
+                           checkpoint_dir, checkpoint_every, resume, stop_after, log_every,
+                           progress, sparsify_kwargs)
+    total, n = args["total"], args["n_train"]
+    hparams, sparsify_kwargs = dict(hparams or {}), dict(sparsify_kwargs or {})
+    path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir is not None else None
+    ck = None
+    if path and resume and os.path.exists(path):
+        ck = read_checkpoint(path, keys=_FIT_KEYS, fix="delete it (or pass resume=False, or "
+                             "another checkpoint_dir) to train from the start")
+        if ck["total_steps"] != total:
+            raise ValueError(f"the checkpoint in {checkpoint_dir} is for a budget of "
+                             f"{ck['total_steps']} steps, not {total}; use another "
+                             "checkpoint_dir or resume=False")
+    gen = _loader_generator(train_loader)
+    # act; until the first optimizer update a failure puts everything back (undo.commit)
+    with undo_on_error(model, values="all" if ck is not None else "buffers", rng=True,
+                       generators=[gen] if gen is not None else []) as undo:
+        if is_sparsified(model):
+            sp = Sparsifier.attach(model, method, **hparams)
+            if target_density is not None:
+                sp.controller = DensityController(sp, target_density)
+        else:
+            sp = sparsify(model, method, target_density=target_density, **sparsify_kwargs,
+                          **hparams)
+        opt = _make_optimizer(optimizer, sp.method_param_groups(lr, total))
+        sp.check_optimizer(opt)
+        if scheduler == "linear":
+            sched = _linear_decay(opt, total)
+        else:
+            sched = scheduler(opt, total) if scheduler is not None else None
+        step, history = 0, []
+        epoch, done_in_epoch, epoch_rng, current_rng = 0, 0, None, None
+        if ck is not None:
+            _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp)
+            step, epoch, done_in_epoch = ck["step"], ck["epoch"], ck["done_in_epoch"]
+            epoch_rng, history = ck["epoch_rng"], list(ck["history"])
+            current_rng = ck["rng"]
+        first_update = opt.register_step_pre_hook(lambda *a: undo.commit())
+
+        def checkpoint():
+            if path is None:
+                return
+            os.makedirs(checkpoint_dir, exist_ok=True)
+            atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                         "scheduler": sched.state_dict() if sched is not None else None,
+                         "sparsifier": sp.state_dict(), "step": step, "epoch": epoch,
+                         "done_in_epoch": done_in_epoch, "total_steps": total,
+                         "epoch_rng": epoch_rng, "rng": _rng_state(train_loader),
+                         "history": history}, path)
+
+        def validate():
+            if val_loader is None:
+                return {}
+            was = model.training
+            model.eval()
+            with torch.no_grad():
+                if val_fn is not None:
+                    out = dict(val_fn(model, val_loader))
+                else:
+                    losses = [float(loss_fn(model, b)) for b in val_loader]
+                    if not losses:
+                        warnings.warn("fit: val_loader yielded no batch; val_loss is nan",
+                                      RuntimeWarning, stacklevel=3)
+                    out = {"val_loss": sum(losses) / len(losses) if losses else math.nan}
+            model.train(was)
+            return out
+
+        bar = None
+        if progress:
+            bar = tqdm(total=total, initial=step, desc=f"fit {sp.method}", leave=False)
+        stepper = Stepper(opt, total, sp=sp, scheduler=sched, n_train=n)
+        ran, last = 0, [math.nan]
+
+        def data_loss(batch):
+            """The batch's loss, refused before its update when it is not a finite scalar."""
+            loss = loss_fn(model, batch)
+            last[0] = _check_loss(loss, step + 1, undo.committed)
+            return loss
+
+        def after(done: int, loss) -> bool:
+            """Per-step bookkeeping; True ends the steps of this call."""
+            nonlocal step, done_in_epoch, ran
+            step, done_in_epoch, ran = done, done_in_epoch + 1, ran + 1
+            if bar is not None:
+                bar.set_postfix(loss=f"{last[0]:.4g}")
+            if log_every and step % log_every == 0:
+                history.append({"step": step, "loss": last[0],
+                                "density": sp.density()["total"]})
+            if step >= total:
+                return True
+            if checkpoint_every and step % checkpoint_every == 0:
+                checkpoint()
+            if stop_after is not None and ran >= stop_after:
+                checkpoint()
+                return True
+            return False
+
+        model.train()
+        try:
+            while step < total:
+                if epoch_rng is None:
+                    done_in_epoch = 0
+                batches, epoch_rng = _epoch_batches(train_loader, epoch_rng, done_in_epoch,
+                                                    current_rng)
+                current_rng = None
+                before = step
+                step, ran_out = run_epoch(stepper, batches, data_loss, step, bar=bar,
+                                          after=after)
+                if not ran_out:
+                    break
+                if step == before:
+                    raise ValueError("train_loader yielded no batch in an epoch; give it data "
+                                     "(a DataLoader with drop_last=True needs at least "
+                                     "batch_size examples)")
+                epoch, epoch_rng, done_in_epoch = epoch + 1, None, 0
+                if step < total:
+                    history.append({"step": step, "epoch": epoch, **validate()})
+        finally:
+            if bar is not None:
+                bar.close()
+            first_update.remove()
+    if step < total:  # stopped by stop_after: the checkpoint is written
+        return FitResult(sp, step, total, history)
+    history.append({"step": step, "final": True, "density": sp.density()["total"], **validate()})
+    checkpoint()
+    return FitResult(sp, step, total, history)
+
+
+#: the entries of a checkpoint of ``fit``
+_FIT_KEYS = ("model", "optimizer", "scheduler", "sparsifier", "step", "epoch", "done_in_epoch",
+             "total_steps", "epoch_rng", "rng", "history")
+
+
+def _check_fit_args(model, loss_fn, train_loader, steps, epochs, lr, optimizer, scheduler,
+                    target_density, hparams, n_train, val_loader, val_fn, checkpoint_dir,
+                    checkpoint_every, resume, stop_after, log_every, progress,
+                    sparsify_kwargs) -> dict:
+    """Every argument of :func:`fit` checked before anything acts: TypeError/ValueError naming
+    the argument and the fix. Returns ``{"total": steps of the budget, "n_train": ...}``."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not callable(loss_fn):
@@ -227,131 +381,141 @@ def fit(model: nn.Module, method: str, train_loader, loss_fn, *, steps: int | No
         per_epoch = len(train_loader)
     except TypeError:
         per_epoch = None
+    if per_epoch == 0:
+        raise ValueError("train_loader is empty (len 0): it yields no batch; give it data (a "
+                         "DataLoader with drop_last=True needs at least batch_size examples)")
     if steps is None:
         if per_epoch is None:
             raise ValueError("train_loader has no len(); give the budget as steps=...")
         total = check_int("epochs", epochs, low=1) * per_epoch
     else:
         total = check_int("steps", steps, low=1)
-    n = _n_train(train_loader, n_train)
-    if is_sparsified(model):
-        if sparsify_kwargs:
-            raise ValueError(f"model is already sparsified, so sparsify_kwargs "
-                             f"{sorted(sparsify_kwargs)} would be ignored; pass a plain model "
-                             "or leave sparsify_kwargs out")
-        sp = Sparsifier.attach(model, method, **(hparams or {}))
-        if target_density is not None:
-            sp.controller = DensityController(sp, target_density)
-    else:
-        sp = sparsify(model, method, target_density=target_density, **(sparsify_kwargs or {}),
-                      **(hparams or {}))
-    groups = sp.method_param_groups(lr, total)
-    opt = optimizer(groups) if optimizer is not None else torch.optim.Adam(groups)
-    if scheduler == "linear":
-        sched = _linear_decay(opt, total)
-    elif scheduler is None:
-        sched = None
-    elif callable(scheduler):
-        sched = scheduler(opt, total)
-    else:
+    check_float("lr", lr, low=0.0, low_open=True)
+    if optimizer is not None and not callable(optimizer):
+        raise TypeError(f"optimizer must be None (Adam) or a callable(param_groups) -> "
+                        f"torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if not (scheduler is None or scheduler == "linear" or callable(scheduler)):
         raise ValueError(f"scheduler must be 'linear', None or a callable, got {scheduler!r}")
+    if target_density is not None:
+        check_density(target_density)
+    for name, value in (("hparams", hparams), ("sparsify_kwargs", sparsify_kwargs)):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"{name} must be a dict or None, got {type(value).__name__}")
+    n = _n_train(train_loader, n_train)
+    if val_loader is not None:
+        if not hasattr(val_loader, "__iter__"):
+            raise TypeError(f"val_loader must be an iterable of batches (a DataLoader) or None, "
+                            f"got {type(val_loader).__name__}")
+        if hasattr(val_loader, "__len__") and len(val_loader) == 0:
+            raise ValueError("val_loader is empty (len 0): give it data or leave it out (None)")
+    if val_fn is not None and not callable(val_fn):
+        raise TypeError("val_fn must be None or callable as val_fn(model, val_loader) -> dict")
+    _check_checkpoint_dir(checkpoint_dir)
+    if checkpoint_every is not None:
+        check_int("checkpoint_every", checkpoint_every, low=1)
+    if stop_after is not None:
+        check_int("stop_after", stop_after, low=1)
+    check_int("log_every", log_every, low=0)
+    for name, value in (("resume", resume), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    check_materialized(model)
+    if is_sparsified(model) and sparsify_kwargs:
+        raise ValueError(f"model is already sparsified, so sparsify_kwargs "
+                         f"{sorted(sparsify_kwargs)} would be ignored; pass a plain model "
+                         "or leave sparsify_kwargs out")
+    return {"total": total, "n_train": n}
 
-    step, history = 0, []
-    epoch, done_in_epoch, epoch_rng = 0, 0, None
-    path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir else None
-    if path and resume and os.path.exists(path):
-        ck = torch.load(path, weights_only=True)  # tensors and plain values only
-        if ck["total_steps"] != total:
-            raise ValueError(f"the checkpoint in {checkpoint_dir} is for a budget of "
-                             f"{ck['total_steps']} steps, not {total}; use another "
-                             "checkpoint_dir or resume=False")
-        model.load_state_dict(ck["model"])
+
+def _check_checkpoint_dir(checkpoint_dir) -> None:
+    """``checkpoint_dir`` is None or a folder that exists or can be made, and is writable: a
+    bad one is refused now, not after the whole budget has run."""
+    if checkpoint_dir is None:
+        return
+    if not isinstance(checkpoint_dir, (str, os.PathLike)):
+        raise TypeError(f"checkpoint_dir must be a path (str or os.PathLike) or None, got "
+                        f"{type(checkpoint_dir).__name__}")
+    d = os.fspath(checkpoint_dir)
+    if not d:
+        raise ValueError("checkpoint_dir is an empty path; give a folder, or None for no "
+                         "checkpoints")
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise ValueError(f"checkpoint_dir {d!r} is a file, not a folder; give a folder (it is "
+                         "made if missing)")
+    probe = os.path.abspath(d)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"checkpoint_dir {d!r} cannot be made: {probe!r} is a file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(f"checkpoint_dir {d!r}: {probe!r} is not writable; choose a folder "
+                              "you can write to")
+
+
+def _make_optimizer(factory, groups):
+    opt = factory(groups) if factory is not None else torch.optim.Adam(groups)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must return a torch.optim.Optimizer, got "
+                        f"{type(opt).__name__}")
+    return opt
+
+
+def _check_loss(loss, step: int, training: bool) -> float:
+    """The value of ``loss_fn``'s loss at ``step``; TypeError/ValueError/FloatingPointError
+    before its update when it is not a finite floating-point scalar with a gradient."""
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(f"loss_fn must return a torch.Tensor (the mean data loss of the batch), "
+                        f"got {type(loss).__name__}")
+    if loss.numel() != 1:
+        raise ValueError(f"loss_fn must return a scalar tensor (the mean data loss of the "
+                         f"batch), got shape {tuple(loss.shape)}; reduce it, e.g. "
+                         "F.cross_entropy(..., reduction='mean') or loss.mean()")
+    if not loss.is_floating_point():
+        raise TypeError(f"loss_fn returned a {loss.dtype} loss: a loss of integers has no "
+                        "gradient, training would follow the regularizer alone; compute it in "
+                        "floating point")
+    if not loss.requires_grad:
+        raise ValueError("loss_fn's loss has no gradient (computed under torch.no_grad(), "
+                         "detached, or from frozen parameters only): training would follow "
+                         "the regularizer alone")
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        where = ("no update was made: the weights are those of the step before"
+                 if training else "the model is left as it was given")
+        raise FloatingPointError(f"the data loss is {value} at step {step}; {where}; lower lr, "
+                                 "or check loss_fn and the data")
+    return value
+
+
+def _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp) -> None:
+    """Load ``fit``'s checkpoint ``ck`` into the run: checked against the model first (method,
+    keys, shapes), then loaded; ValueError naming what does not fit (the caller undoes)."""
+    fix = "use another checkpoint_dir or resume=False"
+    sd = ck["model"]
+    if not isinstance(sd, dict):
+        raise ValueError(f"the checkpoint in {checkpoint_dir} holds no model state; {fix}")
+    methods = {v.get("method") for k, v in sd.items()
+               if k.endswith("_extra_state") and isinstance(v, dict) and "method" in v}
+    if methods and methods != {sp.method}:
+        raise ValueError(f"the checkpoint in {checkpoint_dir} was written by method(s) "
+                         f"{sorted(map(str, methods))}, this run uses {sp.method!r}; {fix}, or "
+                         f"the checkpoint's method")
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
+    shapes = [k for k in set(own) & set(sd) if isinstance(own[k], torch.Tensor) and (
+        not isinstance(sd[k], torch.Tensor) or sd[k].shape != own[k].shape)]
+    if missing or unexpected or shapes:
+        what = "; ".join(f"{name} {keys[:3]}{' ...' if len(keys) > 3 else ''}"
+                         for name, keys in (("missing", missing), ("unexpected", unexpected),
+                                            ("other shapes", sorted(shapes))) if keys)
+        raise ValueError(f"the checkpoint in {checkpoint_dir} is of another model ({what}); "
+                         f"{fix}")
+    try:
+        model.load_state_dict(sd)
         opt.load_state_dict(ck["optimizer"])
         if sched is not None and ck.get("scheduler") is not None:
             sched.load_state_dict(ck["scheduler"])
         sp.load_state_dict(ck["sparsifier"])
-        step, epoch, done_in_epoch = ck["step"], ck["epoch"], ck["done_in_epoch"]
-        epoch_rng, history = ck["epoch_rng"], list(ck["history"])
-        current_rng = ck["rng"]
-    else:
-        current_rng = None
-
-    def checkpoint():
-        if path is None:
-            return
-        os.makedirs(checkpoint_dir, exist_ok=True)
-        atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                      "scheduler": sched.state_dict() if sched is not None else None,
-                      "sparsifier": sp.state_dict(), "step": step, "epoch": epoch,
-                      "done_in_epoch": done_in_epoch, "total_steps": total,
-                      "epoch_rng": epoch_rng, "rng": _rng_state(train_loader),
-                      "history": history}, path)
-
-    def validate():
-        if val_loader is None:
-            return {}
-        was = model.training
-        model.eval()
-        with torch.no_grad():
-            if val_fn is not None:
-                out = dict(val_fn(model, val_loader))
-            else:
-                losses = [float(loss_fn(model, b)) for b in val_loader]
-                out = {"val_loss": sum(losses) / max(1, len(losses))}
-        model.train(was)
-        return out
-
-    bar = None
-    if progress:
-        bar = tqdm(total=total, initial=step, desc=f"fit {sp.method}", leave=False)
-    stepper = Stepper(opt, total, sp=sp, scheduler=sched, n_train=n)
-    ran = 0
-
-    def after(done: int, loss) -> bool:
-        """Per-step bookkeeping; True ends the steps of this call."""
-        nonlocal step, done_in_epoch, ran
-        step, done_in_epoch, ran = done, done_in_epoch + 1, ran + 1
-        lv = float(loss.detach())
-        if not math.isfinite(lv):
-            raise FloatingPointError(f"the data loss is {lv} at step {step}; lower lr")
-        if bar is not None:
-            bar.set_postfix(loss=f"{lv:.4g}")
-        if log_every and step % log_every == 0:
-            history.append({"step": step, "loss": lv, "density": sp.density()["total"]})
-        if step >= total:
-            return True
-        if checkpoint_every and step % checkpoint_every == 0:
-            checkpoint()
-        if stop_after is not None and ran >= stop_after:
-            checkpoint()
-            return True
-        return False
-
-    model.train()
-    try:
-        while step < total:
-            if epoch_rng is None:
-                done_in_epoch = 0
-            batches, epoch_rng = _epoch_batches(train_loader, epoch_rng, done_in_epoch,
-                                                current_rng)
-            current_rng = None
-            before = step
-            step, ran_out = run_epoch(stepper, batches, lambda b: loss_fn(model, b), step,
-                                      bar=bar, after=after)
-            if not ran_out:
-                break
-            if step == before:
-                raise ValueError("train_loader yielded no batch in an epoch; give it data (a "
-                                 "DataLoader with drop_last=True needs at least batch_size "
-                                 "examples)")
-            epoch, epoch_rng, done_in_epoch = epoch + 1, None, 0
-            if step < total:
-                history.append({"step": step, "epoch": epoch, **validate()})
-    finally:
-        if bar is not None:
-            bar.close()
-    if step < total:  # stopped by stop_after: the checkpoint is written
-        return FitResult(sp, step, total, history)
-    history.append({"step": step, "final": True, "density": sp.density()["total"], **validate()})
-    checkpoint()
-    return FitResult(sp, step, total, history)
+    except (ValueError, TypeError, KeyError, RuntimeError, IndexError) as exc:
+        raise ValueError(f"the checkpoint in {checkpoint_dir} does not fit this run "
+                         f"({first_line(exc)}); {fix}") from None

@@ -185,6 +185,12 @@ def _open_checkpoint(cfg: TrainConfig, run_cfg: dict) -> dict | None:
     if not path.exists():
         return None
     if not cfg.resume:
+        if (Path(cfg.out) / "final.json").is_file():
+            raise FileExistsError(
+                f"{cfg.out} holds a finished run; choose another out directory (to train on "
+                f"from its weights: init_from={str(cfg.out)!r}, --init-from {cfg.out}), or "
+                "pass resume=True (--resume) with its settings to print its results"
+            )
         raise FileExistsError(
             f"{path} exists; pass resume=True (--resume) to continue that run, or "
             "choose another out directory"

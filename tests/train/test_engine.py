@@ -116,7 +116,7 @@ def test_fit_validates_arguments():
     with pytest.raises(TypeError, match="loss_fn"):
         fit(model, "logsum", loader, None, steps=3, progress=False)
     empty = DataLoader(_cnn_data(), batch_size=10_000, drop_last=True)  # no full batch
-    with pytest.raises(ValueError, match="yielded no batch"):
+    with pytest.raises(ValueError, match="train_loader is empty"):
         fit(SmallCNN(), "logsum", empty, _ce, steps=3, n_train=10, progress=False)
 
 

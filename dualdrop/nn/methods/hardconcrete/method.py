@@ -14,9 +14,10 @@ Louizos et al.'s LeNet-300-100 value per example) with
 ``hardconcrete`` (per weight)
     one gate per weight, one gate sample per forward call; acts on any weight tensor.
 ``hardconcrete-neuron`` (group sparsity, Louizos et al.'s architecture pruning)
-    ``Linear``: one gate per *input* unit (a column of ``W``), sampled per example, applied to
-    the input; ``Conv1d/2d/3d``: one gate per *output* channel (a filter and its bias), sampled
-    per example, applied to the feature map. Other weights are skipped with a warning. The
+    ``Linear`` (and transformers' ``Conv1D``): one gate per *input* unit (a column of a Linear
+    ``W``, a row of a ``Conv1D`` ``W``), sampled per example, applied to the input;
+    ``Conv1d/2d/3d``: one gate per *output* channel (a filter and its bias), sampled per
+    example, applied to the feature map. Other weights are skipped with a warning. The
     expected L0 counts the *weights* a gate controls (gate probability times group size), not
     the gates.
 
@@ -42,7 +43,8 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, linear_map_reason
+from dualdrop.nn._base import Method, NoiseState, check_float, check_lam
+from dualdrop.nn._layers import is_conv1d, is_dense, linear_map_reason
 from dualdrop.nn import _numba
 from dualdrop.nn._noise import uniform
 from dualdrop.nn.methods.hardconcrete import fused
@@ -79,7 +81,8 @@ class _HardConcreteSample(torch.autograd.Function):
 
 class HardConcreteState(NoiseState):
     """Gate logits ``log a`` of one weight tensor: per weight, or per group (``axis``: 1 = the
-    input units of a Linear weight, 0 = the output channels of a convolution kernel)."""
+    input units of a Linear weight, 0 = those of a ``Conv1D`` weight ``(in, out)`` or the output
+    channels of a convolution kernel)."""
 
     def __init__(self, method, weight, *, lam, beta, gamma, zeta, droprate_init,
                  lam_per_dataset, axis=None, groups=None):
@@ -179,7 +182,7 @@ class HardConcreteState(NoiseState):
         return w.detach().pow(2).sum(dim=dims).sqrt()  # the norm of each gate's slice
 
     def input_gate_hook(self, module, args):
-        """Linear: gate the input units, one sample per example."""
+        """Linear, Conv1D: gate the input units, one sample per example."""
         if not self.training:
             return None
         self.note_hook()
@@ -256,7 +259,8 @@ class HardConcreteNeuron(HardConcrete):
     # a gate per input unit (Linear) or output channel (conv) and example: r gates per weight,
     # each a random number, two transcendental passes (sample, derivative), three passes
     floor = {"rand_cb": "r", "trans": "2r", "pass": "3r"}
-    acts_on = "Linear weights (input units) and Conv1d/2d/3d kernels (output channels)"
+    acts_on = ("Linear and transformers Conv1D weights (input units), Conv1d/2d/3d kernels "
+               "(output channels)")
     needs_linear_map = True
     granularities = ("weight",)  # its own groups; granularity="neuron" is hardconcrete's
 
@@ -281,13 +285,15 @@ class HardConcreteNeuron(HardConcrete):
         return reason
 
     def make_state(self, target):
-        axis = 1 if isinstance(target.sites[0].module, nn.Linear) else 0
+        module = target.sites[0].module
+        # the weight's axis of input units (dense layers) or output channels (convolutions)
+        axis = (0 if is_conv1d(module) else 1) if is_dense(module) else 0
         return HardConcreteState(self.name, target.param, axis=axis,
                                  lam_per_dataset=self.lam_per_dataset, **self.state_hparams())
 
     def attach(self, target, state):
         site = target.sites[0]
-        if isinstance(site.module, nn.Linear):
+        if is_dense(site.module):
             site.module.register_forward_pre_hook(state.input_gate_hook)
         else:
             site.module.register_forward_hook(state.output_gate_hook)
@@ -295,6 +301,6 @@ class HardConcreteNeuron(HardConcrete):
     def extra_tensors(self, target):
         """Convolution biases are gated with their output channel."""
         site = target.sites[0]
-        if not isinstance(site.module, nn.Linear) and site.module.bias is not None:
+        if not is_dense(site.module) and site.module.bias is not None:
             return [(site.module, "bias")]
         return []

@@ -398,11 +398,14 @@ def _param_groups(optimizer):
 @torch.no_grad()
 def adaprox_step(pairs, optimizer) -> None:
     """Adaptive Tikhonov prox with the optimizer's per-coordinate step size on every
-    ``(weight, PenaltyState)`` pair."""
+    ``(weight, PenaltyState)`` pair; a frozen weight (``requires_grad=False``) is left as it is:
+    the prox is the second half of an update the optimizer does not make to it."""
     if optimizer is None:
         raise ValueError("adaprox needs the optimizer in after_step(optimizer, step, total_steps)")
     groups = _param_groups(optimizer)
     for w, layer in pairs:
+        if not w.requires_grad:
+            continue
         group = groups.get(id(w))
         if group is None:
             raise ValueError("adaprox: a sparsified weight is not in the optimizer; build the "

@@ -7,7 +7,8 @@ variance in one numba loop each way (CPU), torch elsewhere.
     counter-based uniforms). Second output: the KL approximation's sum (its eq. 14), value
     computed only when ``need_kl_value`` (it needs a log pass), gradient always exact.
 ``kl_sum(log_alpha, clip, need_value)``
-    the same KL alone, for ``log a`` a parameter.
+    the same KL alone, for ``log a`` a parameter (torch, any dtype and device: the gradient
+    comes from the sigmoids the value needs; the one home of the summed KL's autograd).
 ``ar_variance_kl(w, log_sigma2, clip)`` -> ``(sigma^2, sum KL)``
     vardrop-lr-ar's weight variance ``exp(log sigma^2)`` and the KL at ``log a = log sigma^2 -
     log(w^2 + 1e-8)``, the chain rule to ``w`` and ``log sigma^2`` fused into the backward.
@@ -54,15 +55,6 @@ def _kl_slope(n2, d1, e_k3):
     return T(-K1 * K3) * s1 * (ce * s1) - T(0.5) * n2 * d2 * r
 
 
-@njit(**NUMBA)
-def _kl_backward(la, ex, clip, g_kl, gla):
-    """``gla = g_kl dKL/dla`` inside ``[-clip, clip]``, 0 outside; ``ex = exp((-1, -k3) la)``."""
-    T = type(clip)
-    for i in range(la.size):
-        d = g_kl * _kl_slope(ex[0, i], T(1.0) + ex[0, i], ex[1, i])
-        gla[i] = d if -clip <= la[i] <= clip else T(0.0)
-
-
 def _exp_scaled(la: torch.Tensor, coefs) -> torch.Tensor:
     """``exp(c la)`` for each ``c`` in ``coefs``, stacked as rows, in one exp pass."""
     flat = la.detach().reshape(1, -1)
@@ -80,27 +72,34 @@ def _kl_value(la: torch.Tensor, clip: float) -> torch.Tensor:
 
 
 class _KLSum(torch.autograd.Function):
-    """``sum KL(clamp(la))`` (value only when asked), gradient in one loop."""
+    """``sum kl(clamp(x, -clip, clip))`` (the value only when asked) with a hand-fused gradient,
+    computed in the forward from the two sigmoids the value needs (one pass, no softplus): the
+    one home of the summed KL's autograd, for any dtype and device.
+
+    With ``s1 = sigmoid(k2 + k3 la)`` and ``s2 = sigmoid(la)``: ``KL = k1 - k1 s1 - 1/2 log s2``
+    and ``dKL/dla = -k1 k3 s1 (1 - s1) - 1/2 (1 - s2)``; zero gradient where the clip is active.
+    """
 
     @staticmethod
-    def forward(ctx, la, clip, need_value):
-        ctx.save_for_backward(la)
-        ctx.clip = clip
-        with torch.no_grad():
-            return _kl_value(la, clip) if need_value else la.new_zeros(())
+    def forward(ctx, x, clip, need_value=True):
+        # in-place arithmetic: this runs on every weight at every step (see the benchmark)
+        la = x.clamp(-clip, clip)
+        s1 = torch.sigmoid_(la.mul(K3).add_(K2))
+        s2 = torch.sigmoid(la)
+        if need_value:
+            value = K1 * (x.numel() - s1.sum()) - 0.5 * torch.log(s2).sum()
+        else:  # gradient only: skip the log pass
+            value = x.new_zeros(())
+        grad = torch.addcmul(s1, s1, s1, value=-1.0).mul_(-K1 * K3)  # -k1 k3 s1 (1 - s1)
+        grad.add_(s2, alpha=0.5).sub_(0.5)                           # - 1/2 (1 - s2)
+        grad.masked_fill_(la != x, 0.0)                              # clipped: no gradient
+        ctx.save_for_backward(grad)
+        return value
 
     @staticmethod
     def backward(ctx, g):
-        (la,) = ctx.saved_tensors
-        return _kl_grad(la, ctx.clip, g), None, None
-
-
-def _kl_grad(la: torch.Tensor, clip: float, g) -> torch.Tensor:
-    T = np_type(la)
-    gla = torch.empty_like(la)
-    ex = _exp_scaled(la, (-1.0, -K3))
-    _kl_backward(flat(la), ex.numpy(), T(clip), T(float(g)), gla.view(-1).numpy())
-    return gla
+        (grad,) = ctx.saved_tensors
+        return g * grad, None, None
 
 
 def _check_clip(clip) -> float:
@@ -112,13 +111,13 @@ def _check_clip(clip) -> float:
 
 def kl_sum(log_alpha: torch.Tensor, clip: float, need_value: bool = True) -> torch.Tensor:
     """``sum KL(clamp(log_alpha, -clip, clip))`` of the log-uniform prior (Molchanov et al. 2017,
-    eq. 14); with ``need_value=False`` the value is 0 and the gradient exact."""
+    eq. 14); with ``need_value=False`` the value is 0 and the gradient exact. Any floating
+    dtype and device."""
     clip = _check_clip(clip)
-    check_inputs(log_alpha=log_alpha)
-    if not _numba.is_cpu(log_alpha):
-        v = _kl_value(log_alpha, clip)
-        return v if need_value else v - v.detach()
-    return _KLSum.apply(log_alpha.contiguous(), clip, bool(need_value))
+    if not isinstance(log_alpha, torch.Tensor) or not log_alpha.is_floating_point():
+        raise TypeError(f"log_alpha must be a floating-point torch.Tensor, got "
+                        f"{getattr(log_alpha, 'dtype', type(log_alpha).__name__)}")
+    return _KLSum.apply(log_alpha, clip, bool(need_value))
 
 
 @njit(**NUMBA)

@@ -8,9 +8,10 @@ log-uniform prior's KL divergence as the regularizer. Three variants:
     layer (high gradient variance, the paper's plain "VarDrop"). It only transforms the weight,
     so it acts on every weight tensor (Embedding, recurrent and attention weights included).
 ``vardrop-lr``
-    local reparameterization (needs a linear map: Linear, Conv*, ConvTranspose*; other weights
-    are skipped with a warning): learn ``(theta, log a)``; sample pre-activations with mean
-    ``x theta^T + b`` and variance ``x^2 (a theta^2)^T`` (independent noise per example).
+    local reparameterization (needs a linear map: Linear, transformers' Conv1D, Conv*,
+    ConvTranspose*; other weights are skipped with a warning): learn ``(theta, log a)``; sample
+    pre-activations with mean ``x theta^T + b`` and variance ``x^2 (a theta^2)^T`` (independent
+    noise per example).
 ``vardrop-lr-ar``
     local + additive reparameterization: learn ``(theta, log sigma^2)``, ``a = sigma^2/theta^2``;
     variance ``x^2 (sigma^2)^T``.
@@ -52,7 +53,8 @@ import math
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, check_tol, linear_op, original_of
+from dualdrop.nn._base import Method, NoiseState, check_float, check_lam, check_tol, original_of
+from dualdrop.nn._layers import linear_op
 from dualdrop.nn import _numba
 from dualdrop.nn._noise import normal
 from dualdrop.nn.methods.vardrop import fused
@@ -81,35 +83,6 @@ def kl_approx(log_alpha: torch.Tensor) -> torch.Tensor:
     + 1/2 log(1 + exp(-log a))`` (``softplus`` for stability).
     """
     return K1 - K1 * torch.sigmoid(K2 + K3 * log_alpha) + 0.5 * nn.functional.softplus(-log_alpha)
-
-
-class _KLSum(torch.autograd.Function):
-    """``sum kl_approx(clamp(x, -clip, clip))`` with a hand-fused backward (one pass, no softplus).
-
-    With ``s1 = sigmoid(k2 + k3 la)`` and ``s2 = sigmoid(la)``: ``KL = k1 - k1 s1 - 1/2 log s2`` and
-    ``dKL/dla = -k1 k3 s1 (1 - s1) - 1/2 (1 - s2)``; zero gradient where the clip is active.
-    """
-
-    @staticmethod
-    def forward(ctx, x, clip, need_value=True):
-        # in-place arithmetic: this runs on every weight at every step (see the benchmark)
-        la = x.clamp(-clip, clip)
-        s1 = torch.sigmoid_(la.mul(K3).add_(K2))
-        s2 = torch.sigmoid(la)
-        if need_value:
-            value = K1 * (x.numel() - s1.sum()) - 0.5 * torch.log(s2).sum()
-        else:  # gradient only: skip the log pass
-            value = x.new_zeros(())
-        grad = torch.addcmul(s1, s1, s1, value=-1.0).mul_(-K1 * K3)  # -k1 k3 s1 (1 - s1)
-        grad.add_(s2, alpha=0.5).sub_(0.5)                           # - 1/2 (1 - s2)
-        grad.masked_fill_(la != x, 0.0)                              # clipped: no gradient
-        ctx.save_for_backward(grad)
-        return value
-
-    @staticmethod
-    def backward(ctx, g):
-        (grad,) = ctx.saved_tensors
-        return g * grad, None, None
 
 
 class _LRVariance(torch.autograd.Function):
@@ -248,15 +221,15 @@ class VarDropState(NoiseState):
     def regularizer_term(self, w, n_train, value=True):
         scale = (self.lam_per_dataset / n_train if self.lam is None else self.lam) * self.strength
         if self.groups is not None:  # every weight of a group has the group's KL
-            return (scale * self.groups.size) * _KLSum.apply(self.raw_log_alpha(w), self.clip,
+            return (scale * self.groups.size) * fused.kl_sum(self.raw_log_alpha(w), self.clip,
                                                              value)
         kept = self.take_term()  # the KL's gradient from the forward's fused Function, if any
         if kept is None:
-            return scale * _KLSum.apply(self.raw_log_alpha(w), self.clip, value)
+            return scale * fused.kl_sum(self.raw_log_alpha(w), self.clip, value)
         kl = kept[0]
         if value:  # the kept term's value is 0: add the value without a second gradient
             with torch.no_grad():
-                v = _KLSum.apply(self.raw_log_alpha(w), self.clip, True)
+                v = fused.kl_sum(self.raw_log_alpha(w), self.clip, True)
             kl = kl + v
         return scale * kl
 
@@ -319,7 +292,8 @@ class VarDropLR(VarDrop):
     floor = {"matmul": 1, "normal_act_cb": 1, "trans": 2, "pass": 2, "adam": 1}
     floor_target = 2.2
     variant = "lr"
-    acts_on = "Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d weights (a linear map)"
+    acts_on = ("Linear, transformers Conv1D, Conv1d/2d/3d, ConvTranspose1d/2d/3d weights "
+               "(a linear map)")
     needs_linear_map = True
     paper = ("VarDrop+LR", 0.0141, 0.0885)
 

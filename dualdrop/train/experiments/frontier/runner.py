@@ -145,7 +145,7 @@ def run_frontier(
     methods=DEFAULT_METHODS,
     out: str | os.PathLike = "runs/frontier",
     n_trials: int = 8,
-    epochs: int = 200,
+    epochs: int | None = None,
     data_dir: str | None = None,
     seed: int = 0,
     device: str = "cpu",
@@ -155,7 +155,8 @@ def run_frontier(
     knobs: dict | None = None,
     fixed: dict | None = None,
     sampler: str = "qmc",
-    batch_size: int = 128,
+    batch_size: int | None = None,
+    lr: float | None = None,
     val_fraction: float = 0.2,
     verify_data: bool = True,
     stale_after: float = 900.0,
@@ -169,7 +170,12 @@ def run_frontier(
     adds trials, one with the same number only finishes or re-queues unfinished ones; several
     processes may overshoot it by up to one trial each). ``knobs``: ``{method: Knob}`` replacing
     :func:`default_knob`; ``fixed``: ``{method: {hparam: value}}`` for every trial of the method
-    (``"lr"`` sets the learning rate). ``init_from``: a finished dense run; each trial then also
+    (``"lr"`` sets the learning rate). ``epochs``, ``batch_size`` and each method's learning
+    rate and hyperparameters default to the data's, as for ``dualdrop sparsify``
+    (:data:`dualdrop.train.config.DATASET_DEFAULTS`: the paper's protocol on MNIST, a short
+    schedule chosen on validation for the embedded digits); ``lr`` sets every method's learning
+    rate (a method's own ``fixed[m]["lr"]`` wins). ``init_from``: a finished dense run; each
+    trial then also
     chooses between a random start and a warm start from it. ``workers``: processes started here
     (each with ``threads`` torch threads); run the same call elsewhere to add more. A study made
     with other settings is refused. ``report_only``: train nothing; select, evaluate the
@@ -184,6 +190,7 @@ def run_frontier(
                                verify_data=verify_data)
     from dualdrop.data import load_dataset
     from dualdrop.train import check_method, resolve_hparams
+    from dualdrop.train.config import dataset_defaults, dataset_of, device_of
 
     if isinstance(methods, str):
         methods = [methods]
@@ -192,9 +199,18 @@ def run_frontier(
         raise ValueError("methods is empty; name at least one, e.g. ['vardrop-lr', 'logsum']")
     if len(set(methods)) != len(methods):
         raise ValueError(f"methods={methods!r} lists a method twice")
-    for name, v in (("n_trials", n_trials), ("workers", workers), ("epochs", epochs)):
+    ds = dataset_defaults(dataset_of(data_dir))
+    epochs = ds["epochs"] if epochs is None else epochs
+    batch_size = ds["batch_size"] if batch_size is None else batch_size
+    for name, v in (("n_trials", n_trials), ("workers", workers), ("epochs", epochs),
+                    ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}={v!r}; expected a positive int")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))
+                           or not lr > 0 or lr == float("inf")):
+        raise ValueError(f"lr={lr!r}; expected a positive finite learning rate, or None for "
+                         "each method's default")
+    device_of(device)  # a device this machine lacks is refused before anything is written
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise ValueError(f"threads={threads!r}; expected a positive int or None")
@@ -223,8 +239,8 @@ def run_frontier(
     plans = []
     for m in methods:
         f = dict(fixed.get(m, {}))
-        lr = f.pop("lr", None)
-        lr, hp = resolve_hparams(m, lr, f)  # refuses unknown names
+        m_lr = f.pop("lr", lr)  # None: the method's default on this data, resolved by train()
+        _, hp = resolve_hparams(m, m_lr, f, data.name)  # refuses unknown names
         knob = knobs.get(m) or default_knob(m, hp, len(data.y_train))
         if not isinstance(knob, Knob):
             raise TypeError(f"knobs[{m!r}]={knob!r}; expected a "
@@ -240,7 +256,7 @@ def run_frontier(
         if knob.name in f:
             raise ValueError(f"{m}: {knob.name!r} is both the knob and a fixed hyperparameter")
         knob.validate(m)
-        plans.append(Plan(method=m, knob=knob, fixed={k: hp[k] for k in f}, lr=lr,
+        plans.append(Plan(method=m, knob=knob, fixed={k: hp[k] for k in f}, lr=m_lr,
                            epochs=epochs, seed=seed, val_fraction=val_fraction,
                            batch_size=batch_size, init_from=init_from, data_dir=data_dir,
                            data=data.name, data_fingerprint=data.fingerprint(), sampler=sampler))

@@ -1,0 +1,19 @@
+"""One-shot pruning of a trained network from calibration data (docs/oneshot.md)::
+
+    from dualdrop.nn import prune_oneshot
+    res = prune_oneshot(model, calib_images, "sparsegpt", target_density=0.1)
+    print(res.report)                  # per layer: density, layer objective, seconds, memory
+
+Each prunable layer's problem is ``(W0, G)``: its dense weight and the Gram ``G = X^T X / n`` of
+its calibration inputs (``methods.base``); a method (``registry``) turns it into a sparse weight
+under a budget (a number of nonzeros, or an N:M pattern).
+"""
+
+from dualdrop.nn.oneshot.allocation import ALLOCATIONS, allocate
+from dualdrop.nn.oneshot.api import OneShotReport, OneShotResult, prune_oneshot
+from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, layer_objective
+from dualdrop.nn.oneshot.registry import METHODS, available, get_method
+
+__all__ = ["prune_oneshot", "OneShotResult", "OneShotReport", "Budget", "LayerProblem",
+           "OneShotMethod", "layer_objective", "METHODS", "available", "get_method",
+           "ALLOCATIONS", "allocate"]

@@ -1,0 +1,270 @@
+"""``prune_oneshot``: prune a trained network once, from calibration data (docs/oneshot.md).
+
+Everything is checked before the model is touched (the method and its options, the budget, the
+allocation, the layers, the calibration data, one forward of its first batch): a refused call
+leaves the model as given, and a failure during the walk puts every weight back.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from dualdrop.nn.oneshot.allocation import allocate, check_allocation
+from dualdrop.nn.oneshot.layers import Step, discover
+from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, parse_pattern
+from dualdrop.nn.oneshot.registry import get_method
+from dualdrop.nn.oneshot.walker import (calibration_mode, collect, default_forward, peak_rss_mb,
+                                        reset_peak_memory, trace, walk)
+from dualdrop.nn.sparsifier import Sparsifier, sparsify
+from penalties.checks import check_float
+
+#: rows per calibration batch when ``calib`` is one tensor
+CALIB_BATCH = 128
+
+#: the magnitude-pruning hyperparameters that hold the masks while fine-tuning: no schedule
+#: (target sparsity 0 keeps every weight still alive; pruned weights never regrow)
+HOLD_HPARAMS = {"sparsity": 0.0}
+
+
+@dataclass
+class OneShotReport:
+    """What ``prune_oneshot`` did, one row per pruned problem (``layers``) and the totals.
+
+    A row: ``layer``, ``kind`` (linear, conv, hf_conv1d, mha_in, mha_out), ``shape`` (out, in),
+    ``rows`` (of its calibration input ``X``: samples, tokens or image patches), ``kept`` and
+    ``density`` (nonzeros of the pruned weight), ``objective`` (the layer objective
+    ``||X (W - W0)^T||^2 / ||X W0^T||^2`` on the layer's calibration inputs, which come through
+    the layers pruned before it), ``seconds``, ``gram_mb`` and ``peak_mb`` (the process's peak
+    resident memory since the call began, or the GPU's peak allocation in the step). Totals:
+    ``seconds`` (the whole call), ``peak_mb`` and ``start_mb`` (the resident memory when the
+    call began: the model, the data, the libraries; ``peak_mb - start_mb`` is what pruning
+    added)."""
+
+    method: str
+    allocation: str
+    target: str
+    layers: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    seconds: float = 0.0
+    peak_mb: float = 0.0
+    start_mb: float = 0.0
+
+    @property
+    def density(self) -> float:
+        """Fraction of nonzero weights over the pruned layers."""
+        total = sum(r["shape"][0] * r["shape"][1] for r in self.layers)
+        return sum(r["kept"] for r in self.layers) / total if total else 1.0
+
+    def objectives(self) -> dict[str, float]:
+        return {r["layer"]: r["objective"] for r in self.layers}
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "allocation": self.allocation, "target": self.target,
+                "density": self.density, "seconds": self.seconds, "peak_mb": self.peak_mb,
+                "start_mb": self.start_mb,
+                "layers": [dict(r) for r in self.layers],
+                "skipped": [list(s) for s in self.skipped]}
+
+    def format(self) -> str:
+        """The report as a plain-text table."""
+        head = (f"one-shot {self.method}, {self.target}, allocation {self.allocation}: density "
+                f"{self.density:.4f}, {self.seconds:.2f} s, peak {self.peak_mb:.0f} MB "
+                f"({self.peak_mb - self.start_mb:+.0f} MB over the start)")
+        w = max([len(r["layer"]) for r in self.layers] + [5])
+        lines = [head, f"{'layer':<{w}}  {'shape':>11}  {'density':>8}  {'objective':>10}  "
+                       f"{'seconds':>8}"]
+        for r in self.layers:
+            shape = "x".join(str(s) for s in r["shape"])
+            lines.append(f"{r['layer']:<{w}}  {shape:>11}  {r['density']:>8.4f}  "
+                         f"{r['objective']:>10.4g}  {r['seconds']:>8.3f}")
+        for name, why in self.skipped:
+            lines.append(f"{name:<{w}}  left dense: {why}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.format()
+
+
+@dataclass
+class OneShotResult:
+    """The pruned ``model`` (the same object, exact zeros in its weights), its ``report``, and
+    ``masks``: ``{parameter name: bool tensor}`` of the kept weights, in the parameter's layout.
+
+    Fine-tune with the masks held: ``sp = result.sparsify()`` puts magnitude pruning's 0/1
+    masks on the pruned weights, with no schedule (``HOLD_HPARAMS``), so a pruned weight stays
+    0 whatever the optimizer does; then your own loop (``sp.after_step(opt, step, total)`` after
+    each step) or ``dualdrop.train.fit(model, "magnitude", loader, loss_fn, epochs=1,
+    hparams=result.hparams)``."""
+
+    model: nn.Module
+    report: OneShotReport
+    masks: dict
+
+    @property
+    def hparams(self) -> dict:
+        """Magnitude pruning's hyperparameters that hold the masks (pass them to ``fit``)."""
+        return dict(HOLD_HPARAMS)
+
+    def sparsify(self, **kwargs) -> Sparsifier:
+        """``dualdrop.nn.sparsify(model, "magnitude")`` on the pruned weights, its masks set to
+        the one-shot masks and held (``kwargs`` go to ``sparsify``, e.g. ``example_inputs``)."""
+        for k in ("include", "exclude", "target_density"):
+            if k in kwargs:
+                raise ValueError(f"{k}= is fixed by the one-shot masks; leave it out")
+        sp = sparsify(self.model, "magnitude", include=list(self.masks), **HOLD_HPARAMS,
+                      **kwargs)
+        with torch.no_grad():
+            for target, state in sp.states():
+                mask = next(self.masks[a] for a in target.aliases if a in self.masks)
+                state.weight_mask.copy_(mask.to(state.weight_mask))
+        return sp
+
+
+def _check_calib(calib):
+    if isinstance(calib, torch.Tensor):
+        if calib.dim() == 0 or calib.shape[0] == 0:
+            raise ValueError("calib is an empty tensor; pass calibration samples along dim 0")
+        return list(calib.split(CALIB_BATCH))
+    if isinstance(calib, Iterator) or calib is None or isinstance(calib, (str, bytes)):
+        raise TypeError("calib must be re-iterable (read once per layer): a tensor of samples, "
+                        "a list of batches or a DataLoader, not "
+                        f"{type(calib).__name__}; e.g. list(your_batches)")
+    try:
+        iter(calib)
+    except TypeError:
+        raise TypeError(f"calib must be a tensor, a list of batches or a DataLoader, got "
+                        f"{type(calib).__name__}") from None
+    return calib
+
+
+def _budget_spec(target_density, pattern):
+    if (target_density is None) == (pattern is None):
+        raise ValueError("give exactly one of target_density=D (fraction of weights kept, e.g. "
+                         "0.1) and pattern='N:M' (e.g. '2:4')")
+    if pattern is not None:
+        return None, parse_pattern(pattern)
+    return check_float("target_density", target_density, low=0.0, high=1.0, low_open=True), None
+
+
+def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: float | None = None,
+                  pattern=None, allocation: str = "uniform", *, options: dict | None = None,
+                  refit: bool | None = None, allocation_options: dict | None = None,
+                  forward_fn=None, include=None, exclude=None,
+                  progress: bool = True) -> OneShotResult:
+    """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
+
+    Layers (Linear, Conv1d/2d, transformers' Conv1D, MultiheadAttention's projections; others
+    are named in a warning and left dense) are pruned in forward order, each on the inputs that
+    come through the layers already pruned (``walker``), by ``method`` (``registry``: magnitude,
+    wanda, sparsegpt, and the optimization methods; or a ``OneShotMethod`` instance) solving
+    ``min ||X (W - W0)^T||^2`` under each layer's budget.
+
+    - ``calib``: a tensor of samples (batches of 128 along dim 0), a list of batches or a
+      DataLoader (read once per layer: it must give the same samples every time);
+      ``forward_fn(model, batch)`` feeds one batch (default: ``walker.default_forward``).
+    - ``target_density``: the fraction of weights kept over the pruned layers, split over them
+      by ``allocation`` (``"uniform"``, ``"global"``, ``"owl"``, ``"penalty"``;
+      ``allocation_options`` its options, see ``allocation``); or ``pattern="2:4"`` / ``"4:8"``
+      (N:M in every layer; allocation must then be uniform).
+    - ``options``: the method's options (``refit=True``: least squares on each row's support
+      after the method, for any method; the ``refit`` argument sets it too).
+    - ``include`` / ``exclude``: layer name patterns (fnmatch) or module types.
+
+    Returns a :class:`OneShotResult`: the model (exact zeros), the :class:`OneShotReport` and
+    the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
+    """
+    t_start = time.perf_counter()
+    rss_start = reset_peak_memory()
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict of the method's options, got "
+                        f"{type(options).__name__}")
+    opts = dict(options or {})
+    if refit is not None:
+        if not isinstance(refit, bool):
+            raise TypeError(f"refit must be True, False or None, got {refit!r}")
+        if isinstance(method, OneShotMethod):
+            raise ValueError("method is a built OneShotMethod: set refit in its constructor")
+        opts["refit"] = refit
+    meth = get_method(method, **opts)
+    density, nm = _budget_spec(target_density, pattern)
+    if allocation_options is not None and not isinstance(allocation_options, dict):
+        raise TypeError("allocation_options must be a dict")
+    alloc_opts = check_allocation(allocation, dict(allocation_options or {}))
+    if nm is not None and allocation != "uniform":
+        raise ValueError(f"pattern={pattern!r} fixes every layer's density; allocation must be "
+                         f"'uniform', not {allocation!r}")
+    if forward_fn is not None and not callable(forward_fn):
+        raise TypeError("forward_fn must be callable as forward_fn(model, batch)")
+    fwd = forward_fn or default_forward
+    calib = _check_calib(calib)
+    steps, skipped = discover(model, include, exclude)
+    if nm is not None:
+        for s in steps:
+            for name, W in zip(s.names, s.weights()):
+                if W.shape[1] % nm[1]:
+                    raise ValueError(f"pattern {nm[0]}:{nm[1]} needs each layer's inputs to be "
+                                     f"a multiple of {nm[1]}; {name} has {W.shape[1]} (exclude "
+                                     "it, or choose another pattern)")
+    if not steps:
+        raise ValueError("nothing to prune: the model has no Linear, Conv1d/2d, transformers "
+                         "Conv1D or MultiheadAttention layer left after include/exclude")
+    with calibration_mode(model):
+        steps, unreached, calls = trace(model, steps, calib, fwd)
+    skipped += [(s.names[0], "not called by the forward of a calibration batch")
+                for s in unreached]
+    if not steps:
+        raise ValueError("no prunable layer is called by the forward of a calibration batch; "
+                         "check calib and forward_fn")
+    if skipped:
+        warnings.warn("prune_oneshot leaves these weights dense: "
+                      + "; ".join(f"{n} ({why})" for n, why in skipped), UserWarning,
+                      stacklevel=2)
+
+    # the budgets: per problem, from the allocation on the dense model
+    if nm is not None:
+        budgets = {n: Budget(pattern=nm) for s in steps for n in s.names}
+        target = f"pattern {nm[0]}:{nm[1]}"
+    else:
+        grams = collect(model, steps, calib, fwd) if allocation in ("owl", "penalty") else {}
+        problems = [LayerProblem(n, W, grams.get(n)) for s in steps
+                    for n, W in zip(s.names, s.weights())]
+        counts = allocate(problems, density, allocation, **alloc_opts)
+        del grams, problems
+        budgets = {n: Budget(n_keep=int(counts[n])) for s in steps for n in s.names}
+        target = f"density {density:g}"
+
+    originals = [(p, p.detach().to("cpu", copy=True)) for s in steps for _, p in s.parameters()]
+
+    def prune_step(step: Step, W0s, Gs):
+        Ws, secs = [], []
+        for name, W0, G in zip(step.names, W0s, Gs):
+            t0 = time.perf_counter()
+            Ws.append(meth.prune(W0, G, budgets[name]))
+            secs.append(time.perf_counter() - t0)
+        return Ws, secs
+
+    try:
+        rows = walk(model, steps, calib, fwd, calls, prune_step, progress,
+                    desc=f"one-shot {meth.name}")
+    except BaseException:
+        with torch.no_grad():
+            for p, orig in originals:
+                p.copy_(orig)
+        raise
+    del originals
+    masks = {name: (p.detach() != 0) for s in steps for name, p in s.parameters()}
+    cpu = next(model.parameters()).device.type == "cpu"
+    report = OneShotReport(method=repr(meth), allocation=allocation, target=target, layers=rows,
+                           skipped=skipped, seconds=time.perf_counter() - t_start,
+                           peak_mb=max([r["peak_mb"] for r in rows]
+                                       + ([peak_rss_mb()] if cpu else [])),
+                           start_mb=rss_start if cpu else 0.0)
+    return OneShotResult(model, report, masks)
