@@ -94,10 +94,11 @@ class GPT2Net:
     """The small GPT-2 of oneshot_gpt2.py: perplexity instead of error."""
 
     def __init__(self, ref: Path, calib: int, finetune_steps: int, eval_windows: int,
-                 seed: int = 0):
+                 seed: int = 0, with_val: bool = False):
         import oneshot_gpt2 as g2
         self.g2, self.ref, self.seed = g2, ref, seed
         self.eval_windows = eval_windows
+        self.val = g2.corpus("val") if with_val else None
         self.ctx = g2.CONFIG["n_positions"]
         self.train = g2.corpus("train")
         self.test = g2.corpus("test")
@@ -109,9 +110,12 @@ class GPT2Net:
         return self.g2.load(self.ref)
 
     def errors(self, net) -> dict:
-        """Test perplexity only (nothing is selected on validation for GPT-2)."""
+        """Test perplexity; validation perplexity too when built ``with_val`` (the choice of
+        the fine-tuning rate)."""
         net.eval()
-        return {"val": None,
+        val = None if self.val is None else self.g2.perplexity(net, self.val, self.ctx,
+                                                               limit=self.eval_windows)
+        return {"val": val,
                 "test": self.g2.perplexity(net, self.test, self.ctx, limit=self.eval_windows)}
 
     def finetune(self, net, res, lr: float):
