@@ -79,10 +79,12 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
         # methods/penalty.py provides allocate_penalty(problems, density, **opts) -> {name:
         # n_keep} (the total exact, as above) and checks its own options; it must not import
         # this module. Until it exists the branch refuses.
-        if _penalty is None:
-            raise ValueError("allocation='penalty' needs the penalty methods "
-                             "(dualdrop.nn.oneshot.methods.penalty), not in this version")
-        return _penalty.allocate_penalty(problems, density, **opts)
+        allocate_penalty = getattr(_penalty, "allocate_penalty", None)
+        if allocate_penalty is None:
+            raise ValueError("allocation='penalty' needs the penalty methods' allocation "
+                             "(dualdrop.nn.oneshot.methods.penalty.allocate_penalty), not in "
+                             "this version")
+        return allocate_penalty(problems, density, **opts)
     floors = [min(n, max(layer_floor(p.W0, n, MIN_LAYER_DENSITY), 1))
               for p, n in zip(problems, sizes)]
     if sum(floors) > total:  # a budget below the floors: they shrink in proportion
