@@ -31,15 +31,19 @@ greedy exact removals or additions), which the penalty family uses after its pat
 
 from __future__ import annotations
 
-import numbers
 from collections import OrderedDict
 
 import numpy as np
 from numba import njit
 
-from ._layer import LayerProblem, check_budget
+import torch
 
-__all__ = ["SupportSearch", "polish"]
+from penalties.checks import check_int
+from .base import Budget, OneShotMethod
+from ._layer import ScaledLayer
+from .sparsegpt import SparseGPT
+
+__all__ = ["Polish", "SupportSearch", "polish", "polish_support"]
 
 REFRESH = 100  # moves between two rebuilds of a row's state (against drift)
 MEMORY = 256 * 2**20  # bytes of row states kept between moves (the rest are rebuilt)
@@ -50,6 +54,9 @@ MEMORY = 256 * 2**20  # bytes of row states kept between moves (the rest are reb
 # refit without it (LayerProblem.refit).
 RIDGE = 1e-8
 FLOOR = 1e-12  # a Schur complement below this is refused (rounding): the input is skipped
+DEPTH = 3  # sizes each row explores down and up before the sizes are re-split (reallocate)
+PAIR_OUT = 8  # 2-for-2 replacements in a row: pairs of its cheapest PAIR_OUT inputs out ...
+PAIR_IN = 12  # ... and pairs of the PAIR_IN inputs of largest gain after that removal in
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,25 +120,35 @@ def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
 
 
 @njit(cache=True)
-def _remove(Gd, S, s, H, u, g, c, inS, i):
+def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
     """Remove the support input at position ``i`` (the rest refit; the last position moves to
-    ``i``). Returns the rise of f."""
+    ``i``; ``MT`` updated when ``has_mt``). Returns the rise of f."""
     p = Gd.shape[0]
     Hii = H[i, i]
     coef = u[i] / Hii
     hi = H[:s, i].copy()
-    v = np.zeros(p)  # Gd_{:,S} H e_i
-    for a in range(s):
-        ha = hi[a]
-        Ra = Gd[S[a]]
-        for k in range(p):
-            v[k] += ha * Ra[k]
+    if has_mt:
+        v = MT[i].copy()
+    else:
+        v = np.zeros(p)  # Gd_{:,S} H e_i
+        for a in range(s):
+            ha = hi[a]
+            Ra = Gd[S[a]]
+            for k in range(p):
+                v[k] += ha * Ra[k]
     df = 0.5 * u[i] * coef
     for k in range(p):
         g[k] -= coef * v[k]
         c[k] += v[k] * v[k] / Hii
     for a in range(s):
         u[a] -= coef * hi[a]
+    if has_mt:
+        for a in range(s):
+            if a != i:
+                fa = hi[a] / Hii
+                Ma = MT[a]
+                for k in range(p):
+                    Ma[k] -= fa * v[k]
     for a in range(s):
         fa = hi[a] / Hii
         for d in range(s):
@@ -145,6 +162,8 @@ def _remove(Gd, S, s, H, u, g, c, inS, i):
             H[i, d] = H[last, d]
         for d in range(s):
             H[d, i] = H[d, last]
+        if has_mt:
+            MT[i] = MT[last]
     s -= 1
     inS[j] = False
     for a in range(s):
@@ -155,17 +174,21 @@ def _remove(Gd, S, s, H, u, g, c, inS, i):
 
 
 @njit(cache=True)
-def _add(Gd, S, s, H, u, g, c, inS, k, floor):
-    """Add input ``k`` at position ``s`` (the support refit). Returns the change of f (<= 0),
-    or NaN, changing nothing but ``c[k] = 0``, when the Schur complement of ``k`` is below
-    ``floor``."""
+def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
+    """Add input ``k`` at position ``s`` (the support refit; ``MT`` updated when ``has_mt``,
+    which then needs a row ``s``). Returns the change of f (<= 0), or NaN, changing nothing but
+    ``c[k] = 0``, when the Schur complement of ``k`` is below ``floor``."""
     p = Gd.shape[0]
     h = np.zeros(s)  # H Gd_{S,k}
-    for a in range(s):
-        acc = 0.0
-        for d in range(s):
-            acc += H[a, d] * Gd[S[d], k]
-        h[a] = acc
+    if has_mt:
+        for a in range(s):
+            h[a] = MT[a, k]
+    else:
+        for a in range(s):
+            acc = 0.0
+            for d in range(s):
+                acc += H[a, d] * Gd[S[d], k]
+            h[a] = acc
     sc = Gd[k, k]
     for a in range(s):
         sc -= Gd[S[a], k] * h[a]
@@ -196,6 +219,13 @@ def _add(Gd, S, s, H, u, g, c, inS, k, floor):
         H[a, s] = -fa
         H[s, a] = -fa
     H[s, s] = 1.0 / sc
+    if has_mt:
+        for a in range(s):
+            ha = h[a]
+            Ma = MT[a]
+            for q in range(p):
+                Ma[q] -= ha * cvec[q]
+        MT[s] = cvec
     S[s] = k
     s += 1
     inS[k] = True
@@ -313,19 +343,149 @@ def _fill_mt(Gd, S, s, H, MT, c, inS):
 
 
 @njit(cache=True)
-def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, floor, rtol, max_swaps,
-           refresh):
-    """Swaps in one row until none improves by more than ``rtol`` of its error: removal
-    candidates in order of their cost, each paired with its best addition (in its group with
-    ``use_groups``), the first improving pair applied (:func:`_swap`). Starts from the row's
-    state (``f`` its error) and leaves it up to date; rebuilt from scratch every ``refresh``
-    swaps. Returns ``(f, swaps)``."""
+def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
+    """The best 2-for-2 replacement inside one N:M group: two support inputs ``P`` of a group
+    out, two other inputs ``K`` of the same group in, scored exactly (block Optimal Brain
+    Surgeon for ``P``: ``1/2 u_P^T (H_PP)^-1 u_P``; block gain for ``K`` with the gradient and
+    the 2 x 2 Schur complement after the removal: ``g'_K = g_K - M_KP z``, ``z = H_PP^-1 u_P``,
+    ``C'_KK = C_KK + M_KP H_PP^-1 M_KP^T``, ``C_kk' = Gd_kk' - m_k . Gd_{S,k'}``). The live
+    inputs of group ``j`` are ``gstart[j] .. gstart[j + 1] - 1``. Returns ``(change of f,
+    position a1, position a2, input k1, input k2)`` (``a1 = -1``: none below ``-tol``)."""
+    best = -tol
+    ba1, ba2, bk1, bk2 = -1, -1, -1, -1
+    pos = np.full(Gd.shape[0], -1, dtype=np.int64)
+    for a in range(s):
+        pos[S[a]] = a
+    for grp in range(gstart.shape[0] - 1):
+        lo, hi = gstart[grp], gstart[grp + 1]
+        for x1 in range(lo, hi):
+            if not inS[x1]:
+                continue
+            for x2 in range(x1 + 1, hi):
+                if not inS[x2]:
+                    continue
+                a1, a2 = pos[x1], pos[x2]
+                h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
+                det = h11 * h22 - h12 * h12
+                if not det > 0.0:
+                    continue
+                i11, i12, i22 = h22 / det, -h12 / det, h11 / det  # (H_PP)^-1
+                z1 = i11 * u[a1] + i12 * u[a2]
+                z2 = i12 * u[a1] + i22 * u[a2]
+                cost = 0.5 * (u[a1] * z1 + u[a2] * z2)
+                for k1 in range(lo, hi):
+                    if inS[k1]:
+                        continue
+                    for k2 in range(k1 + 1, hi):
+                        if inS[k2]:
+                            continue
+                        gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2,
+                                           k1, k2, floor)
+                        if cost - gain < best:
+                            best = cost - gain
+                            ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+    return best, ba1, ba2, bk1, bk2
+
+
+@njit(cache=True)
+def _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1, k2, floor):
+    """The gain of adding inputs ``k1``, ``k2`` after the support pair at positions ``a1``,
+    ``a2`` is removed (:func:`_best_pair`'s formulas); ``-inf`` when singular."""
+    m11, m12 = MT[a1, k1], MT[a2, k1]
+    m21, m22 = MT[a1, k2], MT[a2, k2]
+    g1 = g[k1] - m11 * z1 - m12 * z2
+    g2 = g[k2] - m21 * z1 - m22 * z2
+    c11 = c[k1] + m11 * (i11 * m11 + i12 * m12) + m12 * (i12 * m11 + i22 * m12)
+    c22 = c[k2] + m21 * (i11 * m21 + i12 * m22) + m22 * (i12 * m21 + i22 * m22)
+    c12 = Gd[k1, k2] + m11 * (i11 * m21 + i12 * m22) + m12 * (i12 * m21 + i22 * m22)
+    for a in range(s):
+        c12 -= MT[a, k1] * Gd[S[a], k2]
+    dk = c11 * c22 - c12 * c12
+    if not (c11 > floor and c22 > floor and dk > floor * floor):
+        return -np.inf
+    return 0.5 * (c22 * g1 * g1 - 2.0 * c12 * g1 * g2 + c11 * g2 * g2) / dk
+
+
+@njit(cache=True)
+def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor, tol, n_out,
+                   n_in):
+    """A 2-for-2 replacement in one row: the pairs of its ``n_out`` cheapest support inputs out
+    and, for each, pairs in scored exactly as in :func:`_best_pair`: the pairs of the ``n_in``
+    inputs of largest gain after that removal (all of them in a small row), or with
+    ``use_groups`` (N:M) each input replaced by one of its own group (two groups changed at
+    once; :func:`_best_pair` covers two changes in one group). Returns ``(change of f, a1, a2,
+    k1, k2)`` (``a1 = -1``: none below ``-tol``)."""
+    p = Gd.shape[0]
+    best = -tol
+    ba1, ba2, bk1, bk2 = -1, -1, -1, -1
+    if s < 2 or p - s < 2:
+        return best, ba1, ba2, bk1, bk2
+    costs = np.empty(s)
+    for a in range(s):
+        costs[a] = u[a] * u[a] / (2.0 * H[a, a])
+    order = np.argsort(costs)[:min(s, n_out)]
+    gain1 = np.empty(p)
+    for x1 in range(order.shape[0]):
+        for x2 in range(x1 + 1, order.shape[0]):
+            a1, a2 = order[x1], order[x2]
+            if use_groups and gid[S[a1]] == gid[S[a2]]:
+                continue  # one group: _best_pair's
+            h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
+            det = h11 * h22 - h12 * h12
+            if not det > 0.0:
+                continue
+            i11, i12, i22 = h22 / det, -h12 / det, h11 / det
+            z1 = i11 * u[a1] + i12 * u[a2]
+            z2 = i12 * u[a1] + i22 * u[a2]
+            cost = 0.5 * (u[a1] * z1 + u[a2] * z2)
+            if use_groups:
+                g1, g2 = gid[S[a1]], gid[S[a2]]
+                for k1 in range(gstart[g1], gstart[g1 + 1]):
+                    if inS[k1]:
+                        continue
+                    for k2 in range(gstart[g2], gstart[g2 + 1]):
+                        if inS[k2]:
+                            continue
+                        gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2,
+                                           k1, k2, floor)
+                        if cost - gain < best:
+                            best = cost - gain
+                            ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+                continue
+            for k in range(p):
+                gain1[k] = -np.inf
+                if inS[k]:
+                    continue
+                m1, m2 = MT[a1, k], MT[a2, k]
+                gk = g[k] - m1 * z1 - m2 * z2
+                ck = c[k] + m1 * (i11 * m1 + i12 * m2) + m2 * (i12 * m1 + i22 * m2)
+                if ck > floor:
+                    gain1[k] = gk * gk / (2.0 * ck)
+            top = np.argsort(-gain1)[:min(n_in, p - s)]
+            for y1 in range(top.shape[0]):
+                for y2 in range(y1 + 1, top.shape[0]):
+                    k1, k2 = top[y1], top[y2]
+                    if gain1[k1] == -np.inf or gain1[k2] == -np.inf:
+                        continue
+                    gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1,
+                                       k2, floor)
+                    if cost - gain < best:
+                        best = cost - gain
+                        ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+    return best, ba1, ba2, bk1, bk2
+
+
+@njit(cache=True)
+def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
+               floor, rtol, max_swaps, refresh):
+    """Swaps in one row until none improves by more than ``rtol`` of its error (``MT`` valid
+    on entry): removal candidates in order of their cost, each paired with its best addition (in
+    its group with ``use_groups``), the first improving pair applied (:func:`_swap`); with
+    ``pairs``, when no single swap improves, the best 2-for-2 replacement
+    (:func:`_best_pair_row`, and for N:M :func:`_best_pair`), applied as two swaps. Rebuilt from scratch every ``refresh`` swaps.
+    Returns ``(f, swaps)``."""
     p = Gd.shape[0]
     n = 0
-    if s == 0 or s == p:
-        return f, n
-    MT = np.empty((s, p))
-    _fill_mt(Gd, S, s, H, MT, c, inS)
     since = 0
     costs = np.empty(s)
     while n < max_swaps:
@@ -364,12 +524,126 @@ def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, floor, rtol, ma
                 n += 1
                 since += 1
                 break
+        if not found and pairs:
+            v, a1, a2, k1, k2 = _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart,
+                                               use_groups, floor, tol, PAIR_OUT, PAIR_IN)
+            if use_groups:
+                v2, b1, b2, l1, l2 = _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor,
+                                                tol)
+                if v2 < v:
+                    a1, a2, k1, k2 = b1, b2, l1, l2
+            if a1 >= 0:
+                df1 = _swap(Gd, S, s, H, u, g, c, inS, MT, a1, k1, floor)
+                if not np.isnan(df1):
+                    f += df1
+                    df2 = _swap(Gd, S, s, H, u, g, c, inS, MT, a2, k2, floor)
+                    if not np.isnan(df2):
+                        f += df2
+                    n += 2
+                    since += 2
+                    found = True
         if not found:
             break
         if since >= refresh:
             f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
             since = 0
     return f, n
+
+
+@njit(cache=True)
+def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, gstart, pairs, floor, rtol,
+           max_swaps, refresh):
+    """:func:`_swap_loop` from the row's state (``f`` its error; ``MT`` and ``c`` computed
+    here), leaving the state up to date. Returns ``(f, swaps)``."""
+    p = Gd.shape[0]
+    if s == 0 or s == p:
+        return f, 0
+    MT = np.empty((s, p))
+    _fill_mt(Gd, S, s, H, MT, c, inS)
+    return _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
+                      floor, rtol, max_swaps, refresh)
+
+
+@njit(cache=True)
+def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
+    """One exact step of the ladder: remove the cheapest input (``down``) or add the input of
+    largest gain (``MT`` needs a free row). Returns the change of f (NaN: no step)."""
+    p = Gd.shape[0]
+    if down:
+        if s == 0:
+            return np.nan
+        best, bi = np.inf, -1
+        for a in range(s):
+            v = u[a] * u[a] / (2.0 * H[a, a])
+            if v < best:
+                best, bi = v, a
+        return _remove(Gd, S, s, H, u, g, c, inS, MT, True, bi)
+    for _ in range(p):
+        best, bk = -1.0, -1
+        for k in range(p):
+            if not inS[k] and c[k] > floor:
+                v = g[k] * g[k] / c[k]
+                if v > best:
+                    best, bk = v, k
+        if bk < 0:
+            return np.nan
+        df = _add(Gd, S, s, H, u, g, c, inS, MT, True, bk, floor)
+        if not np.isnan(df):
+            return df
+    return np.nan
+
+
+@njit(cache=True)
+def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_swaps,
+            refresh, depth, out_S, out_f):
+    """Polished supports of one row at sizes around its own: from the polished state ``(S, s,
+    f)`` (left as it is), round trips that remove the cheapest input and polish, ``away``
+    times, then add the best input and polish as many times back (and the same upward:
+    add, then remove), for ``away`` in ``{1, depth}``. Every size passed records its polished
+    support; ``out_S[depth + d]``, ``out_f[depth + d]``: the best found at size ``s + d``
+    (``out_f = inf``: none). A round trip is a perturbation and a local search back: it finds
+    other local optima at the row's own size too."""
+    p = Gd.shape[0]
+    out_f[:] = np.inf
+    out_f[depth] = f
+    out_S[depth, :s] = S[:s]
+    cap = min(p, s + depth)
+    if cap == 0:
+        return
+    MT0 = np.empty((cap, p))
+    cc = c.copy()
+    _fill_mt(Gd, S, s, H, MT0, cc, inS)
+    for trip in range(4):
+        sign = -1 if trip % 2 == 0 else 1
+        away = 1 if trip < 2 else depth
+        if away == 1 and trip >= 2:
+            continue
+        if trip >= 2 and depth == 1:
+            break
+        S1 = np.zeros(cap, dtype=np.int64)
+        S1[:s] = S[:s]
+        H1 = np.zeros((cap, cap))
+        H1[:s, :s] = H[:s, :s]
+        u1 = np.zeros(cap)
+        u1[:s] = u[:s]
+        g1, c1, in1 = g.copy(), cc.copy(), inS.copy()
+        MT1 = MT0.copy()
+        f1 = f
+        s1 = s
+        for leg in range(2 * away):
+            down = (sign < 0) == (leg < away)
+            if (down and s1 == 0) or (not down and s1 == cap):
+                break
+            df = _step(Gd, S1, s1, H1, u1, g1, c1, in1, MT1, down, floor)
+            if np.isnan(df):
+                break
+            s1 += -1 if down else 1
+            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, gid, False,
+                               gstart, False, floor, rtol, max_swaps, refresh)
+            at = depth + s1 - s
+            if f1 < out_f[at] - rtol * f1:
+                out_f[at] = f1
+                out_S[at, :s1] = S1[:s1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -436,14 +710,17 @@ class _Row:
         return out
 
     def remove(self, Gd, i):
-        self.f += _remove(Gd, self.S, self.s, self.H, self.u, self.g, self.c, self.inS, i)
+        self.f += _remove(Gd, self.S, self.s, self.H, self.u, self.g, self.c, self.inS, _NO_MT,
+                          False, i)
         self.s -= 1
         self.moves += 1
 
-    def swaps(self, Gd, b, c0, gid, use_groups, rtol, max_swaps):
-        """Swaps until none improves (:func:`_swaps`); returns their number."""
+    def swaps(self, Gd, b, c0, gid, gstart, use_groups, rtol, max_swaps):
+        """Swaps until none improves, then 2-for-2 replacements (:func:`_swaps`; within groups
+        with ``use_groups``); returns their number."""
         self.f, n = _swaps(Gd, b, c0, self.S, self.s, self.H, self.u, self.g, self.c, self.inS,
-                           self.f, gid, use_groups, FLOOR, rtol, max_swaps, REFRESH)
+                           self.f, gid, use_groups, gstart, True, FLOOR, rtol, max_swaps,
+                           REFRESH)
         self.moves = 0  # _swaps rebuilds against drift itself
         self.c_ok = True
         return n
@@ -451,7 +728,8 @@ class _Row:
     def add(self, Gd, k):
         """Add input ``k``; False (nothing added) when it lies in the span of the support."""
         self.grow()
-        df = _add(Gd, self.S, self.s, self.H, self.u, self.g, self.c, self.inS, k, FLOOR)
+        df = _add(Gd, self.S, self.s, self.H, self.u, self.g, self.c, self.inS, _NO_MT, False,
+                  k, FLOOR)
         if np.isnan(df):
             return False
         self.f += df
@@ -466,18 +744,18 @@ _NO_MT = np.zeros((1, 1))
 class SupportSearch:
     """The support of a whole layer with every row's least-squares state (module docstring).
 
-    ``lp`` a :class:`~._layer.LayerProblem`, ``mask`` ``(R, q)`` the starting support over the
+    ``sl`` a :class:`~._layer.ScaledLayer`, ``mask`` ``(R, q)`` the starting support over the
     live inputs; ``pattern`` ``(N, M)`` restricts swaps to groups and forbids transfers."""
 
-    def __init__(self, lp: LayerProblem, mask, pattern=None, memory=MEMORY):
-        self.lp = lp
+    def __init__(self, sl: ScaledLayer, mask, pattern=None, memory=MEMORY):
+        self.lp = lp = sl
         self.Gd = np.ascontiguousarray(lp.Gs + RIDGE * np.eye(lp.q))
         self.supports = [np.flatnonzero(mask[r]) for r in range(lp.R)]
         self.pattern = pattern
-        if pattern is not None:
-            self.gid = np.ascontiguousarray(lp.groups(pattern[1])[0], dtype=np.int64)
-        else:
-            self.gid = np.zeros(lp.q, dtype=np.int64)
+        self.gid = lp.gid(pattern[1]) if pattern is not None else np.zeros(lp.q, np.int64)
+        # live positions of each group: gid is nondecreasing (live inputs in order)
+        self.gstart = np.searchsorted(self.gid, np.arange(int(self.gid.max(initial=0)) + 2)) \
+            if pattern is not None else np.zeros(2, np.int64)
         self.memory = int(memory)
         self.need_c = False  # Schur complements (gains) are built only once additions start
         self._cache: OrderedDict[int, _Row] = OrderedDict()
@@ -554,10 +832,6 @@ class SupportSearch:
             m[r, S] = True
         return m
 
-    def weights(self):
-        """The refit scaled weights ``U`` ``(R, q)`` of the current support."""
-        return self.lp.refit(self.mask())
-
     def objective(self):
         """The current ``E / E(0)`` (from the row states; :meth:`weights` recomputes it)."""
         return 2.0 * float(self.f.sum()) / self.lp.energy if self.lp.energy > 0 else 0.0
@@ -630,7 +904,7 @@ class SupportSearch:
         total = 0
         for r in range(self.lp.R) if rows is None else rows:
             st = self.row(r)
-            total += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], self.gid,
+            total += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], self.gid, self.gstart,
                               self.pattern is not None, rtol, max_swaps)
             self._touch(r, st)
         return total
@@ -663,51 +937,139 @@ class SupportSearch:
             changed.update((a, b))
         return changed
 
+    def reallocate(self, rows=None, depth=DEPTH):
+        """Each row's polished supports up to ``depth`` sizes down and up (:func:`_ladder`),
+        then the sizes re-split over the rows by dynamic programming (the layer's count
+        unchanged: the best choice of a size change in ``[-depth, depth]`` per row, summing to
+        0), which catches what single transfers miss (a row whose error curve bends). Returns
+        the rows changed."""
+        R, q = self.lp.R, self.lp.q
+        rows = list(range(R)) if rows is None else list(rows)
+        self._with_gains()
+        cand = {}
+        for r in rows:
+            st = self.row(r)
+            s = st.s
+            out_S = np.zeros((2 * depth + 1, max(1, min(q, s + depth))), dtype=np.int64)
+            out_f = np.empty(2 * depth + 1)
+            _ladder(self.Gd, self.lp.B[r], self.lp.c0[r], st.S, s, st.H, st.u, st.g, st.c,
+                    st.inS, st.f, self.gid, self.gstart, FLOOR, 1e-9, 100_000, REFRESH, depth,
+                    out_S, out_f)
+            cand[r] = (s, out_S, out_f)
+        # dynamic programming over the rows: state = the count moved so far, in [-m, m]
+        n = len(rows)
+        m = depth * n
+        dp = np.full(2 * m + 1, np.inf)
+        dp[m] = 0.0
+        choice = np.zeros((n, 2 * m + 1), dtype=np.int8)
+        for t, r in enumerate(rows):
+            f = cand[r][2]
+            new = np.full_like(dp, np.inf)
+            for d in range(-depth, depth + 1):
+                if not np.isfinite(f[d + depth]):
+                    continue
+                shifted = np.full_like(dp, np.inf)
+                if d >= 0:
+                    shifted[d:] = dp[: dp.size - d]
+                else:
+                    shifted[:d] = dp[-d:]
+                val = shifted + f[d + depth]
+                better = val < new
+                new[better] = val[better]
+                choice[t, better] = d
+            dp = new
+        changed = []
+        state = m
+        for t in range(n - 1, -1, -1):
+            r = rows[t]
+            d = int(choice[t, state])
+            state -= d
+            s, out_S, out_f = cand[r]
+            if d != 0 or out_f[depth] < self.f[r]:
+                self.supports[r] = np.sort(out_S[d + depth, : s + d])
+                if r in self._cache:
+                    self._drop(r)
+                self._summarize(r, self.row(r))
+                changed.append(r)
+        return changed
+
     def polish(self, max_rounds=20):
-        """Swaps in every row, then transfers (none for N:M), repeated until neither improves.
-        Returns ``(rounds, swaps, rows changed by transfers)``."""
+        """Swaps in every row, then transfers, then (unstructured budgets) the re-split of the
+        rows' sizes (:meth:`reallocate`), repeated until nothing improves. N:M: swaps and
+        2-for-2 replacements within groups only. Returns ``(rounds, swaps, rows changed by
+        transfers and re-splits)``."""
         swaps = self.swap_rows()
         rounds, moves = 1, 0
         if self.pattern is None:
             for rounds in range(1, max_rounds + 1):
                 changed = self.transfer()
-                moves += len(changed)
-                if not changed:
+                if changed:
+                    swaps += self.swap_rows(sorted(changed))
+                re = self.reallocate()
+                moves += len(changed) + len(re)
+                if not changed and not re:
                     break
-                swaps += self.swap_rows(sorted(changed))
         return rounds, swaps, moves
 
 
-def _to_numpy(A, name):
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency of dualdrop.nn
-        torch = None
-    if torch is not None and isinstance(A, torch.Tensor):
-        return A.detach().to("cpu", torch.float64).numpy()
-    return np.asarray(A, dtype=np.float64)
-
-
-def polish(W, W0, G, *, n_keep=None, pattern=None, max_rounds=20, memory=MEMORY):
-    """Polish the support of a pruned layer ``W`` ``(out, in)`` of trained weights ``W0`` with
-    input Gram ``G`` (module docstring); returns the refit, polished weights (numpy float64) with
-    exactly ``n_keep`` nonzeros (default: those of ``W``) or the N:M ``pattern``. The objective
-    never rises above that of ``W`` refit on its own support."""
-    W = _to_numpy(W, "W")
-    lp = LayerProblem(_to_numpy(W0, "W0"), _to_numpy(G, "G"))
-    if W.shape != (lp.R, lp.p):
-        raise ValueError(f"W must have the shape of W0 {(lp.R, lp.p)}, got {W.shape}")
-    if n_keep is None and pattern is None:
-        n_keep = int(np.count_nonzero(W))
-    n_keep, pattern = check_budget(n_keep, pattern, lp.R, lp.p)
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, numbers.Integral) \
-            or max_rounds < 0:
-        raise ValueError(f"max_rounds must be an integer >= 0, got {max_rounds!r}")
-    search = SupportSearch(lp, W[:, lp.live] != 0, pattern=pattern, memory=memory)
-    if pattern is None:
-        search.fix_budget(lp.live_budget(n_keep))
+def polish_support(sl: ScaledLayer, mask, budget: Budget, max_rounds=20):
+    """The polished live support ``(R, q)`` from the live support ``mask`` (module docstring),
+    first brought to the budget exactly (greedy exact moves)."""
+    search = SupportSearch(sl, mask, pattern=budget.pattern)
+    if budget.pattern is None:
+        search.fix_budget(sl.live_target(budget))
     else:
         search.fix_pattern()
     if max_rounds:
         search.polish(max_rounds)
-    return lp.to_weights(search.weights(), n_keep, pattern)
+    return search.mask()
+
+
+def polish(W, W0, G, budget: Budget, max_rounds=20) -> torch.Tensor:
+    """Polish the support of a pruned layer ``W`` (``(out, in)``, any method's result) of the
+    trained ``W0`` with input Gram ``G``: the refit weights (float64) on the polished support,
+    which meets ``budget`` exactly and whose objective is never above that of ``W``'s own
+    support refit."""
+    sl = ScaledLayer(W0, G)
+    W = torch.as_tensor(W)
+    if tuple(W.shape) != (sl.R, sl.p):
+        raise ValueError(f"W must have the shape of W0 {(sl.R, sl.p)}, got {tuple(W.shape)}")
+    budget.check_shape((sl.R, sl.p))
+    mask = polish_support(sl, (W != 0).numpy()[:, sl.live], budget, max_rounds)
+    return sl.finish(mask, budget)
+
+
+class Polish(OneShotMethod):
+    """Any method, then the support polish (module docstring).
+
+    Options: ``start`` (the built method whose support is polished, e.g.
+    ``get_method("wanda")``; default ``None``: SparseGPT with its defaults), ``max_rounds``
+    (rounds of swaps and transfers, default 20). The kept weights are always refit (``refit``
+    must stay True)."""
+
+    name = "polish"
+    defaults = {"start": None, "max_rounds": 20, "refit": True}
+
+    def _validate(self, opts):
+        start = opts["start"]
+        if start is None:
+            start = SparseGPT()
+        if not isinstance(start, OneShotMethod):
+            raise TypeError(f"start must be a built one-shot method, e.g. "
+                            f"dualdrop.nn.oneshot.get_method({start!r}), got "
+                            f"{type(start).__name__}")
+        if isinstance(start, Polish):
+            raise ValueError("start must be another method than polish")
+        opts["start"] = self.start = start
+        opts["max_rounds"] = check_int("max_rounds", opts["max_rounds"], low=0)
+        if not opts["refit"]:
+            raise ValueError("polish scores supports by their least-squares refit: refit "
+                             "must be True")
+        return opts
+
+    def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
+        W = self.start.prune(W0, G, budget)
+        sl = ScaledLayer(W0, G)
+        mask = polish_support(sl, (W != 0).numpy()[:, sl.live], budget,
+                              self.options["max_rounds"])
+        return sl.finish(mask, budget, refit=False)  # prune() refits
