@@ -16,8 +16,7 @@ fine-tuning, is measured again when fine-tuning is asked), ``--report`` writes
     python3 benchmarks/nn_accuracy/oneshot_networks.py --net lenet300 --out results/oneshot/lenet300 --report
 
 Fine-tuning: one epoch of the training split (batch 128, Adam at ``--finetune-lr`` decayed
-linearly to 0; 3e-3 was the best on the validation split among 1e-4 ... 1e-2 for LeNet-300-100's
-SparseGPT cells at 5% and 50% and Wanda's at 2:4, on average) through ``dualdrop.train.fit`` with magnitude pruning's held masks; for GPT-2,
+linearly to 0; the rate of each network chosen on its validation split, ``FINETUNE_LR``) through ``dualdrop.train.fit`` with magnitude pruning's held masks; for GPT-2,
 ``--gpt2-finetune-steps`` steps of 32 windows (AdamW without weight decay, linear decay), and
 test perplexity on ``--gpt2-eval-windows`` windows (the dense network's too).
 """
@@ -37,6 +36,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 TARGETS = ["0.5", "0.2", "0.1", "0.05", "2:4"]
+#: fine-tuning learning rates, chosen on each network's validation split among 1e-3, 3e-3,
+#: 1e-2 (GPT-2: 1e-4, 3e-4, 1e-3) by the mean error of its SparseGPT cells after fine-tuning
+#: (oneshot_finetune_lr.py; benchmarks/history/oneshot.md)
+FINETUNE_LR = {"lenet300": 1e-2, "lenet5": 3e-3, "transformer": 1e-3, "gpt2": 3e-4}
 ALLOCATIONS = ["uniform", "global", "owl", "penalty"]
 
 
@@ -91,10 +94,11 @@ class GPT2Net:
     """The small GPT-2 of oneshot_gpt2.py: perplexity instead of error."""
 
     def __init__(self, ref: Path, calib: int, finetune_steps: int, eval_windows: int,
-                 seed: int = 0):
+                 seed: int = 0, with_val: bool = False):
         import oneshot_gpt2 as g2
         self.g2, self.ref, self.seed = g2, ref, seed
         self.eval_windows = eval_windows
+        self.val = g2.corpus("val") if with_val else None
         self.ctx = g2.CONFIG["n_positions"]
         self.train = g2.corpus("train")
         self.test = g2.corpus("test")
@@ -106,9 +110,12 @@ class GPT2Net:
         return self.g2.load(self.ref)
 
     def errors(self, net) -> dict:
-        """Test perplexity only (nothing is selected on validation for GPT-2)."""
+        """Test perplexity; validation perplexity too when built ``with_val`` (the choice of
+        the fine-tuning rate)."""
         net.eval()
-        return {"val": None,
+        val = None if self.val is None else self.g2.perplexity(net, self.val, self.ctx,
+                                                               limit=self.eval_windows)
+        return {"val": val,
                 "test": self.g2.perplexity(net, self.test, self.ctx, limit=self.eval_windows)}
 
     def finetune(self, net, res, lr: float):
@@ -177,9 +184,11 @@ def main(argv=None):
     ap.add_argument("--refit", action="store_true", help="also every cell with refit=True")
     ap.add_argument("--calib", type=int, default=1024)
     ap.add_argument("--finetune-lr", type=float, default=None,
-                    help="fine-tuning learning rate (default 3e-3 on MNIST, chosen on the "
-                    "validation split of LeNet-300-100's SparseGPT cells; 3e-4 for GPT-2); "
-                    "0: no fine-tuning")
+                    help="fine-tuning learning rate (default: the network's FINETUNE_LR, "
+                    "chosen on its validation split by oneshot_finetune_lr.py); 0: no "
+                    "fine-tuning")
+    ap.add_argument("--finetune-allocations", nargs="+", default=None,
+                    help="fine-tune only the cells of these allocations (default: all)")
     ap.add_argument("--gpt2-finetune-steps", type=int, default=50)
     ap.add_argument("--gpt2-eval-windows", type=int, default=1024,
                     help="test windows of 128 bytes, evenly spaced (default 1024: 131 kB)")
@@ -199,7 +208,7 @@ def main(argv=None):
                 if args.net == "gpt2"
                 else MNISTNet(ref, args.data_dir, args.calib))
     if args.finetune_lr is None:
-        args.finetune_lr = 3e-4 if args.net == "gpt2" else 3e-3
+        args.finetune_lr = FINETUNE_LR[args.net]
     done = done_cells(cells_path)
     dense = args.out / "dense.json"
     if not dense.is_file():
@@ -211,13 +220,19 @@ def main(argv=None):
             for method in methods:
                 for refit in ([False, True] if args.refit else [False]):
                     key = cell_key(method, target, allocation, refit)
-                    if key in done and (not args.finetune_lr
-                                        or done[key].get("test_ft") is not None):
+                    if key in done and (not args.finetune_lr or (
+                            done[key].get("test_ft") is not None
+                            and done[key].get("finetune_lr") == args.finetune_lr)):
                         continue
                     print(f"== {args.net} {key} {time.strftime('%H:%M:%S')}", flush=True)
+                    lr = args.finetune_lr
+                    if args.finetune_allocations and allocation not in args.finetune_allocations:
+                        lr = 0.0
+                        if key in done:
+                            continue
                     try:
                         cell = run_cell(net_spec, method, target, allocation, refit,
-                                        args.finetune_lr, exclude if ":" in target else None)
+                                        lr, exclude if ":" in target else None)
                     except (ValueError, ImportError, RuntimeError) as exc:
                         print(f"   skipped: {exc}", flush=True)
                         continue

@@ -32,16 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
+from dualdrop.nn._layers import is_conv1d
 from dualdrop.nn.targets import check_patterns, foreign_reason
 
 KINDS = ("linear", "conv", "hf_conv1d", "mha_in", "mha_out")
-
-
-def is_hf_conv1d(module: nn.Module) -> bool:
-    """Whether ``module`` is ``transformers.pytorch_utils.Conv1D`` (checked without importing
-    transformers): ``y = x @ weight + bias``, ``weight`` of shape ``(nx, nf)``."""
-    return any(c.__name__ == "Conv1D" and c.__module__.startswith("transformers")
-               for c in type(module).__mro__)
 
 
 @dataclass
@@ -283,7 +277,7 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
 
 
 def _kind(mod: nn.Module) -> str | None:
-    if is_hf_conv1d(mod):
+    if is_conv1d(mod):
         return "hf_conv1d"
     if isinstance(mod, nn.Linear):
         return "linear"

@@ -14,7 +14,7 @@ module, one to three problems, ``layers.Step``):
    written back, the step's line enters the report, and the accumulator is freed.
 
 Memory: the model, one batch's activations up to the layer in flight, and one Gram per problem of
-the step (``in^2`` float64: 4.9 MB for LeNet's 784 inputs, 2.6 MB for a GPT-2 MLP's 640); an
+the step (``in^2`` float64: 4.9 MB for LeNet's 784 inputs, 3.3 MB for a GPT-2 MLP's 640); an
 allocation other than ``"uniform"``/``"global"`` holds every layer's Gram of the dense model once
 before the walk. Cost: one partial forward over the calibration data per step (the forward stops
 at the step's layer), about half a full forward per layer on average.
