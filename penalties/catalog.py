@@ -6,6 +6,8 @@ All are expressed in the unit convention ``Omega(w) = 1/2 min_eta [w^2/eta + f(e
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from . import kernels as K
@@ -133,11 +135,17 @@ class SCAD(KernelPenalty):
         return np.where(eta <= lam, eta, mid)
 
 
+def _is_pos_inf(v):
+    """Whether ``v`` is the number ``+inf`` (a bool is not a number here)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and v == float("inf")
+
+
 class MCP(KernelPenalty):
     """Minimax concave penalty (Zhang 2010), divided by ``lam``; with ``A = a lam``:
 
     ``Omega = |w| - w^2 / (2A)`` for ``|w| <= A``, ``A/2`` beyond; ``eta_hat = A|w| / (A - |w|)``
-    (infinite beyond A); ``f(eta) = A eta / (eta + A)``.
+    (infinite beyond A); ``f(eta) = A eta / (eta + A)``. ``a = inf`` is the l1 penalty
+    (``Omega = |w|``, ``eta_hat = |w|``, ``f(eta) = eta``), as in skglm and ncvreg's limit.
     """
 
     name = "mcp"
@@ -145,8 +153,9 @@ class MCP(KernelPenalty):
     _code = K.MCP
 
     def __init__(self, a=3.0, lam=1.0):
-        self.a = check_param(a, "a", low=0.0)
+        self.a = np.inf if _is_pos_inf(a) else check_param(a, "a", low=0.0)
         self.lam = check_param(lam, "lam", low=0.0)
+        self.is_convex = bool(np.isinf(self.a))
 
     def _kernel_params(self):
         return np.array([self.a, self.lam])
@@ -156,4 +165,6 @@ class MCP(KernelPenalty):
 
     def _f(self, eta):
         A = self.a * self.lam
+        if np.isinf(A):
+            return np.asarray(eta, dtype=np.float64)
         return A * eta / (eta + A)

@@ -265,6 +265,8 @@ def _eta_hat(code, p, w):
         return np.inf
     if code == MCP:
         A = p[0] * p[1]
+        if A == np.inf:  # a = inf: the l1 penalty
+            return a
         if a < A:
             return A * a / (A - a)
         return np.inf
@@ -421,6 +423,7 @@ def _prox(code, p, v, t):
             return 0.0
         if r <= 0.0:
             return 0.0
+        r = min(r, a)  # the root is below a; rounding can put it an ulp above
         return sgn * r if _gain(code, p, r, a, t) > 0.0 else 0.0
     if code == MCP:
         A = p[0] * p[1]

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from dualdrop.cli import nonneg_int, positive_float, positive_int
 from dualdrop.cli.sparsify_cmd import parse_hparams
 
 
@@ -52,25 +53,25 @@ def register(subparsers) -> None:
     p.add_argument("--refit", action="store_true",
                    help="refit the kept weights of every row by least squares on the "
                    "calibration data")
-    p.add_argument("--calib", type=int, default=1024, metavar="N",
+    p.add_argument("--calib", type=positive_int, default=1024, metavar="N",
                    help="calibration examples, drawn from the training split with --seed "
                    "(default 1024)")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="leave these layers dense (fnmatch on layer names); repeatable")
-    p.add_argument("--finetune-epochs", type=int, default=0, metavar="E",
+    p.add_argument("--finetune-epochs", type=nonneg_int, default=0, metavar="E",
                    help="then fine-tune E epochs on the training split with the masks held "
                    "(Adam, linear decay; default 0)")
-    p.add_argument("--lr", type=float, default=1e-4,
+    p.add_argument("--lr", type=positive_float, default=1e-4,
                    help="fine-tuning learning rate (default 1e-4)")
     p.add_argument("--data-dir", default=None,
                    help="the run's data: the MNIST folder it was trained on (default: the "
                    "embedded digits); checked against the run's data fingerprint")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the calibration draw and the fine-tuning order (default 0)")
     p.add_argument("--out", required=True, help="output folder (must not hold a finished run)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=nonneg_int, default=1,
                    help="torch CPU threads (default 1; 0: torch's own choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, parser=p)

@@ -11,8 +11,12 @@ regularization path (:mod:`.path`) sit on top.
 
 from ._problem import Problem, SolverResult
 from .datafits import Logistic, Quadratic
-from .cv import SparseLinearRegressionCV, SparseLogisticRegressionCV
+from .cv import (SparseGLMCV, SparseLinearRegressionCV, SparseLogisticRegressionCV,
+                 SparseMultinomialRegressionCV)
 from .estimators import SparseLinearRegression, SparseLogisticRegression, expected_failed_checks
+from .glm import (SparseCoxRegression, SparseGammaRegression, SparseGLM, SparseHuberRegression,
+                  SparsePoissonRegression, SparseQuantileRegression, concordance_index)
+from .multinomial import SparseMultinomialRegression
 from .multitask import SparseMultiTaskRegression, multitask_alpha_max
 from .path import alpha_max, regularization_path
 from .solvers import SOLVERS, get_solver
@@ -22,7 +26,17 @@ __all__ = [
     "SparseLogisticRegression",
     "SparseLinearRegressionCV",
     "SparseLogisticRegressionCV",
+    "SparseGLMCV",
+    "SparseMultinomialRegressionCV",
     "SparseMultiTaskRegression",
+    "SparseMultinomialRegression",
+    "SparseGLM",
+    "SparsePoissonRegression",
+    "SparseGammaRegression",
+    "SparseHuberRegression",
+    "SparseQuantileRegression",
+    "SparseCoxRegression",
+    "concordance_index",
     "multitask_alpha_max",
     "regularization_path",
     "alpha_max",

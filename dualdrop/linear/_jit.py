@@ -264,26 +264,51 @@ def col_sums(X, data, indices, indptr, is_sparse, p, sums, sq):
 
 
 @njit(cache=True)
-def block_prox(code, params, v, t, out):
-    """Prox of ``t Omega(||.||_2)`` at the vector ``v``, into ``out``; returns the new norm.
+def group_prox(code, params, v, t, t_l1, t_ridge, positive, out):
+    """Prox of ``t Omega(||x||_2) + t_l1 ||x||_1 + t_ridge / 2 ||x||_2^2`` (and ``x >= 0`` when
+    ``positive``) at the vector ``v``, into ``out``; returns the new norm.
 
-    For ``Omega`` even and nondecreasing in ``|x|`` the minimizer of
-    ``1/2 ||x - v||^2 + t Omega(||x||)`` lies on the ray of ``v`` (for a fixed norm, the
-    distance to ``v`` is smallest along it), so it is ``v / ||v|| * prox(||v||, t)``: the scalar
-    prox of :func:`prox_step` applied to the norm. For the l1 penalty this is group soft
-    thresholding (the L2,1 norm of multi-task Lasso)."""
+    The penalty of a group's norm (docs/theory.md, section 6: the form ``dualdrop.nn`` prunes
+    neurons, channels and heads with). For ``Omega`` a function of the norm the minimizer lies
+    on the ray of ``v`` (for a fixed norm, the distance to ``v`` is smallest along it), so it is
+    ``v / ||v|| * prox(||v||)``: the scalar prox of :func:`prox_step` applied to the norm; for the
+    l1 penalty, group soft thresholding (the L2,1 norm of multi-task and group Lasso). With the
+    l1 term (the sparse group lasso of Simon, Friedman, Hastie & Tibshirani 2013, any
+    ``Omega`` on the norms): for a fixed norm ``r`` the best ``x`` maximizes
+    ``sum_j (x_j v_j - t_l1 |x_j|)``, i.e. is along the soft-thresholded ``v``, so the prox is
+    soft thresholding followed by the norm's prox. The ridge term (a function of the norm too)
+    rescales it: ``prox(r) = prox_{t Omega / s}(r / s)`` with ``s = 1 + t_ridge``."""
     nv = 0.0
     for k in range(v.shape[0]):
-        nv += v[k] * v[k]
+        a = v[k]
+        if positive:
+            a = a - t_l1 if a > t_l1 else 0.0
+        elif a > t_l1:
+            a -= t_l1
+        elif a < -t_l1:
+            a += t_l1
+        else:
+            a = 0.0
+        out[k] = a
+        nv += a * a
     nv = np.sqrt(nv)
     if nv == 0.0:
         out[:] = 0.0
         return 0.0
-    r = prox_step(code, params, nv, t, False)
+    s = 1.0 + t_ridge
+    r = prox_step(code, params, nv / s, t / s, False)
     f = r / nv
     for k in range(v.shape[0]):
-        out[k] = f * v[k]
+        out[k] *= f
     return r
+
+
+@njit(cache=True)
+def block_prox(code, params, v, t, out):
+    """Prox of ``t Omega(||.||_2)`` at the vector ``v``, into ``out``; returns the new norm
+    (:func:`group_prox` without the l1 and ridge terms: the row penalty of multi-output
+    models, whose ridge term comes with the penalty's ``MIXED`` kernel)."""
+    return group_prox(code, params, v, t, 0.0, 0.0, False, out)
 
 
 @njit(cache=True)

@@ -27,6 +27,7 @@ __all__ = [
     "is_separable",
     "right_derivative_at_zero",
     "is_concave_in_abs",
+    "smallest_zero_alpha",
     "WithRidge",
     "with_ridge",
 ]
@@ -122,6 +123,42 @@ def abs_derivative(P, w):
     d = np.abs(np.asarray(P.derivative(a), dtype=np.float64))
     d[np.isnan(d)] = np.inf
     return d
+
+
+def smallest_zero_alpha(all_zero, guess, fallback=None):
+    """The smallest ``alpha`` with ``all_zero(alpha)`` (a condition that holds from some
+    threshold on: every coordinate's or group's prox-gradient step from 0 stays at 0): bracket
+    ``[lo, hi]`` by factors of 10 from ``guess``, then bisect on a log scale to 1e-13 relative.
+    ``0.0`` when every ``alpha > 0`` qualifies; ``fallback`` (default ``guess``) when none
+    does."""
+    fallback = guess if fallback is None else fallback
+    lo = hi = guess
+    if all_zero(hi):
+        for _ in range(700):
+            lo = hi / 10.0
+            if lo == 0.0 or not all_zero(lo):
+                break
+            hi = lo
+        else:
+            return 0.0
+    else:
+        for _ in range(700):
+            lo, hi = hi, 10.0 * hi
+            if not np.isfinite(hi):
+                return fallback  # no alpha gives exact zeros
+            if all_zero(hi):
+                break
+        else:
+            return fallback
+    for _ in range(200):
+        mid = np.sqrt(lo) * np.sqrt(hi) if lo > 0 else 0.5 * hi  # lo * hi can overflow
+        if all_zero(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return float(hi)
 
 
 def is_concave_in_abs(P, scale=1.0) -> bool:

@@ -19,6 +19,7 @@ stays reachable).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -48,12 +49,26 @@ class Problem:
         self.weights = np.ones(p) if weights is None else np.asarray(weights, dtype=np.float64)
         self.lam_w = self.alpha * self.weights
         self.spec = _penalty.kernel_spec(penalty)
-        self.lips = datafit.lipschitz(self.design)
+        self.lips = datafit.lipschitz(self.design, self.y)
         self._lglobal = None
         self._f_null = None
         self.all_feats = np.arange(p, dtype=np.int64)
         pos = self.lips[self.lips > 0]
         self._lbar = float(pos.mean()) if pos.size else 1.0
+
+    def with_penalty(self, penalty, scale=1.0):
+        """A copy of the problem with another penalty (its strengths multiplied by ``scale``);
+        the data, datafit and constants are shared."""
+        new = copy.copy(self)
+        new.penalty = penalty
+        new.spec = _penalty.kernel_spec(penalty)
+        new._rescale(scale)
+        new._f_null = None
+        return new
+
+    def _rescale(self, scale):
+        self.weights = self.weights * scale
+        self.lam_w = self.alpha * self.weights
 
     @property
     def n(self):

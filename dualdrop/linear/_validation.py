@@ -81,6 +81,17 @@ PARAMETERS: dict = {
     "positive": ["boolean"],
     "penalty_weights": ["array-like", None],
     "l1_ratio": [_real(0, 1, "both")],
+    # groups of features, the start of nonconvex fits (dualdrop.linear._groups, ._start)
+    "groups": [_int(1, None, "left"), "array-like", None],
+    "group_l1_ratio": [_real(0, 1, "both")],
+    "start": [StrOptions({"best", "convex", "zero"})],
+    # the GLM estimators (dualdrop.linear.glm, .multinomial)
+    "datafit": [str, HasMethods(["value", "raw_grad", "raw_hess"])],
+    "datafit_params": [dict, None],
+    "delta": [_real(0, None, "neither")],
+    "quantile": [_real(0, 1, "neither")],
+    "smoothing": [_real(0, None, "neither"), None],
+    "grouped": ["boolean"],
     # cross-validation and paths
     "alphas": [_int(1, None, "left"), "array-like"],
     "eps": [_real(0, 1, "neither")],

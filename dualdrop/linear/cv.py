@@ -21,18 +21,23 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .datafits import normalized_sample_weight
 from ._validation import class_labels, constraints, fit_context, validate_data
 from .estimators import SparseLinearRegression, SparseLogisticRegression
+from .glm import GLM_DATAFITS, SparseGLM
+from .multinomial import SparseMultinomialRegression
 from .path import alpha_grid, check_alphas, fit_path_chunk, warn_unconverged
 
-__all__ = ["SparseLinearRegressionCV", "SparseLogisticRegressionCV"]
+__all__ = ["SparseLinearRegressionCV", "SparseLogisticRegressionCV", "SparseGLMCV",
+           "SparseMultinomialRegressionCV"]
 
 # the single-fit estimator's parameters that the CV estimators share (alpha is what they choose)
 _SHARED = ("penalty", "penalty_params", "l1_ratio", "solver", "tol", "max_iter",
-           "fit_intercept", "scaling", "solver_params", "verbose", "positive", "penalty_weights")
+           "fit_intercept", "scaling", "solver_params", "verbose", "positive", "penalty_weights",
+           "groups", "group_l1_ratio")
 
 
 def _fold(est, X, y, sw, train, test, alphas, score):
@@ -54,7 +59,9 @@ class _SparseLinearCVBase(BaseEstimator):
     def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
                  cv=None, n_jobs=None, solver="auto", tol=1e-5, max_iter=None,
                  fit_intercept=True, scaling="dropout", solver_params=None, verbose=False,
-                 positive=False, penalty_weights=None):
+                 positive=False, penalty_weights=None, groups=None, group_l1_ratio=0.0):
+        self.groups = groups
+        self.group_l1_ratio = group_l1_ratio
         self.penalty = penalty
         self.penalty_params = penalty_params
         self.l1_ratio = l1_ratio
@@ -78,8 +85,10 @@ class _SparseLinearCVBase(BaseEstimator):
         return ("cross-validation: repeated rows move between folds, so the two fits are "
                 "cross-validated on different splits (as for scikit-learn's LassoCV)")
 
+    _shared = _SHARED
+
     def _single_estimator(self):
-        return self._single(**{k: getattr(self, k) for k in _SHARED})
+        return self._single(**{k: getattr(self, k) for k in self._shared})
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -92,14 +101,11 @@ class _SparseLinearCVBase(BaseEstimator):
         single = self._single_estimator()
         single._check_params()  # penalty errors before any fold runs
         if isinstance(self.alphas, Integral):
-            alphas = alpha_grid(X, y, int(self.alphas), float(self.eps), penalty=self.penalty,
-                                penalty_params=self.penalty_params, datafit=datafit,
-                                fit_intercept=self.fit_intercept, scaling=self.scaling,
-                                l1_ratio=self.l1_ratio, sample_weight=sw,
-                                names=("alphas", "eps"))
+            alphas = alpha_grid(X, y, int(self.alphas), float(self.eps), estimator=single,
+                                sample_weight=sw, names=("alphas", "eps"))
         else:
             alphas = check_alphas(self.alphas)
-        cv = check_cv(self.cv, y, classifier=datafit == "logistic")
+        cv = check_cv(self.cv, y, classifier=datafit in ("logistic", "multinomial"))
         folds = list(cv.split(X, y))
         out = Parallel(n_jobs=self.n_jobs)(
             delayed(_fold)(single, X, y, sw, train, test, alphas, score)
@@ -215,12 +221,14 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
     def __init__(self, penalty="l1", penalty_params=None, *, l1_ratio=1.0, alphas=100, eps=1e-3,
                  cv=None, n_jobs=None, scoring="neg_log_loss", solver="auto", tol=1e-5,
                  max_iter=None, fit_intercept=True, scaling="dropout", solver_params=None,
-                 verbose=False, positive=False, penalty_weights=None):
+                 verbose=False, positive=False, penalty_weights=None, groups=None,
+                 group_l1_ratio=0.0):
         super().__init__(penalty, penalty_params, l1_ratio=l1_ratio, alphas=alphas, eps=eps,
                          cv=cv, n_jobs=n_jobs, solver=solver, tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, scaling=scaling,
                          solver_params=solver_params, verbose=verbose, positive=positive,
-                         penalty_weights=penalty_weights)
+                         penalty_weights=penalty_weights, groups=groups,
+                         group_l1_ratio=group_l1_ratio)
         self.scoring = scoring
 
     @fit_context
@@ -244,6 +252,133 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
     def predict_log_proba(self, X):
         check_is_fitted(self)
         return self.estimator_.predict_log_proba(X)
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict(X)
+
+
+def _neg_mean_loss(est, X, y, sw):
+    """The negative mean datafit loss of a fitted GLM estimator on held-out data (the half
+    deviance for Poisson and Gamma, the held-out partial likelihood for Cox)."""
+    from .families.cox import survival_target
+
+    df = est._make_datafit(None if sw is None else normalized_sample_weight(sw, X.shape[0]))
+    y = survival_target(y) if df.name == "cox" else np.asarray(y, dtype=np.float64)
+    z = np.asarray(X @ est.coef_).ravel() + est.intercept_
+    return -float(df.value(y, z))
+
+
+class SparseGLMCV(RegressorMixin, _SparseLinearCVBase):
+    """:class:`~dualdrop.linear.SparseGLM` (Poisson, Gamma, Huber, quantile, Cox) with ``alpha``
+    chosen by cross-validation along warm-started paths (see the module docstring).
+
+    Parameters as :class:`SparseLinearRegressionCV`, plus ``datafit`` and ``datafit_params``
+    (as in ``SparseGLM``; for ``"quantile"`` the ``delta`` of ``datafit_params`` is the smoothing
+    of every fit, default 1e-3 in the units of ``y``) and ``scoring``: ``None`` (default) scores
+    a fit by the negative mean loss of its datafit on the held-out fold (the half deviance for
+    Poisson and Gamma, the partial likelihood of the held-out samples for Cox), or a
+    scikit-learn scorer name or callable.
+
+    Attributes: ``alpha_``, ``alphas_``, ``scores_`` (``n_folds x n_alphas``, higher is
+    better), and ``coef_``, ``intercept_``, ``n_iter_``, ``criterion_``, ``solver_`` of the
+    model refitted on all the data (``estimator_``).
+    """
+
+    _parameter_constraints: dict = {
+        **_SparseLinearCVBase._parameter_constraints,
+        **constraints("datafit_params"),
+        "datafit": [StrOptions(set(GLM_DATAFITS)), HasMethods(["value", "raw_grad", "raw_hess"])],
+        "scoring": [str, callable, None],
+    }
+    _shared = _SHARED + ("datafit", "datafit_params")
+
+    def __init__(self, datafit="poisson", datafit_params=None, penalty="l1", penalty_params=None,
+                 *, l1_ratio=1.0, alphas=100, eps=1e-3, cv=None, n_jobs=None, scoring=None,
+                 solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, scaling="dropout",
+                 solver_params=None, verbose=False, positive=False, penalty_weights=None,
+                 groups=None, group_l1_ratio=0.0):
+        super().__init__(penalty, penalty_params, l1_ratio=l1_ratio, alphas=alphas, eps=eps,
+                         cv=cv, n_jobs=n_jobs, solver=solver, tol=tol, max_iter=max_iter,
+                         fit_intercept=fit_intercept, scaling=scaling,
+                         solver_params=solver_params, verbose=verbose, positive=positive,
+                         penalty_weights=penalty_weights, groups=groups,
+                         group_l1_ratio=group_l1_ratio)
+        self.datafit = datafit
+        self.datafit_params = datafit_params
+        self.scoring = scoring
+
+    _single = SparseGLM
+
+    @fit_context
+    def fit(self, X, y, sample_weight=None):
+        """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
+        the held-out scores."""
+        X, y, sw = self._validated(X, y, sample_weight, multi_output=True)
+        self._single_estimator()._check_target(y)  # the datafit's target errors, once
+        score = (_neg_mean_loss if self.scoring is None else
+                 _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring)))
+        name = self.datafit if isinstance(self.datafit, str) else self.datafit.name
+        self.scores_ = self._cv_path(X, y, sw, name, score)
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict(X)
+
+    def score(self, X, y, sample_weight=None):
+        check_is_fitted(self)
+        return self.estimator_.score(X, y, sample_weight)
+
+
+class SparseMultinomialRegressionCV(ClassifierMixin, _SparseLinearCVBase):
+    """:class:`~dualdrop.linear.SparseMultinomialRegression` with ``alpha`` chosen by
+    cross-validation (stratified folds, ``scoring="neg_log_loss"`` by default), as
+    :class:`SparseLogisticRegressionCV`; plus ``grouped`` (see the estimator)."""
+
+    _parameter_constraints: dict = {
+        **{k: v for k, v in _SparseLinearCVBase._parameter_constraints.items()
+           if k not in ("groups", "group_l1_ratio")},
+        **constraints("grouped"), "scoring": [str, callable]}
+    _shared = tuple(k for k in _SHARED if k not in ("groups", "group_l1_ratio")) + ("grouped",)
+
+    def __init__(self, penalty="l1", penalty_params=None, *, grouped=True, l1_ratio=1.0,
+                 alphas=100, eps=1e-3, cv=None, n_jobs=None, scoring="neg_log_loss",
+                 solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, scaling="dropout",
+                 solver_params=None, verbose=False, positive=False, penalty_weights=None):
+        self.penalty = penalty
+        self.penalty_params = penalty_params
+        self.grouped = grouped
+        self.l1_ratio = l1_ratio
+        self.alphas = alphas
+        self.eps = eps
+        self.cv = cv
+        self.n_jobs = n_jobs
+        self.scoring = scoring
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.scaling = scaling
+        self.solver_params = solver_params
+        self.verbose = verbose
+        self.positive = positive
+        self.penalty_weights = penalty_weights
+
+    _single = SparseMultinomialRegression
+
+    @fit_context
+    def fit(self, X, y, sample_weight=None):
+        """Choose ``alpha`` by cross-validation and refit."""
+        X, y, sw = self._validated(X, y, sample_weight)
+        self.classes_ = class_labels(y)
+        scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
+        self.scores_ = self._cv_path(X, y, sw, "multinomial", scorer)
+        return self
+
+    def predict_proba(self, X):
+        check_is_fitted(self)
+        return self.estimator_.predict_proba(X)
 
     def predict(self, X):
         check_is_fitted(self)

@@ -1,7 +1,9 @@
 """Datafits: the smooth loss ``L(w, b)`` of a linear model, as a function of ``z = X w + b``.
 
-Two datafits, both averaged over the ``n`` samples so that ``lambda`` (``alpha``) means the same
-thing at every sample size:
+The two classical datafits live here; the other families (Poisson, Gamma, Huber, quantile, Cox,
+multinomial) are one module each in :mod:`dualdrop.linear.families`, registered by name below
+(``get_datafit("poisson")``). All are averaged over the ``n`` samples so that ``lambda``
+(``alpha``) means the same thing at every sample size:
 
 - :class:`Quadratic` -- least squares ``L = (1/2n) ||y - X w - b||^2``;
 - :class:`Logistic` -- binary logistic ``L = (1/n) sum_i log(1 + exp(-y_i z_i))`` with ``y_i`` in
@@ -27,8 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, log_expit
 
-__all__ = ["Datafit", "Quadratic", "Logistic", "get_datafit", "normalized_sample_weight",
-           "weighted_col_norms2"]
+__all__ = ["Datafit", "WeightedDatafit", "Quadratic", "Logistic", "get_datafit",
+           "available_datafits", "normalized_sample_weight", "weighted_col_norms2"]
 
 
 def normalized_sample_weight(sample_weight, n):
@@ -84,6 +86,13 @@ class Datafit:
     name = "datafit"
     curvature = 1.0
     sample_weight = None  # normalized weights (mean 1) or None
+    #: the solvers' treatment: ``"residual"`` (least squares: coordinate descent on the
+    #: residual), ``"newton"`` (proximal Newton on the model ``G, H`` of ``raw_grad`` /
+    #: ``raw_hess``, with a line search on ``value``)
+    kind = "newton"
+    #: whether the model has an intercept at all (Cox's partial likelihood does not: a shift of
+    #: ``z`` leaves it unchanged)
+    has_intercept = True
 
     def value(self, y, z):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -99,9 +108,10 @@ class Datafit:
         g = self.raw_grad(y, z)
         return np.asarray(X.T @ g).ravel(), float(g.sum())
 
-    def lipschitz(self, design):
+    def lipschitz(self, design, y=None):
         """Per-coordinate Lipschitz constants of the gradient: ``curvature * ||x_j||^2 / n``
-        (``curvature * sum_i sw_i x_ij^2 / n`` with sample weights)."""
+        (``curvature * sum_i sw_i x_ij^2 / n`` with sample weights). Datafits without a global
+        constant (Poisson, Gamma, Cox) return the curvatures at the null model of ``y``."""
         if self.sample_weight is None:
             return self.curvature * design.col_norms2 / design.n
         return self.curvature * weighted_col_norms2(design.X, self.sample_weight) / design.n
@@ -117,12 +127,53 @@ class Datafit:
         return f"{type(self).__name__}()"
 
 
+class WeightedDatafit(Datafit):
+    """A datafit whose per-sample terms carry the sample weights: ``L = (1/n) sum_i sw_i
+    loss_i`` with ``sw`` normalized to mean 1 (``None``: unweighted). Subclasses write their
+    per-sample formulas and pass them through :meth:`_weigh`."""
+
+    def __init__(self, sample_weight=None):
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float64)
+            sample_weight = normalized_sample_weight(sample_weight, sample_weight.shape[0])
+        self.sample_weight = sample_weight
+
+    def _weigh(self, v):
+        return v if self.sample_weight is None else v * self.sample_weight
+
+    def _weighted_mean(self, v):
+        return float(np.mean(self._weigh(v)))
+
+    def lipschitz_at(self, design, h):
+        """``sum_i h_i x_ij^2`` for every column: the coordinate curvatures of the datafit at a
+        point whose ``raw_hess`` is ``h`` (already weighted and divided by ``n``)."""
+        return weighted_col_norms2(design.X, h)
+
+    def __repr__(self):
+        extra = "sample_weight=..." if self.sample_weight is not None else ""
+        params = ", ".join([*(f"{k}={v!r}" for k, v in self._repr_params().items()),
+                            *([extra] if extra else [])])
+        return f"{type(self).__name__}({params})"
+
+    def _repr_params(self):
+        return {}
+
+    def params(self):
+        """The constructor's parameters but ``sample_weight``."""
+        return dict(self._repr_params())
+
+    def with_sample_weight(self, sample_weight):
+        """A new datafit of the same kind and parameters with these sample weights."""
+        return type(self)(**self.params(), sample_weight=sample_weight)
+
+
 class Quadratic(Datafit):
     """Least squares ``(1/2n) ||y - z||^2`` with ``z = X w + b``."""
 
     code = 0
     name = "quadratic"
     curvature = 1.0
+    kind = "residual"
 
     def value(self, y, z):
         r = y - z
@@ -138,7 +189,7 @@ class Quadratic(Datafit):
         return float(np.mean(y))
 
 
-class Logistic(Datafit):
+class Logistic(WeightedDatafit):
     """Binary logistic loss ``(1/n) sum sw_i log(1 + exp(-y_i z_i))``, labels ``y`` in
     ``{-1, +1}``; ``sample_weight`` (any nonnegative weights, normalized here to mean 1) or
     ``None`` (``sw_i = 1``)."""
@@ -146,15 +197,6 @@ class Logistic(Datafit):
     code = 1
     name = "logistic"
     curvature = 0.25
-
-    def __init__(self, sample_weight=None):
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64)
-            sample_weight = normalized_sample_weight(sample_weight, sample_weight.shape[0])
-        self.sample_weight = sample_weight
-
-    def _weigh(self, v):
-        return v if self.sample_weight is None else v * self.sample_weight
 
     def value(self, y, z):
         return -float(np.sum(self._weigh(log_expit(y * z)))) / y.shape[0]
@@ -170,19 +212,50 @@ class Logistic(Datafit):
         p = np.clip(np.mean(self._weigh(y > 0)), 1e-12, 1 - 1e-12)
         return float(np.log(p / (1 - p)))
 
-    def __repr__(self):
-        return "Logistic(sample_weight=...)" if self.sample_weight is not None else "Logistic()"
+
+# name -> class here, or "module:Class" of dualdrop.linear.families (imported when first asked)
+_DATAFITS = {
+    "quadratic": Quadratic,
+    "logistic": Logistic,
+    "poisson": "poisson:Poisson",
+    "gamma": "gamma:Gamma",
+    "huber": "huber:Huber",
+    "quantile": "quantile:Quantile",
+    "cox": "cox:Cox",
+    "multinomial": "multinomial:Multinomial",
+}
 
 
-_DATAFITS = {"quadratic": Quadratic, "logistic": Logistic}
+def datafit_class(name):
+    """The datafit class registered under ``name``."""
+    if not isinstance(name, str) or name not in _DATAFITS:
+        raise ValueError(f"datafit={name!r} is unknown; use one of {available_datafits()} or a "
+                         "Datafit instance")
+    cls = _DATAFITS[name]
+    if isinstance(cls, str):
+        import importlib
+
+        module, attr = cls.split(":")
+        cls = getattr(importlib.import_module(f"dualdrop.linear.families.{module}"), attr)
+    return cls
 
 
-def get_datafit(datafit) -> Datafit:
-    """Return a datafit object from a name (``"quadratic"``, ``"logistic"``) or an instance."""
+def available_datafits():
+    """The registered datafit names."""
+    return sorted(_DATAFITS)
+
+
+def get_datafit(datafit, **params) -> Datafit:
+    """Return a datafit object from a name (``"quadratic"``, ``"logistic"``, ``"poisson"``, ...;
+    ``params`` go to its constructor) or an instance (returned as is)."""
     if isinstance(datafit, Datafit):
+        if params:
+            raise ValueError("datafit parameters are only used with a datafit name; pass them to "
+                             "the datafit object's constructor instead")
         return datafit
-    if isinstance(datafit, str) and datafit in _DATAFITS:
-        return _DATAFITS[datafit]()
-    raise ValueError(
-        f"datafit={datafit!r} is not supported; use one of {sorted(_DATAFITS)} or a Datafit instance"
-    )
+    cls = datafit_class(datafit)
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ValueError(f"datafit={datafit!r} does not accept parameters {params!r}: {exc}") \
+            from None

@@ -49,8 +49,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import _penalty
 from ._design import Design, divide_columns, scaled_design
+from ._groups import GroupProblem, check_groups
 from ._scale import plan_scaling
 from ._problem import Problem
+from ._start import convex_start, needs_convex_start
 from ._validation import class_labels, constraints, fit_context, unchanged_on_error, validate_data
 from .datafits import Logistic, Quadratic, normalized_sample_weight
 from .solvers import UnsupportedProblem, get_solver
@@ -61,21 +63,23 @@ _NESTED = "penalty_params__"
 _NESTED_OBJ = "penalty__"
 
 
-class _LogisticData:
-    """What a logistic fit hands to the solvers: the column-scaled design, the (weighted)
-    datafit, the penalty weights, and the maps between ``(coef, intercept)`` and the solver's
-    variables ``(u = s w, b)``; ``scaling`` (:class:`._scale.Scaling`) says how the solver's
-    problem relates to the user's (``s = scaling.t``)."""
+class GLMData:
+    """What a fit whose datafit carries its own sample weights (logistic, and the families of
+    :mod:`.families`) hands to the solvers: the column-scaled design, the datafit, the target,
+    the penalty weights, and the maps between ``(coef, intercept)`` and the solver's variables
+    ``(u = s w, b)``; ``scaling`` (:class:`._scale.Scaling`) says how the solver's problem
+    relates to the user's (``s = scaling.t``)."""
 
     extra = False  # see _LeastSquaresData
-    cy = 1.0  # labels have no scale
+    cy = 1.0  # these datafits' targets are not rescaled
 
-    def __init__(self, X, scaling, sw, fit_intercept, penalty_weights):
+    def __init__(self, X, scaling, datafit, fit_intercept, penalty_weights, y=None):
         self.scaling = scaling
         self.s = scaling.t
         self.design = scaled_design(X, self.s)
-        self.datafit = Logistic(sw)
-        self.fit_intercept = bool(fit_intercept)
+        self.datafit = datafit
+        self.y = y
+        self.fit_intercept = bool(fit_intercept) and datafit.has_intercept
         self.penalty_weights = penalty_weights
 
     def to_solver(self, coef, intercept):
@@ -108,7 +112,8 @@ class _LeastSquaresData:
     Without weights the data pass through unchanged (the solvers' own intercept handling). The
     column divisors ``s = scaling.t`` and the target divisor ``cy = scaling.cy``
     (:mod:`._scale`) apply first: everything here is computed on ``X / s`` and ``y / cy``, and
-    :meth:`from_solver` maps back to the user's units.
+    :meth:`from_solver` maps back to the user's units (the logistic and GLM fits:
+    :class:`GLMData`).
     """
 
     def __init__(self, X, y, scaling, sw, fit_intercept, penalty_weights, positive):
@@ -138,8 +143,8 @@ class _LeastSquaresData:
                         "supported (the intercept would be constrained too); pass X dense, or "
                         "centre y and X yourself and use fit_intercept=False")
                 Xt = sp.hstack([Xt, sp.csc_matrix(d[:, None])], format="csc")
-                pw = np.ones(p) if penalty_weights is None else penalty_weights
-                self.penalty_weights = np.append(pw, 0.0)
+                if penalty_weights is not None:  # None: see SparseLinearBase._problem
+                    self.penalty_weights = np.append(penalty_weights, 0.0)
                 self.extra = True
             self.design, self.y = Design(Xt), d * y
         elif fit_intercept:
@@ -213,12 +218,12 @@ class SparseLinearBase(BaseEstimator):
     _parameter_constraints: dict = constraints(
         "penalty", "penalty_params", "alpha", "solver", "tol", "max_iter", "fit_intercept",
         "warm_start", "scaling", "solver_params", "verbose", "positive", "penalty_weights",
-        "l1_ratio")
+        "l1_ratio", "groups", "group_l1_ratio", "start")
 
     def __init__(self, penalty="l1", penalty_params=None, alpha=1.0, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0, start="best"):
         self.penalty = penalty
         self.l1_ratio = l1_ratio
         self.penalty_params = penalty_params
@@ -233,6 +238,9 @@ class SparseLinearBase(BaseEstimator):
         self.verbose = verbose
         self.positive = positive
         self.penalty_weights = penalty_weights
+        self.groups = groups
+        self.group_l1_ratio = group_l1_ratio
+        self.start = start
 
     # ---- nested penalty parameters ----------------------------------------------------------
     def get_params(self, deep=True):
@@ -317,12 +325,28 @@ class SparseLinearBase(BaseEstimator):
         given) the target's divisor."""
         return plan_scaling(X, sw, self.scaling, y)
 
+    def _group_structure(self, p):
+        """``groups`` checked against ``p`` features (``None`` without groups); see
+        :mod:`._groups`."""
+        groups = getattr(self, "groups", None)  # the multi-output estimator has none
+        if groups is None:
+            if getattr(self, "group_l1_ratio", 0.0):
+                raise ValueError(f"group_l1_ratio={self.group_l1_ratio!r} mixes an l1 term into "
+                                 "a group penalty: it needs groups= (or leave it at 0)")
+            return None
+        return check_groups(groups, p)
+
     def _penalty_weights(self, p):
-        """``penalty_weights`` as a checked array (``None``: all ones)."""
+        """``penalty_weights`` as a checked array (``None``: all ones): one per feature, or one
+        per group with ``groups``."""
+        grp = self._group_structure(p)
         if self.penalty_weights is None:
             return None
         pw = np.asarray(self.penalty_weights, dtype=np.float64)
-        if pw.shape != (p,):
+        if grp is not None and pw.shape != (grp.n_groups,):
+            raise ValueError(f"penalty_weights must have one entry per group ({grp.n_groups}) "
+                             f"with groups=, got shape {pw.shape}")
+        if grp is None and pw.shape != (p,):
             raise ValueError(f"penalty_weights must have one entry per feature ({p}), got shape "
                              f"{pw.shape}")
         if np.any(np.isnan(pw)) or np.any(pw < 0):
@@ -330,27 +354,68 @@ class SparseLinearBase(BaseEstimator):
                              "negative or NaN entries")
         return pw
 
+    def _problem(self, data, y, P, alpha):
+        """The problem the solvers receive: a :class:`~._problem.Problem`, or with ``groups`` a
+        :class:`~._groups.GroupProblem` (``P`` then split into the penalty of the group norms
+        and the ridge share ``l1_ratio``; the intercept column of sparse weighted least squares
+        a group of its own, unpenalized)."""
+        P, alpha = data.scaling.solver_penalty(P, float(alpha))
+        p = data.s.shape[0]
+        grp = self._group_structure(p)
+        weights = data.penalty_weights
+        if data.extra and weights is None:  # the intercept column, unpenalized
+            weights = np.append(np.ones(p if grp is None else grp.n_groups), 0.0)
+        if grp is None:
+            return Problem(data.design, y, data.datafit, P, float(alpha), data.fit_intercept,
+                           weights=weights, positive=self.positive)
+        if data.extra:
+            grp = grp.with_extra_feature()
+        ridged = isinstance(P, _penalty.WithRidge)
+        return GroupProblem(data.design, y, data.datafit, P.penalty if ridged else P,
+                            float(alpha), grp, data.fit_intercept, weights=weights,
+                            positive=self.positive, l1_ratio=P.l1_ratio if ridged else 1.0,
+                            group_l1_ratio=self.group_l1_ratio,
+                            ridge_scale=P.ridge_scale if ridged else 1.0)
+
     def _solve_one(self, data, y, P, w0, b0):
-        P, alpha = data.scaling.solver_penalty(P, float(self.alpha))
-        problem = Problem(data.design, y, data.datafit, P, alpha, data.fit_intercept,
-                          weights=data.penalty_weights, positive=self.positive)
-        return self._solve_problem(problem, self.solver, w0, b0)
+        return self._solve_problem(self._problem(data, y, P, self.alpha), self.solver, w0, b0)
 
     def _solve_problem(self, problem, name, w0, b0):
         """Resolve the solver, solve, warn: the one path of every estimator (single- and
         multi-output). The solver checks the problem and the options once
         (``BaseSolver.solve``); ``"auto"`` is ``cd``, or ``adaprox`` when ``cd`` cannot handle
-        the problem. Returns ``(result, solver name)``."""
+        the problem. Without a warm start and with a nonconvex penalty, ``start`` says where
+        the solver starts (:mod:`._start`): ``"best"`` (default) runs it from the convex
+        problem's solution and from 0 and keeps the lower objective, ``"convex"`` from the
+        former, ``"zero"`` from the latter. Returns ``(result, solver name)``."""
         kwargs = dict(self.solver_params or {})
         if "max_iter" in kwargs or "tol" in kwargs or "verbose" in kwargs:
             get_solver("cd" if name == "auto" else name).check_options(kwargs)  # names them
         if self.max_iter is not None:
             kwargs["max_iter"] = int(self.max_iter)
+        start = getattr(self, "start", "zero")
+        starts = [(w0, b0, {})]
+        if w0 is None and start != "zero" and needs_convex_start(problem) \
+                and problem.spec is not None:
+            cw, cb, info = convex_start(problem, float(self.tol), b0)
+            if cw is not None:
+                starts = [(cw, cb, info)] + (starts if start == "best" else [])
+        res = cand = None
+        for sw0, sb0, info in starts:
+            r, c = self._run_solver(problem, name, sw0, sb0, kwargs)
+            r.info.update(info or {"start": "zero" if sw0 is None else "given"})
+            if res is None or r.final_objective < res.final_objective:
+                res, cand = r, c
+        if not res.converged:
+            self._warn_unconverged(cand, res.n_iter, res.criterion, res.info.get("stop"),
+                                   res.info.get("max_iter"))
+        return res, cand
+
+    def _run_solver(self, problem, name, w0, b0, kwargs):
         for cand in (("cd", "adaprox") if name == "auto" else (name,)):
             try:
-                res = get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
-                                             verbose=bool(self.verbose), **kwargs)
-                break
+                return get_solver(cand).solve(problem, w0, b0, tol=float(self.tol),
+                                              verbose=bool(self.verbose), **kwargs), cand
             except UnsupportedProblem as err:
                 if name == "auto" and cand == "cd":
                     continue
@@ -360,18 +425,21 @@ class SparseLinearBase(BaseEstimator):
                     f"solver={cand!r} cannot handle penalty {problem.penalty!r} with the "
                     f"{problem.datafit.name} datafit: {err.reason}. Solvers that can: "
                     f"{capable_solvers(problem)}") from None
-        if not res.converged:
-            self._warn_unconverged(cand, res.n_iter, res.criterion)
-        return res, cand
 
-    def _warn_unconverged(self, name, n_iter, criterion):
-        warnings.warn(
-            f"{type(self).__name__} (solver={name!r}) did not converge after {n_iter} "
-            f"iterations: final optimality criterion {criterion:.3e} > tol={self.tol:g}. "
-            "Increase max_iter, loosen tol, or try another solver.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
+    def _warn_unconverged(self, name, n_iter, criterion, stop=None, max_iter=None):
+        crit = f"final optimality criterion {criterion:.3e} > tol={self.tol:g}"
+        if stop == "max_iter":
+            why = (f"{crit}: it stopped at max_iter={max_iter}. Increase max_iter, loosen tol, "
+                   "or try another solver")
+        elif stop == "stalled":
+            why = (f"{crit}: it stalled after {n_iter} iterations (no step lowered the "
+                   "objective any more). Loosen tol, or try another solver ('cd' reaches exact "
+                   "zeros)")
+        else:
+            why = (f"{crit} after {n_iter} iterations. Increase max_iter, loosen tol, or try "
+                   "another solver")
+        warnings.warn(f"{type(self).__name__} (solver={name!r}) did not converge: {why}.",
+                      ConvergenceWarning, stacklevel=4)
 
 
 class SparseLinearRegression(RegressorMixin, SparseLinearBase):
@@ -432,6 +500,22 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         raises ``ValueError`` listing the solver's options (``get_solver(name).options``).
     verbose : bool
         Progress bar.
+    groups : int, list of sizes, list of index arrays, or None
+        Penalize groups of features through their norms (``dualdrop.linear._groups``): the
+        group lasso for ``penalty="l1"``, any penalty of the catalog on the group norms (group
+        MCP, group log-sum, ...). An integer is the size of equal consecutive groups, a list
+        of integers the sizes of consecutive groups, a list of index arrays the groups
+        themselves (disjoint, covering every feature). ``penalty_weights`` then has one entry
+        per group (``np.sqrt(sizes)`` gives Yuan & Lin's weighting).
+    group_l1_ratio : float in [0, 1], default=0.0
+        With ``groups``, the share of the penalty on the l1 norm of the coefficients: the sparse
+        group lasso (``alpha ((1 - r) sum_g Omega(||u_g||) + r ||u||_1)``, scaled by
+        ``l1_ratio`` when a ridge term is added).
+    start : {"best", "convex", "zero"}, default="best"
+        Where a fit with a nonconvex penalty starts without a warm start
+        (``dualdrop.linear._start``): from the solution of the convex problem with the
+        penalty's l1 majorant at 0 (``"convex"``), from 0 (``"zero"``), or from both, keeping
+        the lower objective (``"best"``). Convex penalties start from 0.
 
     Attributes
     ----------
@@ -490,17 +574,14 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         from .solvers import cd
 
         if self.solver not in ("auto", "cd") or not set(self.solver_params or {}) <= set(
-                cd.SOLVER.options) - {"callback"}:
+                cd.SOLVER.options) - {"callback"} or self.groups is not None:
             return None
         data, dtype = prep
-        P2, a0 = data.scaling.solver_penalty(P, float(alphas[0]))
         solver_alphas = alphas
         if not data.scaling.trivial:
             k = data.scaling.rescale(P)[1]
             solver_alphas = np.array([data.scaling.to_solver_alpha(float(a), k) for a in alphas])
-        problem = Problem(data.design, data.y, data.datafit, P2, a0,
-                          data.fit_intercept, weights=data.penalty_weights,
-                          positive=self.positive)
+        problem = self._problem(data, data.y, P, float(alphas[0]))
         try:
             W, B, n_iter, crit, conv = cd.quadratic_path(
                 problem, solver_alphas, tol=float(self.tol), max_iter=self.max_iter,
@@ -518,7 +599,8 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
             self.criterion_ = float(crit[k])
             self.solver_ = "cd"
             if not conv[k]:
-                self._warn_unconverged("cd", self.n_iter_, self.criterion_)
+                self._warn_unconverged("cd", self.n_iter_, self.criterion_, "max_iter",
+                                       self.max_iter or cd.SOLVER.default_max_iter)
             fits.append((np.array(self.coef_, copy=True), np.copy(self.intercept_),
                          self.n_iter_, self.criterion_))
             if callback is not None:
@@ -553,16 +635,17 @@ class SparseLogisticRegression(ClassifierMixin, SparseLinearBase):
     def __init__(self, penalty="l1", penalty_params=None, alpha=0.01, *, l1_ratio=1.0,
                  solver="auto", tol=1e-5, max_iter=None, fit_intercept=True, warm_start=False,
                  scaling="dropout", solver_params=None, verbose=False, positive=False,
-                 penalty_weights=None):
+                 penalty_weights=None, groups=None, group_l1_ratio=0.0, start="best"):
         super().__init__(penalty, penalty_params, alpha, l1_ratio=l1_ratio, solver=solver,
                          tol=tol, max_iter=max_iter,
                          fit_intercept=fit_intercept, warm_start=warm_start, scaling=scaling,
                          solver_params=solver_params, verbose=verbose, positive=positive,
-                         penalty_weights=penalty_weights)
+                         penalty_weights=penalty_weights, groups=groups,
+                         group_l1_ratio=group_l1_ratio, start=start)
 
     def _fit_data(self, X, y, sw):
-        return _LogisticData(X, self._scaling(X, sw), sw, self.fit_intercept,
-                             self._penalty_weights(X.shape[1]))
+        return GLMData(X, self._scaling(X, sw), Logistic(sw), self.fit_intercept,
+                       self._penalty_weights(X.shape[1]))
 
     @fit_context
     def fit(self, X, y, sample_weight=None):

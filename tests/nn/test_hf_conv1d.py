@@ -220,7 +220,8 @@ def test_csr_export_of_a_half_precision_model_runs(dtype, layout):
         opt.step()
         sp.after_step(opt, s, 2)
     out = export_sparse(net, layout)
-    assert sum(type(m).__name__ == "CSRLinear" for m in out.modules()) == 2
+    if layout == "csr":  # "auto" keeps a layer dense unless CSR measured faster
+        assert sum(type(m).__name__ == "CSRLinear" for m in out.modules()) == 2
     with torch.no_grad():
         got, want = out(x), export_sparse(net, "dense")(x)
     assert got.dtype == dtype

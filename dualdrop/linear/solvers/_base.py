@@ -45,6 +45,9 @@ REQUIREMENTS = {
     "convex_l1_lp": (lambda pr: _convex_l1_lp(pr.penalty),
                      "a convex penalty: l1 or lp with p >= 1"),
     "quadratic": (lambda pr: pr.datafit.code == 0, "the least-squares datafit"),
+    "classical": (lambda pr: pr.datafit.code in (0, 1),
+                  "the least-squares or logistic datafit (the other families: 'cd', "
+                  "'reweighted_l1')"),
 }
 
 
@@ -68,6 +71,8 @@ class BaseSolver:
     default_max_iter = 100
     supports_positive = False  # the constraint w >= 0 (Problem.positive)
     multitask = False  # multi-output problems (dualdrop.linear.multitask.MultiTaskProblem)
+    grouped = False  # penalties on groups of features (dualdrop.linear._groups.GroupProblem)
+    multinomial = False  # dualdrop.linear.multinomial.MultinomialProblem
     _COMMON = ("tol", "max_iter", "verbose")
 
     def supports(self, problem: Problem):
@@ -75,6 +80,10 @@ class BaseSolver:
         if getattr(problem, "multitask", False) != self.multitask:
             return (f"{self.name} solves {'multi' if self.multitask else 'single'}-output "
                     "problems only" + ("" if self.multitask else "; use 'bcd'"))
+        if getattr(problem, "grouped", False) and not self.grouped:
+            return f"{self.name} does not handle groups= (use 'cd')"
+        if getattr(problem, "multinomial", False) and not self.multinomial:
+            return f"{self.name} does not fit the multinomial model (use 'cd')"
         if problem.positive and not self.supports_positive:
             return f"{self.name} does not handle positive=True (use 'cd' or 'cvxpy')"
         for req in self.requires:
@@ -105,6 +114,9 @@ class BaseSolver:
 
     def solve(self, problem: Problem, w0=None, b0=None, *, tol=None, max_iter=None,
               verbose=False, **opts) -> SolverResult:
+        """Solve ``problem`` from ``(w0, b0)`` (``None``: zeros and the best intercept).
+        ``result.info["stop"]`` says why the solver stopped: ``"converged"``, ``"max_iter"`` or
+        ``"stalled"`` (no acceptable step, or no progress, before ``max_iter``)."""
         reason = self.supports(problem)
         if reason:
             raise UnsupportedProblem(reason)
@@ -115,14 +127,20 @@ class BaseSolver:
         with Timer() as timer:
             out = self._solve(problem, w, b, tol=tol, max_iter=max_iter, verbose=verbose, **opts)
         w, b, n_iter, history, crit, converged = out[:6]
-        info = out[6] if len(out) > 6 else {}
+        info = dict(out[6]) if len(out) > 6 else {}
+        info.setdefault("stop", "converged" if converged else
+                        ("max_iter" if n_iter >= max_iter else "stalled"))
+        info["max_iter"] = max_iter
         return SolverResult(coef=w, intercept=b if np.ndim(b) else float(b), n_iter=int(n_iter),
                             objective=np.asarray(history, dtype=np.float64),
                             criterion=float(crit), converged=bool(converged), solver=self.name,
                             time=timer.elapsed, info=info)
 
     def _start(self, problem, w0, b0):
-        """The checked start point (a copy)."""
+        """The checked start point (a copy); problems with coefficient matrices have their
+        own (``start_point``)."""
+        if hasattr(problem, "start_point"):
+            return problem.start_point(w0, b0)
         return start_point(problem, w0, b0)
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose):  # pragma: no cover - abstract

@@ -42,7 +42,7 @@ class AdaProx(BaseSolver):
     (``"backtracking"`` or ``"lipschitz"``), ``eta_at`` (``"gradient_step"`` or ``"iterate"``)."""
 
     name = NAME
-    requires = ()
+    requires = ("classical",)
     default_max_iter = 5000
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, step="backtracking",

@@ -24,7 +24,7 @@ class AdaTikhonov(BaseSolver):
     """Options: ``stall_rtol`` (stop when the objective's relative decrease falls below it)."""
 
     name = NAME
-    requires = ("separable",)
+    requires = ("separable", "classical")
     default_max_iter = 5000
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, stall_rtol=1e-13):

@@ -6,6 +6,8 @@
 - Logistic: proximal Newton (the compiled inner solver in ``_cd_logistic``). Each outer step builds
   the quadratic model of the loss at the current point and minimizes it (plus the penalty) by the
   same coordinate descent, then a backtracking line search on the true objective.
+- Every other datafit (Poisson, Gamma, Huber, quantile, Cox: ``dualdrop.linear.families``): the
+  same proximal Newton with the datafit's own model ``G, H`` (``_newton.newton_inner``).
 
 Both run on a *working set* of features: the outer loop scores every feature by its optimality
 violation (gradient mapping), keeps the nonzero ones plus the worst violators (doubling the set
@@ -27,12 +29,15 @@ from numba import njit
 
 from ._base import BaseSolver, UnsupportedProblem
 from ._common import check_tol_iter, progress, single_thread_blas, start_point
-from penalties.kernels import L1
+from penalties.kernels import L1, LP, MIXED
 
 from .._jit import (_dn_axpy, _dn_dot, _sp_axpy, _sp_dot, col_axpy, csc_rmatvec, penalty_sum,
                     prox_step, prox_steps, score_thresholds, scores_from_grad, select_ws,
                     zero_thresholds)
 from ._cd_logistic import inner_logistic
+from ._cd_groups import solve_groups
+from ._cd_multinomial import solve_multinomial
+from ._newton import newton_inner, working_set_loop
 from .anderson import weights as anderson_weights
 
 NAME = "cd"
@@ -354,25 +359,41 @@ def _null_objective(problem):
 
 
 class CD(BaseSolver):
-    """Working-set coordinate descent (least squares) or proximal Newton (logistic).
+    """Working-set coordinate descent (least squares) or proximal Newton (the other datafits).
     ``max_iter`` counts outer (working-set) iterations; ``tol`` applies to
     ``Problem.criterion``. Options: ``anderson=0`` disables extrapolation, ``working_set=False``
     solves on all features at once, ``max_epochs`` bounds the inner passes, ``p0`` is the first
-    working-set size, ``callback(w, b)`` runs after each outer iteration."""
+    working-set size, ``callback(w, b)`` runs after each outer iteration, ``polish=False``
+    skips the final exact solve of convex l1 / elastic-net least squares (:func:`polish_l1`)."""
 
     name = NAME
     requires = ("kernel",)
     supports_positive = True
+    grouped = True
+    multinomial = True
     default_max_iter = 100
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, working_set=True, anderson=5,
-               max_epochs=5000, p0=10, callback=None):
-        return _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson,
-                         max_epochs, p0, callback)
+               max_epochs=5000, p0=10, callback=None, polish=True):
+        out = _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson,
+                        max_epochs, p0, callback)
+        if polish and out[5] and problem.datafit.code == 0 \
+                and not getattr(problem, "grouped", False):
+            done = polish_l1(problem, out[0], out[1])
+            if done is not None:
+                w, b, crit = done
+                return (w, b, out[2], [*out[3], problem.objective(w, b)], crit, True,
+                        {**out[6], "polished": True})
+        return out
 
 
 def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_epochs, p0,
               callback):
+    if getattr(problem, "grouped", False):
+        return solve_groups(problem, w, b, tol, max_iter, verbose, working_set, p0, callback)
+    if getattr(problem, "multinomial", False):
+        return solve_multinomial(problem, w, b, tol, max_iter, verbose, working_set, p0,
+                                 callback)
     if problem.datafit.code == 0:
         return _solve_quadratic(problem, w, b, tol, max_iter, verbose, working_set, anderson,
                                 max_epochs, p0, callback)
@@ -381,52 +402,31 @@ def _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson, max_
     des = problem.design
     arrs = des.arrays
     y = problem.y
+    logistic = problem.datafit.code == 1  # compiled end to end; the others: _newton
     sw = problem.datafit.sample_weight
     sw = np.ones(problem.n) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
-    z = problem.z(w, b)
-    history = [problem.objective(w, b, z)]
     score = np.zeros(problem.p)
     lips, lam_w = problem.lips, problem.lam_w
     # the interval of gradients the prox maps to 0: lets CD skip prox calls for zeros that stay 0
     Tg = np.empty(problem.p)
     score_thresholds(code, params, lam_w, lips, Tg)
-    converged = False
-    crit = np.inf
-    it = 0
-    total_inner = 0
-    with progress(max_iter, verbose, "cd") as bar, single_thread_blas(des):
-        for it in range(1, max_iter + 1):
-            G = problem.datafit.raw_grad(y, z)
-            m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg,
-                                 score)
-            gb = abs(G.sum()) if problem.fit_intercept else 0.0
-            scale = problem.criterion_scale(history[-1])
-            crit = max(float(m), float(gb)) / scale
-            if crit <= tol:
-                converged = True
-                break
-            if working_set:
-                size = min(problem.p, max(p0, 2 * int(np.count_nonzero(w))))
-                ws = select_ws(score, w != 0.0, size)
-            else:
-                ws = np.arange(problem.p, dtype=np.int64)
-            tol_in = max(0.3 * crit, 0.1 * tol) * scale  # in the units of the gradient
-            z = np.ascontiguousarray(z)
+
+    def scores(w, z):
+        G = problem.datafit.raw_grad(y, z)
+        m = scores_from_grad(des.rmatvec(G), w, lips, lam_w, code, params, positive, Tg, score)
+        if problem.fit_intercept:
+            m = max(float(m), abs(float(G.sum())))
+        return m, score, w != 0.0
+
+    def inner(ws, w, z, b, tol_in):
+        if logistic:
             n_in, b = inner_logistic(*arrs, y, sw, ws, w, z, float(b), problem.fit_intercept,
                                       lips, lam_w, code, params, positive, tol_in, 50, 50)
-            total_inner += int(n_in)
-            if verbose == 2:
-                print(f"it {it}: crit {crit:.3e} ws {len(ws)} nnz {np.count_nonzero(w)} inner {n_in}")
-            history.append(problem.objective(w, b, z))
-            if callback is not None:
-                callback(w, b)
-            bar.update(1)
-            bar.set_postfix(crit=f"{crit:.2e}", ws=len(ws))
-        else:
-            # max_iter reached: final criterion at the returned point
-            crit = problem.criterion(w, b, z)
-            converged = crit <= tol
-    return w, b, it, history, crit, converged, {"inner_iterations": total_inner}
+            return n_in, z, b
+        return newton_inner(problem, ws, w, z, float(b), tol_in)
+
+    return working_set_loop(problem, w, b, tol, max_iter, verbose, working_set, p0, callback,
+                            scores, inner, NAME)
 
 
 class _QuadraticSetup:
@@ -484,6 +484,79 @@ def _solve_quadratic(problem, w, b, tol, max_iter, verbose, working_set, anderso
             bar.update(1)
             bar.set_postfix(crit=f"{crit:.2e}")
     return w, b, it, np.asarray(history), crit, converged, {"inner_iterations": total}
+
+
+_POLISH_FLOPS = 2e8  # the largest n |S|^2 the exact solve on the support may cost
+
+
+def _l1_shares(code, params):
+    """``(l1 share, ridge share)`` of a penalty that is l1 or l1 plus ridge, else ``None``."""
+    if code == L1 or (code == LP and params[0] == 1.0):
+        return 1.0, 0.0
+    if code == MIXED:
+        inner = int(params[2])
+        if inner == L1 or (inner == LP and params[3] == 1.0):
+            return float(params[0]), float(params[1])
+    return None
+
+
+def polish_l1(problem, w, b):
+    """The exact minimizer of convex l1 / elastic-net least squares, from a converged point.
+
+    On the support ``S`` of ``w`` with its signs ``s`` the optimality conditions are linear:
+    ``X_S^T (y - X_S w_S - b) / n = lam_S (rho s + (1 - rho) w_S)`` (and the intercept's
+    ``mean(y - X_S w_S) = b``), one solve of ``|S|`` equations. The solution is the minimizer
+    when its signs are ``s`` and every coefficient off ``S`` satisfies ``|x_j^T r| / n <= rho
+    lam_j``; then it replaces ``w`` (machine precision where coordinate descent stopped at
+    ``tol``: two fits of the same problem from different data, e.g. weighted against repeated
+    rows, then agree to rounding). Returns ``(w, b, criterion)``, or ``None`` when the
+    conditions fail, the support is too large (``n |S|^2 > 2e8``, or ``|S| > n`` without a ridge
+    term) or the system is singular."""
+    shares = _l1_shares(*problem.spec) if problem.spec is not None else None
+    if shares is None:
+        return None
+    rho, ridge = shares
+    S = np.flatnonzero(w)
+    n = problem.n
+    if S.size == 0 or (ridge == 0.0 and S.size > n) or n * S.size * S.size > _POLISH_FLOPS:
+        return None
+    lam = problem.lam_w
+    if not np.all(np.isfinite(lam[S])):
+        return None
+    sgn = np.sign(w[S])
+    XS = problem.design.columns(S)
+    y = problem.y
+    if problem.fit_intercept:
+        xm, ym = XS.mean(axis=0), float(y.mean())
+        XS = XS - xm
+        yc = y - ym
+    else:
+        yc = y
+    A = XS.T @ XS / n
+    A[np.diag_indices_from(A)] += lam[S] * ridge
+    rhs = XS.T @ yc / n - lam[S] * rho * sgn
+    try:
+        wS = np.linalg.solve(A, rhs)
+    except np.linalg.LinAlgError:
+        return None
+    held = (lam[S] > 0) | problem.positive  # unpenalized, unconstrained ones may change sign
+    if not np.all(np.isfinite(wS)) or np.any(np.sign(wS[held]) != sgn[held]):
+        return None
+    w_new = np.zeros(problem.p)
+    w_new[S] = wS
+    b_new = ym - float(xm @ wS) if problem.fit_intercept else 0.0
+    r = y - problem.design.matvec(w_new) - b_new
+    g = problem.design.rmatvec(r) / n
+    off = np.ones(problem.p, dtype=bool)
+    off[S] = False
+    bound = rho * lam[off]
+    gz = g[off] if problem.positive else np.abs(g[off])
+    slack = 1e-10 * bound + 1e-14 * float(np.max(np.abs(g), initial=0.0))
+    if np.any(gz > bound + slack):
+        return None
+    if problem.objective(w_new, b_new) > problem.objective(w, b) * (1.0 + 1e-12):
+        return None
+    return w_new, b_new, problem.criterion(w_new, b_new)
 
 
 def quadratic_path(problem, alphas, w0=None, b0=None, *, tol, max_iter=None, working_set=True,

@@ -27,7 +27,7 @@ class Cvxpy(BaseSolver):
     ``polish`` (finish with coordinate descent: exact zeros)."""
 
     name = NAME
-    requires = ("convex_l1_lp",)
+    requires = ("convex_l1_lp", "classical")
     supports_positive = True
     default_tol = 1e-8
     default_max_iter = 10000

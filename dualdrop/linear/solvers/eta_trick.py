@@ -35,7 +35,7 @@ class EtaTrick(BaseSolver):
     inf), ``stall_rtol``, ``log_eta_min`` (floor of log eta)."""
 
     name = NAME
-    requires = ("separable", "dual_f")
+    requires = ("separable", "dual_f", "classical")
     default_max_iter = 5000
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, eta0=None, stall_rtol=1e-13,

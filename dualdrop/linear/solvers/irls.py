@@ -45,7 +45,7 @@ class IRLS(BaseSolver):
     """Options: ``max_newton`` (damped Newton steps per logistic subproblem)."""
 
     name = NAME
-    requires = ("separable",)
+    requires = ("separable", "classical")
     default_max_iter = 200
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, max_newton=30):

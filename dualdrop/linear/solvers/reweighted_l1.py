@@ -7,7 +7,8 @@ leave zero coefficients unpenalized). Concavity of ``Omega`` on ``[0, inf)`` giv
 ``Omega(|u|) <= Omega(|w|) + Omega'(|w|)(|u| - |w|)``, so the objective is monotone whenever each
 weighted Lasso is solved from the previous iterate by a descent method (our CD) or exactly
 (``inner="cvxpy"``, a certifiable reference). A weight of ``inf`` (Lp, p < 1, at 0) keeps the
-coefficient at 0.
+coefficient at 0; from ``w = 0`` with every weight infinite the first step takes unit weights
+(Candes, Wakin & Boyd's own first iteration: the lasso).
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ def _reweighted(problem, w, b, tol, max_iter, verbose, inner, inner_tol, inner_m
     l1 = penalties.get("l1")
     n_inner = 0
 
-    def step(w, b):
+    def step(w, b, weights=None):
         nonlocal n_inner
-        weights = problem.weights * abs_derivative(P, w)
+        if weights is None:
+            weights = problem.weights * abs_derivative(P, w)
         sub = Problem(problem.design, problem.y, problem.datafit, l1, problem.alpha,
                       problem.fit_intercept, weights=weights)
         # an infinite weight pins the coefficient at 0
@@ -61,9 +63,20 @@ def _reweighted(problem, w, b, tol, max_iter, verbose, inner, inner_tol, inner_m
         n_inner += res.n_iter
         return res.coef, res.intercept
 
+    info = {"inner": inner}
+    if not np.any(w) and not np.any(np.isfinite(problem.weights * abs_derivative(P, w))
+                                     & (problem.lam_w > 0)):
+        # From w = 0 with Omega'(0+) = inf (Lp, p < 1) every weight is infinite and the
+        # iteration would never leave 0 (a stationary point of such penalties): the first step
+        # takes unit weights, the lasso (Candes, Wakin & Boyd's initialization), kept when it
+        # lowers the objective.
+        w1, b1 = step(w, b, problem.weights.copy())
+        if problem.objective(w1, b1) < problem.objective(w, b):
+            w, b = w1, b1
+            info["first_step"] = "unit weights"
     out = mm_loop(problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME,
                   stall_rtol=1e-15)
-    return out + ({"inner_iterations": n_inner, "inner": inner},)
+    return out + ({**info, "inner_iterations": n_inner},)
 
 
 SOLVER = ReweightedL1()

@@ -32,10 +32,7 @@ from dualdrop.nn._base import layer_floor
 from dualdrop.nn.oneshot.methods.base import LayerProblem, split_count
 from penalties.checks import check_float
 
-try:  # the penalty allocation's module (see the PENALTY BRANCH below)
-    from dualdrop.nn.oneshot.methods import penalty as _penalty
-except ImportError:
-    _penalty = None
+from dualdrop.nn.oneshot.methods.penalty import allocate_penalty
 
 ALLOCATIONS = ("uniform", "global", "owl", "penalty")
 
@@ -74,21 +71,13 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
     total = round(density * sum(sizes))
     if kind == "uniform":
         return {p.name: c for p, c in zip(problems, split_count(total, sizes))}
-    if kind == "penalty":
-        # ---- PENALTY BRANCH: written by the penalty methods' module ----------------------------
-        # methods/penalty.py provides allocate_penalty(problems, density, **opts) -> {name:
-        # n_keep} (the total exact, as above) and checks its own options; it must not import
-        # this module. Until it exists the branch refuses.
-        allocate_penalty = getattr(_penalty, "allocate_penalty", None)
-        if allocate_penalty is None:
-            raise ValueError("allocation='penalty' needs the penalty methods' allocation "
-                             "(dualdrop.nn.oneshot.methods.penalty.allocate_penalty), not in "
-                             "this version")
-        return allocate_penalty(problems, density, **opts)
     floors = [min(n, max(layer_floor(p.W0, n, MIN_LAYER_DENSITY), 1))
               for p, n in zip(problems, sizes)]
     if sum(floors) > total:  # a budget below the floors: they shrink in proportion
         floors = split_count(total, floors)
+    if kind == "penalty":
+        # one penalty level for every layer (methods/penalty.py: its scale, solver, options)
+        return allocate_penalty(problems, density, floors=floors, **opts)
     if kind == "global":
         return _global_magnitude(problems, floors, total)
     lod = [outlier_ratio(p.W0, p.G, opts["owl_m"]) for p in problems]

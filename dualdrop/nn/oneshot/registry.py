@@ -4,8 +4,11 @@ penalty methods on any separable penalty of the ``penalties`` catalog)."""
 
 from __future__ import annotations
 
+from dualdrop.nn.oneshot.methods.admm import ADMM
 from dualdrop.nn.oneshot.methods.base import OneShotMethod
 from dualdrop.nn.oneshot.methods.magnitude import Magnitude
+from dualdrop.nn.oneshot.methods.penalty import MCP, HardConcrete, LogSum, Penalty, VarDrop
+from dualdrop.nn.oneshot.methods.polish import Polish
 from dualdrop.nn.oneshot.methods.sparsegpt import SparseGPT
 from dualdrop.nn.oneshot.methods.wanda import Wanda
 
@@ -14,6 +17,13 @@ METHODS: dict[str, type[OneShotMethod]] = {
     "magnitude": Magnitude,
     "wanda": Wanda,
     "sparsegpt": SparseGPT,
+    "admm": ADMM,
+    "penalty": Penalty,
+    "logsum": LogSum,
+    "mcp": MCP,
+    "vardrop": VarDrop,
+    "hardconcrete": HardConcrete,
+    "polish": Polish,
 }
 
 

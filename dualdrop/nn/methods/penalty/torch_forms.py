@@ -89,6 +89,8 @@ def _mcp_omega(w, a, prm):
 
 def _mcp_eta(w, a, prm):
     A = prm["a"] * prm["lam"]
+    if math.isinf(A):  # a = inf: the l1 penalty, eta_hat = |w|
+        return a.clone()
     return torch.where(a < A, A * a / (A - a).clamp_min(_tiny(a)), a.new_tensor(math.inf))
 
 

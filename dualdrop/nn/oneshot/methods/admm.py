@@ -17,7 +17,7 @@ it as ``U = D`` with ``D in C`` and runs scaled ADMM with a growing penalty para
 (``V`` the scaled dual; when ``rho`` grows, ``V`` is divided by the same factor so the dual
 ``rho V`` is unchanged). As ``rho`` grows, ``U`` is pulled onto ``D`` and the support of ``D``
 freezes; the support found is then refit by least squares (ALPS uses preconditioned conjugate
-gradients for this step; here each row's system is solved exactly, ``_layer.LayerProblem.refit``).
+gradients for this step; here each row's system is solved exactly, ``base.refit_on_support``).
 Boža ("Fast and Effective Weight Update for Pruned Large Language Models", 2024) uses the same
 ADMM weight update, with the inverse ``(Gs + rho I)^-1`` precomputed.
 
@@ -37,25 +37,30 @@ the original ones (the scale of an input does not change what is kept).
 
 from __future__ import annotations
 
-import numbers
 import time
 
 import numpy as np
+import torch
 
-from ._layer import LayerProblem
+from penalties.checks import check_choice, check_float, check_int
 
-__all__ = ["SCHEDULES", "admm_layer"]
+from .base import Budget, OneShotMethod
+from ._layer import ScaledLayer
+from .polish import polish_support
+
+__all__ = ["ADMM", "SCHEDULES", "admm_support"]
 
 SCHEDULES = ("alps", "slow")
 
-# ALPS's rho rule: (fraction of the kept places that changed, factor), checked in order
+# ALPS's rho rule: (fraction of the kept places that changed over a window, factor), in order
 ALPS_STEPS = ((0.1, 1.3), (0.005, 1.2), (0.0, 1.1))
 
 
-def _project(Z, lp, k, pattern):
-    """The mask of ``P_C(Z)``: the ``k`` largest ``|Z|`` of the layer, or ``N`` per group."""
-    if pattern is not None:
-        return lp.keep_top(np.abs(Z), pattern=pattern)
+def _project(Z, sl, k, budget):
+    """The live support of ``P_C(Z)``: the ``k`` largest ``|Z|`` of the layer (a partial
+    selection: this runs every iteration), or the ``N`` largest of each group."""
+    if budget.pattern is not None:
+        return sl.top_mask(np.abs(Z), budget)
     mask = np.zeros(Z.shape, dtype=bool)
     if k >= Z.size:
         mask[:] = True
@@ -65,26 +70,23 @@ def _project(Z, lp, k, pattern):
     return mask
 
 
-def admm_layer(lp: LayerProblem, n_keep=None, pattern=None, *, schedule="alps", rho0=0.1,
-               growth=1.02, rho_every=3, patience=20, max_iter=None, callback=None):
-    """Run ADMM (module docstring) on ``lp``; returns ``(mask, info)``: the support over the live
-    inputs ``(R, q)`` and ``{"iterations", "rho", "seconds", "stopped"}``. ``callback(t, mask,
-    U)`` runs after each iteration (tests, traces)."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="alps", rho0=0.1, growth=1.02,
+                 rho_every=3, patience=20, max_iter=None, callback=None):
+    """Run ADMM (module docstring) on ``sl``; returns ``(mask, D, info)``: the live support
+    ``(R, q)``, ADMM's last projected point ``D`` (scaled, on that support) and ``{"iterations",
+    "rho", "seconds", "stopped"}``. ``callback(t, mask, U)`` runs after each iteration."""
     if max_iter is None:
         max_iter = 300 if schedule == "alps" else 3000
     t0 = time.perf_counter()
-    k = lp.live_budget(n_keep) if pattern is None else None
-    U0 = lp.U0
-    lam, Q = np.linalg.eigh(lp.Gs)
+    k = sl.live_target(budget)
+    U0 = sl.U0
+    lam, Q = np.linalg.eigh(sl.Gs)
     lam = np.clip(lam, 0.0, None)
-    A = (U0 @ Q) * lam  # (Gs u0_r) in the eigenbasis, every row
-    mask = _project(U0, lp, k, pattern)
+    A = (U0 @ Q) * lam  # Gs u0_r in the eigenbasis, every row
+    mask = _project(U0, sl, k, budget)
     D = np.where(mask, U0, 0.0)
     V = np.zeros_like(U0)
     rho = float(rho0)
-    kept = int(mask.sum())
     window_changes = 0
     stable = 0
     stopped = "max_iter"
@@ -96,7 +98,7 @@ def admm_layer(lp: LayerProblem, n_keep=None, pattern=None, *, schedule="alps", 
         T /= lam + rho
         U = T @ Q.T
         Z = U + V
-        new = _project(Z, lp, k, pattern)
+        new = _project(Z, sl, k, budget)
         changes = int(np.count_nonzero(new != mask)) // 2
         mask = new
         D = np.where(mask, Z, 0.0)
@@ -110,7 +112,7 @@ def admm_layer(lp: LayerProblem, n_keep=None, pattern=None, *, schedule="alps", 
                     stopped = "stable"
                     break
                 for frac, factor in ALPS_STEPS:
-                    if window_changes > frac * kept:
+                    if window_changes > frac * k:
                         break
                 rho *= factor
                 V /= factor
@@ -124,19 +126,47 @@ def admm_layer(lp: LayerProblem, n_keep=None, pattern=None, *, schedule="alps", 
             V /= growth
     info = {"iterations": t, "rho": rho, "seconds": time.perf_counter() - t0,
             "stopped": stopped}
-    return mask, info
+    return mask, D, info
 
 
-def _check_options(schedule, rho0, growth, rho_every, patience, max_iter):
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    for name, v, low in (("rho0", rho0, 0.0), ("growth", growth, 1.0)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) \
-                or not v > low:
-            raise ValueError(f"{name} must be a finite number > {low:g}, got {v!r}")
-    for name, v in (("rho_every", rho_every), ("patience", patience)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if max_iter is not None and (isinstance(max_iter, bool)
-                                 or not isinstance(max_iter, numbers.Integral) or max_iter < 1):
-        raise ValueError(f"max_iter must be an integer >= 1 or None, got {max_iter!r}")
+class ADMM(OneShotMethod):
+    """ADMM on the L0- or N:M-constrained layer problem (module docstring).
+
+    Options: ``schedule`` (``"slow"``, default: rho times ``growth`` every iteration until the
+    support is stable for ``patience`` iterations; ``"alps"``: ALPS's adaptive rule with early
+    stop, checked every ``rho_every`` iterations), ``rho0`` (the first rho, in units of the
+    unit-diagonal Gram), ``max_iter`` (``None``: 300 for alps, 3000 for slow), ``refit``
+    (default True: the support's least squares, ALPS's last step; False returns ADMM's projected
+    point ``D``) and ``polish`` (default False: the support polish of ``polish.py`` after it)."""
+
+    name = "admm"
+    defaults = {"schedule": "slow", "rho0": 0.1, "growth": 1.02, "rho_every": 3,
+                "patience": 20, "max_iter": None, "refit": True, "polish": False}
+
+    def _validate(self, opts):
+        opts["schedule"] = check_choice("schedule", opts["schedule"], set(SCHEDULES))
+        opts["rho0"] = check_float("rho0", opts["rho0"], low=0.0, low_open=True)
+        opts["growth"] = check_float("growth", opts["growth"], low=1.0, low_open=True)
+        opts["rho_every"] = check_int("rho_every", opts["rho_every"], low=1)
+        opts["patience"] = check_int("patience", opts["patience"], low=1)
+        if opts["max_iter"] is not None:
+            opts["max_iter"] = check_int("max_iter", opts["max_iter"], low=1)
+        if not isinstance(opts["polish"], bool):
+            raise TypeError(f"polish must be True or False, got {opts['polish']!r}")
+        if opts["polish"] and not opts["refit"]:
+            raise ValueError("polish=True scores supports by their least-squares refit; it "
+                             "needs refit=True")
+        return opts
+
+    def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
+        sl = ScaledLayer(W0, G)
+        o = self.options
+        mask, D, self.info = admm_support(
+            sl, budget, schedule=o["schedule"], rho0=o["rho0"], growth=o["growth"],
+            rho_every=o["rho_every"], patience=o["patience"], max_iter=o["max_iter"])
+        if o["polish"]:
+            mask = polish_support(sl, mask, budget)
+        if not o["refit"]:
+            return sl.finish(mask, budget, values=D, refit=False)
+        # prune() refits (refit=True): the support and the dead weights the budget needs
+        return sl.finish(mask, budget, refit=False)

@@ -36,39 +36,40 @@ meets its total density.
 
 from __future__ import annotations
 
-import numbers
+import math
 import time
 
 import numpy as np
+import torch
 
 import penalties
 from dualdrop.linear._jit import zero_threshold
 from dualdrop.linear.solvers.gram_cd import solve_gram
+from penalties.checks import check_float, check_int
 
-from ._layer import LayerProblem
+from .base import Budget, LayerProblem, OneShotMethod
+from ._layer import ScaledLayer
 from .polish import SupportSearch
 
-__all__ = ["DEFAULT_PARAMS", "alpha_max", "level_curve", "penalty_layer", "resolve"]
+__all__ = ["DEFAULT_PARAMS", "HardConcrete", "LogSum", "MCP", "Penalty", "VarDrop",
+           "allocate_penalty", "alpha_max", "penalty_support"]
 
-# Parameters of the named methods, in the scale-free units of the weights (RMS 1)
+# Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
+# passes overrides them.
 DEFAULT_PARAMS = {
-    "logsum": {"eps": 0.1},
-    "mcp": {"a": 1.0, "lam": 0.1},
-    "vardrop": {},
-    "hardconcrete": {},
+    "logsum": {"eps": 1.0},
+    "mcp": {"a": 1.0, "lam": 1.0},
 }
 
 
 def resolve(penalty, params=None):
-    """A penalty object from a catalog name (with ``params``, defaults of
-    :data:`DEFAULT_PARAMS`) or an object; ``ValueError`` naming ``penalty`` for one without a
-    compiled kernel."""
+    """The penalty object of a catalog name (``params`` over :data:`DEFAULT_PARAMS`) or an
+    object; ``ValueError`` naming ``penalty`` for one without a compiled kernel."""
     if isinstance(penalty, str):
-        merged = {**DEFAULT_PARAMS.get(penalty, {}), **(params or {})}
-        P = penalties.get(penalty, **merged)
+        P = penalties.get(penalty, **{**DEFAULT_PARAMS.get(penalty, {}), **(params or {})})
     else:
         if params:
-            raise ValueError("penalty_params go with a penalty name, not a penalty object")
+            raise ValueError("penalty parameters go with a penalty name, not a penalty object")
         P = penalty
     spec = getattr(P, "kernel_spec", lambda: None)()
     if spec is None:
@@ -78,9 +79,9 @@ def resolve(penalty, params=None):
 
 
 def alpha_max(P, b_max):
-    """The smallest ``alpha`` at which coordinate descent from 0 keeps every weight at 0 when
+    """The smallest ``alpha`` at which coordinate descent from 0 leaves every weight at 0 when
     the largest ``|Gs u0|`` is ``b_max``: the prox's zero threshold at step ``alpha`` (unit
-    curvature) reaches ``b_max``. Found by doubling and bisection in ``log alpha``."""
+    curvature) reaches ``b_max``. Doubling, then bisection in ``log alpha``."""
     code, params = P.kernel_spec()
     params = np.ascontiguousarray(params, dtype=np.float64)
     if b_max <= 0:
@@ -89,14 +90,14 @@ def alpha_max(P, b_max):
     while zero_threshold(code, params, hi) < b_max:
         lo, hi = hi, hi * 4.0
         if hi > 1e300:
-            raise ValueError(f"penalty {P!r} never sets the weights to 0 (its prox has no zero "
+            raise ValueError(f"penalty {P!r} never sets a weight to 0 (its prox has no zero "
                              "interval): it cannot prune")
     if lo == 0.0:
         lo = hi
         while zero_threshold(code, params, lo) >= b_max and lo > 1e-300:
             hi, lo = lo, lo / 4.0
     for _ in range(80):
-        mid = np.sqrt(lo * hi)
+        mid = math.sqrt(lo * hi)
         if zero_threshold(code, params, mid) >= b_max:
             hi = mid
         else:
@@ -109,111 +110,262 @@ def alpha_max(P, b_max):
 class _Path:
     """Warm-started fits of one layer along decreasing ``alpha``."""
 
-    def __init__(self, lp, P, tol, n_threads):
-        self.lp, self.P, self.tol, self.n_threads = lp, P, tol, n_threads
+    def __init__(self, sl: ScaledLayer, P, tol, n_threads):
+        self.sl, self.P, self.tol, self.n_threads = sl, P, tol, n_threads
         self.fits = 0
+        self.alpha_max = alpha_max(P, float(np.max(np.abs(sl.B), initial=0.0)))
 
     def fit(self, alpha, start):
-        res = solve_gram(self.lp.Gs, self.lp.B, self.lp.c0, alpha, self.P, start=start,
+        res = solve_gram(self.sl.Gs, self.sl.B, self.sl.c0, alpha, self.P, start=start,
                          tol=self.tol, n_threads=self.n_threads)
         self.fits += 1
         return res.coef
 
-    def to_budget(self, target, *, ratio, slack, max_bisect):
-        """Run the path until at least ``target`` nonzeros, then bisect the last bracket to
-        ``[target, target (1 + slack)]``. Returns ``(U, alpha)`` of the fit with at least
+    def to_budget(self, target, *, ratio, slack, max_refine):
+        """Run the path (``alpha`` times ``ratio`` per fit) until at least ``target`` nonzeros,
+        then refine the last bracket until a fit lands in ``[target, target (1 + slack)]``:
+        regula falsi on ``log nnz`` against ``log alpha`` (aiming inside the interval), each
+        fit warm-started from the sparser end. Returns ``(U, alpha)`` of the fit with at least
         ``target`` nonzeros closest to it (or the densest fit if none reaches it)."""
-        lp = self.lp
-        a = alpha_max(self.P, float(np.max(np.abs(lp.B), initial=0.0)))
-        U_hi = np.zeros_like(lp.U0)  # sparser end of the bracket
-        a_hi = a
-        U = U_hi
-        nnz = 0
+        a_hi = self.alpha_max
+        U_hi = np.zeros_like(self.sl.U0)  # the sparser end of the bracket
+        n_hi = 0
         for _ in range(400):
             a_lo = a_hi * ratio
-            U = self.fit(a_lo, U_hi)
-            nnz = int(np.count_nonzero(U))
-            if nnz >= target:
+            U_lo = self.fit(a_lo, U_hi)
+            n_lo = int(np.count_nonzero(U_lo))
+            if n_lo >= target:
                 break
-            U_hi, a_hi = U, a_lo
+            U_hi, a_hi, n_hi = U_lo, a_lo, n_lo
         else:
-            return U, a_hi
-        U_best, a_best = U, a_lo
-        for _ in range(max_bisect):
-            if nnz <= target * (1.0 + slack) or a_hi <= a_lo * (1 + 1e-6):
+            return U_hi, a_hi
+        aim = math.log(target * (1.0 + 0.5 * slack))
+        for _ in range(max_refine):
+            if n_lo <= target * (1.0 + slack) or a_hi <= a_lo * (1 + 1e-9):
                 break
-            mid = np.sqrt(a_lo * a_hi)
+            lh, ll = math.log(a_hi), math.log(a_lo)
+            t = 0.5
+            if 0 < n_hi < n_lo:
+                t = (aim - math.log(n_hi)) / (math.log(n_lo) - math.log(n_hi))
+                t = min(max(t, 0.05), 0.95)
+            mid = math.exp(lh + t * (ll - lh))
             Um = self.fit(mid, U_hi)
             n = int(np.count_nonzero(Um))
             if n >= target:
-                a_lo, U_best, a_best, nnz = mid, Um, mid, n
+                a_lo, U_lo, n_lo = mid, Um, n
             else:
-                a_hi, U_hi = mid, Um
-        return U_best, a_best
+                a_hi, U_hi, n_hi = mid, Um, n
+        return U_lo, a_lo
 
 
-def penalty_layer(lp: LayerProblem, n_keep=None, pattern=None, *, penalty="logsum",
-                  penalty_params=None, refit=True, polish=True, ratio=0.7, slack=0.02,
-                  max_bisect=12, tol=1e-4, n_threads=1):
-    """Prune ``lp`` to the budget with the penalty (module docstring). Returns ``(U, mask,
-    info)``: the scaled live weights ``(R, q)``, their support and ``{"alpha", "fits",
-    "swaps", "transfers", "seconds"}``."""
+def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=True,
+                    ratio=0.5, slack=0.05, max_refine=12, tol=1e-2, n_threads=1):
+    """Prune ``sl`` to ``budget`` with the penalty ``P`` (module docstring). Returns ``(U, mask,
+    info)``: the penalized scaled weights of the path's last fit ``(R, q)``, the live support
+    and ``{"alpha", "fits", "swaps", "transfers", "seconds"}``. Without ``refit`` the support
+    keeps the largest ``|u|`` of that fit (no exact moves, no polish)."""
     t0 = time.perf_counter()
-    P = resolve(penalty, penalty_params)
-    path = _Path(lp, P, tol, n_threads)
-    if pattern is None:
-        target = lp.live_budget(n_keep)
-    else:
-        N, M = pattern
-        _, pad = lp.groups(M)
-        target = lp.R * int(np.minimum(N, (pad >= 0).sum(axis=1)).sum())
     info = {"alpha": 0.0, "fits": 0, "swaps": 0, "transfers": 0}
-    if target == 0:
-        mask = np.zeros(lp.U0.shape, dtype=bool)
-        return np.zeros_like(lp.U0), mask, {**info, "seconds": time.perf_counter() - t0}
-    if target >= lp.U0.size:
-        mask = np.ones(lp.U0.shape, dtype=bool)
-        return lp.U0.copy(), mask, {**info, "seconds": time.perf_counter() - t0}
-    U, alpha = path.to_budget(target, ratio=ratio, slack=slack, max_bisect=max_bisect)
+    target = sl.live_target(budget)
+    if target == 0 or target >= sl.U0.size:
+        mask = np.full(sl.U0.shape, target > 0)
+        return sl.U0.copy(), mask, {**info, "seconds": time.perf_counter() - t0}
+    path = _Path(sl, P, tol, n_threads)
+    U, alpha = path.to_budget(target, ratio=ratio, slack=slack, max_refine=max_refine)
     info["alpha"], info["fits"] = float(alpha), path.fits
     if not refit:
-        # no least squares: the penalized weights themselves, the largest |u| kept
-        mask = lp.keep_top(np.abs(U), n_keep=target if pattern is None else None,
-                           pattern=pattern)
-        return np.where(mask, U, 0.0), mask, {**info, "seconds": time.perf_counter() - t0}
-    search = SupportSearch(lp, U != 0, pattern=pattern)
-    if pattern is None:
+        mask = sl.top_mask(np.abs(U), budget)
+        return U, mask, {**info, "seconds": time.perf_counter() - t0}
+    search = SupportSearch(sl, U != 0, pattern=budget.pattern)
+    if budget.pattern is None:
         search.fix_budget(target)
     else:
         search.fix_pattern()
     if polish:
         _, info["swaps"], info["transfers"] = search.polish()
-    mask = search.mask()
-    U = lp.refit(mask)
     info["seconds"] = time.perf_counter() - t0
-    return U, mask, info
+    return U, search.mask(), info
 
 
-def level_curve(lp: LayerProblem, levels, *, penalty="logsum", penalty_params=None, tol=1e-4,
-                n_threads=1):
-    """The layer's kept count at each penalty ``level`` of ``levels`` (decreasing), ``alpha =
-    level * energy`` (module docstring), warm-started along the levels. Returns an int array."""
-    P = resolve(penalty, penalty_params)
-    path = _Path(lp, P, tol, n_threads)
-    levels = np.asarray(levels, dtype=np.float64)
-    out = np.zeros(levels.size, dtype=np.int64)
-    U = np.zeros_like(lp.U0)
-    amax = alpha_max(P, float(np.max(np.abs(lp.B), initial=0.0)))
-    for i, lev in enumerate(levels):
-        a = lev * lp.energy
-        if a >= amax:
+class Penalty(OneShotMethod):
+    """The duality's penalized regression per output row (module docstring).
+
+    Options: ``penalty`` (a catalog name with a compiled kernel, default ``"logsum"``; its
+    parameters as further options, e.g. ``eps=0.5``, in the units of RMS-1 weights, defaults
+    :data:`DEFAULT_PARAMS`), ``refit`` (default True: least squares on the support, exact greedy
+    moves to the budget; False keeps the penalized weights of the path's last fit), ``polish``
+    (default True: the support polish, ``polish.py``), ``tol`` (the coordinate descent's
+    criterion along the path, 1e-2), ``ratio`` (``alpha`` factor between path fits, 0.5),
+    ``slack`` (how far above the budget the path may stop before the exact moves, 0.05) and
+    ``n_threads`` (rows solved in parallel by numba, 1)."""
+
+    name = "penalty"
+    penalty_name = "logsum"
+    defaults = {"penalty": None, "penalty_params": None, "refit": True, "polish": True,
+                "tol": 1e-2, "ratio": 0.5, "slack": 0.05, "max_refine": 12, "n_threads": 1}
+
+    def __init__(self, **options):
+        # options the method does not know are the penalty's parameters (penalty:scad, a=3.7)
+        own = set(self.defaults) | {"refit"}
+        params = {k: options.pop(k) for k in list(options) if k not in own}
+        if params:
+            if options.get("penalty_params"):
+                raise ValueError(f"give the penalty's parameters either as options {sorted(params)} "
+                                 "or in penalty_params, not both")
+            options["penalty_params"] = params
+        super().__init__(**options)
+
+    def _validate(self, opts):
+        if opts["penalty"] is None:
+            opts["penalty"] = self.penalty_name
+        if not isinstance(opts["penalty"], str):
+            raise TypeError(f"penalty must be a catalog name, got {type(opts['penalty']).__name__}")
+        if opts["penalty_params"] is not None and not isinstance(opts["penalty_params"], dict):
+            raise TypeError("penalty_params must be a dict of the penalty's parameters")
+        self.P = resolve(opts["penalty"], opts["penalty_params"])  # ValueError names a bad one
+        for key in ("refit", "polish"):
+            if not isinstance(opts[key], bool):
+                raise TypeError(f"{key} must be True or False, got {opts[key]!r}")
+        if opts["polish"] and not opts["refit"]:
+            raise ValueError("polish=True scores supports by their least-squares refit; it "
+                             "needs refit=True")
+        opts["tol"] = check_float("tol", opts["tol"], low=0.0, low_open=True)
+        opts["ratio"] = check_float("ratio", opts["ratio"], low=0.0, high=1.0, low_open=True,
+                                    high_open=True)
+        opts["slack"] = check_float("slack", opts["slack"], low=0.0)
+        opts["max_refine"] = check_int("max_refine", opts["max_refine"], low=0)
+        opts["n_threads"] = check_int("n_threads", opts["n_threads"], low=1)
+        return opts
+
+    def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
+        sl = ScaledLayer(W0, G)
+        o = self.options
+        U, mask, self.info = penalty_support(
+            sl, budget, self.P, refit=o["refit"], polish=o["polish"], ratio=o["ratio"],
+            slack=o["slack"], max_refine=o["max_refine"], tol=o["tol"],
+            n_threads=o["n_threads"])
+        if not o["refit"]:
+            return sl.finish(mask, budget, values=U, refit=False)
+        return sl.finish(mask, budget, refit=False)  # prune() refits
+
+
+class LogSum(Penalty):
+    """``penalty:logsum``: the effective penalty of the eta-trick's LogSum dual (``eps``)."""
+
+    name = "logsum"
+    penalty_name = "logsum"
+
+
+class MCP(Penalty):
+    """``penalty:mcp``: MCP (``a``, ``lam``; ``a lam`` the width of its concave part)."""
+
+    name = "mcp"
+    penalty_name = "mcp"
+
+
+class VarDrop(Penalty):
+    """``penalty:vardrop``: the effective penalty of variational dropout (Molchanov et al.'s KL
+    approximation)."""
+
+    name = "vardrop"
+    penalty_name = "vardrop"
+
+
+class HardConcrete(Penalty):
+    """``penalty:hardconcrete``: the effective penalty of hard-concrete L0 gates."""
+
+    name = "hardconcrete"
+    penalty_name = "hardconcrete"
+
+
+# ----------------------------------------------------------------------------------------------
+# allocation="penalty": one level for every layer
+
+
+def _level_counts(layers, paths, level, starts):
+    """Each layer's live nonzeros at ``level`` (``alpha = level * energy``), warm-started from
+    ``starts`` (updated in place)."""
+    counts = []
+    for i, (sl, path) in enumerate(zip(layers, paths)):
+        a = level * sl.energy
+        if a >= path.alpha_max or sl.energy == 0:
+            counts.append(0)
             continue
-        U = path.fit(a, U)
-        out[i] = np.count_nonzero(U)
+        starts[i] = path.fit(a, starts[i])
+        counts.append(int(np.count_nonzero(starts[i])))
+    return counts
+
+
+def allocate_penalty(problems: list[LayerProblem], density: float, *, floors=None,
+                     penalty="logsum", tol=1e-2, ratio=0.5, rtol=0.005, **penalty_params):
+    """``{name: n_keep}`` with one penalty level for every layer (module docstring), summing to
+    ``round(density * total)`` exactly.
+
+    The level runs down a geometric path (``ratio``) until the layers' nonzeros reach the total,
+    then the last bracket is bisected in ``log level`` until within ``rtol`` of it; the counts
+    are then scaled to the total exactly (largest remainders), at least ``floors[l]`` per layer
+    (the floors of the other allocations) and at most the layer's size. ``penalty`` and its
+    parameters as for the penalty methods."""
+    density = check_float("density", density, low=0.0, high=1.0, low_open=True)
+    tol = check_float("tol", tol, low=0.0, low_open=True)
+    ratio = check_float("ratio", ratio, low=0.0, high=1.0, low_open=True, high_open=True)
+    rtol = check_float("rtol", rtol, low=0.0, low_open=True)
+    if not isinstance(penalty, str):
+        raise TypeError(f"penalty must be a catalog name, got {type(penalty).__name__}")
+    P = resolve(penalty, penalty_params)
+    sizes = [int(p.W0.numel()) for p in problems]
+    total = round(density * sum(sizes))
+    floors = [0] * len(problems) if floors is None else [int(f) for f in floors]
+    if any(p.G is None for p in problems):
+        raise ValueError("allocation='penalty' needs every layer's Gram (LayerProblem.G)")
+    layers = [ScaledLayer(p.W0, p.G) for p in problems]
+    paths = [_Path(sl, P, tol, 1) for sl in layers]
+    starts = [np.zeros_like(sl.U0) for sl in layers]
+    live = sum(sl.R * sl.q for sl in layers)
+    want = min(total, live)
+    level = max((pa.alpha_max / sl.energy for sl, pa in zip(layers, paths) if sl.energy > 0),
+                default=1.0)
+    hi, counts_hi, starts_hi = level, [0] * len(layers), [s.copy() for s in starts]
+    counts = counts_hi
+    for _ in range(400):
+        level *= ratio
+        counts = _level_counts(layers, paths, level, starts)
+        if sum(counts) >= want:
+            break
+        hi, counts_hi, starts_hi = level, counts, [s.copy() for s in starts]
+    lo, counts_lo = level, counts
+    for _ in range(60):
+        if sum(counts_lo) <= want * (1 + rtol) or hi <= lo * (1 + 1e-9):
+            break
+        mid = math.sqrt(lo * hi)
+        trial = [s.copy() for s in starts_hi]
+        c = _level_counts(layers, paths, mid, trial)
+        if sum(c) >= want:
+            lo, counts_lo = mid, c
+        else:
+            hi, counts_hi, starts_hi = mid, c, trial
+    counts = _exact_counts(counts_lo, total, sizes, floors)
+    return {p.name: c for p, c in zip(problems, counts)}
+
+
+def _exact_counts(counts, total, sizes, floors):
+    """``counts`` scaled to sum to ``total`` exactly: proportional shares (largest remainders),
+    then every layer brought into ``[floor, size]`` with the difference taken from (or given
+    to) the layers with room, in proportion to their counts."""
+    got = sum(counts)
+    exact = [c * total / got if got else total * s / sum(sizes) for c, s in zip(counts, sizes)]
+    out = [min(s, max(f, math.floor(e))) for e, s, f in zip(exact, sizes, floors)]
+    order = sorted(range(len(out)), key=lambda i: (-(exact[i] - math.floor(exact[i])), i))
+    while sum(out) != total:
+        step = 1 if sum(out) < total else -1
+        moved = False
+        for i in order:
+            if sum(out) == total:
+                break
+            new = out[i] + step
+            if floors[i] <= new <= sizes[i]:
+                out[i] = new
+                moved = True
+        if not moved:
+            raise ValueError(f"cannot keep {total} weights within the layers' floors and sizes")
     return out
-
-
-def _check_positive(name, v):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)

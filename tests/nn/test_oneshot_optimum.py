@@ -1,0 +1,204 @@
+"""The optimization methods of one-shot pruning (admm, the penalty family, the polish) against
+the exact optimum of layers small enough to enumerate every support, exact budgets and N:M
+patterns, the polish's exact moves, and allocation="penalty"."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from dualdrop.nn.oneshot.methods import polish as P
+from dualdrop.nn.oneshot.methods._layer import ScaledLayer, exact_optimum
+from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, layer_objective
+from dualdrop.nn.oneshot.methods.penalty import allocate_penalty
+from dualdrop.nn.oneshot.registry import get_method
+
+
+def _digits_layer(n_inputs=12, seed=0):
+    """A real layer: a least-squares classifier of the digits on 12 of their pixels (raw 0..16
+    intensities, unstandardized), its Gram from the images."""
+    X, y = load_digits(return_X_y=True)
+    rng = np.random.default_rng(seed)
+    cols = np.sort(rng.choice(np.flatnonzero(X.var(0) > 1.0), n_inputs, replace=False))
+    Xs = X[:, cols]
+    Y = np.eye(10)[y]
+    W0 = np.linalg.lstsq(np.column_stack([Xs, np.ones(len(Xs))]), Y, rcond=None)[0][:-1].T
+    return torch.from_numpy(W0.copy()), torch.from_numpy(Xs.T @ Xs / len(Xs))
+
+
+def _synthetic_layer(R=8, p=12, seed=0):
+    """Correlated inputs of unequal scales, standard normal trained weights."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((400, p)) @ (np.eye(p) + 0.6 * rng.standard_normal((p, p)) / np.sqrt(p))
+    X *= rng.uniform(0.2, 3.0, p)
+    return torch.from_numpy(rng.standard_normal((R, p))), torch.from_numpy(X.T @ X / 400)
+
+
+LAYERS = [("digits0", lambda: _digits_layer(seed=0)), ("digits1", lambda: _digits_layer(seed=1)),
+          ("synthetic0", lambda: _synthetic_layer(seed=0)),
+          ("synthetic1", lambda: _synthetic_layer(seed=1))]
+
+
+def _budgets(W0):
+    n = W0.numel()
+    return [Budget(n_keep=round(f * n)) for f in (0.4, 0.2, 0.1)] + [Budget(pattern=(2, 4))]
+
+
+def test_exact_optimum_against_brute_force():
+    """The per-row curves and the dynamic programming split against every support of the whole
+    layer; N:M against every pattern."""
+    W0, G = _synthetic_layer(R=2, p=6, seed=3)
+    sl = ScaledLayer(W0, G)
+    n = W0.numel()
+    for k in (2, 4, 7):
+        best = np.inf
+        for S in itertools.combinations(range(n), k):
+            mask = np.zeros(n, dtype=bool)
+            mask[list(S)] = True
+            W = sl.finish(mask.reshape(W0.shape), Budget(n_keep=k))
+            best = min(best, layer_objective(W, W0, G))
+        opt, sizes = exact_optimum(W0, G, Budget(n_keep=k))
+        assert opt == pytest.approx(best, rel=1e-7)
+        assert sizes.sum() == k
+    W0, G = _synthetic_layer(R=2, p=8, seed=4)
+    best = np.inf
+    groups = [list(itertools.combinations(range(g, g + 4), 2)) for g in (0, 4)]
+    for rows in itertools.product(itertools.product(*groups), repeat=2):
+        mask = np.zeros((2, 8), dtype=bool)
+        for r, parts in enumerate(rows):
+            mask[r, [j for part in parts for j in part]] = True
+        W = ScaledLayer(W0, G).finish(mask, Budget(pattern=(2, 4)))
+        best = min(best, layer_objective(W, W0, G))
+    assert exact_optimum(W0, G, Budget(pattern=(2, 4)))[0] == pytest.approx(best, rel=1e-7)
+
+
+@pytest.mark.parametrize("layer", [name for name, _ in LAYERS])
+def test_methods_against_the_exact_optimum(layer):
+    """Every budget: the exact count / pattern; the default penalty method within 2% of the
+    enumerated optimum and never above ADMM, ADMM within 10%; the polish never worse than the
+    support it starts from."""
+    W0, G = dict(LAYERS)[layer]()
+    for budget in _budgets(W0):
+        opt, _ = exact_optimum(W0, G, budget)
+        res = {}
+        for name, opts in [("logsum", {}), ("admm", {}), ("admm", {"schedule": "alps"}),
+                           ("sparsegpt", {"refit": True}),
+                           ("polish", {"start": get_method("sparsegpt")})]:
+            W = get_method(name, **opts).prune(W0, G, budget)
+            if budget.n_keep is not None:
+                assert int((W != 0).sum()) == budget.n_keep, (name, budget)
+            else:
+                nz = (W != 0).reshape(W.shape[0], -1, 4).sum(-1)
+                assert bool((nz == 2).all()), (name, budget)
+            res[name + str(opts.get("schedule", ""))] = layer_objective(W, W0, G) / opt
+        assert min(res.values()) >= 1 - 1e-7, res
+        assert res["logsum"] <= 1.02, (budget, res)
+        assert res["logsum"] <= res["admm"] * (1 + 1e-9), (budget, res)
+        assert res["admm"] <= 1.10, (budget, res)
+        assert res["polish"] <= res["sparsegpt"] + 1e-12, (budget, res)
+
+
+def test_penalty_family_and_options():
+    W0, G = _digits_layer(seed=2)
+    budget = Budget(n_keep=30)
+    opt, _ = exact_optimum(W0, G, budget)
+    for name, opts in [("mcp", {}), ("penalty:l1", {}), ("penalty:scad", {"a": 3.7}),
+                       ("vardrop", {}), ("hardconcrete", {}), ("logsum", {"eps": 0.3})]:
+        W = get_method(name, **opts).prune(W0, G, budget)
+        assert int((W != 0).sum()) == 30
+        assert layer_objective(W, W0, G) <= 1.05 * opt, name
+    # without refit: the penalized weights of the path (shrunk), a worse objective
+    W = get_method("logsum", refit=False, polish=False).prune(W0, G, budget)
+    assert int((W != 0).sum()) == 30
+    assert layer_objective(W, W0, G) > layer_objective(
+        get_method("logsum", polish=False).prune(W0, G, budget), W0, G)
+    with pytest.raises(ValueError, match="eps"):
+        get_method("logsum", eps=-1.0)
+    with pytest.raises(ValueError, match="epz"):
+        get_method("logsum", epz=1.0)
+    with pytest.raises(ValueError, match="compiled kernel"):
+        get_method("penalty:hard_threshold", k=3)
+    with pytest.raises(ValueError, match="needs refit"):
+        get_method("mcp", refit=False)
+    with pytest.raises(ValueError, match="schedule"):
+        get_method("admm", schedule="fast")
+    with pytest.raises(TypeError, match="start"):
+        get_method("polish", start="wanda")
+
+
+def test_full_density_and_dead_inputs():
+    """Full density returns W0; dead inputs (never seen: G_jj = 0) are kept only where the
+    budget needs more weights than the live inputs hold, at their trained values; an N:M group
+    of dead inputs keeps N of them."""
+    W0, G = _synthetic_layer(R=4, p=8, seed=5)
+    for name in ("logsum", "admm", "polish"):
+        W = get_method(name).prune(W0, G, Budget(n_keep=W0.numel()))
+        assert torch.allclose(W, W0, atol=1e-9)
+    G = G.clone()
+    G[:4, :] = 0
+    G[:, :4] = 0  # inputs 0-3 dead: one whole 2:4 group
+    for name in ("logsum", "admm"):
+        W = get_method(name).prune(W0, G, Budget(n_keep=20))  # 16 live weights
+        assert int((W != 0).sum()) == 20
+        assert int((W[:, :4] != 0).sum()) == 4
+        kept = W[:, :4] != 0
+        assert torch.equal(W[:, :4][kept], W0[:, :4][kept])
+        W = get_method(name).prune(W0, G, Budget(pattern=(2, 4)))
+        assert bool(((W != 0).reshape(4, 2, 4).sum(-1) == 2).all())
+
+
+def test_polish_moves_are_exact():
+    """Every rank-one move of a row's state equals the state rebuilt from scratch."""
+    W0, G = _synthetic_layer(R=1, p=20, seed=6)
+    sl = ScaledLayer(W0, G)
+    Gd = sl.Gs + P.RIDGE * np.eye(sl.q)
+    rng = np.random.default_rng(0)
+    st = P._Row(Gd, sl.B[0], sl.c0[0], np.array([1, 4, 7, 9]))
+    for _ in range(60):
+        if st.s and (rng.random() < 0.5 or st.s == sl.q):
+            st.remove(Gd, int(rng.integers(st.s)))
+        else:
+            assert st.add(Gd, int(rng.choice(np.flatnonzero(~st.inS))))
+        fresh = P._Row(Gd, sl.B[0], sl.c0[0], st.support)
+        assert st.f == pytest.approx(fresh.f, rel=1e-9, abs=1e-12)
+        assert np.allclose(st.g, fresh.g, atol=1e-9) and np.allclose(st.c, fresh.c, atol=1e-9)
+        assert np.allclose(st.H[:st.s, :st.s], fresh.H[:st.s, :st.s], atol=1e-8)
+    MT = np.empty((st.s, sl.q))
+    P._fill_mt(Gd, st.S, st.s, st.H, MT, st.c.copy(), st.inS)
+    for _ in range(30):  # the fused swap
+        i = int(rng.integers(st.s))
+        k = int(rng.choice(np.flatnonzero(~st.inS)))
+        st.f += P._swap(Gd, st.S, st.s, st.H, st.u, st.g, st.c, st.inS, MT, i, k, P.FLOOR)
+        fresh = P._Row(Gd, sl.B[0], sl.c0[0], st.support)
+        assert st.f == pytest.approx(fresh.f, rel=1e-9, abs=1e-12)
+        MT2 = np.empty_like(MT)
+        P._fill_mt(Gd, st.S, st.s, st.H, MT2, st.c.copy(), st.inS)
+        assert np.allclose(MT, MT2, atol=1e-8)
+
+
+def test_polish_function_on_any_result():
+    W0, G = _digits_layer(seed=3)
+    budget = Budget(n_keep=24)
+    W = get_method("wanda").prune(W0, G, budget)
+    Wp = P.polish(W, W0, G, budget)
+    assert int((Wp != 0).sum()) == 24
+    start = get_method("wanda", refit=True).prune(W0, G, budget)
+    assert layer_objective(Wp, W0, G) <= layer_objective(start, W0, G)
+
+
+def test_allocate_penalty_exact_total_and_floors():
+    layers = [LayerProblem(f"l{i}", *(_synthetic_layer(R=6 + 2 * i, p=12, seed=10 + i)))
+              for i in range(3)]
+    sizes = [p.W0.numel() for p in layers]
+    prev = None
+    for density in (0.1, 0.3, 0.6):
+        counts = allocate_penalty(layers, density, floors=[5, 5, 5])
+        assert sum(counts.values()) == round(density * sum(sizes))
+        assert all(5 <= counts[p.name] <= p.W0.numel() for p in layers)
+        if prev is not None:
+            assert all(counts[k] >= prev[k] for k in counts)
+        prev = counts
+    with pytest.raises(ValueError, match="eps"):
+        allocate_penalty(layers, 0.2, eps=0.0)
