@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one-shot tables of benchmarks/RESULTS.md ("One-shot pruning"): every method x target x
-# allocation on the four reference networks (oneshot_references.sh trains them). One network after
+# allocation on the four reference networks (oneshot_references.sh trains them); fine-tuned: every
+# cell of LeNet-300-100, the uniform and penalty allocations of the others. One network after
 # another, one thread; rerunning skips finished cells (new methods add their cells).
 # Usage: benchmarks/nn_accuracy/oneshot_run_all.sh MNIST_DIR OUT [NETS...]
 #   env: FINETUNE=0 measures the one-shot cells only (fast); a later run with FINETUNE=1
@@ -13,10 +14,12 @@ NETS=${*:-lenet300 lenet5 transformer gpt2}
 export OMP_NUM_THREADS=1
 HERE=$(dirname "$0")
 for net in $NETS; do
+    base=(magnitude wanda sparsegpt admm logsum mcp polish)
     case $net in
-        lenet300) extra=(--targets 0.5 0.2 0.1 0.05 0.02 2:4) ;;
-        gpt2) extra=(--calib 128) ;;
-        *) extra=() ;;
+        lenet300) extra=(--targets 0.5 0.2 0.1 0.05 0.02 2:4
+                         --methods "${base[@]}" vardrop hardconcrete) ;;
+        gpt2) extra=(--calib 128 --methods "${base[@]}" --finetune-allocations uniform penalty) ;;
+        *) extra=(--methods "${base[@]}" --finetune-allocations uniform penalty) ;;
     esac
     echo "== $net $(date -u +%H:%M:%S)"
     if [ "${FINETUNE:-1}" = 0 ]; then extra+=(--finetune-lr 0); fi
