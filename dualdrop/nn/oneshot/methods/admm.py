@@ -46,7 +46,7 @@ from penalties.checks import check_choice, check_float, check_int
 
 from .base import Budget, OneShotMethod
 from ._layer import ScaledLayer
-from .polish import polish_support
+from .polish import check_effort, polish_support
 
 __all__ = ["ADMM", "SCHEDULES", "admm_support"]
 
@@ -137,7 +137,8 @@ class ADMM(OneShotMethod):
     stop, checked every ``rho_every`` iterations), ``rho0`` (the first rho, in units of the
     unit-diagonal Gram), ``max_iter`` (``None``: 300 for alps, 3000 for slow), ``refit``
     (default True: the support's least squares, ALPS's last step; False returns ADMM's projected
-    point ``D``) and ``polish`` (default False: the support polish of ``polish.py`` after it)."""
+    point ``D``) and ``polish`` (default False; True or ``"full"``, ``"swaps"``: the support
+    polish of ``polish.py`` after it)."""
 
     name = "admm"
     defaults = {"schedule": "slow", "rho0": 0.1, "growth": 1.02, "rho_every": 3,
@@ -151,8 +152,7 @@ class ADMM(OneShotMethod):
         opts["patience"] = check_int("patience", opts["patience"], low=1)
         if opts["max_iter"] is not None:
             opts["max_iter"] = check_int("max_iter", opts["max_iter"], low=1)
-        if not isinstance(opts["polish"], bool):
-            raise TypeError(f"polish must be True or False, got {opts['polish']!r}")
+        opts["polish"] = check_effort("polish", opts["polish"])
         if opts["polish"] and not opts["refit"]:
             raise ValueError("polish=True scores supports by their least-squares refit; it "
                              "needs refit=True")
@@ -165,7 +165,7 @@ class ADMM(OneShotMethod):
             sl, budget, schedule=o["schedule"], rho0=o["rho0"], growth=o["growth"],
             rho_every=o["rho_every"], patience=o["patience"], max_iter=o["max_iter"])
         if o["polish"]:
-            mask = polish_support(sl, mask, budget)
+            mask = polish_support(sl, mask, budget, o["polish"])
         if not o["refit"]:
             return sl.finish(mask, budget, values=D, refit=False)
         # prune() refits (refit=True): the support and the dead weights the budget needs

@@ -49,10 +49,12 @@ from penalties.checks import check_float, check_int
 
 from .base import Budget, LayerProblem, OneShotMethod
 from ._layer import ScaledLayer
-from .polish import SupportSearch
+from .polish import SupportSearch, check_effort
 
 __all__ = ["DEFAULT_PARAMS", "HardConcrete", "LogSum", "MCP", "Penalty", "VarDrop",
            "allocate_penalty", "alpha_max", "penalty_support"]
+
+MAX_ITER, MAX_EPOCHS = 20, 200  # outer iterations and passes per working set of a path fit
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
 # passes overrides them.
@@ -116,8 +118,12 @@ class _Path:
         self.alpha_max = alpha_max(P, float(np.max(np.abs(sl.B), initial=0.0)))
 
     def fit(self, alpha, start):
+        # a path fit only needs its support: bounded work per fit (the criterion reaches tol
+        # in a few outer iterations on the layers measured; a nonconvex penalty's fit is a
+        # stationary point anyway)
         res = solve_gram(self.sl.Gs, self.sl.B, self.sl.c0, alpha, self.P, start=start,
-                         tol=self.tol, n_threads=self.n_threads)
+                         tol=self.tol, max_iter=MAX_ITER, max_epochs=MAX_EPOCHS,
+                         n_threads=self.n_threads)
         self.fits += 1
         return res.coef
 
@@ -182,7 +188,7 @@ def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=Tr
     else:
         search.fix_pattern()
     if polish:
-        _, info["swaps"], info["transfers"] = search.polish()
+        _, info["swaps"], info["transfers"] = search.polish(polish)
     info["seconds"] = time.perf_counter() - t0
     return U, search.mask(), info
 
@@ -223,9 +229,9 @@ class Penalty(OneShotMethod):
         if opts["penalty_params"] is not None and not isinstance(opts["penalty_params"], dict):
             raise TypeError("penalty_params must be a dict of the penalty's parameters")
         self.P = resolve(opts["penalty"], opts["penalty_params"])  # ValueError names a bad one
-        for key in ("refit", "polish"):
-            if not isinstance(opts[key], bool):
-                raise TypeError(f"{key} must be True or False, got {opts[key]!r}")
+        if not isinstance(opts["refit"], bool):
+            raise TypeError(f"refit must be True or False, got {opts['refit']!r}")
+        opts["polish"] = check_effort("polish", opts["polish"])
         if opts["polish"] and not opts["refit"]:
             raise ValueError("polish=True scores supports by their least-squares refit; it "
                              "needs refit=True")

@@ -715,11 +715,11 @@ class _Row:
         self.s -= 1
         self.moves += 1
 
-    def swaps(self, Gd, b, c0, gid, gstart, use_groups, rtol, max_swaps):
-        """Swaps until none improves, then 2-for-2 replacements (:func:`_swaps`; within groups
-        with ``use_groups``); returns their number."""
+    def swaps(self, Gd, b, c0, gid, gstart, use_groups, pairs, rtol, max_swaps):
+        """Swaps until none improves, then (``pairs``) 2-for-2 replacements (:func:`_swaps`;
+        within groups with ``use_groups``); returns their number."""
         self.f, n = _swaps(Gd, b, c0, self.S, self.s, self.H, self.u, self.g, self.c, self.inS,
-                           self.f, gid, use_groups, gstart, True, FLOOR, rtol, max_swaps,
+                           self.f, gid, use_groups, gstart, pairs, FLOOR, rtol, max_swaps,
                            REFRESH)
         self.moves = 0  # _swaps rebuilds against drift itself
         self.c_ok = True
@@ -758,6 +758,7 @@ class SupportSearch:
             if pattern is not None else np.zeros(2, np.int64)
         self.memory = int(memory)
         self.need_c = False  # Schur complements (gains) are built only once additions start
+        self._ladders = {}  # row -> (its support, its ladder): reused while the row is unchanged
         self._cache: OrderedDict[int, _Row] = OrderedDict()
         self._sizes: dict[int, int] = {}
         self._bytes = 0
@@ -898,14 +899,14 @@ class SupportSearch:
                     break
             self._touch(r, st)
 
-    def swap_rows(self, rows=None, max_swaps=100_000, rtol=1e-9):
-        """Swaps in each row of ``rows`` (default all) until none improves by more than ``rtol``
-        of the row's error; returns the number of swaps."""
+    def swap_rows(self, rows=None, pairs=True, max_swaps=100_000, rtol=1e-9):
+        """Swaps (and with ``pairs`` 2-for-2 replacements) in each row of ``rows`` (default all)
+        until none improves by more than ``rtol`` of the row's error; returns their number."""
         total = 0
         for r in range(self.lp.R) if rows is None else rows:
             st = self.row(r)
             total += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], self.gid, self.gstart,
-                              self.pattern is not None, rtol, max_swaps)
+                              self.pattern is not None, pairs, rtol, max_swaps)
             self._touch(r, st)
         return total
 
@@ -948,6 +949,11 @@ class SupportSearch:
         self._with_gains()
         cand = {}
         for r in rows:
+            key = np.sort(self.supports[r]).tobytes()
+            hit = self._ladders.get(r)
+            if hit is not None and hit[0] == key:  # the row has not changed since
+                cand[r] = hit[1]
+                continue
             st = self.row(r)
             s = st.s
             out_S = np.zeros((2 * depth + 1, max(1, min(q, s + depth))), dtype=np.int64)
@@ -956,6 +962,7 @@ class SupportSearch:
                     st.inS, st.f, self.gid, self.gstart, FLOOR, 1e-9, 100_000, REFRESH, depth,
                     out_S, out_f)
             cand[r] = (s, out_S, out_f)
+            self._ladders[r] = (key, cand[r])
         # dynamic programming over the rows: state = the count moved so far, in [-m, m]
         n = len(rows)
         m = depth * n
@@ -993,26 +1000,46 @@ class SupportSearch:
                 changed.append(r)
         return changed
 
-    def polish(self, max_rounds=20):
-        """Swaps in every row, then transfers, then (unstructured budgets) the re-split of the
-        rows' sizes (:meth:`reallocate`), repeated until nothing improves. N:M: swaps and
-        2-for-2 replacements within groups only. Returns ``(rounds, swaps, rows changed by
-        transfers and re-splits)``."""
-        swaps = self.swap_rows()
+    def polish(self, effort="full", max_rounds=20):
+        """Swaps in every row, then transfers between rows, repeated until neither improves
+        (``effort="swaps"``); ``"full"`` adds 2-for-2 replacements to the swaps and, once the
+        transfers have converged, the re-split of the rows' sizes (:meth:`reallocate`), both
+        repeated until nothing improves. N:M: swaps (and 2-for-2 replacements) only. Returns
+        ``(rounds, swaps, rows changed by transfers and re-splits)``."""
+        full = effort == "full"
+        swaps = self.swap_rows(pairs=full)
         rounds, moves = 1, 0
         if self.pattern is None:
             for rounds in range(1, max_rounds + 1):
                 changed = self.transfer()
                 if changed:
-                    swaps += self.swap_rows(sorted(changed))
-                re = self.reallocate()
-                moves += len(changed) + len(re)
-                if not changed and not re:
+                    swaps += self.swap_rows(sorted(changed), pairs=full)
+                    moves += len(changed)
+                    continue
+                re = self.reallocate() if full else []
+                moves += len(re)
+                if not re:
                     break
+                swaps += self.swap_rows(sorted(re), pairs=True)
         return rounds, swaps, moves
 
 
-def polish_support(sl: ScaledLayer, mask, budget: Budget, max_rounds=20):
+EFFORTS = ("swaps", "full")
+
+
+def check_effort(name, value):
+    """A polish option: ``False`` (none), ``True`` (``"full"``), ``"swaps"`` or ``"full"``;
+    returns ``None``, ``"swaps"`` or ``"full"``."""
+    if value is False:
+        return None
+    if value is True:
+        return "full"
+    if value not in EFFORTS:
+        raise ValueError(f"{name} must be True, False, 'swaps' or 'full', got {value!r}")
+    return value
+
+
+def polish_support(sl: ScaledLayer, mask, budget: Budget, effort="full", max_rounds=20):
     """The polished live support ``(R, q)`` from the live support ``mask`` (module docstring),
     first brought to the budget exactly (greedy exact moves)."""
     search = SupportSearch(sl, mask, pattern=budget.pattern)
@@ -1021,11 +1048,11 @@ def polish_support(sl: ScaledLayer, mask, budget: Budget, max_rounds=20):
     else:
         search.fix_pattern()
     if max_rounds:
-        search.polish(max_rounds)
+        search.polish(effort, max_rounds)
     return search.mask()
 
 
-def polish(W, W0, G, budget: Budget, max_rounds=20) -> torch.Tensor:
+def polish(W, W0, G, budget: Budget, effort="full", max_rounds=20) -> torch.Tensor:
     """Polish the support of a pruned layer ``W`` (``(out, in)``, any method's result) of the
     trained ``W0`` with input Gram ``G``: the refit weights (float64) on the polished support,
     which meets ``budget`` exactly and whose objective is never above that of ``W``'s own
@@ -1035,7 +1062,7 @@ def polish(W, W0, G, budget: Budget, max_rounds=20) -> torch.Tensor:
     if tuple(W.shape) != (sl.R, sl.p):
         raise ValueError(f"W must have the shape of W0 {(sl.R, sl.p)}, got {tuple(W.shape)}")
     budget.check_shape((sl.R, sl.p))
-    mask = polish_support(sl, (W != 0).numpy()[:, sl.live], budget, max_rounds)
+    mask = polish_support(sl, (W != 0).numpy()[:, sl.live], budget, effort, max_rounds)
     return sl.finish(mask, budget)
 
 
@@ -1043,12 +1070,13 @@ class Polish(OneShotMethod):
     """Any method, then the support polish (module docstring).
 
     Options: ``start`` (the built method whose support is polished, e.g.
-    ``get_method("wanda")``; default ``None``: SparseGPT with its defaults), ``max_rounds``
-    (rounds of swaps and transfers, default 20). The kept weights are always refit (``refit``
-    must stay True)."""
+    ``get_method("wanda")``; default ``None``: SparseGPT with its defaults), ``effort``
+    (``"full"``, default, or ``"swaps"``: :meth:`SupportSearch.polish`), ``max_rounds`` (rounds
+    of transfers and re-splits, default 20). The kept weights are always refit (``refit`` must
+    stay True)."""
 
     name = "polish"
-    defaults = {"start": None, "max_rounds": 20, "refit": True}
+    defaults = {"start": None, "effort": "full", "max_rounds": 20, "refit": True}
 
     def _validate(self, opts):
         start = opts["start"]
@@ -1062,6 +1090,7 @@ class Polish(OneShotMethod):
             raise ValueError("start must be another method than polish")
         opts["start"] = self.start = start
         opts["max_rounds"] = check_int("max_rounds", opts["max_rounds"], low=0)
+        opts["effort"] = check_effort("effort", opts["effort"]) or "full"
         if not opts["refit"]:
             raise ValueError("polish scores supports by their least-squares refit: refit "
                              "must be True")
@@ -1071,5 +1100,5 @@ class Polish(OneShotMethod):
         W = self.start.prune(W0, G, budget)
         sl = ScaledLayer(W0, G)
         mask = polish_support(sl, (W != 0).numpy()[:, sl.live], budget,
-                              self.options["max_rounds"])
+                              self.options["effort"], self.options["max_rounds"])
         return sl.finish(mask, budget, refit=False)  # prune() refits
