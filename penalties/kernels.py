@@ -423,6 +423,7 @@ def _prox(code, p, v, t):
             return 0.0
         if r <= 0.0:
             return 0.0
+        r = min(r, a)  # the root is below a; rounding can put it an ulp above
         return sgn * r if _gain(code, p, r, a, t) > 0.0 else 0.0
     if code == MCP:
         A = p[0] * p[1]

@@ -7,7 +7,9 @@ set (error for MNIST, perplexity for GPT-2), fine-tuned with the masks held and 
 Recorded per cell: the report (per-layer density and layer objective), seconds, peak memory
 (the process's resident high-water mark during the one-shot call, and the part the call added),
 test error before and after fine-tuning. Cells are appended to ``OUT/cells.jsonl`` as they
-finish; a rerun skips finished cells (resumable), ``--report`` writes ``OUT/tables.md``.
+finish; a rerun skips finished cells (resumable; a cell measured with ``--finetune-lr 0``, no
+fine-tuning, is measured again when fine-tuning is asked), ``--report`` writes
+``OUT/tables.md``.
 
     python3 benchmarks/nn_accuracy/oneshot_networks.py --net lenet300 \\
         --ref results/oneshot/ref/lenet300 --data-dir ../shared/mnist --out results/oneshot/lenet300
@@ -16,7 +18,8 @@ finish; a rerun skips finished cells (resumable), ``--report`` writes ``OUT/tabl
 Fine-tuning: one epoch of the training split (batch 128, Adam at ``--finetune-lr`` decayed
 linearly to 0; 3e-3 was the best on the validation split among 1e-4 ... 1e-2 for LeNet-300-100's
 SparseGPT cells at 5% and 50% and Wanda's at 2:4, on average) through ``dualdrop.train.fit`` with magnitude pruning's held masks; for GPT-2,
-``--gpt2-finetune-steps`` steps of 32 windows (the training recipe's optimizer, AdamW).
+``--gpt2-finetune-steps`` steps of 32 windows (AdamW without weight decay, linear decay), and
+test perplexity on ``--gpt2-eval-windows`` windows (the dense network's too).
 """
 
 from __future__ import annotations
@@ -87,12 +90,14 @@ class MNISTNet:
 class GPT2Net:
     """The small GPT-2 of oneshot_gpt2.py: perplexity instead of error."""
 
-    def __init__(self, ref: Path, calib: int, finetune_steps: int, seed: int = 0):
+    def __init__(self, ref: Path, calib: int, finetune_steps: int, eval_windows: int,
+                 seed: int = 0):
         import oneshot_gpt2 as g2
         self.g2, self.ref, self.seed = g2, ref, seed
+        self.eval_windows = eval_windows
         self.ctx = g2.CONFIG["n_positions"]
         self.train = g2.corpus("train")
-        self.val, self.test = g2.corpus("val"), g2.corpus("test")
+        self.test = g2.corpus("test")
         self.calib = [{"input_ids": b} for b in
                       g2.windows(self.train, calib, self.ctx, seed=10 ** 9 + seed).split(32)]
         self.finetune_steps = finetune_steps
@@ -101,9 +106,10 @@ class GPT2Net:
         return self.g2.load(self.ref)
 
     def errors(self, net) -> dict:
+        """Test perplexity only (nothing is selected on validation for GPT-2)."""
         net.eval()
-        return {"val": self.g2.perplexity(net, self.val, self.ctx),
-                "test": self.g2.perplexity(net, self.test, self.ctx)}
+        return {"val": None,
+                "test": self.g2.perplexity(net, self.test, self.ctx, limit=self.eval_windows)}
 
     def finetune(self, net, res, lr: float):
         from dualdrop.nn import export_sparse
@@ -143,7 +149,7 @@ def run_cell(net_spec, method, target, allocation, refit, finetune_lr, exclude) 
             "layers": [{k: r[k] for k in ("layer", "shape", "kept", "density", "objective",
                                           "seconds", "gram_mb")} for r in rep.layers],
             "skipped": rep.skipped, "val": before["val"], "test": before["test"],
-            "val_ft": after and after["val"], "test_ft": after and after["test"],
+            "val_ft": after["val"] if after else None, "test_ft": after["test"] if after else None,
             "finetune_seconds": ft_secs, "finetune_lr": finetune_lr,
             "when": time.strftime("%Y-%m-%d %H:%M:%S")}
 
@@ -174,7 +180,9 @@ def main(argv=None):
                     help="fine-tuning learning rate (default 3e-3 on MNIST, chosen on the "
                     "validation split of LeNet-300-100's SparseGPT cells; 3e-4 for GPT-2); "
                     "0: no fine-tuning")
-    ap.add_argument("--gpt2-finetune-steps", type=int, default=200)
+    ap.add_argument("--gpt2-finetune-steps", type=int, default=50)
+    ap.add_argument("--gpt2-eval-windows", type=int, default=1024,
+                    help="test windows of 128 bytes, evenly spaced (default 1024: 131 kB)")
     ap.add_argument("--report", action="store_true", help="only write OUT/tables.md")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -187,7 +195,8 @@ def main(argv=None):
     from dualdrop.nn.oneshot.registry import METHODS
     methods = args.methods or sorted(METHODS)
     ref = args.ref or Path("results/oneshot/ref") / args.net
-    net_spec = (GPT2Net(ref, args.calib, args.gpt2_finetune_steps) if args.net == "gpt2"
+    net_spec = (GPT2Net(ref, args.calib, args.gpt2_finetune_steps, args.gpt2_eval_windows)
+                if args.net == "gpt2"
                 else MNISTNet(ref, args.data_dir, args.calib))
     if args.finetune_lr is None:
         args.finetune_lr = 3e-4 if args.net == "gpt2" else 3e-3
@@ -202,7 +211,8 @@ def main(argv=None):
             for method in methods:
                 for refit in ([False, True] if args.refit else [False]):
                     key = cell_key(method, target, allocation, refit)
-                    if key in done:
+                    if key in done and (not args.finetune_lr
+                                        or done[key].get("test_ft") is not None):
                         continue
                     print(f"== {args.net} {key} {time.strftime('%H:%M:%S')}", flush=True)
                     try:

@@ -1,16 +1,43 @@
-"""The ``dualdrop`` command line: one module per subcommand.
+"""The ``dualdrop`` command line: one module per subcommand, one error boundary for all of them.
 
-Each module in ``_SUBCOMMANDS`` exposes ``register(subparsers)`` which adds its parser and sets
-``func`` (a callable taking the parsed namespace and returning an exit code). Modules are imported
-lazily so that ``dualdrop penalties`` never imports torch.
+Subcommands. Each module in ``_SUBCOMMANDS`` exposes ``register(subparsers)``, which adds its
+parser and sets ``func`` (a callable taking the parsed namespace and returning an exit code).
+Modules are imported lazily so that ``dualdrop penalties`` never imports torch.
+
+Errors: a subcommand never prints a traceback nor catches a user's error to report it; it
+raises, and :func:`main` reports
+
+- a user error as ONE line ``dualdrop CMD: error: MESSAGE`` on stderr, exit status 2:
+  :class:`UsageError` (raise it with the option: ``UsageError("must be > 0", option="--k")``),
+  any ``ValueError`` or ``TypeError`` (a bad value, a corrupt file: their messages name the
+  argument), an ``OSError`` (a missing file, an ``--out`` that is a file, a permission denied, a
+  full disk: named by the option whose value holds the path), ``EOFError`` /
+  ``zipfile.BadZipFile`` / ``pickle.UnpicklingError`` (a truncated or corrupt file), and an
+  ``ImportError`` (an optional extra not installed);
+- Ctrl-C (``KeyboardInterrupt``) as one line ``dualdrop CMD: interrupted; HINT``, exit 130, where
+  HINT says what is saved and how to continue: the subcommand's ``interrupt_hint`` (a string, or
+  a callable of the exception; set with ``parser.set_defaults(interrupt_hint=...)`` or on the
+  namespace while it runs), else the exception's own text if it has one, else "nothing was
+  saved; run the same command again";
+- argparse's own refusals (an unknown option, a value its ``type`` refuses) as one line, exit 2
+  (``main`` returns 2 for every refusal; only ``--help`` and ``--version`` raise ``SystemExit``).
+
+``DUALDROP_TRACEBACK=1`` re-raises instead (a traceback, for a bug report). The argument types
+below (:func:`positive_int`, :func:`nonneg_int`, :func:`int_at_least`, :func:`positive_float`,
+:func:`nonneg_float`, :func:`fraction`) refuse bad numbers with the option named, and
+:func:`out_dir` creates an output folder or says why it cannot.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
+import pickle
 import sys
+import zipfile
+from pathlib import Path
 
 # name -> module (relative to dualdrop.cli)
 _SUBCOMMANDS = {
@@ -21,12 +48,119 @@ _SUBCOMMANDS = {
     "compare": "compare_cmd",
     "frontier": "frontier_cmd",
     "diagnose": "diagnose_cmd",
+    "latency": "latency_cmd",
     "prune": "prune_cmd",
 }
 
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+#: exceptions that are the user's doing, reported as one line (see the module docstring)
+USER_ERRORS = (ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile,
+               pickle.UnpicklingError, ImportError)
+
+
+class UsageError(ValueError):
+    """A user error on the command line: one line naming the option, exit status 2.
+
+    ``option`` (e.g. ``"--out"``) is put in front of the message unless the message names it.
+    """
+
+    def __init__(self, message: str, option: str | None = None):
+        self.option = option
+        if option and option not in message:
+            message = f"{option}: {message}"
+        super().__init__(message)
+
+
+# ------------------------------------------------------------------------------------------------
+# argument types: bad numbers refused by argparse with the option named (one line, exit 2)
+# ------------------------------------------------------------------------------------------------
+def _number(kind, text):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def int_at_least(low: int):
+    """An argparse type: an integer ``>= low``."""
+    def parse(text):
+        value = _number(int, text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+
+    parse.__name__ = f"int_at_least_{low}"
+    return parse
+
+
+positive_int = int_at_least(1)
+nonneg_int = int_at_least(0)
+
+
+def positive_float(text):
+    """An argparse type: a finite number ``> 0``."""
+    value = _number(float, text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def nonneg_float(text):
+    """An argparse type: a finite number ``>= 0``."""
+    value = _number(float, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def fraction(text):
+    """An argparse type: a number in ``(0, 1]``."""
+    value = _number(float, text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
+def out_dir(path, option: str = "--out", create: bool = True) -> Path:
+    """``path`` as an output folder (created with its parents when ``create``), or a
+    :class:`UsageError` naming ``option``: a file in the way, a folder that cannot be created
+    or written to."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{option} {path} is a file, not a folder; pass a folder (created if "
+                         "missing)", option)
+    if create:
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{option} {path}: cannot create the folder "
+                             f"({exc.strerror or exc})", option) from None
+    probe = p if p.exists() else next((q for q in p.parents if q.exists()), Path("."))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: the folder {probe} is not writable (permission "
+                         "denied)", option)
+    return p
+
+
+# ------------------------------------------------------------------------------------------------
+# the parser and the boundary
+# ------------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line refusals: ``dualdrop CMD: error: ... (see dualdrop CMD
+    --help)``, exit status 2."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dualdrop",
         description="Adaptive dropout as regularized ERM: penalties, sparse linear models, "
         "network sparsification.",
@@ -34,7 +168,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from dualdrop import __version__
 
     parser.add_argument("--version", action="version", version=f"dualdrop {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, modname in _SUBCOMMANDS.items():
         if only is not None and name != only:
             continue
@@ -52,14 +186,98 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     only = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a refusal (printed) returns its status; --help / --version exit
+        return _refused(exc)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
-    code = int(args.func(args) or 0)
+        return EXIT_USAGE
+    code = _run(args, _subparser(parser, args.command))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "torch.distributed" in sys.modules:
         _leave_process(code)
     return code
+
+
+def _subparser(parser, command):
+    for action in parser._subparsers._group_actions:  # argparse keeps them there
+        if command in getattr(action, "choices", {}):
+            return action.choices[command]
+    return parser
+
+
+def _run(args, subparser) -> int:
+    """Run the subcommand inside the error boundary (see the module docstring)."""
+    prog = f"dualdrop {args.command}"
+    try:
+        return int(args.func(args) or 0)
+    except SystemExit as exc:  # parser.error() called by the subcommand
+        return _refused(exc)
+    except KeyboardInterrupt as exc:
+        if _debug():
+            raise
+        print(f"{prog}: interrupted; {_interrupt_hint(args, exc)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except USER_ERRORS as exc:
+        if _debug():
+            raise
+        print(f"{prog}: error: {_one_line(_describe(exc, args, subparser))}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _refused(exc: SystemExit) -> int:
+    """The status of argparse's exit: returned for a refusal (so that ``main`` returns 2 for
+    every user error), raised again for ``--help`` / ``--version`` (status 0)."""
+    if exc.code in (0, None):
+        raise exc
+    return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+
+
+def _debug() -> bool:
+    return os.environ.get("DUALDROP_TRACEBACK", "") not in ("", "0")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _interrupt_hint(args, exc) -> str:
+    hint = getattr(args, "interrupt_hint", None)
+    if callable(hint):
+        hint = hint(exc)
+    if not hint:
+        hint = str(exc) or "nothing was saved; run the same command again"
+    return _one_line(hint)
+
+
+def _describe(exc, args, subparser) -> str:
+    """The message of a user error; an ``OSError`` with the option whose value holds its path."""
+    if isinstance(exc, OSError) and not isinstance(exc, UsageError) and exc.filename:
+        what = exc.strerror or type(exc).__name__
+        option = _option_of(args, subparser, exc.filename)
+        where = f"{option} {exc.filename}" if option else str(exc.filename)
+        return f"{where}: {what}"
+    if isinstance(exc, (zipfile.BadZipFile, pickle.UnpicklingError, EOFError)):
+        return f"a file is corrupt or truncated ({type(exc).__name__}: {exc})"
+    if isinstance(exc, ImportError) and not str(exc):
+        return f"a module is missing ({exc.name})"
+    return str(exc) or type(exc).__name__
+
+
+def _option_of(args, subparser, filename) -> str | None:
+    """The option (``--out``, or a positional's name) whose value is ``filename`` or a folder
+    that holds it."""
+    target = Path(os.fsdecode(filename)).absolute()
+    for action in getattr(subparser, "_actions", ()):
+        values = getattr(args, action.dest, None)
+        for value in values if isinstance(values, (list, tuple)) else [values]:
+            if not isinstance(value, (str, os.PathLike)) or not str(value):
+                continue
+            given = Path(value).absolute()
+            if target == given or given in target.parents:
+                longs = [o for o in action.option_strings if o.startswith("--")]
+                return (longs or action.option_strings or [action.dest.upper()])[0]
+    return None
 
 
 def _leave_process(code: int) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import sys
 
+from dualdrop.cli import fraction, nonneg_int
+
 
 def register(subparsers) -> None:
     from dualdrop.cli.sparsify_cmd import _friendly, add_common
@@ -42,14 +44,16 @@ def register(subparsers) -> None:
                    help="train nothing: draw the figure and table from the runs already in --out "
                    "(finished or not), e.g. while a long comparison is still running")
     add_common(p)
-    p.add_argument("--target-density", type=float, default=None, metavar="D",
+    p.add_argument("--target-density", type=fraction, default=None, metavar="D",
                    help="every method's finished network keeps this fraction of nonzero weights "
                    "(0 < D <= 1; dualdrop.nn.density): a comparison at matched density")
-    p.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
+    p.add_argument("--seeds", nargs="+", type=nonneg_int, default=None, metavar="SEED",
                    help="train every method once per seed into OUT/runs/<method>/seed<k> "
                    "(method by method) and report mean ± standard deviation over the finished "
                    "seeds, e.g. --seeds 0 1 2; replaces --seed")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, interrupt_hint=lambda exc: (f"{exc}; " if str(exc) else "")
+                   + "every finished epoch is checkpointed; continue with the same command "
+                   "(and --resume)")
 
 
 def run(args) -> int:
@@ -61,31 +65,30 @@ def run(args) -> int:
         run_comparison,
     )
 
-    try:
-        if args.report_only:
-            runs = load_runs(args.out, args.methods or DEFAULT_METHODS)
-            if not runs:
-                raise FileNotFoundError(f"no runs with a history.json under {args.out}/runs")
-            plot_comparison(runs, args.out)
-            comparison_table(runs, args.out)
-        else:
-            run_comparison(
-                methods=args.methods or DEFAULT_METHODS, epochs=args.epochs, out=args.out,
-                data_dir=args.data_dir, seed=args.seed, device=args.device,
-                threads=args.threads, progress=not args.no_progress,
-                stop_after=args.stop_after, flush_denormal=not args.keep_denormals,
-                select_tol_margin=args.select_tol_margin, init_from=args.init_from,
-                seeds=args.seeds, target_density=args.target_density,
-            )
-    except KeyboardInterrupt as exc:
-        saved = f" ({exc})" if str(exc) else ""
-        print(f"dualdrop compare: interrupted{saved}; every finished epoch is checkpointed; "
-              f"continue with the same command (and --resume)", file=sys.stderr)
-        return 130
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
-            FloatingPointError) as exc:
-        print(f"dualdrop compare: error: {exc}", file=sys.stderr)
-        return 2
+    methods = args.methods or DEFAULT_METHODS
+    if args.report_only:
+        runs = load_runs(args.out, methods)
+        if not runs:
+            raise FileNotFoundError(f"no runs with a history.json under {args.out}/runs")
+        plot_comparison(runs, args.out)
+        comparison_table(runs, args.out)
+    else:
+        from dualdrop.cli.sparsify_cmd import check_tol_margin
+        from dualdrop.train import check_method
+
+        without = check_tol_margin(args.select_tol_margin, [check_method(m) for m in methods])
+        if without:
+            print(f"dualdrop compare: warning: --select-tol-margin applies to methods with a "
+                  f"test-time keep-ratio tolerance; {', '.join(without)} have none and report "
+                  "no selected tolerance", file=sys.stderr)
+        run_comparison(
+            methods=methods, epochs=args.epochs, out=args.out,
+            data_dir=args.data_dir, seed=args.seed, device=args.device,
+            threads=args.threads, progress=not args.no_progress,
+            stop_after=args.stop_after, flush_denormal=not args.keep_denormals,
+            select_tol_margin=args.select_tol_margin, init_from=args.init_from,
+            seeds=args.seeds, target_density=args.target_density,
+        )
     if os.environ.get("RANK", "0") == "0":
         print((open(os.path.join(args.out, "table.md")).read()))
         print(f"figure: {os.path.join(args.out, 'figure2.png')} (and .pdf)")

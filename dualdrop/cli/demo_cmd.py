@@ -7,8 +7,9 @@ them when the linear estimators are available.
 
 from __future__ import annotations
 
-import os
 import time
+
+from dualdrop.cli import nonneg_int, out_dir
 
 
 def register(sub):
@@ -24,7 +25,8 @@ def register(sub):
     )
     p.add_argument("--out", default="results/demo", help="output directory, created if missing "
                    "(default results/demo)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the regression example")
+    p.add_argument("--seed", type=nonneg_int, default=0,
+                   help="random seed of the regression example")
     p.set_defaults(func=run)
 
 
@@ -74,7 +76,7 @@ def _regression_demo(seed: int) -> str:
 def run(args) -> int:
     from penalties import curves
 
-    os.makedirs(args.out, exist_ok=True)
+    out_dir(args.out)
     res = curves.penalty_figure(args.out)
     print("Effective penalties of the paper's comparison figure (lambda * Omega, unit convention):\n")
     print(curves.format_table(curves.comparison_table()))

@@ -16,8 +16,10 @@ whole training split).  Writes ``OUT/diagnostics.json`` (one record per run) and
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+
+from dualdrop.cli import UsageError, int_at_least, out_dir, positive_int
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -33,14 +35,16 @@ def register(subparsers) -> None:
     p.add_argument("--data-dir", default=None,
                    help="MNIST folder, required for runs trained on MNIST (runs on the embedded "
                    "digits need none)")
-    p.add_argument("--n-samples", type=int, default=512, help="size of the fixed subset (512)")
-    p.add_argument("--k", type=int, default=5, help="top Hessian eigenpairs (5)")
-    p.add_argument("--noise-samples", type=int, default=64,
-                   help="dropout-noise draws for its covariance (64)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--n-samples", type=int_at_least(2), default=512,
+                   help="size of the fixed subset (512)")
+    p.add_argument("--k", type=positive_int, default=5, help="top Hessian eigenpairs (5)")
+    p.add_argument("--noise-samples", type=int_at_least(2), default=64,
+                   help="dropout-noise draws for its covariance (64; at least 2)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="minibatch size of the SGD noise (default: the run's own)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
-    p.set_defaults(func=run)
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1)")
+    p.set_defaults(func=run, interrupt_hint=lambda exc: "diagnostics.json holds the runs "
+                   "measured so far; run the same command again to measure them all")
 
 
 def load_training_network(folder: str | Path):
@@ -63,19 +67,16 @@ def run(args) -> int:
     from dualdrop.diagnostics import measure
 
     torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    records, cache = [], {}
-    for folder in args.runs:
-        try:
-            model, sp, cfg, epoch = load_training_network(folder)
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"dualdrop diagnose: {exc}", file=sys.stderr)
-            return 2
+    out = out_dir(args.out)
+    loaded = []
+    for folder in args.runs:  # every run checked before anything is measured
+        model, sp, cfg, epoch = load_training_network(folder)
         if cfg.get("data", "digits") != "digits" and args.data_dir is None:
-            print(f"dualdrop diagnose: {folder} was trained on {cfg.get('data')!r}; pass "
-                  "--data-dir with the MNIST folder", file=sys.stderr)
-            return 2
+            raise UsageError(f"{folder} was trained on {cfg.get('data')!r}; pass --data-dir "
+                             "with the MNIST folder", "--data-dir")
+        loaded.append((folder, model, sp, cfg, epoch))
+    records, cache = [], {}
+    for folder, model, sp, cfg, epoch in loaded:
         key = (args.data_dir if cfg.get("data") != "digits" else None, cfg.get("seed", 0),
                cfg.get("val_fraction", 0.2))
         if key not in cache:
@@ -92,7 +93,9 @@ def run(args) -> int:
         print(f"{folder} ({cfg['method']}, epoch {epoch}): lambda_1={res['lambda_1']:.3g} "
               f"SGD Tr(H S)/iso={res['sgd_ratio']:.1f} cos={res['sgd_cosine']:.3f} | dropout "
               f"Tr(H S)/iso={res['drop_ratio']:.1f} cos={res['drop_cosine']:.3f}", flush=True)
-        (out / "diagnostics.json").write_text(json.dumps(records, indent=1))
+        tmp = out / ".diagnostics.json.tmp"  # whole or not at all
+        tmp.write_text(json.dumps(records, indent=1))
+        tmp.replace(out / "diagnostics.json")
     from dualdrop.train.report.figures import plot_diagnostics
 
     plot_diagnostics(records, out / "diagnostics.png")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
+
+from dualdrop.cli import (UsageError, fraction, nonneg_float, nonneg_int, out_dir,
+                          positive_float, positive_int)
 
 
 def register(sub):
@@ -22,25 +24,27 @@ def register(sub):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="data file: .npz (X, y), .csv or .svm/.svmlight/.libsvm")
     src.add_argument("--synthetic", metavar="N,P", help="synthetic Toeplitz(0.5) design, e.g. 500,5000")
-    p.add_argument("--target", type=int, default=-1, help="CSV column of the target (default: last)")
+    p.add_argument("--target", default="-1", metavar="COLUMN",
+                   help="CSV: the target column, an index (negative from the end; default -1, "
+                   "the last) or a name of the header row")
     p.add_argument("--task", choices=["regression", "classification"], default="regression",
                    help="regression: least squares (SparseLinearRegression); classification: "
                    "logistic, one-vs-rest beyond two classes (SparseLogisticRegression) "
                    "(default regression)")
     p.add_argument("--penalty", default="l1", metavar="SPEC",
                    help="penalty spec name[:k=v,...], e.g. 'logsum:eps=1', 'mcp:a=3,lam=0.1' (default l1)")
-    p.add_argument("--alpha", type=float, default=None, help="penalty strength lambda")
-    p.add_argument("--alpha-ratio", type=float, default=0.05,
+    p.add_argument("--alpha", type=nonneg_float, default=None, help="penalty strength lambda")
+    p.add_argument("--alpha-ratio", type=positive_float, default=0.05,
                    help="without --alpha: alpha = ratio * alpha_max (default 0.05)")
     p.add_argument("--solver", default="auto", choices=["auto", *SOLVERS],
                    help="solver; auto picks cd for penalties with a compiled prox, adaprox "
                    "otherwise (default auto)")
     tol = SparseLinearRegression().get_params()["tol"]  # the estimators' default, one home
-    p.add_argument("--tol", type=float, default=tol,
+    p.add_argument("--tol", type=positive_float, default=tol,
                    help="tolerance on the optimality criterion, the largest coordinate-wise "
                    f"gradient mapping relative to the data's scale (default {tol:g}, as the "
                    "estimators)")
-    p.add_argument("--max-iter", type=int, default=None,
+    p.add_argument("--max-iter", type=positive_int, default=None,
                    help="solver iterations (default: the solver's own, e.g. 100 outer "
                    "working-set iterations for cd)")
     p.add_argument("--scaling", choices=["dropout", "none"], default="dropout",
@@ -49,12 +53,15 @@ def register(sub):
                    "scikit-learn and skglm do (default dropout)")
     p.add_argument("--no-intercept", action="store_true",
                    help="fit without an intercept (default: an unpenalized intercept)")
-    p.add_argument("--path", type=int, default=0, metavar="N", help="also fit a path of N alphas")
-    p.add_argument("--support", type=float, default=0.05, help="synthetic: fraction of nonzeros")
-    p.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
+    p.add_argument("--path", type=nonneg_int, default=0, metavar="N",
+                   help="also fit a path of N alphas (needs --out)")
+    p.add_argument("--support", type=fraction, default=0.05,
+                   help="synthetic: fraction of nonzeros (0 < S <= 1)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="synthetic: random seed")
     p.add_argument("--out", default=None, help="output directory (created if missing)")
     p.add_argument("--verbose", action="store_true", help="progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, interrupt_hint="files in --out are written whole or not at all; "
+                   "run the same command again")
 
 
 def _load(args):
@@ -66,32 +73,132 @@ def _load(args):
         try:
             n, p = (int(v) for v in args.synthetic.split(","))
         except ValueError:
-            raise ValueError(f"--synthetic takes N,P (two integers), got {args.synthetic!r}") from None
+            raise UsageError(f"takes N,P (two integers), got {args.synthetic!r}",
+                             "--synthetic") from None
+        if n < 2 or p < 1:
+            raise UsageError(f"takes N,P with N >= 2 samples and P >= 1 features, got "
+                             f"{args.synthetic!r}", "--synthetic")
         X, y, w = make_sparse_problem(n, p, support=args.support, task=args.task,
                                       random_state=args.seed)
         return X, y, w
     path = Path(args.data)
-    if not path.exists():
-        raise ValueError(f"--data {path} does not exist")
+    if not path.is_file():
+        raise UsageError(f"--data {path} " + ("is a folder, not a data file" if path.is_dir()
+                                              else "does not exist"))
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as f:
-            if "X" not in f or "y" not in f:
-                raise ValueError(f"{path} must hold arrays named X and y, it has {list(f.keys())}")
-            return f["X"], f["y"], None
-    if suffix in (".svm", ".svmlight", ".libsvm"):
+        X, y = _read_npz(path)
+    elif suffix in (".svm", ".svmlight", ".libsvm"):
         from sklearn.datasets import load_svmlight_file
 
-        X, y = load_svmlight_file(str(path))
-        return X.tocsc(), y, None
-    if suffix == ".csv":
         try:
-            data = np.loadtxt(path, delimiter=",", ndmin=2)
+            X, y = load_svmlight_file(str(path))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--data {path} is not a readable svmlight file ({exc})") from None
+        X = X.tocsc()
+    elif suffix == ".csv":
+        X, y = _read_csv(path, args.target)
+    else:
+        raise UsageError(f"--data {path.name}: unsupported file type; use .npz, .csv or "
+                         ".svmlight")
+    if X.shape[0] < 2:
+        raise UsageError(f"--data {path} holds {X.shape[0]} sample(s); a fit needs at least 2")
+    return X, y, None
+
+
+def _read_npz(path):
+    """``(X, y)`` of an .npz archive, or a UsageError naming --data."""
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if "X" not in f or "y" not in f:
+                raise UsageError(f"--data {path} must hold arrays named X and y, it has "
+                                 f"{list(f.keys())}")
+            return f["X"], f["y"]
+    except UsageError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"--data {path} is not a readable .npz archive of numeric arrays "
+                         f"({_first_line(exc)})") from None
+
+
+def _read_csv(path, target):
+    """``(X, y)`` of a CSV of numbers, an optional header row of column names first; the target
+    column chosen by ``target`` (an index, negative from the end, or a header name)."""
+    import csv
+
+    import numpy as np
+
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError:
+        raise UsageError(f"--data {path} is not a text CSV file") from None
+    if not rows:
+        raise UsageError(f"--data {path} is empty")
+    header = None
+    if not all(_is_number(c) for c in rows[0]):
+        header, rows = [c.strip() for c in rows[0]], rows[1:]
+    width = len(header) if header else len(rows[0]) if rows else 0
+    data = np.empty((len(rows), width))
+    for i, row in enumerate(rows):
+        line = i + 1 + (header is not None)
+        if len(row) != width:
+            raise UsageError(f"--data {path}: line {line} has {len(row)} fields, expected "
+                             f"{width}")
+        try:
+            data[i] = [float(c) for c in row]
         except ValueError:
-            data = np.loadtxt(path, delimiter=",", ndmin=2, skiprows=1)
-        t = args.target % data.shape[1]
-        return np.delete(data, t, axis=1), data[:, t], None
-    raise ValueError(f"unsupported data file {path.name}: use .npz, .csv or .svmlight")
+            bad = next(c for c in row if not _is_number(c))
+            raise UsageError(f"--data {path}: line {line} holds {bad.strip()!r}, not a number "
+                             "(only the first line may be a header of column names)") from None
+    if width < 2:
+        raise UsageError(f"--data {path} has {width} column(s); it needs features and a target")
+    t = _target_column(target, header, width, path)
+    if header:
+        print(f"{path.name}: the first line is a header of column names; target column "
+              f"{header[t]!r}, features {', '.join(h for j, h in enumerate(header) if j != t)}")
+    return np.delete(data, t, axis=1), data[:, t]
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _target_column(target, header, width, path) -> int:
+    """The index of the target column (``--target``: an index or a header name)."""
+    try:
+        t = int(target)
+    except ValueError:
+        if header and target in header:
+            return header.index(target)
+        names = f"the header's names are {header}" if header else "the file has no header row"
+        raise UsageError(f"--target {target!r} is neither a column index nor a column name "
+                         f"({names})") from None
+    if not -width <= t < width:
+        raise UsageError(f"--target {t} is out of range: --data {path} has {width} columns "
+                         f"(indices 0..{width - 1}, or -1..-{width} from the end)")
+    return t % width
+
+
+def _first_line(exc) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _write(path, write):
+    """Write a file whole or not at all: ``write(tmp)`` then an atomic rename."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
 
 
 def run(args) -> int:
@@ -104,25 +211,24 @@ def run(args) -> int:
                                  regularization_path)
     from penalties.curves import parse_spec
 
-    try:
-        spec = parse_spec(args.penalty)
-        X, y, w_true = _load(args)
-        datafit = "logistic" if args.task == "classification" else "quadratic"
-        fit_intercept = not args.no_intercept
-        amax = alpha_max(X, y, spec.name, spec.params, datafit, fit_intercept, args.scaling)
-        alpha = args.alpha if args.alpha is not None else args.alpha_ratio * amax
-        cls = SparseLogisticRegression if datafit == "logistic" else SparseLinearRegression
-        est = cls(penalty=spec.name, penalty_params=spec.params, alpha=alpha, solver=args.solver,
-                  tol=args.tol, max_iter=args.max_iter, fit_intercept=fit_intercept,
-                  scaling=args.scaling, verbose=args.verbose)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            t0 = time.perf_counter()
-            est.fit(X, y)
-            elapsed = time.perf_counter() - t0
-    except (ValueError, TypeError) as exc:
-        print(f"dualdrop fit: error: {exc}", file=sys.stderr)
-        return 2
+    if args.path and not args.out:
+        raise UsageError("--path writes path.csv and path.png: give --out too", "--path")
+    out = out_dir(args.out) if args.out else None
+    spec = parse_spec(args.penalty)
+    X, y, w_true = _load(args)
+    datafit = "logistic" if args.task == "classification" else "quadratic"
+    fit_intercept = not args.no_intercept
+    amax = alpha_max(X, y, spec.name, spec.params, datafit, fit_intercept, args.scaling)
+    alpha = args.alpha if args.alpha is not None else args.alpha_ratio * amax
+    cls = SparseLogisticRegression if datafit == "logistic" else SparseLinearRegression
+    est = cls(penalty=spec.name, penalty_params=spec.params, alpha=alpha, solver=args.solver,
+              tol=args.tol, max_iter=args.max_iter, fit_intercept=fit_intercept,
+              scaling=args.scaling, verbose=args.verbose)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        t0 = time.perf_counter()
+        est.fit(X, y)
+        elapsed = time.perf_counter() - t0
     coef = np.atleast_2d(est.coef_)
     if datafit == "quadratic":
         obj, crit, iters = f"{est.objective_[-1]:.10g}", f"{est.criterion_:.2e}", str(est.n_iter_)
@@ -143,11 +249,10 @@ def run(args) -> int:
         tp = int(np.sum(sup & found))
         print(f"support recovery: precision {tp / max(1, found.sum()):.3f}  "
               f"recall {tp / max(1, sup.sum()):.3f}")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        np.savetxt(out / "coef.csv", coef.T, delimiter=",",
-                   header=",".join(f"coef_{k}" for k in range(coef.shape[0])), comments="")
+    if out is not None:
+        _write(out / "coef.csv", lambda f: np.savetxt(
+            f, coef.T, delimiter=",", header=",".join(f"coef_{k}" for k in range(coef.shape[0])),
+            comments=""))
         print(f"wrote {out / 'coef.csv'}")
         if args.path:
             with warnings.catch_warnings():
@@ -156,8 +261,9 @@ def run(args) -> int:
                                           datafit=datafit, solver=args.solver, tol=args.tol,
                                           fit_intercept=fit_intercept, scaling=args.scaling)
             coefs = res["coefs"].reshape(len(res["alphas"]), -1)
-            np.savetxt(out / "path.csv", np.column_stack([res["alphas"], coefs]), delimiter=",",
-                       header="alpha," + ",".join(f"w{j}" for j in range(coefs.shape[1])), comments="")
+            _write(out / "path.csv", lambda f: np.savetxt(
+                f, np.column_stack([res["alphas"], coefs]), delimiter=",",
+                header="alpha," + ",".join(f"w{j}" for j in range(coefs.shape[1])), comments=""))
             import matplotlib
 
             matplotlib.use("Agg")
@@ -193,5 +299,5 @@ def _plot_path(plt, alphas, coefs, name, filename, n_named=10):
         ax.legend(fontsize=7, loc="upper left", ncol=2, title=f"largest {named.size}",
                   title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(filename, dpi=120)
+    _write(filename, lambda f: fig.savefig(f, dpi=120, format="png"))
     plt.close(fig)

@@ -15,7 +15,7 @@ folder) to continue or to add processes; ``--n-trials`` larger than before adds 
 
 from __future__ import annotations
 
-import sys
+from dualdrop.cli import UsageError, fraction, nonneg_int, positive_float, positive_int
 
 
 def _parse_ranges(items) -> dict:
@@ -108,13 +108,13 @@ def register(subparsers) -> None:
     p.add_argument("--by", choices=("config", "method"), default=None,
                    help="with --from-runs: one line per configuration (runs differing only in "
                    "--seed; default) or one Pareto set per method over its configurations")
-    p.add_argument("--tols", nargs="+", type=float, default=None, metavar="TOL",
+    p.add_argument("--tols", nargs="+", type=fraction, default=None, metavar="TOL",
                    help="with --from-runs: the tolerances swept on validation (default 0.01 "
                    "0.02 0.05 0.1 ... 0.9 0.95)")
-    p.add_argument("--n-trials", type=int, default=8,
+    p.add_argument("--n-trials", type=positive_int, default=8,
                    help="trials per method in the study; a larger number later adds trials "
                    "(default 8)")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=positive_int, default=1,
                    help="processes started by this command (default 1); running the command "
                    "again elsewhere adds more")
     p.add_argument("--range", action="append", default=[], metavar="METHOD:NAME=LOW:HIGH",
@@ -131,25 +131,25 @@ def register(subparsers) -> None:
                    "vardrop-lr-ar:lr=1e-3")
     p.add_argument("--sampler", default="qmc", choices=("qmc", "tpe", "random"),
                    help="Optuna sampler (default qmc: a scrambled Sobol sequence, even coverage)")
-    p.add_argument("--stale-after", type=float, default=900.0, metavar="S",
+    p.add_argument("--stale-after", type=positive_float, default=900.0, metavar="S",
                    help="re-queue a running trial of another machine after S seconds without "
                    "heartbeat (default 900; on this machine a dead process is seen at once)")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: select, evaluate and draw from the study in --out")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=positive_int, default=None,
                    help="epochs of every trial (default: the data's, as for sparsify: 200, the "
                    "paper's protocol, on MNIST; 30 on the embedded digits)")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=positive_float, default=None,
                    help="learning rate of every method (default: each method's own on this "
                    "data, as for sparsify; --hp METHOD:lr=VALUE sets one method's)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="batch size of every trial (default: the data's, as for sparsify: 128 "
                    "on MNIST, 32 on the embedded digits)")
     p.add_argument("--data-dir", default=None,
                    help="MNIST IDX folder (default: scikit-learn's embedded 8x8 digits)")
-    p.add_argument("--seed", type=int, default=0, help="seed of every trial (default 0)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of every trial (default 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=nonneg_int, default=1,
                    help="torch CPU threads per worker (default 1)")
     p.add_argument("--init-from", default=None, metavar="RUN",
                    help="a finished dense run (dualdrop sparsify --method none); each trial then "
@@ -157,7 +157,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=run, parser=p)
+    p.set_defaults(func=run, parser=p, interrupt_hint="finished trials are in the study; "
+                   "continue with the same command (an interrupted trial resumes from its last "
+                   "epoch)")
 
 
 def _from_runs(args) -> dict:
@@ -181,31 +183,26 @@ def _from_runs(args) -> dict:
 
 
 def run(args) -> int:
-    from dualdrop.train.checkpoint import CheckpointError
     from dualdrop.train.experiments.frontier import DEFAULT_METHODS, run_frontier
 
-    try:
-        if args.from_runs:
-            result = _from_runs(args)
-            print(result["markdown"])
-            print("files: " + ", ".join(result["files"]))
-            return 0
-        if args.tols or args.by:
-            raise ValueError(f"{'--tols' if args.tols else '--by'} goes with --from-runs (a "
-                             "study sweeps the tolerances of the training loop, per method)")
-        result = run_frontier(
-            methods=args.methods or DEFAULT_METHODS,
-            out=args.out if args.out is not None else "runs/frontier", n_trials=args.n_trials,
-            epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            data_dir=args.data_dir, seed=args.seed, device=args.device,
-            threads=args.threads, workers=args.workers, init_from=args.init_from,
-            knobs=_knobs(args), fixed=_parse_fixed(args.hp), sampler=args.sampler,
-            verify_data=not args.no_verify, stale_after=args.stale_after,
-            progress=not args.no_progress, report_only=args.report_only)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
-            CheckpointError) as exc:
-        print(f"dualdrop frontier: error: {exc}", file=sys.stderr)
-        return 2
+    if args.from_runs:
+        result = _from_runs(args)
+        print(result["markdown"])
+        print("files: " + ", ".join(result["files"]))
+        return 0
+    if args.tols or args.by:
+        option = "--tols" if args.tols else "--by"
+        raise UsageError(f"{option} goes with --from-runs (a study sweeps the tolerances of the "
+                         "training loop, per method)", option)
+    result = run_frontier(
+        methods=args.methods or DEFAULT_METHODS,
+        out=args.out if args.out is not None else "runs/frontier", n_trials=args.n_trials,
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        data_dir=args.data_dir, seed=args.seed, device=args.device,
+        threads=args.threads, workers=args.workers, init_from=args.init_from,
+        knobs=_knobs(args), fixed=_parse_fixed(args.hp), sampler=args.sampler,
+        verify_data=not args.no_verify, stale_after=args.stale_after,
+        progress=not args.no_progress, report_only=args.report_only)
     print(result["markdown"])
     print("files: " + ", ".join(result["files"]))
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+from dualdrop.cli import UsageError, int_at_least, out_dir, positive_float, positive_int
 
 
 def register(sub):
@@ -16,22 +16,25 @@ def register(sub):
     )
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--penalties", nargs="+", metavar="SPEC", default=None, help="penalty specs to draw")
-    p.add_argument("--w-min", type=float, default=0.01, help="smallest |w| of the left panel (default 0.01)")
-    p.add_argument("--w-max", type=float, default=5.0, help="largest |w| of the left panel (default 5)")
-    p.add_argument("--points", type=int, default=500, help="number of w values (default 500)")
-    p.add_argument("--dim", type=int, default=32, help="vector dimension d of the right panel (default 32)")
+    p.add_argument("--w-min", type=positive_float, default=0.01,
+                   help="smallest |w| of the left panel (default 0.01)")
+    p.add_argument("--w-max", type=positive_float, default=5.0,
+                   help="largest |w| of the left panel (default 5)")
+    p.add_argument("--points", type=int_at_least(2), default=500,
+                   help="number of w values (default 500)")
+    p.add_argument("--dim", type=positive_int, default=32,
+                   help="vector dimension d of the right panel (default 32)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from penalties import curves
 
-    try:
-        specs = None if args.penalties is None else [curves.parse_spec(s) for s in args.penalties]
-        res = curves.penalty_figure(args.out, specs, w_min=args.w_min, w_max=args.w_max, n=args.points, d=args.dim)
-    except ValueError as exc:
-        print(f"dualdrop penalties: error: {exc}", file=sys.stderr)
-        return 2
+    specs = None if args.penalties is None else [curves.parse_spec(s) for s in args.penalties]
+    if args.w_min >= args.w_max:
+        raise UsageError(f"--w-min {args.w_min:g} must be below --w-max {args.w_max:g}")
+    out_dir(args.out)
+    res = curves.penalty_figure(args.out, specs, w_min=args.w_min, w_max=args.w_max, n=args.points, d=args.dim)
     print(curves.format_table(curves.comparison_table(specs)))
     for f in res["files"]:
         print(f"wrote {f}")

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from dualdrop.cli import nonneg_int, positive_float, positive_int
 from dualdrop.cli.sparsify_cmd import parse_hparams
 
 
@@ -47,28 +48,30 @@ def register(subparsers) -> None:
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="a method option (repeatable), e.g. --hp blocksize=64")
+    p.add_argument("--allocation-hp", action="append", default=[], metavar="NAME=VALUE",
+                   help="an allocation option (repeatable), e.g. --allocation-hp owl_lambda=0.02")
     p.add_argument("--refit", action="store_true",
                    help="refit the kept weights of every row by least squares on the "
                    "calibration data")
-    p.add_argument("--calib", type=int, default=1024, metavar="N",
+    p.add_argument("--calib", type=positive_int, default=1024, metavar="N",
                    help="calibration examples, drawn from the training split with --seed "
                    "(default 1024)")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="leave these layers dense (fnmatch on layer names); repeatable")
-    p.add_argument("--finetune-epochs", type=int, default=0, metavar="E",
+    p.add_argument("--finetune-epochs", type=nonneg_int, default=0, metavar="E",
                    help="then fine-tune E epochs on the training split with the masks held "
                    "(Adam, linear decay; default 0)")
-    p.add_argument("--lr", type=float, default=1e-4,
+    p.add_argument("--lr", type=positive_float, default=1e-4,
                    help="fine-tuning learning rate (default 1e-4)")
     p.add_argument("--data-dir", default=None,
                    help="the run's data: the MNIST folder it was trained on (default: the "
                    "embedded digits); checked against the run's data fingerprint")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the calibration draw and the fine-tuning order (default 0)")
     p.add_argument("--out", required=True, help="output folder (must not hold a finished run)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=nonneg_int, default=1,
                    help="torch CPU threads (default 1; 0: torch's own choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, parser=p)
@@ -109,7 +112,8 @@ def prune_run(args) -> dict:
         raise ValueError("give exactly one of --density D and --pattern N:M")
     if args.pattern is not None:
         parse_pattern(args.pattern)
-    check_allocation(args.allocation, {})
+    alloc_options = {k: _typed(v) for k, v in parse_hparams(args.allocation_hp).items()}
+    check_allocation(args.allocation, alloc_options)
     for name, v, low in (("--calib", args.calib, 1), ("--finetune-epochs", args.finetune_epochs, 0),
                          ("--threads", args.threads, 0)):
         if v < low:
@@ -143,11 +147,13 @@ def prune_run(args) -> dict:
     t0 = time.perf_counter()
     res = prune_oneshot(net, calib, args.method, target_density=args.density,
                         pattern=args.pattern, allocation=args.allocation, options=options,
+                        allocation_options=alloc_options,
                         exclude=args.exclude, progress=not args.no_progress)
     oneshot_s = time.perf_counter() - t0
     final = {"status": "finished", "method": f"oneshot:{args.method}", "from": str(source),
              "architecture": src_final.get("architecture"), "data": data.summary(),
              "target": res.report.target, "allocation": args.allocation, "options": options,
+             "allocation_options": alloc_options,
              "calib": args.calib, "seed": args.seed, "oneshot_seconds": oneshot_s,
              "val_error_oneshot": error_rate(net, Xva, yva),
              "test_error_oneshot": error_rate(net, Xte, yte),
@@ -172,6 +178,7 @@ def prune_run(args) -> dict:
     atomic_write_json(out / "config.json", {
         "method": f"oneshot:{args.method}", "from": str(source), "source_config": src_cfg,
         "density": args.density, "pattern": args.pattern, "allocation": args.allocation,
+        "allocation_options": alloc_options,
         "options": options, "calib": args.calib, "seed": args.seed, "exclude": args.exclude,
         "finetune_epochs": args.finetune_epochs, "lr": args.lr,
         "model": src_cfg.get("model"), "n_features": src_cfg.get("n_features"),

@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
+
+from dualdrop.cli import (UsageError, fraction, int_at_least, nonneg_float, nonneg_int,
+                          positive_int)
 
 
 def parse_hparams(items) -> dict:
@@ -51,27 +53,27 @@ def _friendly(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by ``sparsify`` and ``compare``."""
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=positive_int, default=None,
                    help="epochs; the learning rate decays linearly to 0 over all of them "
                    "(default: 200 on MNIST, the paper's protocol; 30 on the embedded digits)")
     p.add_argument("--data-dir", default=None,
                    help="folder with the MNIST IDX files (gzip or not; also DIR/MNIST/raw). "
                    "Default: scikit-learn's embedded 8x8 digits (64 input features)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the initialization, the train/validation split, the data order "
                    "and the noise (default 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=nonneg_int, default=None,
                    help="torch CPU threads per process (default: half the cores, shared among "
                    "torchrun processes, 1 to 4; 0: torch's own choice, one per core). More "
                    "threads than free cores can make training tens of times slower")
-    p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
+    p.add_argument("--stop-after", type=positive_int, default=None, metavar="EPOCH",
                    help="stop (checkpointed) after this epoch; continue later with --resume")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--init-from", default=None, metavar="RUN",
                    help="warm start: initialize the weights from the test-time network of the "
                    "run in folder RUN (e.g. a dense run: --method none), then sparsify")
-    p.add_argument("--select-tol-margin", type=float, default=None, metavar="M",
+    p.add_argument("--select-tol-margin", type=nonneg_float, default=None, metavar="M",
                    help="after training, also report the sparsest test-time keep-ratio "
                    "tolerance whose validation error is at most M (absolute, e.g. 0.001) above "
                    "the trained one, with its test error (final.json 'selected_tol'; methods "
@@ -117,30 +119,30 @@ def register(subparsers) -> None:
                    help="what the method prunes together: single weights (weight, the "
                    "default), output units of Linear/Conv layers (neuron, alias channel), "
                    "attention heads (head); the same as --hp granularity=...")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="global batch size (default: 128 on MNIST, 32 on the embedded digits)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
     p.add_argument("--list-hparams", action="store_true",
                    help="print the default hyperparameters of --method (of every method without "
                    "it) for the data of --data-dir, and exit")
-    p.add_argument("--diagnose-every", type=int, default=None, metavar="K",
+    p.add_argument("--diagnose-every", type=positive_int, default=None, metavar="K",
                    help="every K epochs and after the last, measure SGD and dropout noise "
                    "against the Hessian (top eigenvalues, Tr(H Sigma) and its isotropic ratio, "
                    "cosine with its null p-value, top-k overlap) and write them as diag_* "
                    "columns of the history (docs/diagnostics.md; off by default; ~40 s per "
                    "measurement on LeNet-300-100 at 256 samples, one thread)")
-    p.add_argument("--diagnose-samples", type=int, default=512, metavar="N",
+    p.add_argument("--diagnose-samples", type=int_at_least(2), default=512, metavar="N",
                    help="size of the fixed validation subset of --diagnose-every, drawn from "
                    "--seed (default 512)")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="leave these weights alone: a parameter name pattern (fnmatch, e.g. "
                    "'embed.*' or 'encoder.*.linear2.weight'); repeat for more")
-    p.add_argument("--target-density", type=float, default=None, metavar="D",
+    p.add_argument("--target-density", type=fraction, default=None, metavar="D",
                    help="fraction of nonzero weights the finished network keeps (0 < D <= 1), "
                    "for any method: its strength is adjusted during training against the "
                    "measured density (dualdrop.nn.density). Default: the method's own strength")
-    p.add_argument("--lam-warmup", type=int, default=None, metavar="E",
+    p.add_argument("--lam-warmup", type=nonneg_int, default=None, metavar="E",
                    help="ramp the regularizer strength lam linearly over the first E epochs "
                    "(epoch e uses lam * e/E; the paper's released code has such a per-epoch "
                    "schedule); for methods whose strength is lam (penalty methods, eta-trick; "
@@ -150,7 +152,8 @@ def register(subparsers) -> None:
                    "--lam-layer fc1=2 --lam-layer fc3=0.25 (layers as in the density report); "
                    "same methods as --lam-warmup")
     add_common(p)
-    p.set_defaults(func=run, parser=p)
+    p.set_defaults(func=run, parser=p, interrupt_hint="no epoch had finished; run the same "
+                   "command again")
 
 
 def list_hparams(method: str | None, dataset: str) -> str:
@@ -200,6 +203,20 @@ def _parse_lam_layers(items) -> dict | None:
     return out or None
 
 
+def check_tol_margin(margin, methods, option="--select-tol-margin"):
+    """The methods of ``methods`` that have no test-time keep-ratio tolerance (for which
+    ``--select-tol-margin`` does nothing); ``[]`` when ``margin`` is None."""
+    if margin is None:
+        return []
+    from dualdrop.train.config import DENSE
+
+    try:
+        from dualdrop.nn.registry import method_class
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return []
+    return [m for m in methods if m == DENSE or not method_class(m).has_tol]
+
+
 def run(args) -> int:
     from dualdrop.train import TrainConfig, check_method, train
     from dualdrop.train.command import sparsify_command
@@ -207,46 +224,44 @@ def run(args) -> int:
 
     if args.method is None and not args.list_hparams:
         args.parser.error("the following argument is required: --method (or --list-hparams)")
-    cfg = None
-    try:
-        if args.list_hparams:
-            method = check_method(args.method) if args.method else None
-            print(list_hparams(method, dataset_of(args.data_dir)))
-            return 0
-        method = check_method(args.method)
-        overrides = parse_hparams(args.hp)
-        if args.granularity is not None:
-            if "granularity" in overrides:
-                raise ValueError("granularity given twice (--granularity and --hp "
-                                 "granularity=...); give one")
-            overrides["granularity"] = args.granularity
-        args.out = args.out or f"runs/sparsify/{method.replace(':', '_')}"
-        cfg = TrainConfig(
-            method=method, epochs=args.epochs,
-            out=args.out,
-            data_dir=args.data_dir, seed=args.seed, device=args.device, lr=args.lr,
-            hparams=overrides, batch_size=args.batch_size, resume=args.resume,
-            stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
-            verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
-            select_tol_margin=args.select_tol_margin, init_from=args.init_from,
-            model=args.model, diagnose_every=args.diagnose_every,
-            diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
-            lam_layers=_parse_lam_layers(args.lam_layer),
-            target_density=args.target_density, exclude=args.exclude,
-        )
-        report = train(cfg)  # checks every option before loading data or creating --out
-    except KeyboardInterrupt as exc:
+    if args.list_hparams:
+        method = check_method(args.method) if args.method else None
+        print(list_hparams(method, dataset_of(args.data_dir)))
+        return 0
+    method = check_method(args.method)
+    if check_tol_margin(args.select_tol_margin, [method]):
+        raise UsageError(f"method {method!r} has no test-time keep-ratio tolerance to select; "
+                         "drop --select-tol-margin (it applies to the eta-trick, penalty and "
+                         "variational dropout methods)", "--select-tol-margin")
+    overrides = parse_hparams(args.hp)
+    if args.granularity is not None:
+        if "granularity" in overrides:
+            raise UsageError("granularity given twice (--granularity and --hp "
+                             "granularity=...); give one", "--granularity")
+        overrides["granularity"] = args.granularity
+    args.out = args.out or f"runs/sparsify/{method.replace(':', '_')}"
+    cfg = TrainConfig(
+        method=method, epochs=args.epochs,
+        out=args.out,
+        data_dir=args.data_dir, seed=args.seed, device=args.device, lr=args.lr,
+        hparams=overrides, batch_size=args.batch_size, resume=args.resume,
+        stop_after=args.stop_after, progress=not args.no_progress, threads=args.threads,
+        verify_data=not args.no_verify, flush_denormal=not args.keep_denormals,
+        select_tol_margin=args.select_tol_margin, init_from=args.init_from,
+        model=args.model, diagnose_every=args.diagnose_every,
+        diagnose_samples=args.diagnose_samples, lam_warmup=args.lam_warmup,
+        lam_layers=_parse_lam_layers(args.lam_layer),
+        target_density=args.target_density, exclude=args.exclude,
+    )
+
+    def interrupted(exc):  # the boundary's Ctrl-C line (dualdrop.cli)
         epoch = getattr(exc, "epoch", None)
         saved = (f"epoch {epoch} is checkpointed in {args.out}" if epoch
                  else "no epoch had finished")
-        again = sparsify_command(cfg) if cfg is not None else "the same command and --resume"
-        print(f"dualdrop sparsify: interrupted; {saved}; continue with: {again}",
-              file=sys.stderr)
-        return 130
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError,
-            FloatingPointError) as exc:
-        print(f"dualdrop sparsify: error: {exc}", file=sys.stderr)
-        return 2
+        return f"{saved}; continue with: {sparsify_command(cfg)}"
+
+    args.interrupt_hint = interrupted
+    report = train(cfg)  # checks every option before loading data or creating --out
     if report.get("status") == "stopped":
         print(f"stopped after epoch {report['epoch']} (outputs in {report['out']}); continue "
               f"with: {sparsify_command(cfg, to_the_end=True)}")

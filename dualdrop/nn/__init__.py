@@ -11,6 +11,7 @@ Entry points::
     sp.density()                                  # {weight: fraction nonzero, "total": ...}
     plain = export_sparse(model, layout="dense")  # loads strictly into the plain architecture
     small = compact(model, example_inputs=x)      # dead units removed (needs torch-pruning)
+    print(latency(model, x))                      # every export layout timed (docs/inference.md)
     sp.finalize()                                 # or fold the pruning into the model in place
 
 Methods (``METHODS``, plus ``"penalty:<name>"`` for any separable ``penalties`` catalog name),
@@ -35,12 +36,18 @@ from dualdrop.nn._alloc import tune_allocator
 from dualdrop.nn._base import Method, state_of
 from dualdrop.nn._heads import HeadPrunedAttention
 from dualdrop.nn.compact import compact, compact_report, load_compact, save_compact
-from dualdrop.nn.export import CSRLinear, export_sparse, fold, format_report, sparsity_report
+from dualdrop.nn.export import (CSRLinear, export_sparse, fold, format_report, linear_density,
+                                sparsity_report)
+from dualdrop.nn.inference import LatencyReport, count_flops, latency
 from dualdrop.nn.oneshot import prune_oneshot
+from dualdrop.nn.onnx import OnnxModel, export_onnx
+from dualdrop.nn.quantize import Int8DynamicLinear, quantize_dynamic_int8
 from dualdrop.nn.registry import REGISTRY, describe, method_class
 from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsify
 
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
            "METHODS", "REGISTRY", "Method", "method_class", "describe", "Sparsifier",
            "CSRLinear", "fold", "state_of", "tune_allocator", "compact", "compact_report",
-           "save_compact", "load_compact", "HeadPrunedAttention", "prune_oneshot"]
+           "save_compact", "load_compact", "HeadPrunedAttention", "prune_oneshot",
+           "linear_density", "latency", "LatencyReport", "count_flops", "export_onnx",
+           "OnnxModel", "Int8DynamicLinear", "quantize_dynamic_int8"]

@@ -50,6 +50,34 @@ def tensors(out) -> list:
     return []
 
 
+def batch_of(inputs, n: int):
+    """``inputs`` (a tensor, or a tuple/list/dict of them) with ``n`` rows: the rows of every
+    tensor's dim 0 cycled (0-d tensors and other values kept)."""
+    def one(t):
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            return t
+        return t[torch.arange(n, device=t.device) % t.shape[0]]
+    if isinstance(inputs, dict):
+        return {k: one(v) for k, v in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(one(t) for t in inputs)
+    return one(inputs)
+
+
+def output_diff(ref, got) -> float:
+    """The largest difference between the tensors of two outputs, relative to the scale of the
+    reference (``|a - b| / (1 + max |a|)``, worst over tensors); inf if their shapes differ."""
+    a, b = tensors(ref), tensors(got)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.numel():
+            scale = 1.0 + float(x.abs().max())
+            worst = max(worst, float((x.float() - y.float()).abs().max()) / scale)
+    return worst
+
+
 def check_inputs(example_inputs) -> None:
     """TypeError unless ``example_inputs`` holds the tensors of one forward run."""
     if example_inputs is None:
@@ -157,9 +185,10 @@ def layer_kind(m) -> str | None:
 
 def unit_groups(dg, tp):
     """``(root, prune_fn, width, group)`` for every dependency group of output units of the
-    Linear (and Conv1D) and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``, each group once
-    (from the first of its layers met): ``group`` is ``dg.get_pruning_group`` of all the root's
-    units, the coupled layers, BatchNorm entries and consumers with their index maps."""
+    Linear (and Conv1D) and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``,
+    each group once (from the first of its layers met): ``group`` is ``dg.get_pruning_group``
+    of all the root's units, the coupled layers, BatchNorm entries and consumers with their
+    index maps."""
     visited = set()
     for m in list(dg.module2node):
         kind = layer_kind(m)

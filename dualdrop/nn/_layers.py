@@ -60,10 +60,19 @@ def dense_type(module) -> bool:
                                       and type(module) is conv1d_class())
 
 
+def stored_weight(module) -> torch.Tensor:
+    """The module's stored ``weight`` tensor: under a parametrization its original (reading
+    ``module.weight`` would run the parametrization, e.g. draw a method's noise)."""
+    plist = module.__dict__.get("_modules", {}).get("parametrizations")
+    if plist is not None and "weight" in plist:
+        return plist["weight"].original
+    return module.weight
+
+
 def out_in(module, weight: torch.Tensor | None = None) -> torch.Tensor:
     """A dense layer's weight (or ``weight``, a tensor of its shape) as ``(out, in)``: a
     transposed view for ``Conv1D``; any other layer's weight as it is (output units first)."""
-    w = module.weight if weight is None else weight
+    w = stored_weight(module) if weight is None else weight
     return w.t() if is_conv1d(module) else w
 
 

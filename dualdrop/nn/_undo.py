@@ -108,10 +108,10 @@ class Snapshot:
                     table.update(saved)
                     if now is not table:
                         setattr(p, name, table)
-            now = _gradhook.HOOKS.get(id(p))
-            if now is not gradhook:  # a method's gradient hook made during the call
-                if now is not None:
-                    now.remove()
+            made = _gradhook.HOOKS.get(id(p))
+            if made is not gradhook:  # a method's gradient hook made during the call
+                if made is not None:
+                    made.remove()
                 if gradhook is None:
                     _gradhook.HOOKS.pop(id(p), None)
                 else:

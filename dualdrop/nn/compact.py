@@ -279,7 +279,7 @@ def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozen
             unread[r] = unread[r] and z
     if not any(dead) and not any(unread):
         return None
-    weights = {id(m.weight) for m, kind, _, _ in consumers if kind == "linear"}  # their products
+    weights = {id(m.weight) for m, kind, _, _ in consumers if kind == "linear"}
     if not all(_product_of(g, weights) for g in inner):
         return None
 

@@ -13,11 +13,20 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   feature-major layout, in_features x batch). Other layers stay dense. torch has no CPU kernel
   for sparse products in float16/bfloat16: there ``CSRLinear`` multiplies in float32 and
   returns the input's dtype.
-- ``"auto"``: ``"csr"`` when the Linear layers' total density is at most ``csr_max_density``
-  (default 0.1; on the 2-core reference machine the CSR export beat dense up to about 10%
-  density and lost at 30%, see benchmarks/RESULTS.md), else ``"dense"``. One layout for all
-  Linear layers: mixing them makes a dense layer receive the feature-major view of a CSR layer's
-  output, which measured slower than either pure layout.
+- ``"auto"``: per Linear layer, the faster of dense and CSR, *measured* at export: each layer
+  whose weight density is at most ``csr_max_density`` (default 0.3; denser layers stay dense
+  untimed) is timed both ways on this machine (interleaved rounds, the fastest of each, with
+  the threads torch uses now) and becomes CSR only when that is at least ``AUTO_MARGIN`` (10%)
+  faster. The inputs: with ``example_inputs`` (a batch as the model will receive it) each
+  layer's own input on that forward run, and then the whole network is timed too, the
+  per-layer choice against all candidate layers CSR and against dense, keeping dense unless
+  another is faster by the margin; without, random inputs of ``auto_batch_size`` rows (default
+  1; the rows one call of the layer multiplies: the batch size of an MLP, batch x tokens in a
+  Transformer), laid out as the layer will receive them (feature-major after a CSR layer of
+  matching width, see below). CSR wins only at low density and enough rows
+  (benchmarks/RESULTS.md, "Inference"), so at batch 1 "auto" is usually dense. The choice per
+  layer is in the returned module's ``dualdrop_auto_layout`` (``{layer: {"layout", "density",
+  "dense_s", "csr_s"}}``, seconds per call).
 - ``"compact"`` (with ``example_inputs=``): the dense layers with dead neurons and channels
   removed physically, outputs unchanged (``dualdrop.nn.compact``; needs torch-pruning, the
   ``structured`` extra). Its ``state_dict`` fits the narrower shapes only: save it with
@@ -42,11 +51,14 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from dualdrop.nn._base import check_choice, check_float, remove_state_hooks, state_of
+from dualdrop.nn._autolayout import choose_csr, layer_inputs, whole_network
+from dualdrop.nn._base import check_choice, check_float, check_int, remove_state_hooks, state_of
+from dualdrop.nn._graph import check_inputs, first_line
 from dualdrop.nn._layers import dense_type, out_in
+from dualdrop.nn.quantize import check_quantize, quantize_dynamic_int8
 from dualdrop.nn.targets import all_targets, default_weight_names
 
-CSR_MAX_DENSITY = 0.1
+CSR_MAX_DENSITY = 0.3   # layout="auto": denser Linear layers stay dense without being timed
 #: dtypes without a CPU kernel for sparse CSR products in torch (CSRLinear computes in float32)
 _NO_CPU_SPARSE = (torch.float16, torch.bfloat16)
 # layouts built on top of this module: "compact" -> dualdrop.nn.compact.compact, registered by
@@ -161,7 +173,8 @@ def _own_class(mod):
 
 
 def export_sparse(model: nn.Module, layout: str = "auto", *,
-                  csr_max_density: float = CSR_MAX_DENSITY, example_inputs=None) -> nn.Module:
+                  csr_max_density: float = CSR_MAX_DENSITY, example_inputs=None,
+                  auto_batch_size: int | None = None, quantize: str | None = None) -> nn.Module:
     """A plain copy of ``model`` with masks folded in (see module docstring for ``layout``).
 
     The result is in ``eval()`` mode, has no parametrizations, hooks or extra parameters from
@@ -169,26 +182,76 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
     is unchanged. ``layout="compact"`` also removes dead units physically (a narrower network,
     not loadable into the original architecture): ``dualdrop.nn.compact.compact(model,
     example_inputs)``, which needs ``example_inputs`` for one traced forward run and the
-    optional torch-pruning package.
+    optional torch-pruning package. ``layout="auto"`` times dense against CSR per layer, on
+    ``example_inputs`` or on ``auto_batch_size`` random rows (default 1), never both.
+    ``quantize="dynamic-int8"`` (layouts ``"dense"`` and ``"compact"``): the Linear layers of
+    the result become ``Int8DynamicLinear`` (``dualdrop.nn.quantize``), pruned weights still 0.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_choice("layout", layout, {"auto", "dense", "csr", "compact"})
+    check_quantize(quantize, layout)
+    if layout != "auto" and auto_batch_size is not None:
+        raise ValueError(f"auto_batch_size is only used by layout='auto', got layout={layout!r}; "
+                         "drop auto_batch_size")
     if layout == "compact":
-        return LAYOUT_HOOKS["compact"](model, example_inputs)
-    if example_inputs is not None:
-        raise ValueError(f"example_inputs is only used by layout='compact', got "
+        small = LAYOUT_HOOKS["compact"](model, example_inputs)
+        return quantize_dynamic_int8(small) if quantize else small
+    if example_inputs is not None and layout != "auto":
+        raise ValueError(f"example_inputs is only used by layout='compact' or 'auto', got "
                          f"layout={layout!r}; drop example_inputs or pass layout='compact'")
-    csr_max_density = check_float("csr_max_density", csr_max_density, low=0.0, high=1.0)
-    out = fold(copy.deepcopy(model), leave_sparse=True)
-    if dense_type(out):  # the model itself is a single layer
-        return _maybe_csr(out, layout, csr_max_density).eval()
     if layout == "auto":
-        layout = "csr" if _linear_density(out) <= csr_max_density else "dense"
+        if example_inputs is not None and auto_batch_size is not None:
+            raise ValueError("layout='auto' times the layers on example_inputs or on "
+                             "auto_batch_size random rows, not both; drop one of them")
+        if example_inputs is not None:
+            check_inputs(example_inputs)
+        rows = 1 if auto_batch_size is None else check_int("auto_batch_size", auto_batch_size,
+                                                            low=1)
+    csr_max_density = check_float("csr_max_density", csr_max_density, low=0.0, high=1.0)
+    out = fold(copy.deepcopy(model), leave_sparse=True).eval()
+    if quantize:
+        return quantize_dynamic_int8(out)
+    if layout == "dense":
+        return out
+    layers = [(name, m) for name, m in out.named_modules()
+              if dense_type(m) and not _is_tied(out, m.weight)]
     if layout == "csr":
-        for name, module in list(out.named_modules()):
-            if dense_type(module) and name and not _is_tied(out, module.weight):
-                _set_submodule(out, name, CSRLinear.from_dense(out_in(module), module.bias))
+        return _with_csr(out, {name for name, _ in layers})
+    # layout == "auto": measured (dualdrop.nn._autolayout)
+    inputs = None
+    if example_inputs is not None:
+        try:
+            inputs = layer_inputs(out, [n for n, _ in layers], example_inputs)
+        except Exception as exc:
+            raise ValueError(f"model(example_inputs) failed ({type(exc).__name__}: "
+                             f"{first_line(exc)}); example_inputs must be valid inputs of the "
+                             "model (a tuple/list is unpacked as positional arguments)") from None
+    chosen, record = choose_csr(layers, lambda m: CSRLinear.from_dense(out_in(m), m.bias),
+                                max_density=csr_max_density, batch_rows=rows, inputs=inputs)
+    if example_inputs is not None and chosen:
+        every = {n for n, r in record.items() if r["csr_s"] is not None}
+        candidates = {"dense": out, "per layer": _with_csr(copy.deepcopy(out), chosen)}
+        if every != chosen:
+            candidates["all CSR"] = _with_csr(copy.deepcopy(out), every)
+        best, _ = whole_network(candidates, example_inputs)
+        chosen = {"dense": set(), "per layer": chosen, "all CSR": every}[best]
+        for n, r in record.items():
+            r["layout"] = "csr" if n in chosen else "dense"
+    result = _with_csr(out, chosen)
+    result.dualdrop_auto_layout = record
+    return result
+
+
+def _with_csr(out: nn.Module, names: set) -> nn.Module:
+    """``out`` with its Linear layers ``names`` as ``CSRLinear`` (in place; ``""``: ``out``
+    itself, returned as a new module)."""
+    if "" in names:
+        return CSRLinear.from_dense(out_in(out), out.bias).eval()
+    for name in sorted(names):
+        m = out.get_submodule(name)
+        _set_submodule(out, name, CSRLinear.from_dense(out_in(m), m.bias))
+    if names:
         for module in out.modules():
             if isinstance(module, nn.TransformerEncoder) and any(
                     isinstance(m, CSRLinear) for m in module.modules()):
@@ -199,21 +262,16 @@ def export_sparse(model: nn.Module, layout: str = "auto", *,
 def _is_tied(model, param):
     return sum(p is param for _, p in model.named_parameters(remove_duplicate=False)) > 1
 
-def _linear_density(model):
+
+def linear_density(model: nn.Module) -> float:
+    """Fraction of nonzero weights over the dense layers (``nn.Linear``, Hugging Face's
+    ``Conv1D``) of ``model`` (1.0 if none)."""
     nnz = tot = 0
     for m in model.modules():
         if dense_type(m):
             nnz += int(torch.count_nonzero(m.weight))
             tot += m.weight.numel()
     return nnz / tot if tot else 1.0
-
-
-def _maybe_csr(module, layout, csr_max_density):
-    if not dense_type(module) or layout == "dense":
-        return module
-    if layout == "csr" or _linear_density(module) <= csr_max_density:
-        return CSRLinear.from_dense(out_in(module), module.bias)
-    return module
 
 
 def _count(t: torch.Tensor) -> tuple[int, int]:

@@ -174,10 +174,9 @@ def all_targets(model: nn.Module) -> list[Target]:
     for mname, mod in _model_modules(model):
         defaults = default_weight_names(mod)
         for pname, p in _tensors(mod).items():
-            named = pname in defaults or (not defaults and pname == "weight"
-                                          and p is not None and p.dim() >= 2)
             if p is None:
                 continue
+            named = pname in defaults or (not defaults and pname == "weight" and p.dim() >= 2)
             qual = f"{mname}.{pname}" if mname else pname
             t = by_id.get(id(p))
             if t is None:
@@ -207,6 +206,11 @@ def _as_list(spec, arg):
         if isinstance(it, type) and not issubclass(it, nn.Module):
             raise TypeError(f"{arg}: {it.__name__} is not a torch.nn.Module subclass")
     return items
+
+
+#: the check of an ``include`` / ``exclude`` argument (a pattern, a module type or a list of
+#: those; None stays None), for the other selection APIs (one-shot pruning's layers)
+check_patterns = _as_list
 
 
 def _matches(target: Target, item) -> bool:

@@ -4,8 +4,8 @@ A sparsified network is only needed in its *test-time* form: every method's dete
 evaluation rule (keep ratio at least ``tol``, gates at their expected value, magnitude masks)
 folded into plain weights, pruned weights exactly 0 (``dualdrop.nn.export_sparse``). A finished
 run writes that network as the ``state_dict`` of the plain architecture (``model.pt``), and, when
-``export_sparse(layout="auto")`` judges the network sparse enough for CSR products to pay off,
-also its CSR form (``model_csr.pt``), and, when torch-pruning is installed (extra
+its Linear layers keep at most ``CSR_FILE_DENSITY`` (10%) of their weights, also its CSR form
+(``model_csr.pt``, every Linear layer ``CSRLinear``), and, when torch-pruning is installed (extra
 ``structured``), its compact form with dead units removed (``model_compact.pt``, written by
 ``dualdrop.nn.save_compact``). All load with ``weights_only=True``; :func:`load_run` rebuilds
 the architecture from the run's record and returns the network in eval mode.
@@ -29,6 +29,7 @@ from dualdrop.train.models import DEFAULT_MODEL, build_model
 MODEL = "model.pt"
 MODEL_CSR = "model_csr.pt"
 MODEL_COMPACT = "model_compact.pt"
+CSR_FILE_DENSITY = 0.1  # sparse enough for the CSR products to pay off from a few rows on
 _LEGACY_NAMES = {"lenet-300-100": DEFAULT_MODEL}  # records written before --model existed
 
 
@@ -115,17 +116,17 @@ def example_batch(n_features: int) -> torch.Tensor:
 
 def save_model(model: nn.Module, sparsified: bool, out: Path,
                n_features: int | None = None) -> dict:
-    """Write ``out/model.pt`` (and ``out/model_csr.pt`` when the auto layout is CSR) of the
-    trained ``model``; with ``n_features`` (the input size) and torch-pruning installed, also
-    ``out/model_compact.pt`` of a sparsified model (dead units removed, ``dualdrop.nn.compact``).
+    """Write ``out/model.pt`` (and ``out/model_csr.pt`` when the Linear layers' density is at
+    most ``CSR_FILE_DENSITY``) of the trained ``model``; with ``n_features`` (the input size)
+    and torch-pruning installed, also ``out/model_compact.pt`` of a sparsified model (dead units removed, ``dualdrop.nn.compact``).
     Return the record of the files for final.json."""
     dnn = _nn()
     plain = dnn.export_sparse(model, layout="dense") if sparsified else model
     atomic_save({k: v.detach().cpu() for k, v in plain.state_dict().items()}, out / MODEL)
     files = {"dense": MODEL, "csr": None, "compact": None}
-    auto = dnn.export_sparse(plain, layout="auto")
-    if any(isinstance(m, dnn.CSRLinear) for m in auto.modules()):
-        atomic_save({k: v.detach().cpu() for k, v in auto.state_dict().items()}, out / MODEL_CSR)
+    if sparsified and dnn.linear_density(plain) <= CSR_FILE_DENSITY:
+        csr = dnn.export_sparse(plain, layout="csr")
+        atomic_save({k: v.detach().cpu() for k, v in csr.state_dict().items()}, out / MODEL_CSR)
         files["csr"] = MODEL_CSR
     else:
         (out / MODEL_CSR).unlink(missing_ok=True)

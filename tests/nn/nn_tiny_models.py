@@ -1,7 +1,21 @@
-"""Tiny models for the dualdrop.nn tests (importable by pickle under a unique module name)."""
+"""Tiny models for the dualdrop.nn tests (importable by pickle under a unique module name), and
+the few training steps many tests take."""
 
 import torch
 import torch.nn as nn
+
+
+def train_steps(model, sp, make_batch, steps=3):
+    """``steps`` Adam steps (lr 1e-2) on ``make_batch(model) + sp.regularizer(100)``, with the
+    method's ``after_step``; returns the optimizer."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for s in range(1, steps + 1):
+        loss = make_batch(model) + sp.regularizer(100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sp.after_step(opt, s, steps)
+    return opt
 
 
 class TinyMLP(nn.Module):

@@ -3,7 +3,6 @@ first-class layer: coverage by every method, output-unit groups on weight column
 reparameterization and neuron gates through its forward, CSR and compact export, Torch-Pruning
 coupling; and the weights sparsify leaves dense are always named."""
 
-import copy
 import warnings
 
 import pytest
@@ -13,6 +12,7 @@ import torch.nn.functional as F
 
 from dualdrop.nn import (METHODS, compact_report, export_sparse, load_compact, save_compact,
                          sparsify, state_of)
+from nn_tiny_models import train_steps
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
@@ -97,13 +97,7 @@ def test_neuron_groups_of_a_conv1d_are_its_columns():
     st = state_of(net[0])
     assert st.groups.shape == (1, 16) and st.groups.n_groups == 16
     x = torch.randn(8, 6)
-    opt = torch.optim.Adam(net.parameters(), 1e-2)
-    for s in range(1, 5):
-        loss = net(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sp.after_step(opt, s, 4)
+    train_steps(net, sp, lambda m: m(x).pow(2).mean(), steps=4)
     mask = st.weight_mask
     cols = mask.amax(0)
     assert torch.equal(mask, cols.expand_as(mask))   # whole columns
@@ -154,21 +148,11 @@ def test_forward_hook_methods_give_conv1d_what_they_give_the_equal_linear(method
 
 # ---- every method on GPT-2: training steps, dense / CSR export, compact export -------------------
 
-def _train(model, sp, x, steps=3, lr=1e-2):
-    opt = torch.optim.Adam(model.parameters(), lr)
-    for s in range(1, steps + 1):
-        loss = lm_loss(model, x) + sp.regularizer(100)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sp.after_step(opt, s, steps)
-
-
 @pytest.mark.parametrize("method", ALL)
 def test_gpt2_trains_and_exports_in_every_layout(method):
     model, x = gpt2(), ids()
     sp, _ = sparsify_caught(model, method)
-    _train(model, sp, x)
+    train_steps(model, sp, lambda m: lm_loss(m, x))
     model.eval()
     with torch.no_grad():
         want = model(x).logits
@@ -191,7 +175,7 @@ def test_gpt2_units_coupled_by_the_graph_and_removed_by_the_compact_export(metho
     tied = {frozenset(sp._pairs[i][0].key for i, _, _ in tie) for tie in sp.ties}
     assert frozenset(f"transformer.h.{i}.{p}" for i in range(2)
                      for p in ("attn.c_proj", "mlp.c_proj")) in tied
-    _train(model, sp, x, steps=10)
+    train_steps(model, sp, lambda m: lm_loss(m, x), steps=10)
     model.eval()
     small = export_sparse(model, "compact", example_inputs=x)
     rows = compact_report(model, small)
@@ -236,7 +220,8 @@ def test_csr_export_of_a_half_precision_model_runs(dtype, layout):
         opt.step()
         sp.after_step(opt, s, 2)
     out = export_sparse(net, layout)
-    assert sum(type(m).__name__ == "CSRLinear" for m in out.modules()) == 2
+    if layout == "csr":  # "auto" keeps a layer dense unless CSR measured faster
+        assert sum(type(m).__name__ == "CSRLinear" for m in out.modules()) == 2
     with torch.no_grad():
         got, want = out(x), export_sparse(net, "dense")(x)
     assert got.dtype == dtype
@@ -366,13 +351,7 @@ def test_magnitude_prunes_conv_transpose_weights_and_counts_them(kw):
     sp, said = sparsify_caught(model, "magnitude", **kw)
     assert said == "" and {"up", "up1"} <= set(sp.targets)
     x = torch.randn(2, 1, 8, 8)
-    opt = torch.optim.Adam(model.parameters(), 1e-2)
-    for s in range(1, 61):
-        loss = model(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sp.after_step(opt, s, 60)
+    train_steps(model, sp, lambda m: m(x).pow(2).mean(), steps=60)
     dens = sp.density()
     assert dens["up"] < 1.0 and dens["up1"] < 1.0
     nnz = sum(int(torch.count_nonzero(state_of(getattr(model, k)).eval_weight(

@@ -16,13 +16,14 @@ from dualdrop.nn.oneshot.methods.magnitude import Magnitude
 
 
 class ConvNet(nn.Module):
-    """Conv2d (reflect padding), Conv2d (stride, dilation, rectangular kernel), Conv1d, Linear."""
+    """Conv2d (reflect padding), Conv2d (stride, dilation, rectangular kernel), Conv1d (an even
+    kernel, padding "same": one more on the right), Linear."""
 
     def __init__(self):
         super().__init__()
         self.c1 = nn.Conv2d(2, 4, 3, padding=1, padding_mode="reflect")
         self.c2 = nn.Conv2d(4, 8, (3, 2), stride=2, dilation=(1, 2))
-        self.c3 = nn.Conv1d(8, 8, 3, padding=1)
+        self.c3 = nn.Conv1d(8, 8, 4, padding="same")
         self.fc = nn.Linear(8 * 9, 5)
 
     def forward(self, x):
@@ -86,6 +87,7 @@ def capture_inputs(model, calib, modules):
     return seen
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same'")
 def test_conv_and_linear_objectives_match_their_own_forward():
     torch.manual_seed(0)
     net = ConvNet()
@@ -227,6 +229,21 @@ def test_a_layer_called_twice_gets_both_inputs():
     prune_oneshot(net, x, Recorder(), target_density=0.5, progress=False)
     X = torch.cat([x, x2])
     assert torch.allclose(Recorder.grams[0], X.T @ X / 100, rtol=1e-12)
+
+
+def test_attention_selected_by_its_name_or_its_parts():
+    net = AttnNet()
+    calib = [torch.randn(2, 5, 6)]
+    res = prune_oneshot(copy.deepcopy(net), calib, "magnitude", target_density=0.5,
+                        include=["attn"], progress=False)
+    assert [r["layer"] for r in res.report.layers] == [f"attn.in_proj.{c}" for c in "qkv"] + [
+        "attn.out_proj"]
+    res = prune_oneshot(copy.deepcopy(net), calib, "magnitude", target_density=0.5,
+                        exclude=["*.in_proj", "embed", "mem", "head"], progress=False)
+    assert [r["layer"] for r in res.report.layers] == ["attn.out_proj", "cross.out_proj"]
+    res = prune_oneshot(copy.deepcopy(net), calib, "magnitude", target_density=0.5,
+                        include=[nn.MultiheadAttention], exclude=["cross"], progress=False)
+    assert len(res.report.layers) == 4
 
 
 def test_exact_budgets_and_patterns():

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn import sparsify
+from nn_tiny_models import train_steps
 
 
 class Net(nn.Module):
@@ -19,15 +20,9 @@ class Net(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def _steps(model, sp, n=5, opt=None):
-    opt = opt or torch.optim.Adam(model.parameters(), lr=1e-2)
+def _steps(model, sp, n=5):
     x = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
-    for s in range(1, n + 1):
-        loss = model(x).pow(2).mean() + sp.regularizer(100)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sp.after_step(opt, s, n)
+    train_steps(model, sp, lambda m: m(x).pow(2).mean(), steps=n)
 
 
 @pytest.mark.parametrize("method,hp", [("adaprox", {}), ("penalty:mcp",

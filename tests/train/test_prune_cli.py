@@ -53,6 +53,13 @@ def test_prune_writes_a_run_folder(dense_run, tmp_path, capsys):
     assert rc == 0, text
     net = load_run(out2)
     assert bool(((net.fc2.weight != 0).reshape(100, -1, 4).sum(-1) == 2).all())
+    out3 = tmp_path / "owl"
+    rc, text = run_cli(["prune", "--from", str(dense_run), "--method", "magnitude", "--density",
+                        "0.2", "--allocation", "owl", "--allocation-hp", "owl_lambda=0.05",
+                        "--out", str(out3), "--no-progress"], capsys)
+    assert rc == 0, text
+    assert json.loads((out3 / "final.json").read_text())["allocation_options"] == {
+        "owl_lambda": 0.05}
 
 
 @pytest.mark.parametrize("extra, match", [
@@ -66,6 +73,7 @@ def test_prune_writes_a_run_folder(dense_run, tmp_path, capsys):
     (["--density", "0.5", "--calib", "0"], "--calib"),
     (["--density", "0.5", "--lr", "0"], "--lr"),
     (["--density", "1.5"], "target_density"),
+    (["--density", "0.5", "--allocation", "owl", "--allocation-hp", "owl_q=1"], "owl_q"),
 ])
 def test_prune_refusals_write_nothing(dense_run, tmp_path, capsys, extra, match):
     out = tmp_path / "never"

@@ -37,7 +37,8 @@ class OneShotReport:
     """What ``prune_oneshot`` did, one row per pruned problem (``layers``) and the totals.
 
     A row: ``layer``, ``kind`` (linear, conv, hf_conv1d, mha_in, mha_out), ``shape`` (out, in),
-    ``kept`` and ``density`` (nonzeros of the pruned weight), ``objective`` (the layer objective
+    ``rows`` (of its calibration input ``X``: samples, tokens or image patches), ``kept`` and
+    ``density`` (nonzeros of the pruned weight), ``objective`` (the layer objective
     ``||X (W - W0)^T||^2 / ||X W0^T||^2`` on the layer's calibration inputs, which come through
     the layers pruned before it), ``seconds``, ``gram_mb`` and ``peak_mb`` (the process's peak
     resident memory since the call began, or the GPU's peak allocation in the step). Totals:
@@ -182,10 +183,10 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     rss_start = reset_peak_memory()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    opts = dict(options or {})
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict of the method's options, got "
                         f"{type(options).__name__}")
+    opts = dict(options or {})
     if refit is not None:
         if not isinstance(refit, bool):
             raise TypeError(f"refit must be True, False or None, got {refit!r}")

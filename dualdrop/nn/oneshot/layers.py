@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from dualdrop.nn.targets import foreign_reason
+from dualdrop.nn.targets import check_patterns, foreign_reason
 
 KINDS = ("linear", "conv", "hf_conv1d", "mha_in", "mha_out")
 
@@ -200,26 +200,6 @@ def _matches(name: str, module: nn.Module, item) -> bool:
     return fnmatch.fnmatchcase(name, item)
 
 
-def check_patterns(spec, arg: str):
-    """``include`` / ``exclude`` as a list of name patterns and module types (or None)."""
-    if spec is None:
-        return None
-    items = [spec] if isinstance(spec, (str, type)) else spec
-    try:
-        items = list(items)
-    except TypeError:
-        raise TypeError(f"{arg} must be a layer name pattern, a module type or a list of those, "
-                        f"got {type(spec).__name__}") from None
-    for it in items:
-        if not isinstance(it, (str, type)) or (isinstance(it, type)
-                                               and not issubclass(it, nn.Module)):
-            raise TypeError(f"{arg}: entries must be layer name patterns (str, fnmatch) or "
-                            f"torch.nn.Module types, got {it!r}")
-    if not items:
-        raise ValueError(f"{arg} is empty; pass None instead")
-    return items
-
-
 def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], list[tuple]]:
     """``(steps, skipped)``: the prunable layers of ``model`` as walk steps (in module order;
     the walker reorders them by the forward), and ``(name, reason)`` of every weight left dense.
@@ -228,6 +208,9 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
     ``"encoder.*"``; an attention's parts are ``<name>.in_proj`` and ``<name>.out_proj``) or
     module types; every prunable layer by default."""
     inc, exc = check_patterns(include, "include"), check_patterns(exclude, "exclude")
+    for arg, items in (("include", inc), ("exclude", exc)):
+        if items is not None and not items:
+            raise ValueError(f"{arg} is empty; pass None instead")
     uses: dict[int, dict[int, str]] = {}  # parameter -> {module holding it: a name of it}
     for mname, mod in model.named_modules(remove_duplicate=False):
         for pname, p in mod._parameters.items():
@@ -241,14 +224,19 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
             mha_outs.add(id(mod.out_proj))
     matched = {id(it): False for it in (inc or []) + (exc or [])}
 
-    def wanted(name, mod):
+    def wanted(names, mods):
+        """Whether a layer known by ``names`` and ``mods`` (its own; for an attention's parts
+        also the attention's) is selected; records which patterns matched something."""
+        def hit(it):
+            return any(_matches(n, m, it) for n in names for m in mods)
+
         hit_inc = inc is None
         for it in inc or ():
-            if _matches(name, mod, it):
+            if hit(it):
                 matched[id(it)] = hit_inc = True
         hit_exc = False
         for it in exc or ():
-            if _matches(name, mod, it):
+            if hit(it):
                 matched[id(it)] = hit_exc = True
         return hit_inc and not hit_exc
 
@@ -263,7 +251,7 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
                      ("mha_out", f"{mname}.out_proj", [f"{mname}.out_proj"], ["weight"],
                       mod.out_proj)]
             for kind, name, names, tensors, holder in parts:
-                if not wanted(name, mod) and not wanted(name, holder):
+                if not wanted([name, mname], [holder, mod]):
                     continue
                 reason = _unusable(holder, tensors, uses, name)
                 if reason:
@@ -274,12 +262,12 @@ def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], 
         kind = _kind(mod)
         if kind is None:
             big = [n for n, p in mod._parameters.items() if p is not None and p.dim() >= 2]
-            if big and wanted(mname, mod):
+            if big and wanted([mname], [mod]):
                 label = mname if big == ["weight"] else ", ".join(
                     f"{mname}.{n}" if mname else n for n in big)
                 skipped.append((label, _why_not(mod)))
             continue
-        if not wanted(mname, mod):
+        if not wanted([mname], [mod]):
             continue
         reason = _unusable(mod, ["weight"], uses, mname)
         if reason:

@@ -244,7 +244,8 @@ def walk(model, steps: list[Step], calib, forward_fn, calls: dict,
          desc: str = "one-shot") -> list[dict]:
     """Prune ``steps`` in order (module docstring); ``prune_step(step, W0s, Gs) -> (Ws,
     seconds)`` prunes one step's problems. Returns the report's rows, one per problem: layer,
-    kind, shape, kept weights, density, layer objective, seconds (the step's calibration pass
+    kind, shape, rows of ``X`` (samples, tokens or patches), kept weights, density, layer
+    objective, seconds (the step's calibration pass
     shared over its problems, plus the problem's solve), the step's Gram memory and the peak
     memory so far (the process's resident set on the CPU, allocated memory on a GPU), in MB."""
     rows = []
@@ -261,17 +262,17 @@ def walk(model, steps: list[Step], calib, forward_fn, calls: dict,
                 run_pass(model, calib, forward_fn,
                          lambda: [_hook_step(step, acc, stop, counter)], [counter])
             Gs = acc.grams()
-            gram_mb = acc.nbytes() / 2 ** 20
+            gram_mb, n_rows = acc.nbytes() / 2 ** 20, list(acc.rows)
             del acc
             t_pass = time.perf_counter() - t0
             W0s = step.weights()
             Ws, secs = prune_step(step, W0s, Gs)
             step.set_weights(Ws)
             peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else peak_rss_mb()
-            for name, W0, W, G, s in zip(step.names, W0s, Ws, Gs, secs):
+            for name, W0, W, G, s, n in zip(step.names, W0s, Ws, Gs, secs, n_rows):
                 kept = int((W != 0).sum())
                 rows.append({"layer": name, "kind": step.kind, "shape": list(W0.shape),
-                             "kept": kept, "density": kept / W0.numel(),
+                             "rows": n, "kept": kept, "density": kept / W0.numel(),
                              "objective": layer_objective(W, W0, G),
                              "seconds": s + t_pass / len(step.names), "gram_mb": gram_mb,
                              "peak_mb": peak})

@@ -188,38 +188,112 @@ def plot_frontier(result: dict, out: str | os.PathLike, mnist: bool = False,
     return paths
 
 
-def plot_diagnostics(records: list[dict], path: Path) -> None:
-    """Per run: isotropic ratios, cosines (log scale, null means dotted) and top eigenvalues."""
+def diagnostics_figure(records: list[dict]):
+    """The figure of :func:`plot_diagnostics` (returned open, for inspection).
+
+    One group per run on the x axis (the runs are unrelated: nothing joins them). Left: the
+    escaping indicator ``Tr(H Sigma)`` relative to isotropic noise of the same variance, for SGD
+    and dropout noise; middle: the cosine of each noise covariance with the Hessian, its
+    random-direction null mean as a black tick; right: the top Hessian eigenvalues. Bars start at
+    0 on linear axes (a ratio spread over more than two decades switches the left panel to a log
+    axis with markers instead of bars, which a log axis cannot show honestly). A value that was
+    not measured (NaN: a dense run has no dropout noise) is marked "n/a" where its bar would be.
+    The legend sits below the panels.
+    """
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    labels = [f"{r['method']}\n(ep {r['epoch']})" for r in records]
+    labels = [f"{r['method']}\n(epoch {r['epoch']})" for r in records]
     x = np.arange(len(records))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for ax, key, title in ((axes[0], "ratio", "Tr(H Σ) / Tr(H Σ_iso)"),
-                           (axes[1], "cosine", "cos(H, Σ) (null mean: dots)")):
-        for j, (noise, col) in enumerate((("sgd", "C0"), ("drop", "C1"))):
-            vals = [r[f"{noise}_{key}"] for r in records]
-            ax.bar(x + (j - 0.5) * 0.38, vals, 0.38, color=col,
-                   label="SGD noise" if noise == "sgd" else "dropout noise")
+    width = 0.38
+    noises = (("sgd", "C0", "SGD (minibatch) noise"), ("drop", "C1", "dropout noise"))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
+
+    def finite(v):
+        return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+    def na(ax, xs, y):
+        ax.text(xs, y, "n/a", ha="center", va="bottom", fontsize=8, color="0.35")
+
+    ratios = [r.get(f"{n}_ratio") for r in records for n, _, _ in noises]
+    pos = [v for v in ratios if finite(v) and v > 0]
+    log_ratio = bool(pos) and max(pos) / min(pos) > 100
+    for ax, key, title, ylabel in (
+            (axes[0], "ratio", "escaping: Tr(H Σ) against isotropic noise",
+             "Tr(H Σ) / Tr(H Σ_iso)  (1 = isotropic)"),
+            (axes[1], "cosine", "alignment of the noise with H", "cos(H, Σ)")):
+        vals_all = [r.get(f"{n}_{key}") for r in records for n, _, _ in noises]
+        top = max([v for v in vals_all if finite(v)] or [1.0])
+        for j, (noise, col, _) in enumerate(noises):
+            xs = x + (j - 0.5) * width
+            vals = [r.get(f"{noise}_{key}") for r in records]
+            for xi, v in zip(xs, vals):
+                if not finite(v):
+                    na(ax, xi, (1.0 if key == "ratio" and log_ratio else 0.0))
+                elif key == "ratio" and log_ratio:
+                    ax.plot([xi], [v], "o", color=col, markersize=7)
+                else:
+                    ax.bar([xi], [v], width, color=col)
+                    ax.text(xi, v, f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}", ha="center",
+                            va="bottom", fontsize=7)
             if key == "cosine":
-                ax.plot(x + (j - 0.5) * 0.38, [r[f"{noise}_null_cosine"] for r in records], "k.")
-        ax.set_yscale("log")
+                nulls = [r.get(f"{noise}_null_cosine") for r in records]
+                for xi, v in zip(xs, nulls):
+                    if finite(v):
+                        ax.plot([xi - width / 2, xi + width / 2], [v, v], "k-", lw=2)
+        if key == "cosine":
+            nulls = [r.get(f"{n}_null_cosine") for r in records for n, _, _ in noises]
+            nulls = [v for v in nulls if finite(v)]
+            if nulls and max(nulls) < 0.02 * top:  # too close to 0 to see: say it
+                ax.text(0.98, 0.97, f"null: {min(nulls):.1g} to {max(nulls):.1g}", ha="right",
+                        va="top", transform=ax.transAxes, fontsize=8)
+        if key == "ratio" and log_ratio:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1.15 * top if top > 0 else 1.0)
         ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=9)
         ax.set_xticks(x, labels, fontsize=7)
-        ax.legend(fontsize=8)
+        ax.set_xlim(-0.6, len(records) - 0.4)
+        ax.grid(True, axis="y", alpha=0.3)
     ks = sorted(int(k.split("_")[1]) for k in records[0] if k.startswith("lambda_"))
-    for i in ks:
-        axes[2].plot(x, [r[f"lambda_{i}"] for r in records], "o-", label=f"λ{i}")
+    shift = np.linspace(-0.25, 0.25, len(ks)) if len(ks) > 1 else np.zeros(1)
+    for dx, i in zip(shift, ks):
+        vals = [r.get(f"lambda_{i}") for r in records]
+        axes[2].plot(x + dx, [v if finite(v) else np.nan for v in vals], "o",
+                     color=plt.cm.viridis(0.85 * (i - 1) / max(1, len(ks) - 1)), linestyle="none")
     axes[2].set_title("top Hessian eigenvalues", fontsize=10)
+    axes[2].set_ylabel("eigenvalue of H", fontsize=9)
+    if all(finite(r.get(f"lambda_{i}")) and r[f"lambda_{i}"] >= 0 for r in records for i in ks):
+        axes[2].set_ylim(bottom=0)
     axes[2].set_xticks(x, labels, fontsize=7)
-    axes[2].legend(fontsize=7)
-    fig.tight_layout()
+    axes[2].set_xlim(-0.6, len(records) - 0.4)
+    axes[2].grid(True, axis="y", alpha=0.3)
+    handles = [Patch(color=c, label=lab) for _, c, lab in noises]
+    handles.append(Line2D([], [], color="k", lw=2, label="cosine of a random direction (null)"))
+    handles += [Line2D([], [], marker="o", linestyle="none",
+                       color=plt.cm.viridis(0.85 * (i - 1) / max(1, len(ks) - 1)),
+                       label=f"λ{i}") for i in ks]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def plot_diagnostics(records: list[dict], path: Path) -> None:
+    """Write :func:`diagnostics_figure` of the runs' records to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = diagnostics_figure(records)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-__all__ = ["plot_comparison", "plot_diagnostics", "plot_frontier"]
+__all__ = ["diagnostics_figure", "plot_comparison", "plot_diagnostics", "plot_frontier"]

@@ -15,8 +15,9 @@ Louizos et al.'s LeNet-300-100 value per example) with
     one gate per weight, one gate sample per forward call; acts on any weight tensor.
 ``hardconcrete-neuron`` (group sparsity, Louizos et al.'s architecture pruning)
     ``Linear`` (and transformers' ``Conv1D``): one gate per *input* unit (a column of a Linear
-    ``W``, a row of a ``Conv1D`` ``W``), sampled per example, applied to the input; ``Conv1d/2d/3d``: one gate per *output* channel (a filter and its bias), sampled
-    per example, applied to the feature map. Other weights are skipped with a warning. The
+    ``W``, a row of a ``Conv1D`` ``W``), sampled per example, applied to the input;
+    ``Conv1d/2d/3d``: one gate per *output* channel (a filter and its bias), sampled per
+    example, applied to the feature map. Other weights are skipped with a warning. The
     expected L0 counts the *weights* a gate controls (gate probability times group size), not
     the gates.
 

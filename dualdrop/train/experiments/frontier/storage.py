@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from dualdrop.train.checkpoint import pid_alive
+from dualdrop.train.checkpoint import CheckpointError, pid_alive
 from dualdrop.train.experiments.frontier.search import Knob
 
 #: the journal file of a frontier folder, shared by every process that adds trials
@@ -53,9 +53,47 @@ def open_storage(out: str | os.PathLike, create: bool = True):
         raise FileNotFoundError(f"no frontier study at {path}; run `dualdrop frontier --out "
                                 f"{out} ...` first (without --report-only)")
     path.parent.mkdir(parents=True, exist_ok=True)
+    _check_journal(path)
     # the open(O_EXCL) lock works on NFS too: several machines may share the folder
-    return optuna.storages.JournalStorage(
-        JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+    try:
+        storage = optuna.storages.JournalStorage(
+            JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+        storage.get_all_studies()  # replays the journal: a corrupt one fails here, not later
+    except (OSError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # optuna's replay raises KeyError, AssertionError, JSON errors...
+        raise CheckpointError(
+            f"{path} is not a readable study journal ({type(exc).__name__}: {exc}); move it "
+            "away to start a new study there, or restore it from a copy") from None
+    return storage
+
+
+def _check_journal(path: Path) -> None:
+    """``CheckpointError`` unless ``path`` (if present) is Optuna's journal: lines of JSON
+    records, each with an ``op_code``, the last one complete (Optuna appends after it)."""
+    if not path.exists():
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        text = None
+    problem = "it is not text" if text is None else None
+    if text and problem is None:
+        if not text.endswith("\n"):
+            problem = "its last record is incomplete"
+        for i, line in enumerate(text.splitlines(), 1):
+            if problem is not None:
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not (isinstance(record, dict) and "op_code" in record):
+                problem = f"line {i} is not a journal record"
+    if problem is not None:
+        raise CheckpointError(
+            f"{path} is not a readable study journal ({problem}); move it away to start a new "
+            "study there, or restore it from a copy")
 
 
 class Heartbeat:

@@ -1,0 +1,186 @@
+"""``dualdrop latency``: how fast is a trained network in each export layout.
+
+Examples::
+
+    dualdrop sparsify --method magnitude --granularity neuron --target-density 0.1 --out runs/d
+    dualdrop latency runs/d                                 # table; runs/d/latency/*.json|csv|png
+    dualdrop latency runs/d --layouts dense csr auto compact --batch-sizes 1 64 --rounds 30
+    dualdrop latency small.pt --model-class dualdrop.train.models:LeNet5 --input-shape 784
+
+A run folder of ``dualdrop sparsify`` is loaded with ``dualdrop.train.load_run`` (its test split
+gives the inputs and each layout's test error: the embedded digits, or MNIST with ``--data-dir``);
+a saved model (a ``state_dict`` or a ``save_compact`` file) is rebuilt on a fresh
+``--model-class`` and timed on random inputs of ``--input-shape``. ``dualdrop.nn.latency`` does
+the work: every layout checked against the dense outputs, then timed in interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    from dualdrop.nn.inference import LAYOUTS
+
+    p = subparsers.add_parser(
+        "latency",
+        help="time a trained network in every export layout (dense, CSR, auto, compact, int8, "
+        "onnxruntime)",
+        description="Load a trained network (a dualdrop sparsify run folder, or a saved model "
+        "with --model-class), build each export layout, check that they compute the dense "
+        "outputs, and time them at several batch sizes on a fixed number of threads "
+        "(interleaved rounds, medians and quartiles), beside parameters, nonzeros, FLOPs, "
+        "size on disk and the ideal speed-up (FLOP ratio). Prints a table and writes "
+        "latency.json, latency.csv and latency.png to --out.",
+    )
+    p.add_argument("run", help="a run folder of dualdrop sparsify, or a saved model file "
+                   "(state_dict or save_compact) with --model-class")
+    p.add_argument("--model-class", default=None, metavar="MODULE:CLASS",
+                   help="for a saved model file: the class to rebuild it on, e.g. "
+                   "dualdrop.train.models:LeNet5 (importable from here)")
+    p.add_argument("--model-args", default="{}", metavar="JSON",
+                   help="keyword arguments of --model-class as JSON (default {})")
+    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
+                   help="for a saved model file: the shape of one input sample, e.g. 784 or "
+                   "1,28,28 (random inputs of it are timed)")
+    p.add_argument("--layouts", nargs="+", default=None, choices=LAYOUTS, metavar="LAYOUT",
+                   help="layouts to time (default: all whose packages are installed): "
+                   + ", ".join(LAYOUTS))
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32, 128], metavar="B",
+                   help="batch sizes (default 1 32 128)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch and onnxruntime threads while timing (default 1)")
+    p.add_argument("--rounds", type=int, default=15,
+                   help="interleaved rounds; each figure is the median over them (default 15)")
+    p.add_argument("--clock", default="wall", choices=("wall", "cpu"),
+                   help="wall: the time a caller waits (default); cpu: the process's CPU time, "
+                   "which other work on a loaded machine does not inflate (one thread)")
+    p.add_argument("--data-dir", default=None,
+                   help="MNIST folder, for a run trained on MNIST: its test split gives the "
+                   "inputs and each layout's test error (without it: random inputs)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: RUN/latency for a run folder, "
+                   "<file>_latency beside a model file)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 1 for d in dims):
+        raise ValueError(f"--input-shape {text!r}: expected positive integers separated by "
+                         "commas, e.g. 784 or 1,28,28")
+    return dims
+
+
+def _model_class(spec: str):
+    mod, sep, name = spec.partition(":")
+    if not sep or not mod or not name:
+        raise ValueError(f"--model-class {spec!r}: expected MODULE:CLASS, e.g. "
+                         "dualdrop.train.models:LeNet5")
+    try:
+        cls = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--model-class {spec!r} cannot be imported ({exc}); the module must "
+                         "be importable from the current folder or the installed packages") \
+            from None
+    return cls
+
+
+def _from_file(args):
+    """``(model, example_inputs)`` of a saved model file rebuilt on ``--model-class``."""
+    import torch
+
+    from dualdrop.nn import load_compact
+    from dualdrop.nn.compact import FORMAT
+
+    if args.model_class is None or args.input_shape is None:
+        raise ValueError(f"{args.run} is a file: pass --model-class MODULE:CLASS and "
+                         "--input-shape D1,D2,... to rebuild and feed it (or pass a run folder)")
+    shape = _shape(args.input_shape)
+    try:
+        kwargs = json.loads(args.model_args)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--model-args is not JSON ({exc.msg}); e.g. "
+                         "'{\"n_features\": 784}'") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError("--model-args must be a JSON object of keyword arguments")
+    cls = _model_class(args.model_class)
+    try:
+        fresh = cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{args.model_class}(**{kwargs}) failed: {exc}") from None
+    try:
+        blob = torch.load(args.run, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{args.run} cannot be read as a saved model "
+                         f"({str(exc).strip().splitlines()[0][:120]})") from None
+    if isinstance(blob, dict) and blob.get("format") == FORMAT:
+        model = load_compact(args.run, fresh)
+    elif isinstance(blob, dict) and all(isinstance(v, torch.Tensor) for v in blob.values()):
+        try:
+            fresh.load_state_dict(blob, strict=True)
+        except RuntimeError as exc:
+            raise ValueError(f"{args.run} does not fit {args.model_class}: "
+                             f"{str(exc).splitlines()[0]}") from None
+        model = fresh.eval()
+    else:
+        raise ValueError(f"{args.run} is neither a state_dict nor a save_compact file")
+    x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(0))
+    return model, x, None
+
+
+def _from_run(args):
+    """``(model, example_inputs, eval_data)`` of a run folder."""
+    import torch
+
+    from dualdrop.data import load_dataset
+    from dualdrop.train import load_run
+    from dualdrop.train.export import example_batch
+
+    folder = Path(args.run)
+    model = load_run(folder)
+    config = json.loads((folder / "config.json").read_text()) \
+        if (folder / "config.json").is_file() else {}
+    data = config.get("data")
+    if data == "digits" or (data == "mnist" and args.data_dir is not None):
+        ds = load_dataset(None if data == "digits" else args.data_dir,
+                          seed=config.get("seed", 0), val_fraction=config.get("val_fraction", 0.2))
+        X = torch.from_numpy(ds.X_test).float()
+        y = torch.from_numpy(ds.y_test).long()
+        return model, X[:128], (X, y)
+    n = config.get("n_features") or json.loads((folder / "final.json").read_text())[
+        "architecture"]["n_features"]
+    print(f"dualdrop latency: {folder} was trained on {data!r}; without --data-dir it is timed "
+          "on random inputs and no test error is reported")
+    return model, example_batch(int(n)), None
+
+
+def run(args) -> int:
+    from dualdrop.nn.inference import latency
+
+    path = Path(args.run)
+    if not path.exists():
+        raise FileNotFoundError(f"{args.run}: no such run folder or model file")
+    if path.is_dir():
+        if args.model_class is not None or args.input_shape is not None:
+            raise ValueError("--model-class and --input-shape are for a saved model file; a "
+                             "run folder rebuilds its own network")
+        model, x, eval_data = _from_run(args)
+        out = Path(args.out) if args.out else path / "latency"
+    else:
+        model, x, eval_data = _from_file(args)
+        out = Path(args.out) if args.out else path.with_name(path.stem + "_latency")
+    report = latency(model, x, layouts=args.layouts, batch_sizes=args.batch_sizes,
+                     threads=args.threads, rounds=args.rounds, clock=args.clock,
+                     eval_data=eval_data,
+                     progress=not args.no_progress)
+    print(report.table())
+    paths = report.save(out)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
