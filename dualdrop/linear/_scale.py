@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._design import divide_columns
+from ._jit import dense_col_absmax_norms
 from .datafits import weighted_col_norms2
 
 __all__ = ["BAND", "Scaling", "col_rms", "plan_scaling", "pow2_near"]
@@ -56,12 +57,17 @@ def col_rms(X, sw=None) -> np.ndarray:
     """``sqrt(sum_i sw_i x_ij^2 / n)`` per column (``sw``: weights of mean 1, or ``None``), also
     where ``x_ij^2`` would over- or underflow: then ``max_i |x_ij|`` is factored out first."""
     n = X.shape[0]
+    sq = None
     if sp.issparse(X):
         m = np.asarray(abs(X).max(axis=0).toarray(), dtype=np.float64).ravel()
+    elif n and X.dtype == np.float64:  # one compiled pass: the maxima and the sums of squares
+        m, sq = np.empty(X.shape[1]), np.empty(X.shape[1])
+        h = np.zeros(1) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
+        dense_col_absmax_norms(X, h, sw is not None, m, sq)
     else:
         m = np.max(np.abs(X), axis=0) if n else np.zeros(X.shape[1])
     if np.all((m == 0) | ((m > 1e-100) & (m < 1e100))):  # squares and sums are safe
-        return np.sqrt(weighted_col_norms2(X, sw) / n)
+        return np.sqrt((weighted_col_norms2(X, sw) if sq is None else sq) / n)
     safe = np.where(m > 0, m, 1.0)
     return m * np.sqrt(weighted_col_norms2(divide_columns(X, safe), sw) / n)
 

@@ -419,12 +419,16 @@ class SparseCoxRegression(_NamedGLM):
         sw = data.datafit.sample_weight
         sw = np.ones(y.shape[0]) if sw is None else sw
         t, ev = y[:, 0], y[:, 1]
-        e = sw * np.exp(z - z.max())
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        e = (sw * np.exp(z - z.max()))[order]
+        rev = np.cumsum(e[::-1])[::-1]  # the risk-set sums, at each sorted position
         times = np.unique(t[ev == 1])
-        at_risk = np.array([e[t >= s].sum() for s in times]) * np.exp(z.max())
-        deaths = np.array([(sw * ev)[t == s].sum() for s in times])
+        first = np.searchsorted(ts, times, side="left")
+        dcum = np.concatenate([[0.0], np.cumsum((sw * ev)[order])])
+        deaths = dcum[np.searchsorted(ts, times, side="right")] - dcum[first]
         self.baseline_times_ = times
-        self.baseline_cumulative_hazard_ = np.cumsum(deaths / at_risk)
+        self.baseline_cumulative_hazard_ = np.cumsum(deaths / rev[first]) * np.exp(-z.max())
         return self
 
     def predict(self, X):

@@ -80,7 +80,7 @@ class Cox(WeightedDatafit):
             terms = np.where(ev > 0, -zs + shift + np.log(S) - np.log(self._sws), 0.0)
         return float(ev @ terms) / y.shape[0]
 
-    def _grad_hess(self, y, z):
+    def grad_hess(self, y, z):
         zs, e, S, _ = self._risk(y, z)
         ev = self._events
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -93,10 +93,10 @@ class Cox(WeightedDatafit):
         return g, a
 
     def raw_grad(self, y, z):
-        return self._grad_hess(y, z)[0]
+        return self.grad_hess(y, z)[0]
 
     def raw_hess(self, y, z):
-        return self._grad_hess(y, z)[1]
+        return self.grad_hess(y, z)[1]
 
     def intercept_init(self, y):
         return 0.0

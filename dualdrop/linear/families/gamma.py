@@ -46,6 +46,10 @@ class Gamma(WeightedDatafit):
         with np.errstate(over="ignore"):
             return self._weigh(y * np.exp(-z)) / y.shape[0]
 
+    def grad_hess(self, y, z):
+        h = self.raw_hess(y, z)
+        return self._weigh(np.ones_like(z)) / y.shape[0] - h, h
+
     def intercept_init(self, y):
         return float(np.log(self._weighted_mean(y)))
 

@@ -152,11 +152,12 @@ def newton_inner(problem, ws, w, z, b, tol_in, max_newton=50, max_cd=50):
 
     it = 0
     for it in range(max_newton):
-        G = np.ascontiguousarray(df.raw_grad(y, z))
+        G, H = df.grad_hess(y, z)
+        G = np.ascontiguousarray(G)
         if ws_violation(*arrs, ws, w, G, problem.lips, lam_w, code, params, problem.positive,
                         fi) <= tol_in:
             break
-        H = np.ascontiguousarray(df.raw_hess(y, z))
+        H = np.ascontiguousarray(H)
         db = newton_direction(*arrs, ws, w, G, H, fi, lam_w, code, params, problem.positive,
                               tol_in, max_cd, d, Xd, hjj, hx, u)
         ok, z, b = line_search(problem, ws, w, d, z, Xd, b, db, penalty)
