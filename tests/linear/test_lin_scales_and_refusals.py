@@ -129,7 +129,7 @@ def test_paths_and_alpha_max_in_extreme_units(data):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, name", [
     ({"fit_intercept": "no"}, "fit_intercept"), ({"scaling": "bogus"}, "scaling"),
-    ({"l1_ratio": True}, "l1_ratio"), ({"datafit": "poisson"}, "datafit"),
+    ({"l1_ratio": True}, "l1_ratio"), ({"datafit": "tweedie"}, "datafit"),
     ({"penalty": 3}, "penalty"), ({"sample_weight": -1.0}, "sample_weight"),
 ])
 def test_alpha_max_checks_its_arguments_as_the_estimators_do(data, kwargs, name):
