@@ -99,13 +99,14 @@ class _SparseGLMBase(RegressorMixin, SparseLinearBase):
 
     def _prepare(self, X, y, sample_weight):
         """Checked data and what the solvers receive, ``(data, dtype)`` (reused along a path)."""
-        self._make_datafit()  # the datafit's parameters, before the data
+        cox = self._make_datafit().name == "cox"  # the datafit's parameters, before the data
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
-                             multi_output=True)
+                             multi_output=cox, y_numeric=not cox)
         y = self._check_target(y)
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
+        sw = normalized_sample_weight(sample_weight, X.shape[0])
+        data = self._fit_data(X, y, sw)
         return data, dtype
 
     def _fit_prepared(self, prep, P=None):
@@ -316,7 +317,10 @@ class SparseQuantileRegression(_NamedGLM):
     deviation, or its standard deviation when that is 0), a number is taken in the units of
     ``y``. The fit reaches it by continuation: the problem is solved at ``delta`` = that scale,
     then at each tenth down to ``smoothing``, each fit warm-started at the previous one
-    (``n_iter_`` and ``objective_`` are the last fit's). With the l1 penalty and
+    (``n_iter_`` and ``objective_`` are the last fit's). The last fit runs to ``tol / 1000``:
+    near the solution of a piecewise-quadratic loss the semismooth Newton steps converge in a
+    few iterations, and fits of the same problem from different data (weighted against repeated
+    rows) then agree to rounding, as scikit-learn's estimator checks ask. With the l1 penalty and
     ``scaling="none"`` the objective is then within ``max(tau, 1 - tau) delta / 2`` of
     scikit-learn's ``QuantileRegressor(quantile, alpha)`` (an exact linear program).
     ``alpha`` defaults to 0.01.
@@ -340,12 +344,14 @@ class SparseQuantileRegression(_NamedGLM):
         return "quantile", {"quantile": self.quantile,
                             "delta": getattr(self, "_delta", None) or 1.0}
 
-    def _deltas(self, y):
-        """The continuation: the robust scale of ``y`` down to ``smoothing`` by factors of 10."""
-        med = np.median(y)
-        scale = 1.4826 * float(np.median(np.abs(y - med)))
+    def _deltas(self, y, sw=None):
+        """The continuation: the robust scale of ``y`` down to ``smoothing`` by factors of 10
+        (weighted: integer weights give the scale of the repeated rows)."""
+        med = _weighted_median(y, sw)
+        scale = 1.4826 * _weighted_median(np.abs(y - med), sw)
         if scale <= 0:
-            scale = float(np.std(y))
+            scale = float(np.sqrt(np.average((y - np.average(y, weights=sw)) ** 2,
+                                             weights=sw)))
         if scale <= 0:
             scale = 1.0
         final = 1e-4 * scale if self.smoothing is None else float(self.smoothing)
@@ -357,25 +363,28 @@ class SparseQuantileRegression(_NamedGLM):
     def _fit_prepared(self, prep, P=None):
         data, dtype = prep
         P = self._check_params() if P is None else P
-        deltas = self._deltas(data.y)
+        deltas = self._deltas(data.y, data.datafit.sample_weight)
         if self.warm_start and hasattr(self, "coef_"):
             deltas = deltas[-1:]  # a warm start is already close: the final delta only
         sw = data.datafit.sample_weight
-        warm = self.warm_start
+        warm, tol = self.warm_start, self.tol
         try:
             for k, delta in enumerate(deltas):
                 self._delta = delta
+                if k == len(deltas) - 1:
+                    self.tol = tol * 1e-3  # the last stage: see the class docstring
                 data.datafit = self._make_datafit(sw)
                 super()._fit_prepared((data, dtype), P)
                 self.warm_start = True
         finally:
-            self.warm_start = warm
+            self.warm_start, self.tol = warm, tol
             self.__dict__.pop("_delta", None)
         self.smoothing_ = deltas[-1]
         return self
 
     def _null_gradient(self, X, y, sample_weight=None):
-        self._delta = self._deltas(self._check_target(y))[-1]
+        sw = normalized_sample_weight(sample_weight, np.shape(y)[0])
+        self._delta = self._deltas(self._check_target(np.asarray(y, dtype=float)), sw)[-1]
         try:
             return super()._null_gradient(X, y, sample_weight)
         finally:
@@ -447,6 +456,24 @@ class SparseCoxRegression(_NamedGLM):
     def predict_survival_function(self, X, times):
         """``S(t | x) = exp(-H(t | x))`` at ``times``, shape ``(n_samples, len(times))``."""
         return np.exp(-self.predict_cumulative_hazard(X, times))
+
+
+def _weighted_median(v, sw=None):
+    """The median of ``v`` with weights ``sw`` (``None``: unweighted): the smallest value whose
+    cumulative weight reaches half, averaged with the next when it lands exactly on half (the
+    ordinary median when the weights are equal integers, as for repeated rows)."""
+    if sw is None:
+        return float(np.median(v))
+    order = np.argsort(v, kind="stable")
+    vs, ws = v[order], sw[order]
+    keep = ws > 0
+    vs, ws = vs[keep], ws[keep]
+    c = np.cumsum(ws)
+    half = 0.5 * c[-1]
+    k = int(np.searchsorted(c, half, side="left"))
+    if np.isclose(c[k], half, rtol=1e-12, atol=0.0) and k + 1 < vs.size:
+        return 0.5 * float(vs[k] + vs[k + 1])
+    return float(vs[k])
 
 
 def concordance_index(time, event, risk, sample_weight=None):

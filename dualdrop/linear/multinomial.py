@@ -216,4 +216,5 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
         return np.log(self.predict_proba(X))
 
     def predict(self, X):
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]

@@ -376,3 +376,24 @@ def test_parameter_errors():
         SparsePoissonRegression(group_l1_ratio=0.5).fit(X, y)
     with pytest.raises(ValueError, match="cd"):  # irls fits least squares and logistic only
         SparsePoissonRegression(solver="irls").fit(X, y)
+
+
+@pytest.mark.parametrize("est", [SparsePoissonRegression(), SparseGammaRegression(),
+                                 SparseHuberRegression(), SparseQuantileRegression(),
+                                 SparseMultinomialRegression(), SparseGLM(datafit="huber")],
+                         ids=lambda e: type(e).__name__)
+def test_sklearn_estimator_checks(est):
+    """scikit-learn's estimator checks, the sample-weight equivalence ones included (none is
+    expected to fail for these convex fits). Cox is left out: its y is (time, event), which the
+    checks do not generate."""
+    from sklearn.utils.estimator_checks import check_estimator
+
+    from dualdrop.linear import expected_failed_checks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(est, on_fail=None,
+                                  expected_failed_checks=expected_failed_checks(est))
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results
+              if r["status"] == "failed"]
+    assert not failed
