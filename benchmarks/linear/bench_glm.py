@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -43,7 +42,9 @@ from dualdrop.linear import (SparseCoxRegression, SparseGammaRegression,  # noqa
 from dualdrop.linear.datafits import get_datafit  # noqa: E402
 from dualdrop.linear.synthetic import make_sparse_problem  # noqa: E402
 
-TOLS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _matched import fit_time, matched_row  # noqa: E402
+
 GROUP = 10  # group size of the group rows
 TAU = 0.5  # the l1 share of the sparse group lasso
 DELTA = 1.0  # Huber's threshold
@@ -185,38 +186,11 @@ def _make(kind, make, a, t, X):
         return make(a, t, X.shape[1] if kind == "sgl" else X.shape[0])
 
 
-def fit_time(est, X, y):
-    c0, t0 = time.process_time(), time.perf_counter()
-    est.fit(X, y)
-    return time.perf_counter() - t0, time.process_time() - c0, est
-
-
 def row(kind, X, y, alpha, args):
-    meths = methods(kind)
-    scans = {}
-    for name, make in meths.items():
-        scan = {}
-        for tol in TOLS:
-            t, _, est = fit_time(_make(kind, make, alpha, tol, X), X, y)
-            scan[tol] = objective(kind, X, y, alpha, est)
-            if t > args.budget:
-                break
-        scans[name] = scan
-    best = min(o for s in scans.values() for o in s.values() if np.isfinite(o))
-    tol = {}
-    for name, scan in scans.items():
-        ok = [t for t, o in scan.items() if o - best <= args.rtol * abs(best)]
-        tol[name] = max(ok) if ok else min(scan)
-    times = {m: [] for m in meths}
-    for _ in range(args.repeats):
-        for m, make in meths.items():
-            times[m].append(fit_time(_make(kind, make, alpha, tol[m], X), X, y)[:2])
-    out = {"best": best}
-    for m in meths:
-        out[m] = {"tol": tol[m], "wall": float(np.median([w for w, _ in times[m]])),
-                  "cpu": float(np.median([c for _, c in times[m]])),
-                  "gap": (scans[m][tol[m]] - best) / abs(best)}
-    return out
+    meths = {name: (lambda t, make=make: _make(kind, make, alpha, t, X))
+             for name, make in methods(kind).items()}
+    return matched_row(meths, lambda est: objective(kind, X, y, alpha, est), X, y,
+                       rtol=args.rtol, repeats=args.repeats, budget=args.budget)
 
 
 SIZES = {"huber": (1000, 2000), "poisson": (1000, 1000), "gamma": (1000, 1000),

@@ -38,11 +38,11 @@ import scipy.sparse as sp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from _matched import matched_row  # noqa: E402
 from bench_linear_real import alpha_max, fit_time, objective  # noqa: E402
 
 from dualdrop.linear import SparseLinearRegression  # noqa: E402
 
-TOLS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
 DESIGNS = [(2000, 10000, 0.01), (5000, 20000, 0.005)]
 LARGE = [(10000, 50000, 0.001)]
 
@@ -73,30 +73,12 @@ def methods(fit_intercept=True, peer="skglm"):
 
 
 def row(X, y, alpha, args):
-    meths = methods(not args.no_intercept, args.peer)
-    scans = {}
-    for name, make in meths.items():
-        scan = {}
-        for tol in TOLS:
-            t, _, est = fit_time(make(alpha, tol), X, y)
-            scan[tol] = objective("lasso", X, y, alpha, est.coef_, est.intercept_)
-            if t > args.budget:
-                break
-        scans[name] = scan
-    best = min(o for s in scans.values() for o in s.values())
-    tol = {}
-    for name, scan in scans.items():
-        ok = [t for t, o in scan.items() if o - best <= args.rtol * abs(best)]
-        tol[name] = max(ok) if ok else min(scan)
-    times = {m: [] for m in meths}
-    for _ in range(args.repeats):
-        for m, make in meths.items():
-            times[m].append(fit_time(make(alpha, tol[m]), X, y)[:2])
-    out = {"best": best, "peer": args.peer}
-    for m in meths:
-        out[m] = {"tol": tol[m], "wall": float(np.median([w for w, _ in times[m]])),
-                  "cpu": float(np.median([c for _, c in times[m]])),
-                  "gap": (scans[m][tol[m]] - best) / abs(best)}
+    meths = {name: (lambda t, make=make: make(alpha, t))
+             for name, make in methods(not args.no_intercept, args.peer).items()}
+    out = matched_row(meths, lambda est: objective("lasso", X, y, alpha, est.coef_,
+                                                   est.intercept_),
+                      X, y, rtol=args.rtol, repeats=args.repeats, budget=args.budget)
+    out["peer"] = args.peer
     return out
 
 

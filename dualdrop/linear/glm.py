@@ -109,21 +109,6 @@ class _SparseGLMBase(RegressorMixin, SparseLinearBase):
         data = self._fit_data(X, y, sw)
         return data, dtype
 
-    def _fit_prepared(self, prep, P=None):
-        data, dtype = prep
-        P = self._check_params() if P is None else P
-        w0 = b0 = None
-        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == data.s.shape:
-            w0, b0 = data.to_solver(self.coef_, self.intercept_)
-        res, name = self._solve_one(data, data.y, P, w0, b0)
-        coef, intercept = data.from_solver(res.coef, res.intercept)
-        self.coef_ = coef.astype(dtype, copy=False)
-        self.intercept_ = dtype.type(intercept)
-        self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
-        self.criterion_ = float(res.criterion)
-        self.solver_ = name
-        return self
 
     def _null_gradient(self, X, y, sample_weight=None):
         """``(|g|, L, scaling)`` at the null model (``w = 0``, the best intercept) of the scaled

@@ -175,13 +175,9 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
             b0 = np.asarray(self.intercept_, dtype=np.float64) if data.fit_intercept else None
         res, name = self._solve_one(data, data.y, P, w0, b0)
         b = np.asarray(res.intercept, dtype=np.float64)
-        self.coef_ = (res.coef / data.s[:, None]).T.astype(dtype, copy=False)
-        self.intercept_ = (b - b.mean() if data.fit_intercept else b).astype(dtype)
-        self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
-        self.criterion_ = float(res.criterion)
-        self.solver_ = name
-        return self
+        return self._store(res, name, (res.coef / data.s[:, None]).T.astype(dtype, copy=False),
+                           (b - b.mean() if data.fit_intercept else b).astype(dtype),
+                           res.objective)
 
     def _null_gradient(self, X, y, sample_weight=None):
         """``(g, L, scaling)`` at the null model: row norms (grouped) or entries of the
