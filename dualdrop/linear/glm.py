@@ -177,7 +177,9 @@ class SparseGLM(_SparseGLMBase):
     ``datafit``: a name among ``"poisson"``, ``"gamma"``, ``"huber"``, ``"quantile"``,
     ``"cox"`` (with ``datafit_params``, e.g. ``{"delta": 1.0}`` for Huber, ``{"quantile": 0.9,
     "delta": 1e-3}`` for the smoothed quantile loss) or a datafit object of
-    :mod:`dualdrop.linear.families`. ``alpha`` defaults to 0.01.
+    :mod:`dualdrop.linear.families`. ``alpha`` defaults to 0.01. With ``"cox"`` there is no
+    intercept (the partial likelihood does not change with one): ``fit_intercept`` has no
+    effect and ``intercept_`` is 0.
     """ + _GLM_INIT_DOC
 
     _parameter_constraints: dict = {

@@ -49,6 +49,9 @@ class MultinomialProblem(Problem):
                              f"{penalty!r}")
         self.n_outputs = self.y.shape[1]
         self.grouped_rows = bool(grouped)
+        if positive and grouped:
+            raise ValueError("positive=True constrains each coefficient, the grouped multinomial "
+                             "penalizes rows: use grouped=False with positive=True")
         # the criterion's constants: Boehning's bound for a row (grouped), a coefficient's
         # curvature bound 1/4 otherwise
         if not grouped:
