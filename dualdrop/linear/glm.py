@@ -6,16 +6,16 @@ Objective (``n`` samples, ``z = X w + b``; the penalty exactly as in
 
     L(y, z) + alpha * sum_j Omega_rho(s_j w_j)
 
-========================================= ================== ===========================================
-estimator                                 datafit            ``predict``
-========================================= ================== ===========================================
-:class:`SparsePoissonRegression`          ``"poisson"``      the mean ``exp(z)``
-:class:`SparseGammaRegression`            ``"gamma"``        the mean ``exp(z)``
-:class:`SparseHuberRegression`            ``"huber"``        ``z``
-:class:`SparseQuantileRegression`         ``"quantile"``     ``z``, the ``quantile``-th conditional quantile
-:class:`SparseCoxRegression`              ``"cox"``          the risk score ``X w`` (no intercept)
-:class:`SparseGLM`                        any of those       as the named estimator
-========================================= ================== ===========================================
+=================================  ==============  ==============================================
+estimator                          datafit         ``predict``
+=================================  ==============  ==============================================
+:class:`SparsePoissonRegression`   ``"poisson"``   the mean ``exp(z)``
+:class:`SparseGammaRegression`     ``"gamma"``     the mean ``exp(z)``
+:class:`SparseHuberRegression`     ``"huber"``     ``z``
+:class:`SparseQuantileRegression`  ``"quantile"``  ``z``, the ``quantile``-th conditional quantile
+:class:`SparseCoxRegression`       ``"cox"``       the risk score ``X w`` (no intercept)
+:class:`SparseGLM`                 any of those    as the named estimator
+=================================  ==============  ==============================================
 
 (the multinomial logistic model, a classifier with a coefficient matrix, is
 :class:`~dualdrop.linear.multinomial.SparseMultinomialRegression`). ``SparseGLM(datafit="huber",
@@ -161,8 +161,8 @@ _GLM_INIT_DOC = """
     Parameters as :class:`~dualdrop.linear.SparseLinearRegression` (``penalty``,
     ``penalty_params``, ``alpha``, ``l1_ratio``, ``solver``, ``tol``, ``max_iter``,
     ``fit_intercept``, ``warm_start``, ``scaling``, ``solver_params``, ``verbose``,
-    ``positive``, ``penalty_weights``, ``groups``, ``group_l1_ratio``, ``start``); attributes ``coef_``,
-    ``intercept_``, ``n_iter_``, ``objective_``, ``criterion_``, ``solver_``.
+    ``positive``, ``penalty_weights``, ``groups``, ``group_l1_ratio``, ``start``); attributes
+    ``coef_``, ``intercept_``, ``n_iter_``, ``objective_``, ``criterion_``, ``solver_``.
 """
 
 

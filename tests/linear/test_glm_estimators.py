@@ -1,9 +1,10 @@
 """The GLM estimators against independent solutions at tight tolerance: cvxpy (convex problems
 written out here), scikit-learn (PoissonRegressor, GammaRegressor, HuberRegressor,
 QuantileRegressor, LogisticRegression multinomial; L2 only or its own L1) and skglm (Huber with
-L1; Poisson, Gamma and Cox in benchmarks/linear/bench_glm.py), on raw bundled data (diabetes and wine, unstandardized; counts and
-survival times made from them) and standardized synthetic data. Then what every estimator
-shares: sample weights as repetitions, sparse X, paths, alpha_max, CV, errors."""
+L1; Poisson, Gamma and Cox in benchmarks/linear/bench_glm.py), on raw bundled data (diabetes
+and wine, unstandardized; counts and survival times made from them) and standardized synthetic
+data. Then what every estimator shares: sample weights as repetitions, sparse X, paths,
+alpha_max, CV, errors."""
 
 import warnings
 
