@@ -1,5 +1,5 @@
 """Lasso on sparse CSC designs at small alpha: ``SparseLinearRegression`` against skglm's
-``Lasso`` at matched objective.
+``Lasso`` (and, with ``--peer sklearn``, scikit-learn's ``Lasso``) at matched objective.
 
 Designs: ``scipy.sparse.random(n, p, density, format="csc", random_state=seed)`` (uniform entries
 in [0, 1): raw, uncentred columns), 50 true nonzeros of standard normal size, noise 0.1;
@@ -13,7 +13,12 @@ relative) of ``best``. Timings are medians of ``--repeats`` interleaved rounds (
 method per round: a change of load on the shared machine hits both alike), wall and process-CPU
 time, one thread (numba, BLAS). Ratio: ours / skglm (below 1: we are faster).
 
+``--large``: the 10000 x 50000 design at 0.1% density instead (the held-out row of the skglm
+port: L1 at alpha_max/100 against scikit-learn).
+
 Run:  nice -n 10 python3 benchmarks/linear/bench_linear_sparse.py --repeats 7 --markdown out.md
+      nice -n 10 python3 benchmarks/linear/bench_linear_sparse.py --large --peer sklearn \
+          --divisors 100 --seeds 1 --repeats 5
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ import scipy.sparse as sp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from _matched import matched_row  # noqa: E402
 from bench_linear_real import alpha_max, fit_time, objective  # noqa: E402
 
 from dualdrop.linear import SparseLinearRegression  # noqa: E402
 
-TOLS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
 DESIGNS = [(2000, 10000, 0.01), (5000, 20000, 0.005)]
+LARGE = [(10000, 50000, 0.001)]
 
 
 def design(n, p, density, seed):
@@ -49,42 +55,30 @@ def design(n, p, density, seed):
     return X, np.asarray(X @ w).ravel() + 0.1 * rng.standard_normal(n)
 
 
-def methods(fit_intercept=True):
+def methods(fit_intercept=True, peer="skglm"):
     import skglm
+    from sklearn.linear_model import Lasso
 
+    peers = {
+        "skglm": lambda a, t: skglm.Lasso(alpha=a, tol=t, max_iter=1000,
+                                          fit_intercept=fit_intercept),
+        "sklearn": lambda a, t: Lasso(alpha=a, tol=t, max_iter=100000,
+                                      fit_intercept=fit_intercept),
+    }
     return {
         "ours": lambda a, t: SparseLinearRegression(alpha=a, scaling="none", tol=t,
                                                     max_iter=1000, fit_intercept=fit_intercept),
-        "skglm": lambda a, t: skglm.Lasso(alpha=a, tol=t, max_iter=1000,
-                                          fit_intercept=fit_intercept),
+        peer: peers[peer],
     }
 
 
 def row(X, y, alpha, args):
-    meths = methods(not args.no_intercept)
-    scans = {}
-    for name, make in meths.items():
-        scan = {}
-        for tol in TOLS:
-            t, _, est = fit_time(make(alpha, tol), X, y)
-            scan[tol] = objective("lasso", X, y, alpha, est.coef_, est.intercept_)
-            if t > args.budget:
-                break
-        scans[name] = scan
-    best = min(o for s in scans.values() for o in s.values())
-    tol = {}
-    for name, scan in scans.items():
-        ok = [t for t, o in scan.items() if o - best <= args.rtol * abs(best)]
-        tol[name] = max(ok) if ok else min(scan)
-    times = {m: [] for m in meths}
-    for _ in range(args.repeats):
-        for m, make in meths.items():
-            times[m].append(fit_time(make(alpha, tol[m]), X, y)[:2])
-    out = {"best": best}
-    for m in meths:
-        out[m] = {"tol": tol[m], "wall": float(np.median([w for w, _ in times[m]])),
-                  "cpu": float(np.median([c for _, c in times[m]])),
-                  "gap": (scans[m][tol[m]] - best) / abs(best)}
+    meths = {name: (lambda t, make=make: make(alpha, t))
+             for name, make in methods(not args.no_intercept, args.peer).items()}
+    out = matched_row(meths, lambda est: objective("lasso", X, y, alpha, est.coef_,
+                                                   est.intercept_),
+                      X, y, rtol=args.rtol, repeats=args.repeats, budget=args.budget)
+    out["peer"] = args.peer
     return out
 
 
@@ -97,26 +91,29 @@ def main(argv=None):
     ap.add_argument("--divisors", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--small", action="store_true", help="the 2000 x 10000 design only")
     ap.add_argument("--no-intercept", action="store_true", help="fit_intercept=False for both")
+    ap.add_argument("--large", action="store_true", help="the 10000 x 50000 (0.1%%) design only")
+    ap.add_argument("--peer", choices=["skglm", "sklearn"], default="skglm")
     ap.add_argument("--markdown", default=None)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     Xw, yw = design(200, 500, 0.05, 0)
-    for make in methods(not args.no_intercept).values():  # JIT warm-up
+    for make in methods(not args.no_intercept, args.peer).values():  # JIT warm-up
         fit_time(make(alpha_max("lasso", Xw, yw) / 100, 1e-6), Xw, yw)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     lines = [f"Command: `python3 benchmarks/linear/bench_linear_sparse.py "
              f"{' '.join(argv if argv is not None else sys.argv[1:])}`", "",
              f"Load average at the start: {load}.", "",
-             "| design | seed | alpha | ours tol | skglm tol | ours s | skglm s | ours/skglm "
-             "(wall) | ours/skglm (cpu) |", "|---|---|---|---|---|---|---|---|---|"]
+             f"| design | seed | alpha | ours tol | {args.peer} tol | ours s | {args.peer} s | "
+             f"ours/{args.peer} (wall) | ours/{args.peer} (cpu) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for n, p, dens in DESIGNS[:1] if args.small else DESIGNS:
+    for n, p, dens in LARGE if args.large else DESIGNS[:1] if args.small else DESIGNS:
         for seed in args.seeds:
             X, y = design(n, p, dens, seed)
             amax = alpha_max("lasso", X, y)
             for d in args.divisors:
                 r = row(X, y, amax / d, args)
-                o, s = r["ours"], r["skglm"]
+                o, s = r["ours"], r[args.peer]
                 lines.append(f"| {n} x {p}, {dens:.1%} | {seed} | alpha_max/{d} | {o['tol']:g} | "
                              f"{s['tol']:g} | {o['wall']:.4f} | {s['wall']:.4f} | "
                              f"{o['wall'] / s['wall']:.2f} | {o['cpu'] / s['cpu']:.2f} |")

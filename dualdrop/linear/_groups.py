@@ -108,8 +108,8 @@ def check_groups(groups, p, name="groups"):
             raise ValueError(f"{name}[{k}] must be a non-empty 1-D array of feature indices, got "
                              f"{g!r}; " + fix)
         if a.min() < 0 or a.max() >= p:
-            raise ValueError(f"{name}[{k}] holds feature index {int(a.max() if a.max() >= p else a.min())}"
-                             f", outside 0..{p - 1}")
+            bad = int(a.max() if a.max() >= p else a.min())
+            raise ValueError(f"{name}[{k}] holds feature index {bad}, outside 0..{p - 1}")
         if np.unique(a).size != a.size:
             raise ValueError(f"{name}[{k}] lists a feature twice")
         parts.append(a.astype(np.int64))
@@ -358,8 +358,8 @@ class GroupProblem(Problem):
         grad = self.design.rmatvec(G)
         out = np.empty(self.groups.n_groups)
         m = group_scores(np.ascontiguousarray(w, dtype=np.float64), grad, self.groups.ptr,
-                         self.groups.idx, self.all_groups, self.Lg, self.lam_g, *self.spec, self.c_grp,
-                         self.c_l1, self.c_ridge, self.positive, out)
+                         self.groups.idx, self.all_groups, self.Lg, self.lam_g, *self.spec,
+                         self.c_grp, self.c_l1, self.c_ridge, self.positive, out)
         return max(float(m), gb)
 
 

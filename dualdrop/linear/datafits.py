@@ -29,6 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, log_expit
 
+from ._jit import col_wnorms2
+
 __all__ = ["Datafit", "WeightedDatafit", "Quadratic", "Logistic", "get_datafit",
            "available_datafits", "normalized_sample_weight", "weighted_col_norms2"]
 
@@ -103,6 +105,10 @@ class Datafit:
     def raw_hess(self, y, z):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def grad_hess(self, y, z):
+        """``(raw_grad, raw_hess)`` at once (a datafit whose two share work overrides it)."""
+        return self.raw_grad(y, z), self.raw_hess(y, z)
+
     def gradient(self, X, y, z):
         """Gradient in ``w``: ``X^T dL/dz`` (and in ``b``: ``sum dL/dz``)."""
         g = self.raw_grad(y, z)
@@ -147,7 +153,12 @@ class WeightedDatafit(Datafit):
     def lipschitz_at(self, design, h):
         """``sum_i h_i x_ij^2`` for every column: the coordinate curvatures of the datafit at a
         point whose ``raw_hess`` is ``h`` (already weighted and divided by ``n``)."""
-        return weighted_col_norms2(design.X, h)
+        h = np.ascontiguousarray(h, dtype=np.float64)
+        if np.all(h == h[0]):  # a constant: the design's own column norms
+            return design.col_norms2 * float(h[0])
+        out = np.empty(design.p)
+        col_wnorms2(*design.arrays, h, out)
+        return out
 
     def __repr__(self):
         extra = "sample_weight=..." if self.sample_weight is not None else ""

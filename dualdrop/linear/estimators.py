@@ -356,6 +356,34 @@ class SparseLinearBase(BaseEstimator):
                              "negative or NaN entries")
         return pw
 
+    def _fit_prepared(self, prep, P=None):
+        """The single-output fit from prepared data ``(data, dtype)`` (``_prepare``); the
+        classifiers fit one problem per class instead."""
+        data, dtype = prep
+        P = self._check_params() if P is None else P
+        w0 = b0 = None
+        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == data.s.shape:
+            w0, b0 = data.to_solver(self.coef_, self.intercept_)
+        res, name = self._solve_one(data, data.y, P, w0, b0)
+        coef, intercept = data.from_solver(res.coef, res.intercept)
+        # the objective in the user's units (the solver's is divided by cy^2; beyond ~1e154 the
+        # objective itself is not a float: inf)
+        with np.errstate(over="ignore"):
+            objective = (res.objective if data.cy == 1.0
+                         else np.asarray(res.objective) * data.cy * data.cy)
+        return self._store(res, name, coef.astype(dtype, copy=False), dtype.type(intercept),
+                           objective)
+
+    def _store(self, res, name, coef, intercept, objective):
+        """The fitted attributes of one solver result."""
+        self.coef_ = coef
+        self.intercept_ = intercept
+        self.n_iter_ = int(res.n_iter)
+        self.objective_ = objective
+        self.criterion_ = float(res.criterion)
+        self.solver_ = name
+        return self
+
     def _problem(self, data, y, P, alpha):
         """The problem the solvers receive: a :class:`~._problem.Problem`, or with ``groups`` a
         :class:`~._groups.GroupProblem` (``P`` then split into the penalty of the group norms
@@ -547,25 +575,6 @@ class SparseLinearRegression(RegressorMixin, SparseLinearBase):
         X, y = X.astype(np.float64, copy=False), np.asarray(y, dtype=np.float64)
         return self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0])), dtype
 
-    def _fit_prepared(self, prep, P=None):
-        data, dtype = prep
-        P = self._check_params() if P is None else P
-        w0 = b0 = None
-        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == data.s.shape:
-            w0, b0 = data.to_solver(self.coef_, self.intercept_)
-        res, name = self._solve_one(data, data.y, P, w0, b0)
-        coef, intercept = data.from_solver(res.coef, res.intercept)
-        self.coef_ = coef.astype(dtype, copy=False)
-        self.intercept_ = dtype.type(intercept)
-        self.n_iter_ = int(res.n_iter)
-        # in the user's units (the solver's objective is divided by cy^2; beyond ~1e154 the
-        # objective itself is not a float: inf)
-        with np.errstate(over="ignore"):
-            self.objective_ = (res.objective if data.cy == 1.0
-                               else np.asarray(res.objective) * data.cy * data.cy)
-        self.criterion_ = float(res.criterion)
-        self.solver_ = name
-        return self
 
     def _path_prepared(self, prep, P, alphas, callback=None):
         """The fits at every ``alpha`` of ``alphas`` (decreasing, warm-started along the grid) in

@@ -6,16 +6,16 @@ Objective (``n`` samples, ``z = X w + b``; the penalty exactly as in
 
     L(y, z) + alpha * sum_j Omega_rho(s_j w_j)
 
-========================================= ================== ===========================================
-estimator                                 datafit            ``predict``
-========================================= ================== ===========================================
-:class:`SparsePoissonRegression`          ``"poisson"``      the mean ``exp(z)``
-:class:`SparseGammaRegression`            ``"gamma"``        the mean ``exp(z)``
-:class:`SparseHuberRegression`            ``"huber"``        ``z``
-:class:`SparseQuantileRegression`         ``"quantile"``     ``z``, the ``quantile``-th conditional quantile
-:class:`SparseCoxRegression`              ``"cox"``          the risk score ``X w`` (no intercept)
-:class:`SparseGLM`                        any of those       as the named estimator
-========================================= ================== ===========================================
+=================================  ==============  ==============================================
+estimator                          datafit         ``predict``
+=================================  ==============  ==============================================
+:class:`SparsePoissonRegression`   ``"poisson"``   the mean ``exp(z)``
+:class:`SparseGammaRegression`     ``"gamma"``     the mean ``exp(z)``
+:class:`SparseHuberRegression`     ``"huber"``     ``z``
+:class:`SparseQuantileRegression`  ``"quantile"``  ``z``, the ``quantile``-th conditional quantile
+:class:`SparseCoxRegression`       ``"cox"``       the risk score ``X w`` (no intercept)
+:class:`SparseGLM`                 any of those    as the named estimator
+=================================  ==============  ==============================================
 
 (the multinomial logistic model, a classifier with a coefficient matrix, is
 :class:`~dualdrop.linear.multinomial.SparseMultinomialRegression`). ``SparseGLM(datafit="huber",
@@ -99,30 +99,16 @@ class _SparseGLMBase(RegressorMixin, SparseLinearBase):
 
     def _prepare(self, X, y, sample_weight):
         """Checked data and what the solvers receive, ``(data, dtype)`` (reused along a path)."""
-        self._make_datafit()  # the datafit's parameters, before the data
+        cox = self._make_datafit().name == "cox"  # the datafit's parameters, before the data
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32],
-                             multi_output=True)
+                             multi_output=cox, y_numeric=not cox)
         y = self._check_target(y)
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        data = self._fit_data(X, y, normalized_sample_weight(sample_weight, X.shape[0]))
+        sw = normalized_sample_weight(sample_weight, X.shape[0])
+        data = self._fit_data(X, y, sw)
         return data, dtype
 
-    def _fit_prepared(self, prep, P=None):
-        data, dtype = prep
-        P = self._check_params() if P is None else P
-        w0 = b0 = None
-        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == data.s.shape:
-            w0, b0 = data.to_solver(self.coef_, self.intercept_)
-        res, name = self._solve_one(data, data.y, P, w0, b0)
-        coef, intercept = data.from_solver(res.coef, res.intercept)
-        self.coef_ = coef.astype(dtype, copy=False)
-        self.intercept_ = dtype.type(intercept)
-        self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
-        self.criterion_ = float(res.criterion)
-        self.solver_ = name
-        return self
 
     def _null_gradient(self, X, y, sample_weight=None):
         """``(|g|, L, scaling)`` at the null model (``w = 0``, the best intercept) of the scaled
@@ -175,8 +161,8 @@ _GLM_INIT_DOC = """
     Parameters as :class:`~dualdrop.linear.SparseLinearRegression` (``penalty``,
     ``penalty_params``, ``alpha``, ``l1_ratio``, ``solver``, ``tol``, ``max_iter``,
     ``fit_intercept``, ``warm_start``, ``scaling``, ``solver_params``, ``verbose``,
-    ``positive``, ``penalty_weights``, ``groups``, ``group_l1_ratio``, ``start``); attributes ``coef_``,
-    ``intercept_``, ``n_iter_``, ``objective_``, ``criterion_``, ``solver_``.
+    ``positive``, ``penalty_weights``, ``groups``, ``group_l1_ratio``, ``start``); attributes
+    ``coef_``, ``intercept_``, ``n_iter_``, ``objective_``, ``criterion_``, ``solver_``.
 """
 
 
@@ -191,7 +177,9 @@ class SparseGLM(_SparseGLMBase):
     ``datafit``: a name among ``"poisson"``, ``"gamma"``, ``"huber"``, ``"quantile"``,
     ``"cox"`` (with ``datafit_params``, e.g. ``{"delta": 1.0}`` for Huber, ``{"quantile": 0.9,
     "delta": 1e-3}`` for the smoothed quantile loss) or a datafit object of
-    :mod:`dualdrop.linear.families`. ``alpha`` defaults to 0.01.
+    :mod:`dualdrop.linear.families`. ``alpha`` defaults to 0.01. With ``"cox"`` there is no
+    intercept (the partial likelihood does not change with one): ``fit_intercept`` has no
+    effect and ``intercept_`` is 0.
     """ + _GLM_INIT_DOC
 
     _parameter_constraints: dict = {
@@ -316,7 +304,10 @@ class SparseQuantileRegression(_NamedGLM):
     deviation, or its standard deviation when that is 0), a number is taken in the units of
     ``y``. The fit reaches it by continuation: the problem is solved at ``delta`` = that scale,
     then at each tenth down to ``smoothing``, each fit warm-started at the previous one
-    (``n_iter_`` and ``objective_`` are the last fit's). With the l1 penalty and
+    (``n_iter_`` and ``objective_`` are the last fit's). The last fit runs to ``tol / 1000``:
+    near the solution of a piecewise-quadratic loss the semismooth Newton steps converge in a
+    few iterations, and fits of the same problem from different data (weighted against repeated
+    rows) then agree to rounding, as scikit-learn's estimator checks ask. With the l1 penalty and
     ``scaling="none"`` the objective is then within ``max(tau, 1 - tau) delta / 2`` of
     scikit-learn's ``QuantileRegressor(quantile, alpha)`` (an exact linear program).
     ``alpha`` defaults to 0.01.
@@ -340,12 +331,14 @@ class SparseQuantileRegression(_NamedGLM):
         return "quantile", {"quantile": self.quantile,
                             "delta": getattr(self, "_delta", None) or 1.0}
 
-    def _deltas(self, y):
-        """The continuation: the robust scale of ``y`` down to ``smoothing`` by factors of 10."""
-        med = np.median(y)
-        scale = 1.4826 * float(np.median(np.abs(y - med)))
+    def _deltas(self, y, sw=None):
+        """The continuation: the robust scale of ``y`` down to ``smoothing`` by factors of 10
+        (weighted: integer weights give the scale of the repeated rows)."""
+        med = _weighted_median(y, sw)
+        scale = 1.4826 * _weighted_median(np.abs(y - med), sw)
         if scale <= 0:
-            scale = float(np.std(y))
+            scale = float(np.sqrt(np.average((y - np.average(y, weights=sw)) ** 2,
+                                             weights=sw)))
         if scale <= 0:
             scale = 1.0
         final = 1e-4 * scale if self.smoothing is None else float(self.smoothing)
@@ -357,25 +350,28 @@ class SparseQuantileRegression(_NamedGLM):
     def _fit_prepared(self, prep, P=None):
         data, dtype = prep
         P = self._check_params() if P is None else P
-        deltas = self._deltas(data.y)
+        deltas = self._deltas(data.y, data.datafit.sample_weight)
         if self.warm_start and hasattr(self, "coef_"):
             deltas = deltas[-1:]  # a warm start is already close: the final delta only
         sw = data.datafit.sample_weight
-        warm = self.warm_start
+        warm, tol = self.warm_start, self.tol
         try:
             for k, delta in enumerate(deltas):
                 self._delta = delta
+                if k == len(deltas) - 1:
+                    self.tol = tol * 1e-3  # the last stage: see the class docstring
                 data.datafit = self._make_datafit(sw)
                 super()._fit_prepared((data, dtype), P)
                 self.warm_start = True
         finally:
-            self.warm_start = warm
+            self.warm_start, self.tol = warm, tol
             self.__dict__.pop("_delta", None)
         self.smoothing_ = deltas[-1]
         return self
 
     def _null_gradient(self, X, y, sample_weight=None):
-        self._delta = self._deltas(self._check_target(y))[-1]
+        sw = normalized_sample_weight(sample_weight, np.shape(y)[0])
+        self._delta = self._deltas(self._check_target(np.asarray(y, dtype=float)), sw)[-1]
         try:
             return super()._null_gradient(X, y, sample_weight)
         finally:
@@ -419,12 +415,16 @@ class SparseCoxRegression(_NamedGLM):
         sw = data.datafit.sample_weight
         sw = np.ones(y.shape[0]) if sw is None else sw
         t, ev = y[:, 0], y[:, 1]
-        e = sw * np.exp(z - z.max())
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        e = (sw * np.exp(z - z.max()))[order]
+        rev = np.cumsum(e[::-1])[::-1]  # the risk-set sums, at each sorted position
         times = np.unique(t[ev == 1])
-        at_risk = np.array([e[t >= s].sum() for s in times]) * np.exp(z.max())
-        deaths = np.array([(sw * ev)[t == s].sum() for s in times])
+        first = np.searchsorted(ts, times, side="left")
+        dcum = np.concatenate([[0.0], np.cumsum((sw * ev)[order])])
+        deaths = dcum[np.searchsorted(ts, times, side="right")] - dcum[first]
         self.baseline_times_ = times
-        self.baseline_cumulative_hazard_ = np.cumsum(deaths / at_risk)
+        self.baseline_cumulative_hazard_ = np.cumsum(deaths / rev[first]) * np.exp(-z.max())
         return self
 
     def predict(self, X):
@@ -443,6 +443,24 @@ class SparseCoxRegression(_NamedGLM):
     def predict_survival_function(self, X, times):
         """``S(t | x) = exp(-H(t | x))`` at ``times``, shape ``(n_samples, len(times))``."""
         return np.exp(-self.predict_cumulative_hazard(X, times))
+
+
+def _weighted_median(v, sw=None):
+    """The median of ``v`` with weights ``sw`` (``None``: unweighted): the smallest value whose
+    cumulative weight reaches half, averaged with the next when it lands exactly on half (the
+    ordinary median when the weights are equal integers, as for repeated rows)."""
+    if sw is None:
+        return float(np.median(v))
+    order = np.argsort(v, kind="stable")
+    vs, ws = v[order], sw[order]
+    keep = ws > 0
+    vs, ws = vs[keep], ws[keep]
+    c = np.cumsum(ws)
+    half = 0.5 * c[-1]
+    k = int(np.searchsorted(c, half, side="left"))
+    if np.isclose(c[k], half, rtol=1e-12, atol=0.0) and k + 1 < vs.size:
+        return 0.5 * float(vs[k] + vs[k + 1])
+    return float(vs[k])
 
 
 def concordance_index(time, event, risk, sample_weight=None):

@@ -49,6 +49,9 @@ class MultinomialProblem(Problem):
                              f"{penalty!r}")
         self.n_outputs = self.y.shape[1]
         self.grouped_rows = bool(grouped)
+        if positive and grouped:
+            raise ValueError("positive=True constrains each coefficient, the grouped multinomial "
+                             "penalizes rows: use grouped=False with positive=True")
         # the criterion's constants: Boehning's bound for a row (grouped), a coefficient's
         # curvature bound 1/4 otherwise
         if not grouped:
@@ -175,13 +178,9 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
             b0 = np.asarray(self.intercept_, dtype=np.float64) if data.fit_intercept else None
         res, name = self._solve_one(data, data.y, P, w0, b0)
         b = np.asarray(res.intercept, dtype=np.float64)
-        self.coef_ = (res.coef / data.s[:, None]).T.astype(dtype, copy=False)
-        self.intercept_ = (b - b.mean() if data.fit_intercept else b).astype(dtype)
-        self.n_iter_ = int(res.n_iter)
-        self.objective_ = res.objective
-        self.criterion_ = float(res.criterion)
-        self.solver_ = name
-        return self
+        return self._store(res, name, (res.coef / data.s[:, None]).T.astype(dtype, copy=False),
+                           (b - b.mean() if data.fit_intercept else b).astype(dtype),
+                           res.objective)
 
     def _null_gradient(self, X, y, sample_weight=None):
         """``(g, L, scaling)`` at the null model: row norms (grouped) or entries of the
@@ -216,4 +215,5 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
         return np.log(self.predict_proba(X))
 
     def predict(self, X):
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]

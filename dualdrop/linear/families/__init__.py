@@ -1,16 +1,16 @@
 """Datafits beyond least squares and logistic, one module each (the registry is
 ``dualdrop.linear.datafits._DATAFITS``):
 
-=============== ============================================================ =====================
-module          loss of the linear predictor ``z`` (mean over samples)        solver's model
-=============== ============================================================ =====================
-``poisson``     half Poisson deviance, log link: ``e^z - y z + y log y - y``  Newton (exact)
-``gamma``       half Gamma deviance, log link: ``z + y e^-z - log y - 1``     Newton (exact)
-``huber``       Huber's loss of ``y - z`` with threshold ``delta``            semismooth Newton
-``quantile``    pinball loss of ``y - z`` smoothed on ``[-delta, delta]``     semismooth Newton
-``cox``         Cox's negative log partial likelihood, Breslow's ties         Newton (diagonal bound)
-``multinomial`` softmax cross-entropy over ``K`` classes                      Newton (diagonal bound)
-=============== ============================================================ =====================
+=============== ======================================================= =====================
+module          loss of the linear predictor ``z`` (mean over samples)  solver's model
+=============== ======================================================= =====================
+``poisson``     half Poisson deviance, log link                         Newton (exact)
+``gamma``       half Gamma deviance, log link                           Newton (exact)
+``huber``       Huber's loss of ``y - z`` with threshold ``delta``      semismooth Newton
+``quantile``    smoothed pinball loss of ``y - z`` (width ``delta``)      semismooth Newton
+``cox``         Cox's negative log partial likelihood, Breslow's ties   Newton (diagonal bound)
+``multinomial`` softmax cross-entropy over ``K`` classes                Newton (diagonal)
+=============== ======================================================= =====================
 
 Every one is a :class:`~dualdrop.linear.datafits.Datafit`: ``value(y, z)``, ``raw_grad(y, z)``
 (``dL/dz``), ``raw_hess(y, z)`` (the diagonal model of ``d2L/dz2`` the proximal Newton solver

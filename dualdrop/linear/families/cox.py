@@ -4,11 +4,13 @@
 (1: the event happened at ``t_i``; 0: censored at ``t_i``). The loss is the negative log partial
 likelihood, averaged over the samples (skglm's and glmnet's scaling)::
 
-    L(z) = (1/n) sum_i sw_i s_i [ -z_i + log sum_{j : t_j >= t_i} sw_j exp(z_j) ]  >= 0
+    L(z) = (1/n) sum_i sw_i s_i [ -z_i + log sum_{j : t_j >= t_i} sw_j exp(z_j) - log sw_i ]
 
 the risk set of ``i`` holding every sample still at risk at ``t_i``, tied times included
 (Breslow 1974). Sample weights multiply both a sample's own term and its place in the risk
-sets, so integer weights are repeated samples. A constant shift of ``z`` leaves ``L``
+sets, so integer weights are repeated samples (the same gradient, hence the same fit); the
+constant ``- log sw_i`` (0 without weights) keeps ``L >= 0`` (the risk set of ``i`` holds ``i``)
+and the same for weights multiplied by any constant. A constant shift of ``z`` leaves ``L``
 unchanged: the model has no intercept.
 
 With ``S_i = sum_{j : t_j >= t_i} sw_j e^{z_j}`` (one reverse cumulative sum over the samples
@@ -74,11 +76,11 @@ class Cox(WeightedDatafit):
     def value(self, y, z):
         zs, e, S, shift = self._risk(y, z)
         ev = self._events
-        with np.errstate(divide="ignore"):
-            terms = np.where(ev > 0, -zs + shift + np.log(S), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(ev > 0, -zs + shift + np.log(S) - np.log(self._sws), 0.0)
         return float(ev @ terms) / y.shape[0]
 
-    def _grad_hess(self, y, z):
+    def grad_hess(self, y, z):
         zs, e, S, _ = self._risk(y, z)
         ev = self._events
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -91,10 +93,10 @@ class Cox(WeightedDatafit):
         return g, a
 
     def raw_grad(self, y, z):
-        return self._grad_hess(y, z)[0]
+        return self.grad_hess(y, z)[0]
 
     def raw_hess(self, y, z):
-        return self._grad_hess(y, z)[1]
+        return self.grad_hess(y, z)[1]
 
     def intercept_init(self, y):
         return 0.0

@@ -46,16 +46,19 @@ class Gamma(WeightedDatafit):
         with np.errstate(over="ignore"):
             return self._weigh(y * np.exp(-z)) / y.shape[0]
 
+    def grad_hess(self, y, z):
+        h = self.raw_hess(y, z)
+        return self._weigh(np.ones_like(z)) / y.shape[0] - h, h
+
     def intercept_init(self, y):
         return float(np.log(self._weighted_mean(y)))
 
     def lipschitz(self, design, y=None):
-        """Curvatures at the null model (``e^z = mean y``): ``sum_i sw_i (y_i / mean y)
-        x_ij^2 / n``."""
-        if y is None:
-            return self.lipschitz_at(design, self._weigh(np.ones(design.n)) / design.n)
-        return self.lipschitz_at(design, self.raw_hess(y, np.full(y.shape[0],
-                                                                  self.intercept_init(y))))
+        """The curvatures of the null model (``e^z = mean y``, Hessian ``sw_i y_i / (n mean
+        y)``) averaged over the samples: ``sum_i sw_i x_ij^2 / n`` (the weighted mean of
+        ``y_i / mean y`` is 1): the scale of the stopping criterion, one pass over ``X`` fewer
+        than the exact ones."""
+        return self.lipschitz_at(design, self._weigh(np.full(design.n, 1.0 / design.n)))
 
     @staticmethod
     def mean(z):

@@ -51,6 +51,11 @@ class Poisson(WeightedDatafit):
         with np.errstate(over="ignore"):
             return self._weigh(np.exp(z)) / y.shape[0]
 
+    def grad_hess(self, y, z):
+        with np.errstate(over="ignore"):
+            h = self._weigh(np.exp(z)) / y.shape[0]
+        return h - self._weigh(y) / y.shape[0], h
+
     def intercept_init(self, y):
         return float(np.log(max(self._weighted_mean(y), 1e-300)))
 

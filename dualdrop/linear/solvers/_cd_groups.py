@@ -145,7 +145,8 @@ def solve_groups(problem, w, b, tol, max_iter, verbose, working_set, p0, callbac
 
         it = 0
         for it in range(max_newton):
-            G = np.ascontiguousarray(df.raw_grad(y, z))
+            G, H = df.grad_hess(y, z)
+            G = np.ascontiguousarray(G)
             ws_gradient(*arrs, ws, ptr, idx, G, grad)
             viol = group_scores(w, grad, ptr, idx, ws, problem.Lg, lam_g, code, params, *cs, pos,
                                 sub_scores)
@@ -156,7 +157,7 @@ def solve_groups(problem, w, b, tol, max_iter, verbose, working_set, p0, callbac
             if constant_h:
                 H = np.full(problem.n, 1.0 / problem.n)
             else:
-                H = np.ascontiguousarray(df.raw_hess(y, z))
+                H = np.ascontiguousarray(H)
                 block_curvatures(*arrs, ptr, idx, ws, H, fi, Lc)
             db = group_direction(*arrs, ws, ptr, idx, w, G, H, fi, lam_g, code, params, *cs,
                                  pos, Lc, tol_in, max_cd, d, Xd, hx, u)

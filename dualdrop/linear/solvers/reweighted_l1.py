@@ -8,7 +8,8 @@ leave zero coefficients unpenalized). Concavity of ``Omega`` on ``[0, inf)`` giv
 weighted Lasso is solved from the previous iterate by a descent method (our CD) or exactly
 (``inner="cvxpy"``, a certifiable reference). A weight of ``inf`` (Lp, p < 1, at 0) keeps the
 coefficient at 0; from ``w = 0`` with every weight infinite the first step takes unit weights
-(Candes, Wakin & Boyd's own first iteration: the lasso).
+(Candes, Wakin & Boyd's own first iteration: the lasso) and the iteration continues from there,
+its result kept when below the objective at 0.
 """
 
 from __future__ import annotations
@@ -64,18 +65,23 @@ def _reweighted(problem, w, b, tol, max_iter, verbose, inner, inner_tol, inner_m
         return res.coef, res.intercept
 
     info = {"inner": inner}
-    if not np.any(w) and not np.any(np.isfinite(problem.weights * abs_derivative(P, w))
-                                     & (problem.lam_w > 0)):
-        # From w = 0 with Omega'(0+) = inf (Lp, p < 1) every weight is infinite and the
-        # iteration would never leave 0 (a stationary point of such penalties): the first step
-        # takes unit weights, the lasso (Candes, Wakin & Boyd's initialization), kept when it
-        # lowers the objective.
-        w1, b1 = step(w, b, problem.weights.copy())
-        if problem.objective(w1, b1) < problem.objective(w, b):
-            w, b = w1, b1
-            info["first_step"] = "unit weights"
+    zero_start = None
+    if not np.any(w) and not np.any(step(w, b)[0]):
+        # From w = 0 with Omega'(0+) = inf or huge (Lp, p < 1: |w|^(p-1)) the weights hold
+        # every coefficient at 0 and the iteration never leaves it (a stationary point of such
+        # penalties): the first step takes unit weights, the lasso (Candes, Wakin & Boyd's
+        # initialization), and the iteration goes on from there; the result is kept when it is
+        # below the objective at 0.
+        zero_start = (w.copy(), b, problem.objective(w, b))
+        w, b = step(w, b, problem.weights.copy())
+        info["first_step"] = "unit weights"
     out = mm_loop(problem, w, b, step, tol=tol, max_iter=max_iter, verbose=verbose, name=NAME,
                   stall_rtol=1e-15)
+    if zero_start is not None and out[3][-1] >= zero_start[2]:
+        w0, b0, f0 = zero_start
+        crit = problem.criterion(w0, b0)
+        out = (w0, b0, out[2], np.append(out[3], f0), crit, crit <= tol)
+        info["first_step"] = "unit weights, not kept (the objective at 0 is lower)"
     return out + ({**info, "inner_iterations": n_inner},)
 
 
