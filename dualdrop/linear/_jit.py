@@ -96,23 +96,6 @@ def col_wnorms2(X, data, indices, indptr, is_sparse, h, out):
 
 
 @njit(cache=True)
-def dense_col_absmax_norms(X, h, use_h, m, sq):
-    """``m_j = max_i |x_ij|`` and ``sq_j = sum_i h_i x_ij^2`` (``h`` ones unless ``use_h``) of a
-    dense design in one pass over its columns (no ``|X|`` temporary)."""
-    for j in range(X.shape[1]):
-        a = 0.0
-        q = 0.0
-        for i in range(X.shape[0]):
-            v = X[i, j]
-            av = abs(v)
-            if av > a:
-                a = av
-            q += (h[i] if use_h else 1.0) * v * v
-        m[j] = a
-        sq[j] = q
-
-
-@njit(cache=True)
 def penalty_sum(w, feats, lam_w, code, params):
     """``sum_{j in feats} lam_w[j] * Omega(w_j)`` (terms with ``w_j = 0`` vanish)."""
     s = 0.0

@@ -20,7 +20,9 @@ coefficients are ``w_j = c_y v_j / t_j``, the intercept ``c_y b'``, and the pena
 - ``scaling="none"``: ``t_j = c_x``, one power of two for all columns, and ``c = c_y / c_x``;
   ``c_x = 1`` unless a column's RMS lies outside ``[2^-256, 2^256]`` (~1e+-77), and a design
   whose columns span more than that band is refused (``ValueError`` naming ``X``);
-- ``c_y = 1`` unless ``max |y|`` lies outside the same band; then a power of two near it.
+- ``c_y = 1`` unless ``max |y|`` lies outside the same band; then a power of two near it
+  (least squares; the other datafits' targets are not rescaled, and a target outside the band
+  is refused naming ``y``: :func:`check_unscaled_target`).
 
 Powers of two keep the rescaled data exact. Inside the band nothing changes (``c = c_y = 1``,
 the fits are those at the data's scale). A penalty without a scale parameter (the tabulated
@@ -36,10 +38,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._design import divide_columns
-from ._jit import dense_col_absmax_norms
 from .datafits import weighted_col_norms2
 
-__all__ = ["BAND", "Scaling", "col_rms", "plan_scaling", "pow2_near"]
+__all__ = ["BAND", "Scaling", "check_unscaled_target", "col_rms", "plan_scaling", "pow2_near"]
 
 BAND = 2.0 ** 256  # magnitudes in [1/BAND, BAND] are computed as given
 
@@ -55,21 +56,22 @@ def _outside(m) -> bool:
 
 def col_rms(X, sw=None) -> np.ndarray:
     """``sqrt(sum_i sw_i x_ij^2 / n)`` per column (``sw``: weights of mean 1, or ``None``), also
-    where ``x_ij^2`` would over- or underflow: then ``max_i |x_ij|`` is factored out first."""
+    where ``x_ij^2`` over- or underflows: those columns (a sum that is not finite, or below
+    1e-280 where subnormals lose digits) are computed again with ``max_i |x_ij|`` factored out."""
     n = X.shape[0]
-    sq = None
-    if sp.issparse(X):
-        m = np.asarray(abs(X).max(axis=0).toarray(), dtype=np.float64).ravel()
-    elif n and X.dtype == np.float64:  # one compiled pass: the maxima and the sums of squares
-        m, sq = np.empty(X.shape[1]), np.empty(X.shape[1])
-        h = np.zeros(1) if sw is None else np.ascontiguousarray(sw, dtype=np.float64)
-        dense_col_absmax_norms(X, h, sw is not None, m, sq)
-    else:
-        m = np.max(np.abs(X), axis=0) if n else np.zeros(X.shape[1])
-    if np.all((m == 0) | ((m > 1e-100) & (m < 1e100))):  # squares and sums are safe
-        return np.sqrt((weighted_col_norms2(X, sw) if sq is None else sq) / n)
-    safe = np.where(m > 0, m, 1.0)
-    return m * np.sqrt(weighted_col_norms2(divide_columns(X, safe), sw) / n)
+    with np.errstate(over="ignore", under="ignore"):
+        r2 = weighted_col_norms2(X, sw) / n
+    rms = np.sqrt(r2)
+    redo = np.flatnonzero(~np.isfinite(r2) | (r2 < 1e-280))
+    if redo.size:  # rare: only columns of extreme magnitude (or all-zero ones) get here
+        Xr = X[:, redo]
+        if sp.issparse(Xr):
+            m = np.asarray(abs(Xr).max(axis=0).toarray(), dtype=np.float64).ravel()
+        else:
+            m = np.max(np.abs(Xr), axis=0) if n else np.zeros(redo.size)
+        safe = np.where(m > 0, m, 1.0)
+        rms[redo] = m * np.sqrt(weighted_col_norms2(divide_columns(Xr, safe), sw) / n)
+    return rms
 
 
 class Scaling:
@@ -141,6 +143,20 @@ def _times_pow2(x: float, e: float) -> float:
         return math.ldexp(x * 2.0 ** (e - n), int(n))
     except OverflowError:
         return math.inf
+
+
+def check_unscaled_target(y, datafit_name: str) -> None:
+    """``ValueError`` naming ``y`` when a target that is not rescaled inside (every datafit
+    but least squares: its losses are not homogeneous in ``y``, e.g. Huber's ``delta``) lies
+    outside the band where float64 computes without overflow or underflow: the solvers would
+    return all-zero coefficients without a word."""
+    m = float(np.max(np.abs(y))) if np.size(y) else 0.0
+    if _outside(np.array([m])):
+        raise ValueError(
+            f"y has magnitude {m:.3g}, beyond what the {datafit_name} datafit computes in float64 "
+            "without overflow or underflow (about 1e-77 to 1e77); it is not rescaled inside "
+            "(only least squares is): divide y by a constant, and the datafit's own scale "
+            "parameters with it (Huber's delta, ...)")
 
 
 def plan_scaling(X, sw, scaling: str, y=None) -> Scaling:
