@@ -14,7 +14,11 @@ coordinate Lipschitz constant. Why this scale: near a minimizer, a coordinate wi
 well-conditioned problem; the criterion does not change when ``y`` or ``X`` is multiplied by a
 constant (raw data in any units stop at the same relative accuracy), unlike an absolute
 threshold. ``F`` is floored at ``1e-10`` of the null model's objective (an exact fit, ``F = 0``,
-stays reachable).
+stays reachable). A loss whose slope is bounded (Huber, quantile: ``|dL/dz_i| <= b sw_i / n``)
+caps the scale at ``b sqrt(Lbar / curvature)``, the largest gradient such a loss can have: where
+residuals exceed its threshold, ``F`` grows like ``|r|`` but the gradient does not, and
+``sqrt(2 F Lbar)`` would call a point far from the optimum converged (the two agree on the
+quadratic piece).
 """
 
 from __future__ import annotations
@@ -115,7 +119,11 @@ class Problem:
         if self._f_null is None:
             self._f_null = self.objective(self.zeros(), self.initial_intercept())
         f = max(float(F), 1e-10 * self._f_null)
-        return float(np.sqrt(2.0 * f * self._lbar)) if f > 0 else 1.0
+        scale = float(np.sqrt(2.0 * f * self._lbar)) if f > 0 else 1.0
+        b = getattr(self.datafit, "slope_bound", None)
+        if b is not None:  # bounded slope: the gradient cannot exceed this (module docstring)
+            scale = min(scale, b * float(np.sqrt(self._lbar / self.datafit.curvature)))
+        return scale
 
     def criterion(self, w, b, z=None):
         """Largest gradient-mapping violation (and ``|dL/db|`` with an intercept), relative to

@@ -95,6 +95,10 @@ class Datafit:
     #: whether the model has an intercept at all (Cox's partial likelihood does not: a shift of
     #: ``z`` leaves it unchanged)
     has_intercept = True
+    #: a bound on the per-sample slope ``|dL/dz_i| n / sw_i`` where the loss has one (Huber,
+    #: quantile: linear beyond a threshold), else ``None``; it caps the stopping criterion's
+    #: scale (``Problem.criterion_scale``)
+    slope_bound = None
 
     def value(self, y, z):  # pragma: no cover - abstract
         raise NotImplementedError

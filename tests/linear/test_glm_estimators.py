@@ -17,6 +17,7 @@ from dualdrop.linear import (SparseCoxRegression, SparseGammaRegression, SparseG
                              SparseHuberRegression, SparseMultinomialRegression,
                              SparseMultinomialRegressionCV, SparsePoissonRegression,
                              SparseQuantileRegression, alpha_max, regularization_path)
+from dualdrop.linear.families.huber import Huber
 
 TOL = 1e-10
 
@@ -161,6 +162,25 @@ def test_huber_matches_sklearn_at_its_scale():
     assert F(ours) <= F(ref) * (1 + 1e-12)
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-3, atol=1e-3)
     assert ours.intercept_ == pytest.approx(ref.intercept_, rel=1e-4)
+
+
+def test_huber_far_beyond_delta_is_not_called_converged_at_zero():
+    """Residuals 1e10 times delta: the loss grows like |r| but its gradient stays below delta,
+    so a criterion scaled by the objective called w = 0 converged (all zeros, no warning). The
+    scaled-up fit at y's own scale is far below the objective at 0, so 0 is not the answer:
+    the fit must move away from it."""
+    X, y = load_diabetes(return_X_y=True, scaled=False)
+    ys = y * 1e10
+    w1 = SparseHuberRegression(alpha=0.01).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SparseHuberRegression(alpha=0.01).fit(X, ys)
+    null = Huber(1.35).value(ys, np.full(len(ys), np.median(ys)))
+    scaled = Huber(1.35).value(ys, X @ (w1.coef_ * 1e10) + w1.intercept_ * 1e10)
+    assert scaled < 0.9 * null  # the premise: zero is far from optimal
+    assert np.count_nonzero(est.coef_) > 0
+    z = X @ est.coef_ + est.intercept_
+    assert Huber(1.35).value(ys, z) < null
 
 
 def test_huber_l1_matches_skglm():

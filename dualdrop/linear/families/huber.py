@@ -39,6 +39,10 @@ class Huber(WeightedDatafit):
     name = "huber"
     curvature = 1.0
 
+    @property
+    def slope_bound(self):
+        return self.delta
+
     def __init__(self, delta=1.35, sample_weight=None):
         if isinstance(delta, bool) or not isinstance(delta, numbers.Real) \
                 or not np.isfinite(delta) or delta <= 0:

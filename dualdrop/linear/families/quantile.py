@@ -56,6 +56,10 @@ class Quantile(WeightedDatafit):
         super().__init__(sample_weight)
 
     @property
+    def slope_bound(self):
+        return max(self.quantile, 1.0 - self.quantile)
+
+    @property
     def curvature(self):
         return max(self.quantile, 1.0 - self.quantile) / self.delta
 

@@ -105,15 +105,17 @@ class ScaledLayer:
         live_t = torch.from_numpy(self.live)
         full = torch.zeros((self.R, self.p), dtype=torch.bool)
         full[:, live_t] = torch.from_numpy(np.asarray(mask, dtype=bool))
-        if self.q < self.p:
+        if self.q < self.p or budget.pattern is not None:
             dead = torch.ones(self.p, dtype=torch.bool)
             dead[live_t] = False
             score = torch.where(full, torch.inf, torch.where(dead.expand(self.R, -1),
                                                               self.W0_t.abs(), -torch.inf))
             if budget.n_keep is not None:
                 full = select_mask(score, budget) & torch.isfinite(score) | full
-            else:
-                full = select_mask(score, budget) & (score > -torch.inf)
+            else:  # N:M: dead inputs fill a group first, then live ones the search left out
+                # (a group whose live inputs lie in the span of the row's support)
+                score = torch.where(score == -torch.inf, -1.0, score)
+                full = select_mask(score, budget)
         W0 = self.W0_t.to(torch.float64)
         if values is not None:
             W = torch.where(full, W0, torch.zeros_like(W0))

@@ -487,6 +487,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
     p = Gd.shape[0]
     n = 0
     since = 0
+    refused = 0
     costs = np.empty(s)
     while n < max_swaps:
         tol = rtol * (f + 1e-12 * c0)
@@ -518,8 +519,12 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
             if bk >= 0:
                 df = _swap(Gd, S, s, H, u, g, c, inS, MT, i, bk, floor)
                 found = True
-                if np.isnan(df):
-                    break  # k refused (c[k] = 0 now): search again
+                if np.isnan(df):  # k refused (c[k] = 0 now): search again, a bounded number
+                    refused += 1  # of times (a singular support can refuse the same pair)
+                    if refused > p:
+                        found = False
+                    break
+                refused = 0
                 f += df
                 n += 1
                 since += 1
@@ -759,6 +764,7 @@ class SupportSearch:
         self.memory = int(memory)
         self.need_c = False  # Schur complements (gains) are built only once additions start
         self._ladders = {}  # row -> (its support, its ladder): reused while the row is unchanged
+        self.short_rows = set()  # N:M rows left short by fix_pattern (no swaps: see there)
         self._cache: OrderedDict[int, _Row] = OrderedDict()
         self._sizes: dict[int, int] = {}
         self._bytes = 0
@@ -873,14 +879,20 @@ class SupportSearch:
 
     def fix_pattern(self):
         """Each row to exactly ``min(N, live inputs of the group)`` nonzeros in every group:
-        greedy exact removals in groups above ``N``, additions in groups below."""
+        greedy exact removals in groups above ``N``, additions in groups below. A group whose
+        remaining inputs all lie in the span of the row's support (a rank-deficient Gram:
+        inputs seen on few calibration examples) cannot gain an input without a singular
+        support, and adding one would not lower the objective: it stays short here (the row is
+        left out of the swaps, which assume full groups), and :meth:`ScaledLayer.finish`
+        completes the pattern with those inputs (their refit weights)."""
         N, _ = self.pattern
         self._with_gains()
         gid = self.gid
         n_groups = int(gid.max()) + 1 if gid.size else 0
-        want = np.minimum(N, np.bincount(gid, minlength=n_groups))
+        want0 = np.minimum(N, np.bincount(gid, minlength=n_groups))
         for r in range(self.lp.R):
             st = self.row(r)
+            want = want0.copy()
             while True:
                 have = np.bincount(gid[st.support], minlength=n_groups)
                 over = have > want
@@ -890,9 +902,10 @@ class SupportSearch:
                     st.remove(self.Gd, int(np.argmin(costs)))
                 elif under.any():
                     cand = ~st.inS & under[gid] & (st.c > FLOOR)
-                    if not cand.any():
-                        raise RuntimeError("N:M: no input can be added without a singular "
-                                           "support (internal error)")
+                    if not cand.any():  # every short group is in the support's span
+                        want[under] = have[under]
+                        self.short_rows.add(r)
+                        continue
                     k = int(np.argmax(np.where(cand, st.gains() + 1.0, -np.inf)))
                     st.add(self.Gd, k)
                 else:
@@ -904,6 +917,8 @@ class SupportSearch:
         until none improves by more than ``rtol`` of the row's error; returns their number."""
         total = 0
         for r in range(self.lp.R) if rows is None else rows:
+            if r in self.short_rows:
+                continue
             st = self.row(r)
             total += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], self.gid, self.gstart,
                               self.pattern is not None, pairs, rtol, max_swaps)
