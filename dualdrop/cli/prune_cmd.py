@@ -7,7 +7,7 @@ Examples::
     dualdrop prune --from runs/dense --method wanda --pattern 2:4 --finetune-epochs 1 \\
         --out runs/dense-wanda24
     dualdrop prune --from RUN --method sparsegpt --density 0.05 --allocation owl \\
-        --data-dir ../shared/mnist --out runs/owl5
+        --data-dir path/to/mnist --out runs/owl5
 
 The output folder is a run folder like ``dualdrop sparsify``'s (``config.json``, ``model.pt``,
 ``final.json``; ``dualdrop.train.load_run`` reads it) plus ``report.json``, the one-shot report

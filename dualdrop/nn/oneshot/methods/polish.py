@@ -174,6 +174,18 @@ def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
 
 
 @njit(cache=True)
+def _settle(S, s, g, c):
+    """After a move: the support's own gradients and Schur complements are 0, and round-off
+    below 0 in the others' complements is clipped."""
+    for a in range(s):
+        g[S[a]] = 0.0
+        c[S[a]] = 0.0
+    for q in range(c.shape[0]):
+        if c[q] < 0.0:
+            c[q] = 0.0
+
+
+@njit(cache=True)
 def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     """Add input ``k`` at position ``s`` (the support refit; ``MT`` updated when ``has_mt``,
     which then needs a row ``s``). Returns the change of f (<= 0), or NaN, changing nothing but
@@ -229,12 +241,7 @@ def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     S[s] = k
     s += 1
     inS[k] = True
-    for a in range(s):
-        g[S[a]] = 0.0
-        c[S[a]] = 0.0
-    for q in range(p):
-        if c[q] < 0.0:
-            c[q] = 0.0
+    _settle(S, s, g, c)
     return df
 
 
@@ -312,12 +319,7 @@ def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
     S[i] = k
     inS[j] = False
     inS[k] = True
-    for a in range(s):
-        g[S[a]] = 0.0
-        c[S[a]] = 0.0
-    for q in range(p):
-        if c[q] < 0.0:
-            c[q] = 0.0
+    _settle(S, s, g, c)
     return df
 
 
