@@ -776,8 +776,9 @@ class SupportSearch:
         self.cost_at = np.zeros(lp.R, dtype=np.int64)
         self.gain = np.zeros(lp.R)
         self.gain_at = np.zeros(lp.R, dtype=np.int64)
-        for r in range(lp.R):
-            self._summarize(r, self.row(r))
+        if pattern is None:  # N:M: fix_pattern, which comes first, summarizes each row it fixes
+            for r in range(lp.R):
+                self._summarize(r, self.row(r))
 
     # -- states --------------------------------------------------------------------------------
     def row(self, r) -> _Row:
@@ -888,12 +889,13 @@ class SupportSearch:
         left out of the swaps, which assume full groups), and :meth:`ScaledLayer.finish`
         completes the pattern with those inputs (their refit weights)."""
         N, _ = self.pattern
-        self._with_gains()
+        self.need_c = True  # rows are completed one at a time: no pass over all of them first
         gid = self.gid
         n_groups = int(gid.max()) + 1 if gid.size else 0
         want0 = np.minimum(N, np.bincount(gid, minlength=n_groups))
         for r in range(self.lp.R):
             st = self.row(r)
+            st.ensure_c(self.Gd)
             want = want0.copy()
             while True:
                 have = np.bincount(gid[st.support], minlength=n_groups)
