@@ -39,7 +39,7 @@ TARGETS = ["0.5", "0.2", "0.1", "0.05", "2:4"]
 #: fine-tuning learning rates, chosen on each network's validation split among 1e-3, 3e-3,
 #: 1e-2 (GPT-2: 1e-4, 3e-4, 1e-3) by the mean error of its SparseGPT cells after fine-tuning
 #: (oneshot_finetune_lr.py; benchmarks/history/oneshot.md)
-FINETUNE_LR = {"lenet300": 1e-2, "lenet5": 3e-3, "transformer": 1e-2, "gpt2": 3e-4}
+FINETUNE_LR = {"lenet300": 1e-2, "lenet5": 3e-3, "transformer": 1e-2, "gpt2": 1e-3}
 ALLOCATIONS = ["uniform", "global", "owl", "penalty"]
 
 
