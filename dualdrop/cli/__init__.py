@@ -183,6 +183,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     only = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
     parser = build_parser(only)
@@ -195,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     code = _run(args, _subparser(parser, args.command))
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and "torch.distributed" in sys.modules:
+        _leave_process(code)
+    if code == EXIT_INTERRUPTED and argv_given is None:
         _leave_process(code)
     return code
 
@@ -210,7 +213,8 @@ def _run(args, subparser) -> int:
     """Run the subcommand inside the error boundary (see the module docstring)."""
     prog = f"dualdrop {args.command}"
     try:
-        return int(args.func(args) or 0)
+        with _interrupts_outside_llvm():
+            return int(args.func(args) or 0)
     except SystemExit as exc:  # parser.error() called by the subcommand
         return _refused(exc)
     except KeyboardInterrupt as exc:
@@ -280,8 +284,53 @@ def _option_of(args, subparser, filename) -> str | None:
     return None
 
 
+class _interrupts_outside_llvm:
+    """Deliver Ctrl-C as ``KeyboardInterrupt`` only outside llvmlite's Python code.
+
+    numba compiles lazily, so a long command can be interrupted while llvmlite runs Python code
+    inside a ctypes callback (where the interrupt is printed and swallowed: the command went on
+    and exited 0) or between building an LLVM object and recording its handle. While any frame
+    of the stack is llvmlite's, the interrupt is re-sent 20 ms later instead of raised.
+    """
+
+    RETRY_S = 0.02
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+    def _handle(self, signum, frame):
+        import _thread
+        import threading
+
+        while frame is not None:
+            if "llvmlite" in frame.f_code.co_filename:
+                threading.Timer(self.RETRY_S, _thread.interrupt_main).start()
+                return
+            frame = frame.f_back
+        raise KeyboardInterrupt
+
+
 def _leave_process(code: int) -> None:
-    """End a ``torchrun`` worker once its work is saved and its process group destroyed.
+    """End the process once its work is saved, without interpreter finalization.
+
+    Used for ``torchrun`` workers and for a command-line run interrupted by Ctrl-C. An
+    interrupt that lands inside numba's compiler leaves llvmlite objects half built, whose
+    destructors print "Exception ignored" tracebacks during finalization, after the one-line
+    message.
 
     Gloo keeps C++ worker threads whose last references can be released during interpreter
     finalization; on a loaded machine this occasionally aborts a worker that has finished

@@ -201,3 +201,30 @@ def test_ctrl_c_during_a_fit_path_in_a_real_process(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("dualdrop fit: interrupted; "), err
     assert np.loadtxt(tmp_path / "coef.csv", delimiter=",", skiprows=1).shape == (3000,)
     assert not (tmp_path / "path.csv").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_ctrl_c_inside_llvmlite_code_is_delivered_after_it():
+    """An interrupt that lands while llvmlite's Python code runs (a ctypes callback swallows it)
+    is re-sent once that code has returned, so the command still stops."""
+    from dualdrop.cli import _interrupts_outside_llvm
+
+    namespace = {}
+    exec(compile("def busy(seconds):\n"
+                 "    import os, signal, time\n"
+                 "    os.kill(os.getpid(), signal.SIGINT)\n"
+                 "    end = time.perf_counter() + seconds\n"
+                 "    while time.perf_counter() < end:\n"
+                 "        pass\n"
+                 "    return 'returned'\n",
+                 "/site-packages/llvmlite/binding/fake.py", "exec"), namespace)
+    raised_at = None
+    with _interrupts_outside_llvm():
+        assert namespace["busy"](0.1) == "returned"  # not raised inside llvmlite's frame
+        try:
+            end = time.perf_counter() + 5
+            while time.perf_counter() < end:
+                time.sleep(0.001)
+        except KeyboardInterrupt:
+            raised_at = time.perf_counter()
+    assert raised_at is not None and raised_at < end - 4
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
