@@ -59,6 +59,12 @@ PAIR_OUT = 8  # 2-for-2 replacements in a row: pairs of its cheapest PAIR_OUT in
 PAIR_IN = 12  # ... and pairs of the PAIR_IN inputs of largest gain after that removal in
 
 
+# The kernels may reorder sums (vectorized loops) but keep NaN and inf semantics: NaN is how a
+# refused move is reported. numpy's error model: no zero-division checks inside the loops.
+_kernel = njit(cache=True, error_model="numpy",
+               fastmath={"nsz", "arcp", "contract", "reassoc"})
+
+
 # ----------------------------------------------------------------------------------------------
 # compiled row kernels. A row's state: support S[:s] (positions of live inputs), H[:s, :s] =
 # (Gd_SS)^-1, u[:s] its refit weights, g = Gd u - b and c (Schur complements) over all inputs
@@ -66,7 +72,7 @@ PAIR_IN = 12  # ... and pairs of the PAIR_IN inputs of largest gain after that r
 # rows m_i = Gd_{:,S} H e_i of the swap search, kept up to date by each swap).
 
 
-@njit(cache=True)
+@_kernel
 def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
     """The state of support ``S[:s]`` from scratch (the Schur complements ``c`` only with
     ``want_c`` or ``has_mt``: they cost ``O(p s^2)``, the rest ``O(s^3 + p s)``); returns
@@ -119,7 +125,7 @@ def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
     return 0.5 * (c0 - fb)
 
 
-@njit(cache=True)
+@_kernel
 def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
     """Remove the support input at position ``i`` (the rest refit; the last position moves to
     ``i``; ``MT`` updated when ``has_mt``). Returns the rise of f."""
@@ -173,7 +179,7 @@ def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
     return df
 
 
-@njit(cache=True)
+@_kernel
 def _settle(S, s, g, c):
     """After a move: the support's own gradients and Schur complements are 0, and round-off
     below 0 in the others' complements is clipped."""
@@ -185,7 +191,7 @@ def _settle(S, s, g, c):
             c[q] = 0.0
 
 
-@njit(cache=True)
+@_kernel
 def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     """Add input ``k`` at position ``s`` (the support refit; ``MT`` updated when ``has_mt``,
     which then needs a row ``s``). Returns the change of f (<= 0), or NaN, changing nothing but
@@ -245,7 +251,7 @@ def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     return df
 
 
-@njit(cache=True)
+@_kernel
 def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
     """Remove the input at position ``i`` and add input ``k`` in its place, the support refit:
     :func:`_remove` then :func:`_add` fused, so that ``MT`` is swept once (plus one read of the
@@ -323,7 +329,7 @@ def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
     return df
 
 
-@njit(cache=True)
+@_kernel
 def _fill_mt(Gd, S, s, H, MT, c, inS):
     """``MT[:s] = H Gd_{S,:}`` (the rows ``m_a`` of the swap search) and the Schur complements
     ``c = diag(Gd) - sum_a MT[a] * Gd[S_a]`` from them."""
@@ -344,7 +350,7 @@ def _fill_mt(Gd, S, s, H, MT, c, inS):
             c[k] = 0.0
 
 
-@njit(cache=True)
+@_kernel
 def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
     """The best 2-for-2 replacement inside one N:M group: two support inputs ``P`` of a group
     out, two other inputs ``K`` of the same group in, scored exactly (block Optimal Brain
@@ -389,7 +395,7 @@ def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
     return best, ba1, ba2, bk1, bk2
 
 
-@njit(cache=True)
+@_kernel
 def _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1, k2, floor):
     """The gain of adding inputs ``k1``, ``k2`` after the support pair at positions ``a1``,
     ``a2`` is removed (:func:`_best_pair`'s formulas); ``-inf`` when singular."""
@@ -408,7 +414,7 @@ def _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1, k2, floor
     return 0.5 * (c22 * g1 * g1 - 2.0 * c12 * g1 * g2 + c11 * g2 * g2) / dk
 
 
-@njit(cache=True)
+@_kernel
 def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor, tol, n_out,
                    n_in):
     """A 2-for-2 replacement in one row: the pairs of its ``n_out`` cheapest support inputs out
@@ -477,7 +483,7 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
     return best, ba1, ba2, bk1, bk2
 
 
-@njit(cache=True)
+@_kernel
 def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
                floor, rtol, max_swaps, refresh):
     """Swaps in one row until none improves by more than ``rtol`` of its error (``MT`` valid
@@ -557,7 +563,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
     return f, n
 
 
-@njit(cache=True)
+@_kernel
 def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, gstart, pairs, floor, rtol,
            max_swaps, refresh):
     """:func:`_swap_loop` from the row's state (``f`` its error; ``MT`` and ``c`` computed
@@ -571,7 +577,7 @@ def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, gstart, pairs, 
                       floor, rtol, max_swaps, refresh)
 
 
-@njit(cache=True)
+@_kernel
 def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
     """One exact step of the ladder: remove the cheapest input (``down``) or add the input of
     largest gain (``MT`` needs a free row). Returns the change of f (NaN: no step)."""
@@ -600,7 +606,7 @@ def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
     return np.nan
 
 
-@njit(cache=True)
+@_kernel
 def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_swaps,
             refresh, depth, out_S, out_f):
     """Polished supports of one row at sizes around its own: from the polished state ``(S, s,
