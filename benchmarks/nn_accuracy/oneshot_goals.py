@@ -33,7 +33,7 @@ def is_penalty(m: str) -> bool:
 
 
 def is_admm(m: str) -> bool:
-    return m.startswith("admm")
+    return m.startswith("admm") and not m.endswith("+polish")  # ADMM as published
 
 
 def best(cells, pred):

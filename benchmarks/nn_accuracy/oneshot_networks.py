@@ -137,12 +137,23 @@ def cell_key(method, target, allocation, refit):
     return f"{method}|{target}|{allocation}|{'refit' if refit else ''}"
 
 
+def method_spec(label: str):
+    """A method label: a registry name, or ``NAME+polish`` (that method, then the support
+    polish, ``options={"polish": True}``). Returns ``(name, options)``."""
+    name, plus, extra = label.partition("+")
+    if plus and extra != "polish":
+        raise ValueError(f"method label {label!r}: NAME or NAME+polish")
+    return name, ({"polish": True} if plus else {})
+
+
 def run_cell(net_spec, method, target, allocation, refit, finetune_lr, exclude) -> dict:
     from dualdrop.nn import prune_oneshot
     net = net_spec.load()
+    name, options = method_spec(method)
     t0 = time.perf_counter()
-    res = prune_oneshot(net, net_spec.calib, method, allocation=allocation, refit=refit or None,
-                        exclude=exclude, progress=False, **parse_target(target))
+    res = prune_oneshot(net, net_spec.calib, name, options=options, allocation=allocation,
+                        refit=refit or None, exclude=exclude, progress=False,
+                        **parse_target(target))
     secs = time.perf_counter() - t0
     rep = res.report
     before = net_spec.errors(net)
@@ -178,7 +189,8 @@ def main(argv=None):
     ap.add_argument("--data-dir", default="../shared/mnist")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--methods", nargs="+", default=None,
-                    help="default: every registered method (penalty family: --penalties)")
+                    help="registry names, or NAME+polish (that method, then the support "
+                         "polish); default: every registered method")
     ap.add_argument("--targets", nargs="+", default=TARGETS)
     ap.add_argument("--allocations", nargs="+", default=ALLOCATIONS)
     ap.add_argument("--refit", action="store_true", help="also every cell with refit=True")
