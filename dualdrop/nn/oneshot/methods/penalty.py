@@ -131,21 +131,31 @@ class _Path:
         """Run the path (``alpha`` times ``ratio`` per fit) until at least ``target`` nonzeros,
         then refine the last bracket until a fit lands in ``[target, target (1 + slack)]``:
         regula falsi on ``log nnz`` against ``log alpha`` (aiming inside the interval), each
-        fit warm-started from the sparser end. Returns ``(U, alpha)`` of the fit with at least
-        ``target`` nonzeros closest to it (or the densest fit if none reaches it)."""
+        fit warm-started from the sparser end. Near the target the path's step is shortened to
+        land inside the interval (the count extrapolated as a power of ``alpha`` through the
+        last two fits) rather than overshoot it: the densest fits cost the most. Returns ``(U,
+        alpha)`` of the fit with at least ``target`` nonzeros closest to it (or the densest fit
+        if none reaches it)."""
+        aim = target * (1.0 + 0.5 * slack)
         a_hi = self.alpha_max
         U_hi = np.zeros_like(self.sl.U0)  # the sparser end of the bracket
         n_hi = 0
+        a_prev = n_prev = 0
         for _ in range(400):
-            a_lo = a_hi * ratio
+            step = ratio
+            if 0 < n_prev < n_hi < aim:  # nnz ~ alpha^-k through the last two fits
+                k = math.log(n_hi / n_prev) / math.log(a_prev / a_hi)
+                step = min(max((n_hi / aim) ** (1.0 / k), ratio), 0.95)
+            a_lo = a_hi * step
             U_lo = self.fit(a_lo, U_hi)
             n_lo = int(np.count_nonzero(U_lo))
             if n_lo >= target:
                 break
+            a_prev, n_prev = a_hi, n_hi
             U_hi, a_hi, n_hi = U_lo, a_lo, n_lo
         else:
             return U_hi, a_hi
-        aim = math.log(target * (1.0 + 0.5 * slack))
+        aim = math.log(aim)
         for _ in range(max_refine):
             if n_lo <= target * (1.0 + slack) or a_hi <= a_lo * (1 + 1e-9):
                 break

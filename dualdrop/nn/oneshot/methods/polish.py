@@ -415,6 +415,34 @@ def _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1, k2, floor
 
 
 @_kernel
+def _top(values, k):
+    """The positions of the ``k`` largest ``values``, largest first (a partial insertion sort:
+    ``O(n k)`` at worst, ``O(n)`` when few values enter; a full sort per call cost more than
+    the rest of :func:`_best_pair_row`)."""
+    n = values.shape[0]
+    k = min(k, n)
+    idx = np.empty(k, dtype=np.int64)
+    val = np.empty(k)
+    m = 0
+    for i in range(n):
+        v = values[i]
+        if m < k:
+            j = m
+            m += 1
+        elif v > val[k - 1]:
+            j = k - 1
+        else:
+            continue
+        while j > 0 and val[j - 1] < v:
+            val[j] = val[j - 1]
+            idx[j] = idx[j - 1]
+            j -= 1
+        val[j] = v
+        idx[j] = i
+    return idx[:m]
+
+
+@_kernel
 def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor, tol, n_out,
                    n_in):
     """A 2-for-2 replacement in one row: the pairs of its ``n_out`` cheapest support inputs out
@@ -469,7 +497,7 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
                 ck = c[k] + m1 * (i11 * m1 + i12 * m2) + m2 * (i12 * m1 + i22 * m2)
                 if ck > floor:
                     gain1[k] = gk * gk / (2.0 * ck)
-            top = np.argsort(-gain1)[:min(n_in, p - s)]
+            top = _top(gain1, min(n_in, p - s))
             for y1 in range(top.shape[0]):
                 for y2 in range(y1 + 1, top.shape[0]):
                     k1, k2 = top[y1], top[y2]
