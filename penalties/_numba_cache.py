@@ -60,6 +60,31 @@ def source_fingerprint() -> str:
 _FINGERPRINT: str | None = None
 
 
+def is_compiled(*dispatchers) -> bool:
+    """Whether every numba dispatcher has machine code at hand: compiled in this process, or a
+    valid entry in the cache for this source (its first call then loads it in well under a
+    second instead of compiling for up to a minute). Reads numba's cache index (not a public
+    API): True when it cannot be read."""
+    for d in dispatchers:
+        if d.signatures:
+            continue
+        try:
+            if not d._cache._cache_file._load_index():
+                return False
+        except Exception:  # numba's internals moved: say nothing rather than be wrong
+            continue
+    return True
+
+
+def first_use_notice(dispatchers, what: str) -> str | None:
+    """A line telling the user that ``what`` compiles its kernels now (first use after an
+    install or upgrade), or ``None`` when they are compiled or cached."""
+    if is_compiled(*dispatchers):
+        return None
+    return (f"{what}: compiling numba kernels for their first use (up to a minute or two, "
+            f"once; cached in {cache_dir()})")
+
+
 def cache_dir() -> Path:
     """The folder this project's numba cache goes to (``NUMBA_CACHE_DIR`` takes precedence)."""
     env = os.environ.get("NUMBA_CACHE_DIR")

@@ -420,3 +420,44 @@ def test_report_format_and_dict():
     assert d["density"] == pytest.approx(0.5) and len(d["layers"]) == 2
     assert all(r["seconds"] >= 0 and r["peak_mb"] > 0 for r in d["layers"])
     Budget(n_keep=1)
+
+
+class _Dispatcher:
+    """A stand-in for a numba dispatcher: compiled in this process or not, cached or not."""
+
+    def __init__(self, compiled=False, cached=False, readable=True):
+        self.signatures = ["sig"] if compiled else []
+        index = {"sig": "entry"} if cached else {}
+
+        class CacheFile:
+            def _load_index(self):
+                if not readable:
+                    raise AttributeError("numba moved its internals")
+                return index
+
+        self._cache = type("Cache", (), {"_cache_file": CacheFile()})()
+
+
+def test_first_use_notice_only_when_a_kernel_must_compile():
+    from penalties._numba_cache import first_use_notice
+
+    assert first_use_notice([_Dispatcher(compiled=True), _Dispatcher(cached=True)], "x") is None
+    assert first_use_notice([_Dispatcher(readable=False)], "x") is None  # cannot tell: silent
+    notice = first_use_notice([_Dispatcher(cached=True), _Dispatcher()], "one-shot logsum")
+    assert notice.startswith("one-shot logsum: compiling numba kernels for their first use")
+
+
+def test_prune_oneshot_says_when_its_kernels_compile(capsys):
+    class Slow(Magnitude):
+        def kernels(self):
+            return (_Dispatcher(),)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
+    x = torch.randn(32, 6)
+    prune_oneshot(net, x, Slow(), target_density=0.5, progress=False)
+    assert "compiling" not in capsys.readouterr().err  # progress=False: silent
+    prune_oneshot(net, x, Slow(), target_density=0.5, progress=True)
+    assert "one-shot magnitude: compiling numba kernels" in capsys.readouterr().err
+    prune_oneshot(net, x, "magnitude", target_density=0.5, progress=True)
+    assert "compiling" not in capsys.readouterr().err  # no kernels

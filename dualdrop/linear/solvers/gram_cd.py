@@ -289,6 +289,9 @@ def _rows_serial(G, dg, lips, B, c0, W, alphas, weights, code, params, positive,
              max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes, obj)
 
 
+KERNELS = (_rows_serial,)  # what a first call compiles (penalties._numba_cache.is_compiled)
+
+
 @njit(cache=True, parallel=True)
 def _rows_parallel(G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol,
                    max_iter, max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes,

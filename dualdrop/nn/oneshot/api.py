@@ -7,6 +7,7 @@ leaves the model as given, and a failure during the walk puts every weight back.
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -124,6 +125,19 @@ class OneShotResult:
                 mask = next(self.masks[a] for a in target.aliases if a in self.masks)
                 state.weight_mask.copy_(mask.to(state.weight_mask))
         return sp
+
+
+def _first_use_notice(meth, allocation):
+    """Say so on stderr when the method's numba kernels compile now (up to a minute or two on
+    the first use after an install): a progress bar standing still looks like a hang."""
+    from penalties._numba_cache import first_use_notice
+
+    from dualdrop.linear.solvers import gram_cd
+
+    kernels = (*meth.kernels(), *(gram_cd.KERNELS if allocation == "penalty" else ()))
+    notice = first_use_notice(kernels, f"one-shot {meth.name}")
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
 
 
 def _check_calib(calib):
@@ -251,6 +265,8 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
             secs.append(time.perf_counter() - t0)
         return Ws, secs
 
+    if progress:
+        _first_use_notice(meth, allocation)
     try:
         rows = walk(model, steps, calib, fwd, calls, prune_step, progress,
                     desc=f"one-shot {meth.name}")

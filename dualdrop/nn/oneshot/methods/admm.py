@@ -46,7 +46,7 @@ from penalties.checks import check_choice, check_float, check_int
 
 from .base import Budget, OneShotMethod
 from ._layer import ScaledLayer
-from .polish import check_effort, polish_support
+from .polish import KERNELS as POLISH_KERNELS, check_effort, polish_support
 
 __all__ = ["ADMM", "SCHEDULES", "admm_support"]
 
@@ -157,6 +157,9 @@ class ADMM(OneShotMethod):
             raise ValueError("polish=True scores supports by their least-squares refit; it "
                              "needs refit=True")
         return opts
+
+    def kernels(self) -> tuple:
+        return POLISH_KERNELS if self.options["polish"] else ()
 
     def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
         sl = ScaledLayer(W0, G)

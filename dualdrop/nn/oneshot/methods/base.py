@@ -251,6 +251,11 @@ class OneShotMethod:
     def _validate(self, opts: dict) -> dict:
         return opts
 
+    def kernels(self) -> tuple:
+        """The numba dispatchers the method compiles on its first use (``prune_oneshot`` says
+        so while they compile); none by default."""
+        return ()
+
     def __repr__(self):
         changed = {k: v for k, v in self.options.items()
                    if v != {**COMMON_DEFAULTS, **self.defaults}.get(k)}

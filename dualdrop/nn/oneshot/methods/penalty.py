@@ -44,11 +44,13 @@ import torch
 
 import penalties
 from dualdrop.linear._jit import zero_threshold
+from dualdrop.linear.solvers import gram_cd
 from dualdrop.linear.solvers.gram_cd import solve_gram
 from penalties.checks import check_float, check_int
 
 from .base import Budget, LayerProblem, OneShotMethod
 from ._layer import ScaledLayer
+from . import polish as _polish
 from .polish import SupportSearch, check_effort
 
 __all__ = ["DEFAULT_PARAMS", "HardConcrete", "LogSum", "MCP", "Penalty", "VarDrop",
@@ -252,6 +254,9 @@ class Penalty(OneShotMethod):
         opts["max_refine"] = check_int("max_refine", opts["max_refine"], low=0)
         opts["n_threads"] = check_int("n_threads", opts["n_threads"], low=1)
         return opts
+
+    def kernels(self) -> tuple:
+        return (*gram_cd.KERNELS, *(_polish.KERNELS if self.options["refit"] else ()))
 
     def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
         sl = ScaledLayer(W0, G)

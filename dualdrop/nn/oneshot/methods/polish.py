@@ -687,6 +687,9 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
                 out_S[at, :s1] = S1[:s1]
 
 
+KERNELS = (_build, _swap_loop, _ladder)  # what a first polish compiles
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -1148,6 +1151,9 @@ class Polish(OneShotMethod):
             raise ValueError("polish scores supports by their least-squares refit: refit "
                              "must be True")
         return opts
+
+    def kernels(self) -> tuple:
+        return (*self.start.kernels(), *KERNELS)
 
     def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
         W = self.start.prune(W0, G, budget)
