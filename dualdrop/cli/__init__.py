@@ -300,16 +300,23 @@ class _interrupts_outside_llvm:
         import threading
 
         self._previous = None
+        self._timers = []
         if threading.current_thread() is threading.main_thread():
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         import signal
 
+        pending = False
+        for timer in self._timers:  # an interrupt deferred at the very end still counts
+            pending = pending or not timer.finished.is_set()
+            timer.cancel()
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+        if pending and exc_type is None:
+            raise KeyboardInterrupt
         return False
 
     def _handle(self, signum, frame):
@@ -318,7 +325,9 @@ class _interrupts_outside_llvm:
 
         while frame is not None:
             if "llvmlite" in frame.f_code.co_filename:
-                threading.Timer(self.RETRY_S, _thread.interrupt_main).start()
+                timer = threading.Timer(self.RETRY_S, _thread.interrupt_main)
+                self._timers.append(timer)
+                timer.start()
                 return
             frame = frame.f_back
         raise KeyboardInterrupt

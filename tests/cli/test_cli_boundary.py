@@ -228,3 +228,21 @@ def test_ctrl_c_inside_llvmlite_code_is_delivered_after_it():
             raised_at = time.perf_counter()
     assert raised_at is not None and raised_at < end - 4
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_deferred_at_the_very_end_is_not_lost():
+    """An interrupt deferred out of llvmlite's code just before the command ends is raised when
+    the command leaves the guard, and nothing arrives after it."""
+    from dualdrop.cli import _interrupts_outside_llvm
+
+    namespace = {}
+    exec(compile("def busy():\n"
+                 "    import os, signal\n"
+                 "    os.kill(os.getpid(), signal.SIGINT)\n"
+                 "    return 'returned'\n",
+                 "/site-packages/llvmlite/binding/fake.py", "exec"), namespace)
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupts_outside_llvm():
+            assert namespace["busy"]() == "returned"
+    time.sleep(5 * _interrupts_outside_llvm.RETRY_S)  # the deferred re-send was cancelled
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
