@@ -54,6 +54,11 @@ MEMORY = 256 * 2**20  # bytes of row states kept between moves (the rest are reb
 # refit without it (LayerProblem.refit).
 RIDGE = 1e-8
 FLOOR = 1e-12  # a Schur complement below this is refused (rounding): the input is skipped
+# ... and below this for swaps and the ladder's moves: an input that nearly lies in the span of
+# the support (a constant input, as standardized border pixels are, beside others) has its
+# gain scored by rounding, and swaps scored so can cycle or lower nothing real. Filling a
+# budget or an N:M group (fix_budget, fix_pattern, transfers) still takes such inputs.
+SWAP_FLOOR = 1e-6
 DEPTH = 3  # sizes each row explores down and up before the sizes are re-split (reallocate)
 PAIR_OUT = 8  # 2-for-2 replacements in a row: pairs of its cheapest PAIR_OUT inputs out ...
 PAIR_IN = 12  # ... and pairs of the PAIR_IN inputs of largest gain after that removal in
@@ -518,12 +523,18 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
     on entry): removal candidates in order of their cost, each paired with its best addition (in
     its group with ``use_groups``), the first improving pair applied (:func:`_swap`); with
     ``pairs``, when no single swap improves, the best 2-for-2 replacement
-    (:func:`_best_pair_row`, and for N:M :func:`_best_pair`), applied as two swaps. Rebuilt from scratch every ``refresh`` swaps.
-    Returns ``(f, swaps)``."""
+    (:func:`_best_pair_row`, and for N:M :func:`_best_pair`), applied as two swaps. Rebuilt
+    from scratch every ``refresh`` swaps; the search ends there, back at the previous
+    rebuild's support if that was better, when the rebuilt error is not below the previous
+    rebuild's (swaps scored by rounding, not progress: inputs nearly in the span of the support,
+    on a rank-deficient Gram, can make them cycle). Returns ``(f, swaps)``."""
     p = Gd.shape[0]
     n = 0
     since = 0
     refused = 0
+    f_built = f
+    S_built = S[:s].copy()
+    banned = np.zeros(p, dtype=np.bool_)  # inputs refused since the last swap
     costs = np.empty(s)
     while n < max_swaps:
         tol = rtol * (f + 1e-12 * c0)
@@ -541,7 +552,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
             bk = -1
             Mi = MT[i]
             for k in range(p):
-                if inS[k] or (use_groups and gid[k] != gi):
+                if inS[k] or banned[k] or (use_groups and gid[k] != gi):
                     continue
                 m = Mi[k]
                 cp = c[k] + m * m / Hii
@@ -555,11 +566,14 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
             if bk >= 0:
                 df = _swap(Gd, S, s, H, u, g, c, inS, MT, i, bk, floor)
                 found = True
-                if np.isnan(df):  # k refused (c[k] = 0 now): search again, a bounded number
-                    refused += 1  # of times (a singular support can refuse the same pair)
+                if np.isnan(df):  # k refused: search again without it, a bounded number of
+                    refused += 1  # times
+                    banned[bk] = True
                     if refused > p:
                         found = False
                     break
+                if refused:
+                    banned[:] = False
                 refused = 0
                 f += df
                 n += 1
@@ -588,6 +602,13 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
         if since >= refresh:
             f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
             since = 0
+            if not f < f_built - rtol * (f_built + 1e-12 * c0):
+                if f > f_built:
+                    S[:s] = S_built
+                    f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+                break
+            f_built = f
+            S_built[:] = S[:s]
     return f, n
 
 
@@ -763,7 +784,7 @@ class _Row:
         """Swaps until none improves, then (``pairs``) 2-for-2 replacements (:func:`_swaps`;
         within groups with ``use_groups``); returns their number."""
         self.f, n = _swaps(Gd, b, c0, self.S, self.s, self.H, self.u, self.g, self.c, self.inS,
-                           self.f, gid, use_groups, gstart, pairs, FLOOR, rtol, max_swaps,
+                           self.f, gid, use_groups, gstart, pairs, SWAP_FLOOR, rtol, max_swaps,
                            REFRESH)
         self.moves = 0  # _swaps rebuilds against drift itself
         self.c_ok = True
@@ -803,7 +824,6 @@ class SupportSearch:
         self.memory = int(memory)
         self.need_c = False  # Schur complements (gains) are built only once additions start
         self._ladders = {}  # row -> (its support, its ladder): reused while the row is unchanged
-        self.short_rows = set()  # N:M rows left short by fix_pattern (no swaps: see there)
         self._cache: OrderedDict[int, _Row] = OrderedDict()
         self._sizes: dict[int, int] = {}
         self._bytes = 0
@@ -922,9 +942,9 @@ class SupportSearch:
         greedy exact removals in groups above ``N``, additions in groups below. A group whose
         remaining inputs all lie in the span of the row's support (a rank-deficient Gram:
         inputs seen on few calibration examples) cannot gain an input without a singular
-        support, and adding one would not lower the objective: it stays short here (the row is
-        left out of the swaps, which assume full groups), and :meth:`ScaledLayer.finish`
-        completes the pattern with those inputs (their refit weights)."""
+        support, and adding one would not lower the objective: it stays short here (the swaps keep
+        every group's count), and :meth:`ScaledLayer.finish` completes the pattern with those
+        inputs (their refit weights)."""
         N, _ = self.pattern
         self.need_c = True  # rows are completed one at a time: no pass over all of them first
         gid = self.gid
@@ -945,7 +965,6 @@ class SupportSearch:
                     cand = ~st.inS & under[gid] & (st.c > FLOOR)
                     if not cand.any():  # every short group is in the support's span
                         want[under] = have[under]
-                        self.short_rows.add(r)
                         continue
                     k = int(np.argmax(np.where(cand, st.gains() + 1.0, -np.inf)))
                     st.add(self.Gd, k)
@@ -958,8 +977,6 @@ class SupportSearch:
         until none improves by more than ``rtol`` of the row's error; returns their number."""
         total = 0
         for r in range(self.lp.R) if rows is None else rows:
-            if r in self.short_rows:
-                continue
             st = self.row(r)
             total += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], self.gid, self.gstart,
                               self.pattern is not None, pairs, rtol, max_swaps)
@@ -1015,8 +1032,8 @@ class SupportSearch:
             out_S = np.zeros((2 * depth + 1, max(1, min(q, s + depth))), dtype=np.int64)
             out_f = np.empty(2 * depth + 1)
             _ladder(self.Gd, self.lp.B[r], self.lp.c0[r], st.S, s, st.H, st.u, st.g, st.c,
-                    st.inS, st.f, self.gid, self.gstart, FLOOR, 1e-9, 100_000, REFRESH, depth,
-                    out_S, out_f)
+                    st.inS, st.f, self.gid, self.gstart, SWAP_FLOOR, 1e-9, 100_000, REFRESH,
+                    depth, out_S, out_f)
             cand[r] = (s, out_S, out_f)
             self._ladders[r] = (key, cand[r])
         # dynamic programming over the rows: state = the count moved so far, in [-m, m]
