@@ -9,6 +9,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
+from dualdrop.nn.oneshot.methods import _moves as K
 from dualdrop.nn.oneshot.methods import polish as P
 from dualdrop.nn.oneshot.methods._layer import ScaledLayer, exact_optimum
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, layer_objective
@@ -167,15 +168,15 @@ def test_polish_moves_are_exact():
         assert np.allclose(st.g, fresh.g, atol=1e-9) and np.allclose(st.c, fresh.c, atol=1e-9)
         assert np.allclose(st.H[:st.s, :st.s], fresh.H[:st.s, :st.s], atol=1e-8)
     MT = np.empty((st.s, sl.q))
-    P._fill_mt(Gd, st.S, st.s, st.H, MT, st.c.copy(), st.inS)
+    K._fill_mt(Gd, st.S, st.s, st.H, MT, st.c.copy(), st.inS)
     for _ in range(30):  # the fused swap
         i = int(rng.integers(st.s))
         k = int(rng.choice(np.flatnonzero(~st.inS)))
-        st.f += P._swap(Gd, st.S, st.s, st.H, st.u, st.g, st.c, st.inS, MT, i, k, P.FLOOR)
+        st.f += K._swap(Gd, st.S, st.s, st.H, st.u, st.g, st.c, st.inS, MT, i, k, P.FLOOR)
         fresh = P._Row(Gd, sl.B[0], sl.c0[0], st.support)
         assert st.f == pytest.approx(fresh.f, rel=1e-9, abs=1e-12)
         MT2 = np.empty_like(MT)
-        P._fill_mt(Gd, st.S, st.s, st.H, MT2, st.c.copy(), st.inS)
+        K._fill_mt(Gd, st.S, st.s, st.H, MT2, st.c.copy(), st.inS)
         assert np.allclose(MT, MT2, atol=1e-8)
 
 
@@ -274,7 +275,7 @@ def test_swaps_end_when_a_refresh_shows_no_progress():
     search.fix_pattern()
     st = search.row(0)
     f0, S0 = st.f, set(st.support.tolist())
-    f, n = P._swaps(search.Gd, sl.B[0], sl.c0[0], st.S, st.s, st.H, st.u, st.g, st.c, st.inS,
+    f, n = K._swaps(search.Gd, sl.B[0], sl.c0[0], st.S, st.s, st.H, st.u, st.g, st.c, st.inS,
                     -1e9, search.gid, True, search.gstart, False, P.FLOOR, 1e-3, 100_000, 10)
     assert n == 10  # the first rebuild (after 10 swaps) ended it
     assert set(st.S[:st.s].tolist()) == S0 and f == pytest.approx(f0, rel=1e-9)

@@ -1,0 +1,662 @@
+"""The compiled row moves of the support polish (``polish.py``): a row's least-squares state
+and the exact moves on it, each scored with the rest of the row refit.
+
+A row's state: support ``S[:s]`` (positions of live inputs), ``H[:s, :s] = (Gd_SS)^-1``, ``u[:s]``
+its refit weights, ``g = Gd u - b`` and ``c`` (Schur complements) over all inputs (0 on the
+support), ``inS`` the support as a mask; during swaps also ``MT[:s] = H Gd_{S,:}`` (the rows
+``m_i = Gd_{:,S} H e_i`` of the swap search, kept up to date by each swap). The formulas (Optimal
+Brain Surgeon removals, Schur-complement additions, swaps, 2-for-2 replacements) are derived in
+``polish.py``'s docstring; ``Gd`` is the unit-diagonal Gram plus ``polish.RIDGE``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+PAIR_OUT = 8  # 2-for-2 replacements in a row: pairs of its cheapest PAIR_OUT inputs out ...
+PAIR_IN = 12  # ... and pairs of the PAIR_IN inputs of largest gain after that removal in
+
+
+# The kernels may reorder sums (vectorized loops) but keep NaN and inf semantics: NaN is how a
+# refused move is reported. numpy's error model: no zero-division checks inside the loops.
+_kernel = njit(cache=True, error_model="numpy",
+               fastmath={"nsz", "arcp", "contract", "reassoc"})
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled row kernels (the state: the module docstring)
+
+
+@_kernel
+def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
+    """The state of support ``S[:s]`` from scratch (the Schur complements ``c`` only with
+    ``want_c`` or ``has_mt``: they cost ``O(p s^2)``, the rest ``O(s^3 + p s)``); returns
+    ``f = 1/2 (u - u0)^T Gd (u - u0)``."""
+    p = Gd.shape[0]
+    inS[:] = False
+    for k in range(p):
+        g[k] = -b[k]
+        c[k] = Gd[k, k]
+    if s == 0:
+        return 0.5 * c0
+    idx = S[:s].copy()
+    GSS = np.empty((s, s))
+    for a in range(s):
+        for d in range(s):
+            GSS[a, d] = Gd[idx[a], idx[d]]
+    Hs = np.linalg.inv(GSS)
+    fb = 0.0
+    for a in range(s):
+        acc = 0.0
+        for d in range(s):
+            h = 0.5 * (Hs[a, d] + Hs[d, a])
+            H[a, d] = h
+            acc += h * b[idx[d]]
+        u[a] = acc
+        fb += b[idx[a]] * acc
+    for a in range(s):
+        ua = u[a]
+        Ra = Gd[idx[a]]
+        for k in range(p):
+            g[k] += ua * Ra[k]
+    if has_mt or want_c:
+        rows = np.empty((s, p))
+        for a in range(s):
+            rows[a] = Gd[idx[a]]
+        M = H[:s, :s].copy() @ rows  # (s, p)
+        for a in range(s):
+            Ra = rows[a]
+            Ma = M[a]
+            for k in range(p):
+                c[k] -= Ma[k] * Ra[k]
+        if has_mt:
+            MT[:s] = M
+    for a in range(s):
+        inS[idx[a]] = True
+        g[idx[a]] = 0.0
+    for k in range(p):
+        if inS[k] or c[k] < 0.0:
+            c[k] = 0.0
+    return 0.5 * (c0 - fb)
+
+
+@_kernel
+def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
+    """Remove the support input at position ``i`` (the rest refit; the last position moves to
+    ``i``; ``MT`` updated when ``has_mt``). Returns the rise of f."""
+    p = Gd.shape[0]
+    Hii = H[i, i]
+    coef = u[i] / Hii
+    hi = H[:s, i].copy()
+    if has_mt:
+        v = MT[i].copy()
+    else:
+        v = np.zeros(p)  # Gd_{:,S} H e_i
+        for a in range(s):
+            ha = hi[a]
+            Ra = Gd[S[a]]
+            for k in range(p):
+                v[k] += ha * Ra[k]
+    df = 0.5 * u[i] * coef
+    for k in range(p):
+        g[k] -= coef * v[k]
+        c[k] += v[k] * v[k] / Hii
+    for a in range(s):
+        u[a] -= coef * hi[a]
+    if has_mt:
+        for a in range(s):
+            if a != i:
+                fa = hi[a] / Hii
+                Ma = MT[a]
+                for k in range(p):
+                    Ma[k] -= fa * v[k]
+    for a in range(s):
+        fa = hi[a] / Hii
+        for d in range(s):
+            H[a, d] -= fa * hi[d]
+    j = S[i]
+    last = s - 1
+    if i != last:
+        S[i] = S[last]
+        u[i] = u[last]
+        for d in range(s):
+            H[i, d] = H[last, d]
+        for d in range(s):
+            H[d, i] = H[d, last]
+        if has_mt:
+            MT[i] = MT[last]
+    s -= 1
+    inS[j] = False
+    for a in range(s):
+        g[S[a]] = 0.0
+        c[S[a]] = 0.0
+    c[j] = 1.0 / Hii
+    return df
+
+
+@_kernel
+def _settle(S, s, g, c):
+    """After a move: the support's own gradients and Schur complements are 0, and round-off
+    below 0 in the others' complements is clipped."""
+    for a in range(s):
+        g[S[a]] = 0.0
+        c[S[a]] = 0.0
+    for q in range(c.shape[0]):
+        if c[q] < 0.0:
+            c[q] = 0.0
+
+
+@_kernel
+def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
+    """Add input ``k`` at position ``s`` (the support refit; ``MT`` updated when ``has_mt``,
+    which then needs a row ``s``). Returns the change of f (<= 0), or NaN, changing nothing but
+    ``c[k] = 0``, when the Schur complement of ``k`` is below ``floor``."""
+    p = Gd.shape[0]
+    h = np.zeros(s)  # H Gd_{S,k}
+    if has_mt:
+        for a in range(s):
+            h[a] = MT[a, k]
+    else:
+        for a in range(s):
+            acc = 0.0
+            for d in range(s):
+                acc += H[a, d] * Gd[S[d], k]
+            h[a] = acc
+    sc = Gd[k, k]
+    for a in range(s):
+        sc -= Gd[S[a], k] * h[a]
+    if not sc > floor:
+        c[k] = 0.0
+        return np.nan  # refused: nothing changed
+    cvec = Gd[k].copy()
+    for a in range(s):
+        ha = h[a]
+        Ra = Gd[S[a]]
+        for q in range(p):
+            cvec[q] -= ha * Ra[q]
+    for q in range(p):
+        cvec[q] /= sc
+    gk = g[k]
+    delta = -gk / sc
+    df = -0.5 * gk * gk / sc
+    for q in range(p):
+        g[q] += delta * sc * cvec[q]
+        c[q] -= sc * cvec[q] * cvec[q]
+    for a in range(s):
+        u[a] -= delta * h[a]
+    u[s] = delta
+    for a in range(s):
+        fa = h[a] / sc
+        for d in range(s):
+            H[a, d] += fa * h[d]
+        H[a, s] = -fa
+        H[s, a] = -fa
+    H[s, s] = 1.0 / sc
+    if has_mt:
+        for a in range(s):
+            ha = h[a]
+            Ma = MT[a]
+            for q in range(p):
+                Ma[q] -= ha * cvec[q]
+        MT[s] = cvec
+    S[s] = k
+    s += 1
+    inS[k] = True
+    _settle(S, s, g, c)
+    return df
+
+
+@_kernel
+def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
+    """Remove the input at position ``i`` and add input ``k`` in its place, the support refit:
+    :func:`_remove` then :func:`_add` fused, so that ``MT`` is swept once (plus one read of the
+    support's rows of ``Gd``), the new input taking position ``i``. Returns the change of f, or
+    NaN (nothing changed but ``c[k] = 0``) when the Schur complement of ``k`` without input
+    ``i`` is below ``floor``."""
+    p = Gd.shape[0]
+    Hii = H[i, i]
+    coef = u[i] / Hii
+    v = MT[i].copy()
+    hi = H[:s, i].copy()
+    j = S[i]
+    # after the removal: h' = MT'[:, k], the Schur complement of k, its gradient
+    hp = np.empty(s)
+    vk = v[k]
+    for a in range(s):
+        hp[a] = MT[a, k] - hi[a] / Hii * vk
+    hp[i] = 0.0
+    sc = Gd[k, k]  # exactly, not from the maintained c: Gd_kk - Gd_{S',k} . h'
+    for a in range(s):
+        if a != i:
+            sc -= Gd[S[a], k] * hp[a]
+    if not sc > floor:
+        c[k] = 0.0
+        return np.nan
+    gk = g[k] - coef * vk
+    delta = -gk / sc
+    df = 0.5 * u[i] * coef - 0.5 * gk * gk / sc
+    # cvec = (Gd[k] - Gd[:, S'] h') / sc
+    cvec = Gd[k].copy()
+    for a in range(s):
+        if a == i:
+            continue
+        ha = hp[a]
+        Ra = Gd[S[a]]
+        for q in range(p):
+            cvec[q] -= ha * Ra[q]
+    for q in range(p):
+        cvec[q] /= sc
+    # gradient and Schur complements: removal, then addition
+    for q in range(p):
+        gq = g[q] - coef * v[q]
+        cq = c[q] + v[q] * v[q] / Hii
+        g[q] = gq + delta * sc * cvec[q]
+        c[q] = cq - sc * cvec[q] * cvec[q]
+    # one sweep over MT
+    for a in range(s):
+        if a == i:
+            continue
+        fa = hi[a] / Hii
+        ha = hp[a]
+        Ma = MT[a]
+        for q in range(p):
+            Ma[q] -= fa * v[q] + ha * cvec[q]
+    MT[i] = cvec
+    for a in range(s):
+        if a != i:
+            u[a] -= coef * hi[a] + delta * hp[a]
+    u[i] = delta
+    for a in range(s):
+        if a == i:
+            continue
+        fa = hi[a] / Hii
+        ga = hp[a] / sc
+        for d in range(s):
+            if d != i:
+                H[a, d] += ga * hp[d] - fa * hi[d]
+        H[a, i] = -ga
+        H[i, a] = -ga
+    H[i, i] = 1.0 / sc
+    S[i] = k
+    inS[j] = False
+    inS[k] = True
+    _settle(S, s, g, c)
+    return df
+
+
+@_kernel
+def _fill_mt(Gd, S, s, H, MT, c, inS):
+    """``MT[:s] = H Gd_{S,:}`` (the rows ``m_a`` of the swap search) and the Schur complements
+    ``c = diag(Gd) - sum_a MT[a] * Gd[S_a]`` from them."""
+    p = Gd.shape[0]
+    rows = np.empty((s, p))
+    for a in range(s):
+        rows[a] = Gd[S[a]]
+    MT[:s] = H[:s, :s].copy() @ rows
+    for k in range(p):
+        c[k] = Gd[k, k]
+    for a in range(s):
+        Ra = rows[a]
+        Ma = MT[a]
+        for k in range(p):
+            c[k] -= Ma[k] * Ra[k]
+    for k in range(p):
+        if inS[k] or c[k] < 0.0:
+            c[k] = 0.0
+
+
+@_kernel
+def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
+    """The best 2-for-2 replacement inside one N:M group: two support inputs ``P`` of a group
+    out, two other inputs ``K`` of the same group in, scored exactly (block Optimal Brain
+    Surgeon for ``P``: ``1/2 u_P^T (H_PP)^-1 u_P``; block gain for ``K`` with the gradient and
+    the 2 x 2 Schur complement after the removal: ``g'_K = g_K - M_KP z``, ``z = H_PP^-1 u_P``,
+    ``C'_KK = C_KK + M_KP H_PP^-1 M_KP^T``, ``C_kk' = Gd_kk' - m_k . Gd_{S,k'}``). The live
+    inputs of group ``j`` are ``gstart[j] .. gstart[j + 1] - 1``. Returns ``(change of f,
+    position a1, position a2, input k1, input k2)`` (``a1 = -1``: none below ``-tol``)."""
+    best = -tol
+    ba1, ba2, bk1, bk2 = -1, -1, -1, -1
+    pos = np.full(Gd.shape[0], -1, dtype=np.int64)
+    for a in range(s):
+        pos[S[a]] = a
+    for grp in range(gstart.shape[0] - 1):
+        lo, hi = gstart[grp], gstart[grp + 1]
+        for x1 in range(lo, hi):
+            if not inS[x1]:
+                continue
+            for x2 in range(x1 + 1, hi):
+                if not inS[x2]:
+                    continue
+                a1, a2 = pos[x1], pos[x2]
+                h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
+                det = h11 * h22 - h12 * h12
+                if not det > 0.0:
+                    continue
+                i11, i12, i22 = h22 / det, -h12 / det, h11 / det  # (H_PP)^-1
+                z1 = i11 * u[a1] + i12 * u[a2]
+                z2 = i12 * u[a1] + i22 * u[a2]
+                cost = 0.5 * (u[a1] * z1 + u[a2] * z2)
+                for k1 in range(lo, hi):
+                    if inS[k1]:
+                        continue
+                    for k2 in range(k1 + 1, hi):
+                        if inS[k2]:
+                            continue
+                        gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2,
+                                           k1, k2, floor)
+                        if cost - gain < best:
+                            best = cost - gain
+                            ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+    return best, ba1, ba2, bk1, bk2
+
+
+@_kernel
+def _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1, k2, floor):
+    """The gain of adding inputs ``k1``, ``k2`` after the support pair at positions ``a1``,
+    ``a2`` is removed (:func:`_best_pair`'s formulas); ``-inf`` when singular."""
+    m11, m12 = MT[a1, k1], MT[a2, k1]
+    m21, m22 = MT[a1, k2], MT[a2, k2]
+    g1 = g[k1] - m11 * z1 - m12 * z2
+    g2 = g[k2] - m21 * z1 - m22 * z2
+    c11 = c[k1] + m11 * (i11 * m11 + i12 * m12) + m12 * (i12 * m11 + i22 * m12)
+    c22 = c[k2] + m21 * (i11 * m21 + i12 * m22) + m22 * (i12 * m21 + i22 * m22)
+    c12 = Gd[k1, k2] + m11 * (i11 * m21 + i12 * m22) + m12 * (i12 * m21 + i22 * m22)
+    for a in range(s):
+        c12 -= MT[a, k1] * Gd[S[a], k2]
+    dk = c11 * c22 - c12 * c12
+    if not (c11 > floor and c22 > floor and dk > floor * floor):
+        return -np.inf
+    return 0.5 * (c22 * g1 * g1 - 2.0 * c12 * g1 * g2 + c11 * g2 * g2) / dk
+
+
+@_kernel
+def _top(values, k):
+    """The positions of the ``k`` largest ``values``, largest first (a partial insertion sort:
+    ``O(n k)`` at worst, ``O(n)`` when few values enter; a full sort per call cost more than
+    the rest of :func:`_best_pair_row`)."""
+    n = values.shape[0]
+    k = min(k, n)
+    idx = np.empty(k, dtype=np.int64)
+    val = np.empty(k)
+    m = 0
+    for i in range(n):
+        v = values[i]
+        if m < k:
+            j = m
+            m += 1
+        elif v > val[k - 1]:
+            j = k - 1
+        else:
+            continue
+        while j > 0 and val[j - 1] < v:
+            val[j] = val[j - 1]
+            idx[j] = idx[j - 1]
+            j -= 1
+        val[j] = v
+        idx[j] = i
+    return idx[:m]
+
+
+@_kernel
+def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor, tol, n_out,
+                   n_in):
+    """A 2-for-2 replacement in one row: the pairs of its ``n_out`` cheapest support inputs out
+    and, for each, pairs in scored exactly as in :func:`_best_pair`: the pairs of the ``n_in``
+    inputs of largest gain after that removal (all of them in a small row), or with
+    ``use_groups`` (N:M) each input replaced by one of its own group (two groups changed at
+    once; :func:`_best_pair` covers two changes in one group). Returns ``(change of f, a1, a2,
+    k1, k2)`` (``a1 = -1``: none below ``-tol``)."""
+    p = Gd.shape[0]
+    best = -tol
+    ba1, ba2, bk1, bk2 = -1, -1, -1, -1
+    if s < 2 or p - s < 2:
+        return best, ba1, ba2, bk1, bk2
+    costs = np.empty(s)
+    for a in range(s):
+        costs[a] = u[a] * u[a] / (2.0 * H[a, a])
+    order = np.argsort(costs)[:min(s, n_out)]
+    gain1 = np.empty(p)
+    for x1 in range(order.shape[0]):
+        for x2 in range(x1 + 1, order.shape[0]):
+            a1, a2 = order[x1], order[x2]
+            if use_groups and gid[S[a1]] == gid[S[a2]]:
+                continue  # one group: _best_pair's
+            h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
+            det = h11 * h22 - h12 * h12
+            if not det > 0.0:
+                continue
+            i11, i12, i22 = h22 / det, -h12 / det, h11 / det
+            z1 = i11 * u[a1] + i12 * u[a2]
+            z2 = i12 * u[a1] + i22 * u[a2]
+            cost = 0.5 * (u[a1] * z1 + u[a2] * z2)
+            if use_groups:
+                g1, g2 = gid[S[a1]], gid[S[a2]]
+                for k1 in range(gstart[g1], gstart[g1 + 1]):
+                    if inS[k1]:
+                        continue
+                    for k2 in range(gstart[g2], gstart[g2 + 1]):
+                        if inS[k2]:
+                            continue
+                        gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2,
+                                           k1, k2, floor)
+                        if cost - gain < best:
+                            best = cost - gain
+                            ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+                continue
+            for k in range(p):
+                gain1[k] = -np.inf
+                if inS[k]:
+                    continue
+                m1, m2 = MT[a1, k], MT[a2, k]
+                gk = g[k] - m1 * z1 - m2 * z2
+                ck = c[k] + m1 * (i11 * m1 + i12 * m2) + m2 * (i12 * m1 + i22 * m2)
+                if ck > floor:
+                    gain1[k] = gk * gk / (2.0 * ck)
+            top = _top(gain1, min(n_in, p - s))
+            for y1 in range(top.shape[0]):
+                for y2 in range(y1 + 1, top.shape[0]):
+                    k1, k2 = top[y1], top[y2]
+                    if gain1[k1] == -np.inf or gain1[k2] == -np.inf:
+                        continue
+                    gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1,
+                                       k2, floor)
+                    if cost - gain < best:
+                        best = cost - gain
+                        ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+    return best, ba1, ba2, bk1, bk2
+
+
+@_kernel
+def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
+               floor, rtol, max_swaps, refresh):
+    """Swaps in one row until none improves by more than ``rtol`` of its error (``MT`` valid
+    on entry): removal candidates in order of their cost, each paired with its best addition (in
+    its group with ``use_groups``), the first improving pair applied (:func:`_swap`); with
+    ``pairs``, when no single swap improves, the best 2-for-2 replacement
+    (:func:`_best_pair_row`, and for N:M :func:`_best_pair`), applied as two swaps. Rebuilt
+    from scratch every ``refresh`` swaps; the search ends there, back at the previous
+    rebuild's support if that was better, when the rebuilt error is not below the previous
+    rebuild's (swaps scored by rounding, not progress: inputs nearly in the span of the support,
+    on a rank-deficient Gram, can make them cycle). Returns ``(f, swaps)``."""
+    p = Gd.shape[0]
+    n = 0
+    since = 0
+    refused = 0
+    f_built = f
+    S_built = S[:s].copy()
+    banned = np.zeros(p, dtype=np.bool_)  # inputs refused since the last swap
+    costs = np.empty(s)
+    while n < max_swaps:
+        tol = rtol * (f + 1e-12 * c0)
+        for a in range(s):
+            costs[a] = u[a] * u[a] / (2.0 * H[a, a])
+        order = np.argsort(costs)
+        found = False
+        for ii in range(s):
+            i = order[ii]
+            Hii = H[i, i]
+            coef = u[i] / Hii
+            base = costs[i]
+            gi = gid[S[i]]
+            best = -tol
+            bk = -1
+            Mi = MT[i]
+            for k in range(p):
+                if inS[k] or banned[k] or (use_groups and gid[k] != gi):
+                    continue
+                m = Mi[k]
+                cp = c[k] + m * m / Hii
+                if cp <= floor:
+                    continue
+                gp = g[k] - coef * m
+                val = base - gp * gp / (2.0 * cp)
+                if val < best:
+                    best = val
+                    bk = k
+            if bk >= 0:
+                df = _swap(Gd, S, s, H, u, g, c, inS, MT, i, bk, floor)
+                found = True
+                if np.isnan(df):  # k refused: search again without it, a bounded number of
+                    refused += 1  # times
+                    banned[bk] = True
+                    if refused > p:
+                        found = False
+                    break
+                if refused:
+                    banned[:] = False
+                refused = 0
+                f += df
+                n += 1
+                since += 1
+                break
+        if not found and pairs:
+            v, a1, a2, k1, k2 = _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart,
+                                               use_groups, floor, tol, PAIR_OUT, PAIR_IN)
+            if use_groups:
+                v2, b1, b2, l1, l2 = _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor,
+                                                tol)
+                if v2 < v:
+                    a1, a2, k1, k2 = b1, b2, l1, l2
+            if a1 >= 0:
+                df1 = _swap(Gd, S, s, H, u, g, c, inS, MT, a1, k1, floor)
+                if not np.isnan(df1):
+                    f += df1
+                    df2 = _swap(Gd, S, s, H, u, g, c, inS, MT, a2, k2, floor)
+                    if not np.isnan(df2):
+                        f += df2
+                    n += 2
+                    since += 2
+                    found = True
+        if not found:
+            break
+        if since >= refresh:
+            f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+            since = 0
+            if not f < f_built - rtol * (f_built + 1e-12 * c0):
+                if f > f_built:
+                    S[:s] = S_built
+                    f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+                break
+            f_built = f
+            S_built[:] = S[:s]
+    return f, n
+
+
+@_kernel
+def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, gstart, pairs, floor, rtol,
+           max_swaps, refresh):
+    """:func:`_swap_loop` from the row's state (``f`` its error; ``MT`` and ``c`` computed
+    here), leaving the state up to date. Returns ``(f, swaps)``."""
+    p = Gd.shape[0]
+    if s == 0 or s == p:
+        return f, 0
+    MT = np.empty((s, p))
+    _fill_mt(Gd, S, s, H, MT, c, inS)
+    return _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
+                      floor, rtol, max_swaps, refresh)
+
+
+@_kernel
+def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
+    """One exact step of the ladder: remove the cheapest input (``down``) or add the input of
+    largest gain (``MT`` needs a free row). Returns the change of f (NaN: no step)."""
+    p = Gd.shape[0]
+    if down:
+        if s == 0:
+            return np.nan
+        best, bi = np.inf, -1
+        for a in range(s):
+            v = u[a] * u[a] / (2.0 * H[a, a])
+            if v < best:
+                best, bi = v, a
+        return _remove(Gd, S, s, H, u, g, c, inS, MT, True, bi)
+    for _ in range(p):
+        best, bk = -1.0, -1
+        for k in range(p):
+            if not inS[k] and c[k] > floor:
+                v = g[k] * g[k] / c[k]
+                if v > best:
+                    best, bk = v, k
+        if bk < 0:
+            return np.nan
+        df = _add(Gd, S, s, H, u, g, c, inS, MT, True, bk, floor)
+        if not np.isnan(df):
+            return df
+    return np.nan
+
+
+@_kernel
+def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_swaps,
+            refresh, depth, out_S, out_f):
+    """Polished supports of one row at sizes around its own: from the polished state ``(S, s,
+    f)`` (left as it is), round trips that remove the cheapest input and polish, ``away``
+    times, then add the best input and polish as many times back (and the same upward:
+    add, then remove), for ``away`` in ``{1, depth}``. Every size passed records its polished
+    support; ``out_S[depth + d]``, ``out_f[depth + d]``: the best found at size ``s + d``
+    (``out_f = inf``: none). A round trip is a perturbation and a local search back: it finds
+    other local optima at the row's own size too."""
+    p = Gd.shape[0]
+    out_f[:] = np.inf
+    out_f[depth] = f
+    out_S[depth, :s] = S[:s]
+    cap = min(p, s + depth)
+    if cap == 0:
+        return
+    MT0 = np.empty((cap, p))
+    cc = c.copy()
+    _fill_mt(Gd, S, s, H, MT0, cc, inS)
+    for trip in range(4):
+        sign = -1 if trip % 2 == 0 else 1
+        away = 1 if trip < 2 else depth
+        if away == 1 and trip >= 2:
+            continue
+        if trip >= 2 and depth == 1:
+            break
+        S1 = np.zeros(cap, dtype=np.int64)
+        S1[:s] = S[:s]
+        H1 = np.zeros((cap, cap))
+        H1[:s, :s] = H[:s, :s]
+        u1 = np.zeros(cap)
+        u1[:s] = u[:s]
+        g1, c1, in1 = g.copy(), cc.copy(), inS.copy()
+        MT1 = MT0.copy()
+        f1 = f
+        s1 = s
+        for leg in range(2 * away):
+            down = (sign < 0) == (leg < away)
+            if (down and s1 == 0) or (not down and s1 == cap):
+                break
+            df = _step(Gd, S1, s1, H1, u1, g1, c1, in1, MT1, down, floor)
+            if np.isnan(df):
+                break
+            s1 += -1 if down else 1
+            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, gid, False,
+                               gstart, False, floor, rtol, max_swaps, refresh)
+            at = depth + s1 - s
+            if f1 < out_f[at] - rtol * f1:
+                out_f[at] = f1
+                out_S[at, :s1] = S1[:s1]
+
+
+KERNELS = (_build, _swap_loop, _ladder)  # what a first polish compiles
