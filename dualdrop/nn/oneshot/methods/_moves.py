@@ -307,6 +307,21 @@ def _fill_mt(Gd, S, s, H, MT, c, inS):
 
 
 @_kernel
+def _pair_out(H, u, a1, a2):
+    """Removing the support inputs at positions ``a1``, ``a2`` together (block Optimal Brain
+    Surgeon): ``(H_PP)^-1`` as ``(i11, i12, i22)``, ``z = (H_PP)^-1 u_P`` and the rise of f,
+    ``1/2 u_P^T z``; a rise of ``inf`` when ``H_PP`` is singular."""
+    h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
+    det = h11 * h22 - h12 * h12
+    if not det > 0.0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0, np.inf
+    i11, i12, i22 = h22 / det, -h12 / det, h11 / det
+    z1 = i11 * u[a1] + i12 * u[a2]
+    z2 = i12 * u[a1] + i22 * u[a2]
+    return i11, i12, i22, z1, z2, 0.5 * (u[a1] * z1 + u[a2] * z2)
+
+
+@_kernel
 def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
     """The best 2-for-2 replacement inside one N:M group: two support inputs ``P`` of a group
     out, two other inputs ``K`` of the same group in, scored exactly (block Optimal Brain
@@ -329,14 +344,9 @@ def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
                 if not inS[x2]:
                     continue
                 a1, a2 = pos[x1], pos[x2]
-                h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
-                det = h11 * h22 - h12 * h12
-                if not det > 0.0:
+                i11, i12, i22, z1, z2, cost = _pair_out(H, u, a1, a2)
+                if cost == np.inf:
                     continue
-                i11, i12, i22 = h22 / det, -h12 / det, h11 / det  # (H_PP)^-1
-                z1 = i11 * u[a1] + i12 * u[a2]
-                z2 = i12 * u[a1] + i22 * u[a2]
-                cost = 0.5 * (u[a1] * z1 + u[a2] * z2)
                 for k1 in range(lo, hi):
                     if inS[k1]:
                         continue
@@ -422,14 +432,9 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
             a1, a2 = order[x1], order[x2]
             if use_groups and gid[S[a1]] == gid[S[a2]]:
                 continue  # one group: _best_pair's
-            h11, h12, h22 = H[a1, a1], H[a1, a2], H[a2, a2]
-            det = h11 * h22 - h12 * h12
-            if not det > 0.0:
+            i11, i12, i22, z1, z2, cost = _pair_out(H, u, a1, a2)
+            if cost == np.inf:
                 continue
-            i11, i12, i22 = h22 / det, -h12 / det, h11 / det
-            z1 = i11 * u[a1] + i12 * u[a2]
-            z2 = i12 * u[a1] + i22 * u[a2]
-            cost = 0.5 * (u[a1] * z1 + u[a2] * z2)
             if use_groups:
                 g1, g2 = gid[S[a1]], gid[S[a2]]
                 for k1 in range(gstart[g1], gstart[g1 + 1]):
