@@ -347,18 +347,32 @@ def _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor, tol):
                 i11, i12, i22, z1, z2, cost = _pair_out(H, u, a1, a2)
                 if cost == np.inf:
                     continue
-                for k1 in range(lo, hi):
-                    if inS[k1]:
-                        continue
-                    for k2 in range(k1 + 1, hi):
-                        if inS[k2]:
-                            continue
-                        gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2,
-                                           k1, k2, floor)
-                        if cost - gain < best:
-                            best = cost - gain
-                            ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+                v, k1, k2 = _best_pair_in(Gd, S, s, MT, g, c, inS, a1, a2, i11, i12, i22, z1,
+                                          z2, cost, lo, hi, lo, hi, floor, best)
+                if k1 >= 0:
+                    best, ba1, ba2, bk1, bk2 = v, a1, a2, k1, k2
     return best, ba1, ba2, bk1, bk2
+
+
+@_kernel
+def _best_pair_in(Gd, S, s, MT, g, c, inS, a1, a2, i11, i12, i22, z1, z2, cost, lo1, hi1, lo2,
+                  hi2, floor, best):
+    """The best pair of inputs outside the support, ``k1`` in ``[lo1, hi1)`` and ``k2 > k1`` in
+    ``[lo2, hi2)``, to add once the support pair at positions ``a1``, ``a2`` is removed (its
+    :func:`_pair_out` terms, a rise of ``cost``). Returns ``(change of f, k1, k2)``, ``k1 = -1``
+    when no pair changes f by less than ``best``."""
+    bk1, bk2 = -1, -1
+    for k1 in range(lo1, hi1):
+        if inS[k1]:
+            continue
+        for k2 in range(max(lo2, k1 + 1), hi2):
+            if inS[k2]:
+                continue
+            gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2, k1, k2, floor)
+            if cost - gain < best:
+                best = cost - gain
+                bk1, bk2 = k1, k2
+    return best, bk1, bk2
 
 
 @_kernel
@@ -435,19 +449,14 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
             i11, i12, i22, z1, z2, cost = _pair_out(H, u, a1, a2)
             if cost == np.inf:
                 continue
-            if use_groups:
-                g1, g2 = gid[S[a1]], gid[S[a2]]
-                for k1 in range(gstart[g1], gstart[g1 + 1]):
-                    if inS[k1]:
-                        continue
-                    for k2 in range(gstart[g2], gstart[g2 + 1]):
-                        if inS[k2]:
-                            continue
-                        gain = _pair_value(Gd, S, s, MT, g, c, a1, a2, i11, i12, i22, z1, z2,
-                                           k1, k2, floor)
-                        if cost - gain < best:
-                            best = cost - gain
-                            ba1, ba2, bk1, bk2 = a1, a2, k1, k2
+            if use_groups:  # one input of each of the two groups (the lower group first)
+                g1 = min(gid[S[a1]], gid[S[a2]])
+                g2 = max(gid[S[a1]], gid[S[a2]])
+                v, k1, k2 = _best_pair_in(Gd, S, s, MT, g, c, inS, a1, a2, i11, i12, i22, z1,
+                                          z2, cost, gstart[g1], gstart[g1 + 1], gstart[g2],
+                                          gstart[g2 + 1], floor, best)
+                if k1 >= 0:
+                    best, ba1, ba2, bk1, bk2 = v, a1, a2, k1, k2
                 continue
             for k in range(p):
                 gain1[k] = -np.inf
