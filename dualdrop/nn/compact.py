@@ -76,6 +76,8 @@ from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead
                                 restore_attention)
 from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
 from dualdrop.nn.export import export_sparse
+from dualdrop.nn.hf.compact import compact_pretrained
+from dualdrop.nn.hf.families import family as hf_family
 
 FORMAT = "dualdrop-compact"
 
@@ -114,6 +116,8 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     check_inputs(example_inputs)
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be True or False, got {verify!r}")
+    if hf_family(model) is not None:   # a Hugging Face transformer: by its blocks
+        return compact_pretrained(model, example_inputs, verify=verify)
     tp = torch_pruning("compact export")
     dense = export_sparse(model, layout="dense")
     ref = copy.deepcopy(dense) if verify else None
