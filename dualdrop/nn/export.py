@@ -55,6 +55,7 @@ from dualdrop.nn._autolayout import choose_csr, layer_inputs, whole_network
 from dualdrop.nn._base import check_choice, check_float, check_int, remove_state_hooks, state_of
 from dualdrop.nn._graph import check_inputs, first_line
 from dualdrop.nn._layers import dense_type, out_in
+from dualdrop.nn.hf.io import route_save_pretrained
 from dualdrop.nn.quantize import check_quantize, quantize_dynamic_int8
 from dualdrop.nn.targets import all_targets, default_weight_names
 
@@ -161,7 +162,7 @@ def fold(model: nn.Module, leave_sparse: bool = True) -> nn.Module:
         orig.copy_(value)
     for mod in model.modules():
         remove_state_hooks(mod)
-    return model
+    return route_save_pretrained(model)  # a Hugging Face model's save_pretrained: dualdrop.nn.hf
 
 
 def _own_class(mod):

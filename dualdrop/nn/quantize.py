@@ -41,6 +41,7 @@ import torch.nn as nn
 from torch.nn.utils import parametrize
 
 from dualdrop.nn._layers import dense_type, out_in
+from dualdrop.nn.hf.io import route_save_pretrained
 
 QUANTIZE = ("dynamic-int8",)
 _QMAX = 127.0
@@ -187,7 +188,7 @@ def quantize_dynamic_int8(model: nn.Module, *, inplace: bool = False) -> nn.Modu
         warnings.warn(f"dynamic int8 quantizes Linear layers only; left in float: "
                       f"{', '.join(left[:8])}{' ...' if len(left) > 8 else ''}", UserWarning,
                       stacklevel=2)
-    return out.eval()
+    return route_save_pretrained(out.eval())  # transformers cannot load int8: dualdrop.nn.hf
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ from dualdrop.nn._groups import Groups, groups_of
 from dualdrop.nn._layers import n_out
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.export import export_sparse, fold, sparsity_report
+from dualdrop.nn.hf.io import route_save_pretrained
 from dualdrop.nn.targets import all_targets, plain_class, select, unknown_weights
 
 METHODS = _methods.METHODS
@@ -118,6 +119,8 @@ class Sparsifier:
         _watch_optimizers(self._pairs)
         #: the ``dualdrop.nn.density.DensityController`` of ``sparsify(..., target_density=D)``
         self.controller = None
+        # model.save_pretrained of a Hugging Face model saves the pruned weights (dualdrop.nn.hf)
+        route_save_pretrained(model)
 
     @classmethod
     def attach(cls, model: nn.Module, method: str, **hparams) -> "Sparsifier":

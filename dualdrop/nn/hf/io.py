@@ -169,7 +169,8 @@ def _plan(model) -> _Plan:
         plan.native = False
         plan.why = ((plan.why + "; ") if plan.why else "") + (
             f"its {len(plan.int8)} int8 layers ({plan.int8[0]}, ...) would load as float "
-            "Linear layers without their scales")
+            "Linear layers without their scales (the float export, export_sparse(model, "
+            "\"dense\"), is a transformers checkpoint)")
     return plan
 
 
