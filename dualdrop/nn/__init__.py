@@ -11,6 +11,7 @@ Entry points::
     sp.density()                                  # {weight: fraction nonzero, "total": ...}
     plain = export_sparse(model, layout="dense")  # loads strictly into the plain architecture
     small = compact(model, example_inputs=x)      # dead units removed (needs torch-pruning)
+    save_pretrained(hf_model, "dir"); load_pretrained("dir")   # any pruned Hugging Face model
     print(latency(model, x))                      # every export layout timed (docs/inference.md)
     sp.finalize()                                 # or fold the pruning into the model in place
 
@@ -38,6 +39,7 @@ from dualdrop.nn._heads import HeadPrunedAttention
 from dualdrop.nn.compact import compact, compact_report, load_compact, save_compact
 from dualdrop.nn.export import (CSRLinear, export_sparse, fold, format_report, linear_density,
                                 sparsity_report)
+from dualdrop.nn.hf import load_pretrained, save_pretrained
 from dualdrop.nn.inference import LatencyReport, count_flops, latency
 from dualdrop.nn.oneshot import prune_oneshot
 from dualdrop.nn.onnx import OnnxModel, export_onnx
@@ -50,4 +52,5 @@ __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "def
            "CSRLinear", "fold", "state_of", "tune_allocator", "compact", "compact_report",
            "save_compact", "load_compact", "HeadPrunedAttention", "prune_oneshot",
            "linear_density", "latency", "LatencyReport", "count_flops", "export_onnx",
-           "OnnxModel", "Int8DynamicLinear", "quantize_dynamic_int8"]
+           "OnnxModel", "Int8DynamicLinear", "quantize_dynamic_int8", "save_pretrained",
+           "load_pretrained"]
