@@ -455,8 +455,9 @@ def test_prune_oneshot_says_when_its_kernels_compile(capsys):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
     x = torch.randn(32, 6)
+    # progress bar or not, a first compile is announced (a silent minute looked like a hang)
     prune_oneshot(net, x, Slow(), target_density=0.5, progress=False)
-    assert "compiling" not in capsys.readouterr().err  # progress=False: silent
+    assert "one-shot magnitude: compiling numba kernels" in capsys.readouterr().err
     prune_oneshot(net, x, Slow(), target_density=0.5, progress=True)
     assert "one-shot magnitude: compiling numba kernels" in capsys.readouterr().err
     prune_oneshot(net, x, "magnitude", target_density=0.5, progress=True)

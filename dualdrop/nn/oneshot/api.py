@@ -7,6 +7,7 @@ leaves the model as given, and a failure during the walk puts every weight back.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -20,8 +21,9 @@ from dualdrop.nn.oneshot.allocation import allocate, check_allocation
 from dualdrop.nn.oneshot.layers import Step, discover
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.registry import get_method
-from dualdrop.nn.oneshot.walker import (calibration_mode, collect, default_forward, peak_rss_mb,
-                                        reset_peak_memory, trace, walk)
+from dualdrop.nn.oneshot.pipeline import SEQUENTIAL, run as run_pipeline
+from dualdrop.nn.oneshot.walker import (PRECISIONS, calibration_mode, default_forward,
+                                        peak_rss_mb, reset_peak_memory, trace)
 from dualdrop.nn.sparsifier import Sparsifier, sparsify
 from penalties.checks import check_float
 
@@ -55,6 +57,7 @@ class OneShotReport:
     seconds: float = 0.0
     peak_mb: float = 0.0
     start_mb: float = 0.0
+    pipeline: dict = field(default_factory=dict)
 
     @property
     def density(self) -> float:
@@ -68,7 +71,7 @@ class OneShotReport:
     def to_dict(self) -> dict:
         return {"method": self.method, "allocation": self.allocation, "target": self.target,
                 "density": self.density, "seconds": self.seconds, "peak_mb": self.peak_mb,
-                "start_mb": self.start_mb,
+                "start_mb": self.start_mb, "pipeline": dict(self.pipeline),
                 "layers": [dict(r) for r in self.layers],
                 "skipped": [list(s) for s in self.skipped]}
 
@@ -77,6 +80,9 @@ class OneShotReport:
         head = (f"one-shot {self.method}, {self.target}, allocation {self.allocation}: density "
                 f"{self.density:.4f}, {self.seconds:.2f} s, peak {self.peak_mb:.0f} MB "
                 f"({self.peak_mb - self.start_mb:+.0f} MB over the start)")
+        if self.pipeline.get("mode") == "block":
+            head += (f"; block by block over {self.pipeline['blocks']} "
+                     f"({len(self.pipeline.get('block_info', []))} blocks)")
         w = max([len(r["layer"]) for r in self.layers] + [5])
         lines = [head, f"{'layer':<{w}}  {'shape':>11}  {'density':>8}  {'objective':>10}  "
                        f"{'seconds':>8}"]
@@ -157,6 +163,48 @@ def _check_calib(calib):
     return calib
 
 
+def _check_pipeline_options(sequential, blocks, token_mask_fn, offload_dir, cache_memory_mb,
+                            gram_precision, checkpoint_dir):
+    if sequential not in SEQUENTIAL:
+        raise ValueError(f"sequential={sequential!r}; expected one of {list(SEQUENTIAL)}")
+    if sequential == "layer" and blocks is not None:
+        raise ValueError("blocks= chooses the blocks of sequential='block'; drop it or use "
+                         "sequential='auto'/'block'")
+    if blocks is not None and not isinstance(blocks, (str, list, tuple)):
+        raise TypeError(f"blocks must be a container's name (e.g. 'transformer.h') or a list "
+                        f"of module names, got {type(blocks).__name__}")
+    if token_mask_fn is not None and not callable(token_mask_fn):
+        raise TypeError("token_mask_fn must be callable as token_mask_fn(batch) -> a bool "
+                        "(batch, tokens) tensor of the real tokens")
+    for name, v in (("offload_dir", offload_dir), ("checkpoint_dir", checkpoint_dir)):
+        if v is not None and not isinstance(v, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a folder path, got {type(v).__name__}")
+        if v is not None and os.path.exists(v) and not os.path.isdir(v):
+            raise ValueError(f"{name}={os.fspath(v)!r} is a file, not a folder")
+    if cache_memory_mb is not None:
+        if offload_dir is None:
+            raise ValueError("cache_memory_mb limits the activation cache kept in memory; the "
+                             "rest goes to offload_dir, so give offload_dir too")
+        check_float("cache_memory_mb", cache_memory_mb, low=0.0)
+    if gram_precision not in PRECISIONS:
+        raise ValueError(f"gram_precision={gram_precision!r}; expected one of "
+                         f"{list(PRECISIONS)}")
+
+
+def _raise_empty_layers(budgets: dict, sizes: dict) -> dict:
+    """A density budget that rounds a layer down to no weight at all is raised to one weight
+    per output row of it (an emptied layer cuts the network), with a warning naming it."""
+    emptied = [n for n, b in budgets.items() if b.n_keep == 0 and sizes[n][0] * sizes[n][1]]
+    if emptied:
+        for n in emptied:
+            budgets[n] = Budget(n_keep=min(sizes[n][0], sizes[n][0] * sizes[n][1]))
+        warnings.warn(f"the budget rounds {len(emptied)} layer(s) to no weight at all, which "
+                      f"would cut the network: {emptied[:5]}{' ...' if len(emptied) > 5 else ''}"
+                      " keep one weight per output row instead (raise target_density to keep "
+                      "more)", UserWarning, stacklevel=3)
+    return budgets
+
+
 def _budget_spec(target_density, pattern):
     if (target_density is None) == (pattern is None):
         raise ValueError("give exactly one of target_density=D (fraction of weights kept, e.g. "
@@ -169,8 +217,10 @@ def _budget_spec(target_density, pattern):
 def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: float | None = None,
                   pattern=None, allocation: str = "uniform", *, options: dict | None = None,
                   refit: bool | None = None, allocation_options: dict | None = None,
-                  forward_fn=None, include=None, exclude=None,
-                  progress: bool = True) -> OneShotResult:
+                  forward_fn=None, include=None, exclude=None, progress: bool = True,
+                  sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
+                  cache_memory_mb: float | None = None, gram_precision: str = "float32",
+                  checkpoint_dir=None) -> OneShotResult:
     """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
 
     Layers (Linear, Conv1d/2d, transformers' Conv1D, MultiheadAttention's projections; others
@@ -189,6 +239,16 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     - ``options``: the method's options (``refit=True``: least squares on each row's support
       after the method, for any method; the ``refit`` argument sets it too).
     - ``include`` / ``exclude``: layer name patterns (fnmatch) or module types.
+    - Large models (``pipeline``; docs/oneshot.md "Large models"): ``sequential="auto"`` runs
+      the calibration data through one block (decoder layer) at a time when the model has a
+      chain of them (``blocks``: found, or a container's name such as ``"transformer.h"``), so
+      the cost grows linearly with depth; ``"layer"`` walks the whole model.
+      ``offload_dir`` / ``cache_memory_mb``: the activation cache on disk beyond that much
+      memory; ``checkpoint_dir``: per-block resume of an interrupted run;
+      ``gram_precision``: ``"float32"`` (default) or ``"float64"`` batch products (sums are
+      always float64).
+    - ``token_mask_fn(batch)``: the real tokens of a padded batch (bool ``(batch, tokens)``);
+      by default a dict batch's ``attention_mask``: padded positions never enter a Gram.
 
     Returns a :class:`OneShotResult`: the model (exact zeros), the :class:`OneShotReport` and
     the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
@@ -218,6 +278,11 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     if forward_fn is not None and not callable(forward_fn):
         raise TypeError("forward_fn must be callable as forward_fn(model, batch)")
     fwd = forward_fn or default_forward
+    _check_pipeline_options(sequential, blocks, token_mask_fn, offload_dir, cache_memory_mb,
+                            gram_precision, checkpoint_dir)
+    pipe = {"sequential": sequential, "blocks": blocks, "token_mask_fn": token_mask_fn,
+            "offload_dir": offload_dir, "cache_memory_mb": cache_memory_mb,
+            "gram_precision": gram_precision}
     calib = _check_calib(calib)
     steps, skipped = discover(model, include, exclude)
     if nm is not None:
@@ -230,8 +295,7 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     if not steps:
         raise ValueError("nothing to prune: the model has no Linear, Conv1d/2d, transformers "
                          "Conv1D or MultiheadAttention layer left after include/exclude")
-    with calibration_mode(model):
-        steps, unreached, calls = trace(model, steps, calib, fwd)
+    steps, unreached, calls = trace(model, steps, calib, fwd)
     skipped += [(s.names[0], "not called by the forward of a calibration batch")
                 for s in unreached]
     if not steps:
@@ -247,12 +311,15 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
         budgets = {n: Budget(pattern=nm) for s in steps for n in s.names}
         target = f"pattern {nm[0]}:{nm[1]}"
     else:
-        grams = collect(model, steps, calib, fwd) if allocation in ("owl", "penalty") else {}
+        grams = (collect_grams(model, steps, calib, fwd, progress, **pipe)
+                 if allocation in ("owl", "penalty") else {})
         problems = [LayerProblem(n, W, grams.get(n)) for s in steps
                     for n, W in zip(s.names, s.weights())]
         counts = allocate(problems, density, allocation, **alloc_opts)
         del grams, problems
         budgets = {n: Budget(n_keep=int(counts[n])) for s in steps for n in s.names}
+        budgets = _raise_empty_layers(budgets, {n: tuple(W.shape) for s in steps
+                                                for n, W in zip(s.names, s.weights())})
         target = f"density {density:g}"
 
     originals = [(p, p.detach().to("cpu", copy=True)) for s in steps for _, p in s.parameters()]
@@ -265,22 +332,57 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
             secs.append(time.perf_counter() - t0)
         return Ws, secs
 
-    if progress:
-        _first_use_notice(meth, allocation)
+    _first_use_notice(meth, allocation)
+    fingerprint = {"method": repr(meth), "target": target, "allocation": allocation,
+                   "budgets": {n: [b.n_keep, b.pattern] for n, b in budgets.items()},
+                   "batches": _calib_size(calib), "gram_precision": gram_precision}
     try:
-        rows = walk(model, steps, calib, fwd, calls, prune_step, progress,
-                    desc=f"one-shot {meth.name}")
+        res = run_pipeline(model, steps, calib, fwd, prune_step, progress=progress,
+                           desc=f"one-shot {meth.name}", checkpoint_dir=checkpoint_dir,
+                           fingerprint=fingerprint, **pipe)
+        rows = res.rows
     except BaseException:
         with torch.no_grad():
             for p, orig in originals:
                 p.copy_(orig)
         raise
     del originals
+    if res.unreached:
+        names = [s.names[0] for s in res.unreached]
+        skipped += [(n, "not called by the forward of a calibration batch") for n in names]
+        warnings.warn(f"prune_oneshot leaves these weights dense: {names} (not called by the "
+                      "forward of a calibration batch)", UserWarning, stacklevel=2)
+        reached = {id(s) for s in steps} - {id(s) for s in res.unreached}
+        steps = [s for s in steps if id(s) in reached]
     masks = {name: (p.detach() != 0) for s in steps for name, p in s.parameters()}
     cpu = next(model.parameters()).device.type == "cpu"
     report = OneShotReport(method=repr(meth), allocation=allocation, target=target, layers=rows,
                            skipped=skipped, seconds=time.perf_counter() - t_start,
                            peak_mb=max([r["peak_mb"] for r in rows]
                                        + ([peak_rss_mb()] if cpu else [])),
-                           start_mb=rss_start if cpu else 0.0)
+                           start_mb=rss_start if cpu else 0.0,
+                           pipeline={"mode": res.mode, "blocks": res.blocks,
+                                     "block_info": res.block_info})
     return OneShotResult(model, report, masks)
+
+
+def collect_grams(model, steps, calib, forward_fn, progress=False, **pipe) -> dict:
+    """Every problem's Gram on the model as it is (what a non-uniform allocation measures on
+    the dense model), through the same pipeline as the pruning (linear in depth); nothing is
+    changed."""
+    grams = {}
+
+    def record(step, W0s, Gs):
+        grams.update(zip(step.names, Gs))
+        return None, [0.0] * len(W0s)
+
+    run_pipeline(model, steps, calib, forward_fn, record, progress=progress,
+                 desc="one-shot: the dense model's Grams", **pipe)
+    return grams
+
+
+def _calib_size(calib) -> int | None:
+    try:
+        return len(calib)
+    except TypeError:
+        return None

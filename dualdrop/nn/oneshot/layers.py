@@ -100,25 +100,51 @@ class Step:
         return [(f"{pre}weight", m.weight)]
 
     # ---- inputs ----------------------------------------------------------------------------------
-    def input_rows(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-        """The rows of ``X`` of each problem, from the module's call arguments."""
+    def input_rows(self, args: tuple, kwargs: dict, token_mask=None) -> list[torch.Tensor]:
+        """The rows of ``X`` of each problem, from the module's call arguments; with a
+        ``token_mask`` (bool, ``(batch, tokens)``: the real tokens of a padded batch) only the
+        rows of real tokens (:func:`real_rows`)."""
         m = self.module
         if self.kind == "linear" or self.kind == "hf_conv1d":
             x = args[0] if args else next(iter(kwargs.values()))
-            return [x.reshape(-1, x.shape[-1])]
+            return [real_rows(x, token_mask)]
         if self.kind == "conv":
             return [conv_patches(m, args[0] if args else kwargs["input"])]
         bound = _bind_mha(m, args, kwargs)
         if self.kind == "mha_in":
             q, k, v = bound["query"], bound["key"], bound["value"]
-            rows = [t.reshape(-1, t.shape[-1]) for t in (q, k, v)]
+            rows = [real_rows(t, token_mask) for t in (q, k, v)]
             if v is k:
                 rows[2] = rows[1]
             if k is q:
                 rows[1] = rows[0]
             return rows
         ctx = mha_context(m, bound)
-        return [ctx.reshape(-1, ctx.shape[-1])]
+        return [real_rows(ctx, token_mask)]
+
+    def input_key(self, args: tuple, kwargs: dict):
+        """The tensor a Linear or Conv1D step reads (steps that read the same tensor object in
+        one forward are fed by one pass: ``pipeline``), or ``None`` for the other kinds."""
+        if self.kind in ("linear", "hf_conv1d"):
+            return args[0] if args else next(iter(kwargs.values()))
+        return None
+
+
+def real_rows(x: torch.Tensor, token_mask=None) -> torch.Tensor:
+    """``x`` (``(..., features)``) as rows ``(n, features)``, keeping only the real tokens of a
+    padded batch when ``token_mask`` (bool ``(batch, tokens)``) matches ``x``'s leading
+    dimensions: ``(batch, tokens, ...)``, ``(tokens, batch, ...)`` (sequence-first attention) or
+    ``(batch * tokens, features)``. A mask of another shape does not apply to ``x`` (an image
+    batch, a cross-attention memory of another length) and ``x`` is kept whole."""
+    if token_mask is not None and x.dim() >= 2:
+        shape = tuple(token_mask.shape)
+        if x.dim() >= 3 and tuple(x.shape[:2]) == shape:
+            return x[token_mask].reshape(-1, x.shape[-1])
+        if x.dim() >= 3 and tuple(x.shape[:2]) == shape[::-1]:
+            return x.transpose(0, 1)[token_mask].reshape(-1, x.shape[-1])
+        if x.dim() == 2 and x.shape[0] == token_mask.numel() and token_mask.dim() == 2:
+            return x[token_mask.reshape(-1)]
+    return x.reshape(-1, x.shape[-1])
 
 
 def conv_patches(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -1,38 +1,42 @@
-"""The sequential layer walk: each layer's input Gram from calibration data, one layer in flight.
+"""Inside the walk: calibration forwards, hooks, and the float64 Gram accumulation.
 
-Layers are pruned in the order the forward calls them, and each one on the inputs it receives
-from the layers already pruned (as SparseGPT and llm-compressor's sequential pipeline do), so a
-layer's problem accounts for the error its predecessors left. For each layer (a *step*: one
-module, one to three problems, ``layers.Step``):
+Layers are pruned in the order the forward calls them, each one on the inputs it receives from
+the layers already pruned (as SparseGPT and llm-compressor's sequential pipeline do), so a
+layer's problem accounts for the error its predecessors left. ``pipeline`` organizes the walk
+(block by block, cost linear in depth); this module gives it its parts:
 
-1. a forward pre-hook on the layer turns its inputs into rows of ``X`` (im2col for a
-   convolution, the recomputed context for an attention's output projection) and adds
-   ``X^T X`` to a float64 accumulator, batch by batch, so no activation outlives its batch;
-2. the forward stops right there (an exception the walker catches: the rest of the network is
-   not run), unless the layer is called more than once per forward, and the next batch comes;
-3. ``G = sum X^T X / n`` goes to the method with the layer's dense weight, the pruned weight is
-   written back, the step's line enters the report, and the accumulator is freed.
+1. :class:`GramAccumulator`: forward pre-hooks on the layers of a *stage* (the layers one pass
+   feeds: those that read the same tensor, as an attention's q/k/v projections do) turn their
+   inputs into rows of ``X`` (im2col for a convolution, the recomputed context for an
+   attention's output projection) and add ``X^T X`` to a float64 sum, batch by batch, so no
+   activation outlives its batch; layers that read the same input share one sum, hence one
+   Gram (the same tensor object, which the methods may factorize once);
+2. the pass stops once the stage's layers have had their inputs (an exception caught here: the
+   rest of the forward is not run);
+3. ``G = sum X^T X / n`` goes to the method with the layer's dense weight.
 
-Memory: the model, one batch's activations up to the layer in flight, and one Gram per problem of
-the step (``in^2`` float64: 4.9 MB for LeNet's 784 inputs, 3.3 MB for a GPT-2 MLP's 640); an
-allocation other than ``"uniform"``/``"global"`` holds every layer's Gram of the dense model once
-before the walk. Cost: one partial forward over the calibration data per step (the forward stops
-at the step's layer), about half a full forward per layer on average.
+**Padding.** Only real tokens enter a Gram: for a batch given as a dict with a 2-D
+``attention_mask`` (a Hugging Face batch) the rows of padded positions are dropped, and
+``token_mask_fn(batch)`` (a bool ``(batch, tokens)`` tensor) says which tokens are real for
+any other batch (``layers.real_rows``).
+
+**Precision.** ``X^T X`` of one batch is formed in float32 (``gram_precision="float32"``, the
+default, for inputs of float32 or lower precision: what SparseGPT's own code does, half the
+time of float64 on a CPU) or in float64 (``"float64"``, or float64 inputs), and always summed
+over batches in float64.
 
 The calibration forward runs in ``eval()`` mode under ``torch.no_grad()`` with PyTorch's fused
-attention fast path off (it would bypass the hooks); the model's mode and the fast-path setting
-are restored afterwards.
+attention fast path off (it would bypass the hooks) and a Hugging Face model's key/value cache
+off (``config.use_cache``); all of it is restored afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 try:
     import resource
@@ -40,11 +44,12 @@ except ImportError:  # not on Windows
     resource = None
 
 from dualdrop.nn.oneshot.layers import Step
-from dualdrop.nn.oneshot.methods.base import layer_objective
+
+PRECISIONS = ("float32", "float64")
 
 
 class _Stop(Exception):
-    """Raised by a hook once the layer in flight has its inputs: the rest of the forward is
+    """Raised by a hook once the stage in flight has its inputs: the rest of the forward is
     not needed."""
 
 
@@ -65,22 +70,53 @@ def default_forward(model: nn.Module, batch):
                     "model as is; pass forward_fn(model, batch) to say how")
 
 
+def token_mask(batch, token_mask_fn=None):
+    """The real tokens of a calibration batch (bool ``(batch, tokens)``) or ``None`` (every row
+    is real): ``token_mask_fn(batch)`` when given, else a dict batch's 2-D
+    ``attention_mask``."""
+    if token_mask_fn is not None:
+        mask = token_mask_fn(batch)
+        if mask is None:
+            return None
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+            raise TypeError("token_mask_fn(batch) must return a 2-D (batch, tokens) tensor of "
+                            f"the real tokens (or None), got {_describe(mask)}")
+        return mask.bool()
+    if isinstance(batch, dict):
+        mask = batch.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+            return mask.bool()
+    return None
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)}"
+    return type(x).__name__
+
+
 def _device(model: nn.Module) -> torch.device:
     for p in model.parameters():
-        return p.device
+        if p.device.type != "meta":
+            return p.device
     return torch.device("cpu")
 
 
 @contextlib.contextmanager
 def calibration_mode(model: nn.Module):
-    """``eval()``, no gradients, attention fast path off; everything restored on exit."""
+    """``eval()``, no gradients, attention fast path off, a Hugging Face model's cache off;
+    everything restored on exit."""
     modes = [(m, m.training) for m in model.modules()]
     mha = getattr(torch.backends, "mha", None)
     fast = mha.get_fastpath_enabled() if mha is not None else None
+    config = getattr(model, "config", None)
+    cache = getattr(config, "use_cache", None)
     try:
         model.eval()
         if mha is not None:
             mha.set_fastpath_enabled(False)
+        if cache is not None:
+            config.use_cache = False
         with torch.no_grad():
             yield
     finally:
@@ -88,67 +124,151 @@ def calibration_mode(model: nn.Module):
             m.training = mode
         if mha is not None:
             mha.set_fastpath_enabled(fast)
+        if cache is not None:
+            config.use_cache = cache
 
 
 class GramAccumulator:
-    """``sum X^T X`` and the row count of each problem of one step, in float64."""
+    """``sum X^T X`` and the row count of every problem of a stage's steps, in float64.
 
-    def __init__(self, step: Step):
-        self.step = step
-        self.sums: list = [None] * len(step.names)
-        self.rows = [0] * len(step.names)
+    Problems that read the same rows share one sum: an attention's q/k/v on one input (within a
+    step), and the Linear / Conv1D steps of a ``shared`` stage (steps that read one tensor).
+    ``new_batch(mask)`` starts a batch (its token mask, see :func:`token_mask`); ``add(i, args,
+    kwargs)`` takes one call of step ``i``'s module."""
 
-    def add(self, args, kwargs) -> None:
-        xs = self.step.input_rows(args, kwargs)
-        done: dict[int, torch.Tensor] = {}
-        for i, x in enumerate(xs):
-            if id(x) not in done:
-                x64 = x.detach().to(torch.float64)
-                done[id(x)] = x64.T @ x64
-            g = done[id(x)]
-            self.sums[i] = g.clone() if self.sums[i] is None else self.sums[i].add_(g)
-            self.rows[i] += x.shape[0]
+    def __init__(self, steps: list[Step], shared: bool = False, precision: str = "float32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"gram_precision={precision!r}; expected one of {list(PRECISIONS)}")
+        self.steps = list(steps)
+        self.shared = shared and len(self.steps) > 1
+        self.precision = precision
+        self.keys: list[list | None] = [None] * len(self.steps)  # slot of each problem
+        self.sums: dict = {}
+        self.rows: dict = {}
+        self.mask = None
+        self._done: set = set()
+        self._G: dict = {}
 
-    def grams(self) -> list[torch.Tensor]:
-        if any(r == 0 for r in self.rows):
-            raise RuntimeError(f"{self.step.names[0]} saw no calibration input")
-        return [s / r for s, r in zip(self.sums, self.rows)]
+    def new_batch(self, mask=None) -> None:
+        self.mask = mask
+        self._done = set()
+
+    def _slots(self, i: int, xs: list) -> list:
+        step = self.steps[i]
+        if self.shared and step.kind in ("linear", "hf_conv1d"):
+            return ["shared"]
+        keys = []
+        for j, x in enumerate(xs):
+            first = next(k for k in range(j + 1) if xs[k] is x)
+            keys.append((i, first))
+        return keys
+
+    def add(self, i: int, args, kwargs) -> None:
+        step = self.steps[i]
+        mask = self.mask
+        if self.shared and step.kind in ("linear", "hf_conv1d"):
+            self.keys[i] = ["shared"]
+            if "shared" in self._done:
+                return
+        x0 = step.input_key(args, kwargs)
+        if mask is not None:
+            ref = x0 if x0 is not None else next(
+                (a for a in args if isinstance(a, torch.Tensor)), None)
+            if ref is not None and mask.device != ref.device:
+                mask = mask.to(ref.device)
+        xs = step.input_rows(args, kwargs, mask)
+        if self.keys[i] is None:
+            self.keys[i] = self._slots(i, xs)
+        done_here: dict = {}
+        for key, x in zip(self.keys[i], xs):
+            if key in done_here or (key == "shared" and key in self._done):
+                continue
+            done_here[key] = True
+            if not torch.is_floating_point(x):
+                x = x.float()
+            if self.precision == "float64" or x.dtype == torch.float64:
+                x = x.detach().to(torch.float64)
+                g = x.T @ x
+            else:
+                x = x.detach().float()
+                g = (x.T @ x).to(torch.float64)
+            if key in self.sums:
+                self.sums[key].add_(g)
+                self.rows[key] += x.shape[0]
+            else:
+                self.sums[key] = g
+                self.rows[key] = x.shape[0]
+        if self.shared and step.kind in ("linear", "hf_conv1d"):
+            self._done.add("shared")
+
+    def grams(self, i: int) -> list[torch.Tensor]:
+        """The Grams of step ``i``'s problems (one tensor object per shared slot)."""
+        keys = self.keys[i]
+        if keys is None or any(self.rows.get(k, 0) == 0 for k in keys):
+            raise RuntimeError(f"{self.steps[i].names[0]} saw no calibration input (every "
+                               "token masked out, or the layer was not called)")
+        out = []
+        for k in keys:
+            if k not in self._G:
+                self._G[k] = self.sums[k] / self.rows[k]
+            out.append(self._G[k])
+        return out
+
+    def row_counts(self, i: int) -> list[int]:
+        return [self.rows.get(k, 0) for k in (self.keys[i] or [])]
 
     def nbytes(self) -> int:
-        return sum(s.numel() * 8 for s in self.sums if s is not None)
+        return sum(s.numel() * 8 for s in self.sums.values())
+
+    def release(self) -> None:
+        self.sums, self.rows, self._G = {}, {}, {}
+
+    # distributed: the sums of every rank (dualdrop.nn.oneshot.distributed)
+    def tensors(self) -> list:
+        return [(k, self.sums[k]) for k in sorted(self.sums, key=repr)]
 
 
-def _hook_step(step: Step, acc: GramAccumulator, stop_after: int | None, counter: list):
-    """A forward pre-hook feeding ``acc``; raises ``_Stop`` at the ``stop_after``-th call of a
-    forward (``counter[0]`` counts them; the caller resets it per batch)."""
-    def hook(module, args, kwargs):
-        acc.add(args, kwargs)
-        counter[0] += 1
-        if stop_after is not None and counter[0] >= stop_after:
-            raise _Stop
-    return step.module.register_forward_pre_hook(hook, with_kwargs=True)
+def hook_steps(steps: list[Step], acc: GramAccumulator, stop_after: int | None,
+               counter: list) -> list:
+    """Forward pre-hooks feeding ``acc`` from each step's module; raise ``_Stop`` once
+    ``counter[0]`` (every call of these modules in a forward; the caller resets it per batch)
+    reaches ``stop_after``."""
+    handles = []
+    for i, step in enumerate(steps):
+        def hook(module, args, kwargs, i=i):
+            acc.add(i, args, kwargs)
+            counter[0] += 1
+            if stop_after is not None and counter[0] >= stop_after:
+                raise _Stop
+        handles.append(step.module.register_forward_pre_hook(hook, with_kwargs=True))
+    return handles
 
 
-def run_pass(model, calib, forward_fn, hooks_setup: Callable[[], list], counters: list) -> int:
-    """One pass over ``calib`` with the hooks ``hooks_setup()`` registers (removed after);
-    returns the number of batches."""
+def run_pass(model, calib, forward_fn, hooks_setup: Callable[[], list], counters: list,
+             acc: GramAccumulator | None = None, token_mask_fn=None, batches=None) -> int:
+    """One pass over ``calib`` (or its batches of index in ``batches``) with the hooks
+    ``hooks_setup()`` registers (removed after); returns the number of batches fed."""
     handles = hooks_setup()
-    batches = 0
+    fed = 0
     try:
-        for batch in calib:
+        for b, batch in enumerate(calib):
+            if batches is not None and b not in batches:
+                continue
             for c in counters:
                 c[0] = 0
+            if acc is not None:
+                acc.new_batch(token_mask(batch, token_mask_fn))
             try:
                 forward_fn(model, batch)
             except _Stop:
                 pass
-            batches += 1
+            fed += 1
     finally:
         for h in handles:
             h.remove()
-    if batches == 0:
+    if fed == 0 and batches is None:
         raise ValueError("calib gave no batch")
-    return batches
+    return fed
 
 
 def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list[Step], dict]:
@@ -174,10 +294,17 @@ def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list
         batch = next(iter(calib), None)
         if batch is None:
             raise ValueError("calib gave no batch")
-        forward_fn(model, batch)
+        with calibration_mode(model):
+            forward_fn(model, batch)
     finally:
         for h in handles:
             h.remove()
+    return order_steps(steps, first, calls)
+
+
+def order_steps(steps, first: dict, calls: dict):
+    """``(reached in call order, unreached, calls of the reached)`` from the first-call order
+    and the call counts of the steps' modules (``id(module)`` keys)."""
     kind_rank = {"mha_in": 0, "mha_out": 1}
     reached = [s for s in steps if id(s.module) in first]
     reached.sort(key=lambda s: (first[id(s.module)], kind_rank.get(s.kind, 0)))
@@ -185,20 +312,26 @@ def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list
     return reached, unreached, {id(s.module): calls[id(s.module)] for s in reached}
 
 
-def collect(model, steps: list[Step], calib, forward_fn) -> dict[str, torch.Tensor]:
+def collect(model, steps: list[Step], calib, forward_fn, token_mask_fn=None,
+            precision: str = "float32") -> dict[str, torch.Tensor]:
     """Every problem's Gram on the model as it is (all steps hooked at once, one full pass):
     what a non-uniform allocation measures on the dense model."""
-    accs = [GramAccumulator(s) for s in steps]
+    accs = [GramAccumulator([s], precision=precision) for s in steps]
     counter = [0]
 
+    class _All:  # one new_batch for every accumulator
+        def new_batch(self, mask):
+            for a in accs:
+                a.new_batch(mask)
+
     def setup():
-        return [_hook_step(s, a, None, counter) for s, a in zip(steps, accs)]
+        return [h for s, a in zip(steps, accs) for h in hook_steps([s], a, None, counter)]
 
     with calibration_mode(model):
-        run_pass(model, calib, forward_fn, setup, [counter])
+        run_pass(model, calib, forward_fn, setup, [counter], _All(), token_mask_fn)
     out = {}
-    for a in accs:
-        out.update(zip(a.step.names, a.grams()))
+    for s, a in zip(steps, accs):
+        out.update(zip(s.names, a.grams(0)))
     return out
 
 
@@ -239,52 +372,22 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def walk(model, steps: list[Step], calib, forward_fn, calls: dict,
-         prune_step: Callable[[Step, list, list], list], progress: bool = True,
-         desc: str = "one-shot") -> list[dict]:
-    """Prune ``steps`` in order (module docstring); ``prune_step(step, W0s, Gs) -> (Ws,
-    seconds)`` prunes one step's problems. Returns the report's rows, one per problem: layer,
+def walk(model, steps: list[Step], calib, forward_fn, calls: dict | None,
+         prune_step: Callable[[Step, list, list], tuple], progress: bool = True,
+         desc: str = "one-shot", **options) -> list[dict]:
+    """Prune ``steps`` in forward order, each on the inputs that come through the steps pruned
+    before it; ``prune_step(step, W0s, Gs) -> (Ws, seconds)`` prunes one step's problems (``Ws``
+    ``None``: the step is left as it is). Returns the report's rows, one per problem: layer,
     kind, shape, rows of ``X`` (samples, tokens or patches), kept weights, density, layer
-    objective, seconds (the step's calibration pass
-    shared over its problems, plus the problem's solve), the step's Gram memory and the peak
-    memory so far (the process's resident set on the CPU, allocated memory on a GPU), in MB."""
-    rows = []
-    bar = _progress(len(steps), desc, progress)
-    cuda = _device(model).type == "cuda"
-    try:
-        for step in steps:
-            t0 = time.perf_counter()
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            acc, counter = GramAccumulator(step), [0]
-            stop = calls[id(step.module)]
-            with calibration_mode(model):
-                run_pass(model, calib, forward_fn,
-                         lambda: [_hook_step(step, acc, stop, counter)], [counter])
-            Gs = acc.grams()
-            gram_mb, n_rows = acc.nbytes() / 2 ** 20, list(acc.rows)
-            del acc
-            t_pass = time.perf_counter() - t0
-            W0s = step.weights()
-            Ws, secs = prune_step(step, W0s, Gs)
-            step.set_weights(Ws)
-            peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else peak_rss_mb()
-            for name, W0, W, G, s, n in zip(step.names, W0s, Ws, Gs, secs, n_rows):
-                kept = int((W != 0).sum())
-                rows.append({"layer": name, "kind": step.kind, "shape": list(W0.shape),
-                             "rows": n, "kept": kept, "density": kept / W0.numel(),
-                             "objective": layer_objective(W, W0, G),
-                             "seconds": s + t_pass / len(step.names), "gram_mb": gram_mb,
-                             "peak_mb": peak})
-            del Gs, W0s, Ws
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix_str(step.names[0][-40:])
-    finally:
-        if bar is not None:
-            bar.close()
-    return rows
+    objective, seconds (the step's share of its calibration pass, plus its solve), the stage's
+    Gram memory and the peak memory so far (the process's resident set on the CPU, allocated
+    memory on a GPU), in MB.
 
+    ``options`` go to :func:`dualdrop.nn.oneshot.pipeline.run` (``sequential``, ``blocks``,
+    ``token_mask_fn``, ``offload_dir``, ``cache_memory_mb``, ``gram_precision``,
+    ``checkpoint_dir``, ...); ``calls`` is accepted for compatibility (the pipeline traces the
+    calls itself)."""
+    from dualdrop.nn.oneshot.pipeline import run
 
-def _progress(total: int, desc: str, enabled: bool):
-    return tqdm(total=total, desc=desc, unit="layer", leave=False) if enabled else None
+    return run(model, steps, calib, forward_fn, prune_step, progress=progress, desc=desc,
+               **options).rows

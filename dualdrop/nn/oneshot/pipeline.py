@@ -1,0 +1,797 @@
+"""The sequential pipeline: one block at a time, every calibration batch through it, so the cost
+of a one-shot prune grows linearly with depth.
+
+A layer is pruned on the inputs that come through the layers pruned before it. Feeding each
+layer by a forward of the whole network from its input (one partial forward per layer) costs a
+number of layer evaluations that grows with the square of the depth. The field's answer
+(SparseGPT's own code; llm-compressor's sequential pipeline) is to cut the network into its
+*blocks* (the decoder layers of a transformer), keep the hidden states that enter the current
+block in an *activation cache*, and run only that block over the cache:
+
+1. **Blocks.** ``blocks=None`` finds them: among the model's ``nn.ModuleList`` /
+   ``nn.Sequential`` containers, the one with the most children holding prunable layers whose
+   children form a *chain* on a calibration batch: each called once per forward, in order, the
+   hidden state entering child ``k + 1`` being (the first element of) child ``k``'s output, with
+   nothing done to it in between (checked by object identity). ``blocks="transformer.h"`` (a
+   container's name) or a list of module names chooses them. Layers outside the blocks are
+   pruned before them (*prologue*: an input projection, a stem convolution) or after them
+   (*epilogue*: a classification head), on forwards of the whole model in which the blocks
+   return the cached hidden states at once. A model with no chain of blocks is walked whole
+   (``sequential="layer"`` asks for that).
+2. **Capture.** One forward per calibration batch in which every block is replaced by a
+   recorder: it keeps the block's call arguments (the attention mask, position embeddings:
+   whatever the model computes once and passes to every block) and the hidden state entering
+   the first block, and the forward stops after the last block.
+3. **Stages inside a block.** A block's layers are pruned in the order the block calls them;
+   layers that read the same tensor (an attention's q/k/v projections, an MLP's gate and up
+   projections) form one *stage* fed by one pass, since pruning one of them cannot change what
+   the others read. A stage's pass runs the block over every cached batch and stops once the
+   stage's layers have had their inputs; their Grams are accumulated (``walker``), each layer is
+   pruned, and the next stage's pass sees the pruned layers.
+4. **Outputs.** The block, fully pruned, runs once more over the cache, and its outputs replace
+   its inputs there: they are the next block's inputs.
+
+The result equals that of the layer-by-layer walk (each layer sees exactly the inputs it would
+see there), at a cost of about ``1 + (stages - 1) / 2 + 1/n_batches`` block forwards per block
+(GPT-2's four stages: about 2.5 block forwards) plus the Grams.
+
+**Memory.** The model (or, from disk, the current block: ``checkpoint_io``), the activation
+cache (one hidden state per calibration batch: ``tokens x width x 4`` bytes; in memory up to
+``cache_memory_mb``, then in files under ``offload_dir``), the stage's Grams (float64,
+``in^2`` each; layers reading one input share theirs) and one batch's activations inside one
+block.
+
+**Resume.** With ``checkpoint_dir``, the pruned weights of each finished segment (prologue,
+each block, epilogue) and its report rows are written there (each file to a temporary name,
+then moved into place); a run started again with the same settings loads them and continues
+after the last finished block, with the same result (the finished blocks only run their
+outputs pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from dualdrop.nn.oneshot.layers import Step
+from dualdrop.nn.oneshot.methods.base import layer_objective
+from dualdrop.nn.oneshot.walker import (GramAccumulator, _Stop, _device, calibration_mode,
+                                        hook_steps, order_steps, peak_rss_mb, token_mask)
+
+SEQUENTIAL = ("auto", "block", "layer")
+
+
+@dataclass
+class Stage:
+    """Steps fed by one pass: ``calls`` calls of their modules per forward (the pass stops
+    after the last); ``shared``: Linear / Conv1D steps reading one tensor (one Gram)."""
+
+    steps: list
+    calls: int
+    shared: bool = False
+    key: object = None  # the tensor the steps read, while planning only
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run` did: the report's ``rows``, the steps never called (``unreached``), the
+    ``mode`` (``"block"`` or ``"layer"``), the blocks' container (``blocks``) and per block its
+    name, seconds and peak memory (``block_info``)."""
+
+    rows: list = field(default_factory=list)
+    unreached: list = field(default_factory=list)
+    mode: str = "layer"
+    blocks: str = ""
+    block_info: list = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------
+# planning
+
+
+def _stages(steps: list[Step], run) -> tuple[list[Stage], list[Step]]:
+    """Trace ``run()`` (one forward; a ``_Stop`` ends it) with hooks on the steps' modules:
+    the stages of the reached steps in call order (consecutive steps that read one tensor
+    object, each called once, share a stage) and the unreached steps."""
+    first, calls, keys = {}, {}, {}
+    order = [0]
+    modules = {}
+    for s in steps:
+        modules.setdefault(id(s.module), (s.module, s))
+
+    def make(mid, step):
+        def hook(module, args, kwargs):
+            if mid not in first:
+                first[mid] = order[0]
+                order[0] += 1
+                keys[mid] = step.input_key(args, kwargs)
+            calls[mid] = calls.get(mid, 0) + 1
+        return hook
+
+    handles = [m.register_forward_pre_hook(make(mid, s), with_kwargs=True)
+               for mid, (m, s) in modules.items()]
+    try:
+        run()
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    reached, unreached, calls = order_steps(steps, first, calls)
+    stages: list[Stage] = []
+    for s in reached:
+        mid = id(s.module)
+        key = keys.get(mid) if calls[mid] == 1 else None
+        last = stages[-1] if stages else None
+        if (last is not None and key is not None and last.key is key
+                and all(id(t.module) != mid for t in last.steps)):
+            last.steps.append(s)
+            last.calls += 1
+            last.shared = True
+        else:
+            stages.append(Stage([s], calls[mid], False, key))
+    for st in stages:
+        st.key = None
+    return stages, unreached
+
+
+def find_blocks(model: nn.Module, steps: list[Step], blocks=None) -> list[tuple[str, list]]:
+    """Candidate chains of blocks, best first: ``(label, [(name, module), ...])``.
+
+    ``blocks``: ``None`` (every ``ModuleList`` / ``Sequential`` with two or more children that
+    hold prunable layers, most such children first), a container's name, or a list of module
+    names (the blocks, in forward order)."""
+    named = dict(model.named_modules())
+    if blocks is not None:
+        if isinstance(blocks, str):
+            box = named.get(blocks)
+            if box is None:
+                raise ValueError(f"blocks={blocks!r} names no module of the model; give the "
+                                 "name of the container of its blocks, e.g. 'transformer.h' "
+                                 "or 'model.layers'")
+            if not isinstance(box, (nn.ModuleList, nn.Sequential)) or len(box) < 1:
+                raise ValueError(f"blocks={blocks!r} is a {type(box).__name__}, not a "
+                                 "ModuleList or Sequential of blocks; give a container or a "
+                                 "list of block names")
+            chain = [(f"{blocks}.{c}" if blocks else c, m) for c, m in box.named_children()]
+            return [(blocks, chain)]
+        if (not isinstance(blocks, (list, tuple)) or not blocks
+                or not all(isinstance(b, str) for b in blocks)):
+            raise TypeError("blocks must be None, a container's name or a list of module "
+                            f"names, got {blocks!r}")
+        missing = [b for b in blocks if b not in named]
+        if missing:
+            raise ValueError(f"blocks: {missing} name no module of the model")
+        return [(f"{blocks[0]}..{blocks[-1]}", [(b, named[b]) for b in blocks])]
+    step_mods = {id(s.module) for s in steps}
+    cands = []
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 2:
+            chain = [(f"{name}.{c}" if name else c, child) for c, child in m.named_children()]
+            holding = sum(any(id(x) in step_mods for x in child.modules()) for _, child in chain)
+            if holding >= 2:
+                cands.append((holding, name or "(model)", chain))
+    cands.sort(key=lambda c: -c[0])
+    return [(label, chain) for _, label, chain in cands]
+
+
+def _hidden_slot(args, kwargs):
+    """Where a block's hidden state comes in: ``("arg", 0)`` or ``("kw", name)``."""
+    if args and isinstance(args[0], torch.Tensor):
+        return ("arg", 0)
+    for name in ("hidden_states", "x", "input", "src", "tgt"):
+        if isinstance(kwargs.get(name), torch.Tensor):
+            return ("kw", name)
+    for name, v in kwargs.items():
+        if isinstance(v, torch.Tensor):
+            return ("kw", name)
+    return None
+
+
+def _get(args, kwargs, slot):
+    kind, where = slot
+    if kind == "arg":
+        return args[where] if len(args) > where else None
+    return kwargs.get(where)
+
+
+def _put(args, kwargs, slot, value):
+    kind, where = slot
+    if kind == "arg":
+        return (*args[:where], value, *args[where + 1:]), kwargs
+    return args, {**kwargs, where: value}
+
+
+def _hidden_of(out):
+    """The hidden state in a block's output: the output, or its first element."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out:
+        return out[0]
+    if isinstance(out, Mapping) and out:
+        return next(iter(out.values()))
+    return None
+
+
+def _like(template, hidden):
+    """An output shaped as ``template`` (a block's real output) with ``hidden`` in its place."""
+    if isinstance(template, torch.Tensor):
+        return hidden
+    if isinstance(template, tuple) and not hasattr(template, "_fields"):
+        return (hidden, *template[1:])
+    if isinstance(template, list):
+        return [hidden, *template[1:]]
+    if isinstance(template, Mapping):
+        out = template.__class__(template) if not hasattr(template, "to_tuple") else \
+            template.__class__(**template)
+        out[next(iter(template.keys()))] = hidden
+        return out
+    return hidden
+
+
+class _Swap:
+    """Replace the blocks' ``forward`` (instance attributes; the class's method and any hooks
+    untouched) and put them back."""
+
+    def __init__(self, chain, make):
+        self.chain, self.make, self.saved = chain, make, []
+
+    def __enter__(self):
+        for k, (_, blk) in enumerate(self.chain):
+            self.saved.append(blk.__dict__.get("forward"))
+            blk.forward = self.make(k)
+        return self
+
+    def __exit__(self, *exc):
+        for (_, blk), old in zip(self.chain, self.saved):
+            if old is None:
+                blk.__dict__.pop("forward", None)
+            else:
+                blk.forward = old
+        return False
+
+
+class _NotAChain(Exception):
+    pass
+
+
+@dataclass
+class BlockPlan:
+    label: str
+    chain: list
+    slot: tuple
+    template: object
+    prologue: list
+    inner: list      # per block: its steps
+    epilogue: list
+    unreached: list
+
+
+def plan_blocks(model, steps, first_batch, forward_fn, blocks=None, loader=None):
+    """The :class:`BlockPlan` of the first candidate chain that holds on ``first_batch``, or
+    ``None`` (with the reasons) when none does."""
+    reasons = []
+    for label, chain in find_blocks(model, steps, blocks):
+        try:
+            return _check_chain(model, steps, label, chain, first_batch, forward_fn, loader), []
+        except _NotAChain as e:
+            reasons.append(f"{label}: {e}")
+    return None, reasons
+
+
+def _check_chain(model, steps, label, chain, batch, forward_fn, loader):
+    blocks = [blk for _, blk in chain]
+    # the first block's call, without running it
+    seen = {}
+
+    def grab(module, args, kwargs):
+        seen["call"] = (args, kwargs)
+        raise _Stop
+
+    h = blocks[0].register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        forward_fn(model, batch)
+    except _Stop:
+        pass
+    finally:
+        h.remove()
+    if "call" not in seen:
+        raise _NotAChain(f"{chain[0][0]} is not called by the forward")
+    args0, kwargs0 = seen["call"]
+    slot = _hidden_slot(args0, kwargs0)
+    if slot is None:
+        raise _NotAChain(f"{chain[0][0]} takes no tensor")
+    if loader is not None:
+        loader.load(0, blocks[0])
+    try:
+        template = blocks[0](*args0, **kwargs0)
+    finally:
+        if loader is not None:
+            loader.release(0, blocks[0], write=False)
+    if not isinstance(_hidden_of(template), torch.Tensor):
+        raise _NotAChain(f"{chain[0][0]} returns no tensor")
+    # every block replaced by a recorder: a chain, and where the other layers are called
+    n = len(blocks)
+    counts = [0] * n
+    last = [None]
+    where: dict[int, list] = {}
+    pos = [-1]  # -1 before the blocks, k inside/after block k
+    broken = []
+
+    def make(k):
+        def fwd(*args, **kwargs):
+            hid = _get(args, kwargs, slot)
+            if not isinstance(hid, torch.Tensor):
+                broken.append(f"{chain[k][0]} gets no hidden state where the first block "
+                              f"gets it ({slot[0]} {slot[1]!r})")
+            elif k > 0 and hid is not last[0]:
+                broken.append(f"the hidden state entering {chain[k][0]} is not the output of "
+                              f"{chain[k - 1][0]} (something happens between them)")
+            elif counts[k] or k != pos[0] + 1:
+                broken.append(f"{chain[k][0]} is not called once, after {chain[k - 1][0]}"
+                              if k else f"{chain[0][0]} is called more than once")
+            counts[k] += 1
+            pos[0] = k
+            last[0] = hid
+            return _like(template, hid)
+        return fwd
+
+    in_block = {}
+    for k, blk in enumerate(blocks):
+        for m in blk.modules():
+            in_block[id(m)] = k
+    outside = [s for s in steps if id(s.module) not in in_block]
+    handles = []
+    for s in steps:
+        def hook(module, a, kw, s=s):
+            where.setdefault(id(s.module), []).append(pos[0])
+        handles.append(s.module.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        with _Swap(chain, make):
+            forward_fn(model, batch)
+    finally:
+        for hd in handles:
+            hd.remove()
+    if broken:
+        raise _NotAChain(broken[0])
+    if counts != [1] * n:
+        raise _NotAChain("not every block is called once per forward")
+    prologue, epilogue, unreached = [], [], []
+    for s in outside:
+        w = where.get(id(s.module))
+        if not w:
+            unreached.append(s)
+        elif all(p == -1 for p in w):
+            prologue.append(s)
+        elif all(p == n - 1 for p in w):
+            epilogue.append(s)
+        else:
+            raise _NotAChain(f"{s.names[0]} is called between the blocks")
+    for s in steps:
+        if id(s.module) in in_block and id(s.module) in where:
+            raise _NotAChain(f"{s.names[0]} (inside {chain[in_block[id(s.module)]][0]}) is "
+                             "also called outside its block")
+    inner = [[s for s in steps if in_block.get(id(s.module)) == k] for k in range(n)]
+    return BlockPlan(label, chain, slot, template, prologue, inner, epilogue, unreached)
+
+
+# ----------------------------------------------------------------------------------------------
+# the activation cache
+
+
+class ActivationCache:
+    """The hidden state entering the current block, one tensor per calibration batch: in
+    memory up to ``memory_mb`` (all of it when ``offload_dir`` is ``None``), the rest in files
+    under ``offload_dir`` (written to a temporary name, then moved; read with
+    ``weights_only=True``)."""
+
+    def __init__(self, offload_dir=None, memory_mb=None):
+        self.dir = None
+        if offload_dir is not None:
+            os.makedirs(offload_dir, exist_ok=True)
+            self.dir = tempfile.mkdtemp(prefix="dualdrop-cache-", dir=offload_dir)
+        self.limit = (None if offload_dir is None else
+                      float(memory_mb if memory_mb is not None else 256) * 2 ** 20)
+        self.mem: dict[int, torch.Tensor] = {}
+        self.on_disk: set = set()
+        self.bytes = 0
+
+    def _path(self, i):
+        return os.path.join(self.dir, f"h{i:06d}.pt")
+
+    def set(self, i: int, t: torch.Tensor) -> None:
+        t = t.detach()
+        old = self.mem.pop(i, None)
+        if old is not None:
+            self.bytes -= old.numel() * old.element_size()
+        size = t.numel() * t.element_size()
+        if self.limit is None or self.bytes + size <= self.limit:
+            self.mem[i] = t
+            self.bytes += size
+            if i in self.on_disk:
+                os.remove(self._path(i))
+                self.on_disk.discard(i)
+            return
+        tmp = self._path(i) + ".tmp"
+        torch.save(t.cpu() if t.device.type != "cpu" else t, tmp)
+        os.replace(tmp, self._path(i))
+        self.on_disk.add(i)
+
+    def get(self, i: int, device=None) -> torch.Tensor:
+        t = self.mem.get(i)
+        if t is None:
+            t = torch.load(self._path(i), weights_only=True)
+        return t if device is None else t.to(device)
+
+    def indices(self) -> list[int]:
+        return sorted(set(self.mem) | self.on_disk)
+
+    def close(self) -> None:
+        self.mem.clear()
+        self.bytes = 0
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+# ----------------------------------------------------------------------------------------------
+# resume
+
+
+class Resume:
+    """Finished segments of a run in ``directory``: ``progress.json`` (the run's
+    ``fingerprint``, the finished segments and their report rows) and one ``<segment>.pt`` of
+    pruned weights per finished segment."""
+
+    def __init__(self, directory, fingerprint: dict):
+        self.dir = os.fspath(directory)
+        os.makedirs(self.dir, exist_ok=True)
+        self.fingerprint = json.loads(json.dumps(fingerprint, default=str))
+        self.path = os.path.join(self.dir, "progress.json")
+        self.state = {"fingerprint": self.fingerprint, "done": {}}
+        if os.path.exists(self.path):
+            try:
+                with open(self.path) as f:
+                    state = json.load(f)
+                ok = isinstance(state, dict) and isinstance(state.get("done"), dict)
+            except (OSError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"checkpoint_dir={self.dir!r}: {self.path} is not a one-shot "
+                                 "progress file (corrupt or from another tool); remove it or "
+                                 "choose another checkpoint_dir")
+            if state.get("fingerprint") != self.fingerprint:
+                diff = sorted(k for k in set(self.fingerprint) | set(state.get("fingerprint", {}))
+                              if self.fingerprint.get(k) != state.get("fingerprint", {}).get(k))
+                raise ValueError(f"checkpoint_dir={self.dir!r} holds a run started with other "
+                                 f"settings (they differ in {diff}); use another "
+                                 "checkpoint_dir, or delete this one to start over")
+            self.state = state
+
+    def done(self, segment: str):
+        return self.state["done"].get(segment)
+
+    def load(self, segment: str, steps) -> list:
+        path = os.path.join(self.dir, f"{segment}.pt")
+        try:
+            saved = torch.load(path, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is one message
+            raise ValueError(f"checkpoint_dir={self.dir!r}: {path} cannot be read "
+                             f"({type(e).__name__}); delete the folder to start over") from None
+        with torch.no_grad():
+            for s in steps:
+                for name, p in s.parameters():
+                    if name not in saved or saved[name].shape != p.shape:
+                        raise ValueError(f"checkpoint_dir={self.dir!r}: {path} has no weight "
+                                         f"{name} of shape {tuple(p.shape)}; delete the folder "
+                                         "to start over")
+                    p.copy_(saved[name])
+        return self.state["done"][segment]
+
+    def save(self, segment: str, steps, rows: list) -> None:
+        tensors = {name: p.detach().cpu().clone() for s in steps for name, p in s.parameters()}
+        path = os.path.join(self.dir, f"{segment}.pt")
+        torch.save(tensors, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        self.state["done"][segment] = rows
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.state, f, default=str)
+        os.replace(self.path + ".tmp", self.path)
+
+
+# ----------------------------------------------------------------------------------------------
+# running
+
+
+class _Runner:
+    def __init__(self, prune_step, precision, bar, dist, resume):
+        self.prune_step = prune_step
+        self.precision = precision
+        self.bar = bar
+        self.dist = dist
+        self.resume = resume
+        self.cuda = False
+
+    def stage(self, stage: Stage, feeds) -> list[dict]:
+        """One pass of ``feeds`` (``(mask, thunk)`` per batch) with the stage's hooks, then
+        its steps pruned; the report rows."""
+        t0 = time.perf_counter()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        acc = GramAccumulator(stage.steps, stage.shared, self.precision)
+        counter = [0]
+        handles = hook_steps(stage.steps, acc, stage.calls, counter)
+        try:
+            for mask, thunk in feeds:
+                counter[0] = 0
+                acc.new_batch(mask)
+                try:
+                    thunk()
+                except _Stop:
+                    pass
+        finally:
+            for h in handles:
+                h.remove()
+        if self.dist is not None:
+            self.dist.all_reduce_grams(acc)
+        gram_mb = acc.nbytes() / 2 ** 20
+        t_pass = (time.perf_counter() - t0) / len(stage.steps)
+        rows = []
+        for i, step in enumerate(stage.steps):
+            Gs = acc.grams(i)
+            counts = acc.row_counts(i)
+            owner = self.dist.owner(i) if self.dist is not None else None
+            if owner is None or owner == self.dist.rank:
+                rows_i = self._prune(step, Gs, counts, t_pass, gram_mb)
+            else:
+                rows_i = None
+            if self.dist is not None:
+                rows_i = self.dist.share_step(step, owner, rows_i)
+            rows += rows_i
+            if self.bar is not None:
+                self.bar.update(1)
+                self.bar.set_postfix_str(step.names[0][-40:])
+        acc.release()
+        return rows
+
+    def _prune(self, step, Gs, counts, t_pass, gram_mb):
+        W0s = step.weights()
+        Ws, secs = self.prune_step(step, W0s, Gs)
+        if Ws is None:
+            Ws = W0s
+        else:
+            step.set_weights(Ws)
+        peak = torch.cuda.max_memory_allocated() / 2 ** 20 if self.cuda else peak_rss_mb()
+        rows = []
+        for name, W0, W, G, s, n in zip(step.names, W0s, Ws, Gs, secs, counts):
+            kept = int((W != 0).sum())
+            rows.append({"layer": name, "kind": step.kind, "shape": list(W0.shape),
+                         "rows": n, "kept": kept, "density": kept / W0.numel(),
+                         "objective": layer_objective(W, W0, G),
+                         "seconds": s + t_pass, "gram_mb": gram_mb, "peak_mb": peak})
+        return rows
+
+    def segment(self, name, steps, stages_of, feeds_of) -> list[dict]:
+        """Prune a segment's stages (``stages_of()`` traces them, ``feeds_of()`` gives a fresh
+        iterator of feeds per pass), or load it from the resume state."""
+        if self.resume is not None and self.resume.done(name) is not None:
+            rows = self.resume.load(name, steps)
+            if self.bar is not None:
+                self.bar.update(len(steps))
+            return rows
+        stages, unreached = stages_of()
+        rows = []
+        for st in stages:
+            rows += self.stage(st, feeds_of())
+        if self.resume is not None and (self.dist is None or self.dist.rank == 0):
+            self.resume.save(name, [s for st in stages for s in st.steps], rows)
+        self.unreached += unreached
+        return rows
+
+
+def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=True,
+        desc="one-shot", sequential="auto", blocks=None, token_mask_fn=None, offload_dir=None,
+        cache_memory_mb=None, gram_precision="float32", checkpoint_dir=None, fingerprint=None,
+        loader=None, dist=None) -> PipelineResult:
+    """Prune ``steps`` of ``model`` in forward order (module docstring); ``prune_step(step, W0s,
+    Gs) -> (Ws, seconds)``. Returns a :class:`PipelineResult`.
+
+    ``sequential``: ``"auto"`` (blocks when a chain of them is found, else the whole model),
+    ``"block"`` (blocks, or a ``ValueError`` saying why not), ``"layer"`` (the whole model:
+    one partial forward per stage). ``loader``: the from-disk path's block loader
+    (``checkpoint_io``); ``dist``: the distributed context (``distributed``)."""
+    if sequential not in SEQUENTIAL:
+        raise ValueError(f"sequential={sequential!r}; expected one of {list(SEQUENTIAL)}")
+    result = PipelineResult()
+    resume = Resume(checkpoint_dir, fingerprint or {}) if checkpoint_dir is not None else None
+    bar = tqdm(total=len(steps), desc=desc, unit="layer", leave=False) if progress else None
+    runner = _Runner(prune_step, gram_precision, bar, dist, resume)
+    runner.unreached = []
+    runner.cuda = _device(model).type == "cuda"
+    mine = (lambda b: True) if dist is None else dist.mine
+
+    def model_feeds(replay=None):
+        def gen():
+            for b, batch in enumerate(calib):
+                if not mine(b):
+                    continue
+                if replay is not None:
+                    replay.current = b
+                yield token_mask(batch, token_mask_fn), (lambda batch=batch: forward_fn(model,
+                                                                                        batch))
+        return gen()
+
+    try:
+        with calibration_mode(model):
+            first = next(iter(calib), None)
+            if first is None:
+                raise ValueError("calib gave no batch")
+            plan, reasons = (None, []) if sequential == "layer" else plan_blocks(
+                model, steps, first, forward_fn, blocks, loader)
+            if plan is None:
+                if sequential == "block" or blocks is not None:
+                    raise ValueError("sequential='block': no chain of blocks found ("
+                                     + ("; ".join(reasons) or "no ModuleList or Sequential "
+                                        "holds two or more prunable layers")
+                                     + "); pass blocks=[...] or sequential='layer'")
+                if loader is not None:
+                    raise ValueError("pruning from disk needs the model's blocks; "
+                                     + "; ".join(reasons))
+                result.rows = runner.segment(
+                    "model", steps,
+                    lambda: _stages(steps, lambda: forward_fn(model, first)),
+                    model_feeds)
+                result.unreached = runner.unreached
+                return result
+            result.mode, result.blocks = "block", plan.label
+            result.rows, result.block_info = _run_blocks(
+                model, plan, calib, forward_fn, runner, model_feeds, mine, token_mask_fn,
+                offload_dir, cache_memory_mb, loader, first)
+            result.unreached = runner.unreached + plan.unreached
+            return result
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+class _Replay:
+    """Blocks that return at once: the last one the cached final hidden state of the batch in
+    flight (``current``), the others their input."""
+
+    def __init__(self, plan, cache):
+        self.plan, self.cache, self.current = plan, cache, None
+
+    def make(self, k):
+        last = len(self.plan.chain) - 1
+
+        def fwd(*args, **kwargs):
+            if k == last:
+                return _like(self.plan.template, self.cache.get(self.current))
+            return _like(self.plan.template, _get(args, kwargs, self.plan.slot))
+        return fwd
+
+
+def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, mine,
+                token_mask_fn, offload_dir, cache_memory_mb, loader, first):
+    rows, info = [], []
+    chain, slot = plan.chain, plan.slot
+    blocks = [blk for _, blk in chain]
+
+    def stop_at_blocks():
+        def stop(module, a, kw):
+            raise _Stop
+        return blocks[0].register_forward_pre_hook(stop, with_kwargs=True)
+
+    # prologue
+    if plan.prologue:
+        def prologue_stages():
+            h = stop_at_blocks()
+            try:
+                return _stages(plan.prologue, lambda: forward_fn(model, first))
+            finally:
+                h.remove()
+        rows += runner.segment("prologue", plan.prologue, prologue_stages, model_feeds)
+
+    # capture: every block a recorder of its call; the hidden state entering block 0
+    cache = ActivationCache(offload_dir, cache_memory_mb)
+    try:
+        statics: dict[int, list] = {}
+        masks: dict[int, torch.Tensor | None] = {}
+        current = [None]
+
+        def make(k):
+            def fwd(*args, **kwargs):
+                hid = _get(args, kwargs, slot)
+                a, kw = _put(args, kwargs, slot, None)
+                statics[current[0]][k] = (a, kw)
+                if k == 0:
+                    cache.set(current[0], hid)
+                if k == len(blocks) - 1:
+                    raise _Stop
+                return _like(plan.template, hid)
+            return fwd
+
+        first_mine = []
+        with _Swap(chain, make):
+            for b, batch in enumerate(calib):
+                if not mine(b):
+                    continue
+                if not first_mine:
+                    first_mine.append(batch)
+                current[0] = b
+                statics[b] = [None] * len(blocks)
+                masks[b] = token_mask(batch, token_mask_fn)
+                try:
+                    forward_fn(model, batch)
+                except _Stop:
+                    pass
+                if any(s is None for s in statics[b]):
+                    raise ValueError(f"calibration batch {b} did not go through every block "
+                                     f"of {plan.label}; every batch must take the same path")
+        order = sorted(statics)
+        if not order:
+            raise ValueError("this process got no calibration batch")
+
+        def call(k, b):
+            a, kw = statics[b][k]
+            dev = _first_device(blocks[k])
+            a, kw = _put(a, kw, slot, cache.get(b, dev))
+            return blocks[k](*a, **kw)
+
+        for k, (bname, blk) in enumerate(chain):
+            t0 = time.perf_counter()
+            if loader is not None:
+                loader.load(k, blk)
+            inner = plan.inner[k]
+            if inner:
+                def stages_of(k=k, inner=inner):
+                    return _stages(inner, lambda: call(k, order[0]))
+
+                def feeds_of(k=k):
+                    return ((masks[b], (lambda b=b: call(k, b))) for b in order)
+                rows += runner.segment(f"block-{k:04d}", inner, stages_of, feeds_of)
+            for b in order:  # the block's outputs are the next block's inputs
+                out = _hidden_of(call(k, b))
+                if not isinstance(out, torch.Tensor):
+                    raise ValueError(f"{bname} returned no tensor on batch {b}")
+                cache.set(b, out)
+            if loader is not None:
+                loader.release(k, blk, write=True)
+            info.append({"block": bname, "seconds": time.perf_counter() - t0,
+                         "peak_mb": peak_rss_mb()})
+
+        # epilogue: the blocks return the cached final hidden states at once
+        if plan.epilogue:
+            replay = _Replay(plan, cache)
+            with _Swap(chain, replay.make):
+                def epilogue_stages():
+                    replay.current = order[0]
+                    return _stages(plan.epilogue, lambda: forward_fn(model, first_mine[0]))
+                rows += runner.segment("epilogue", plan.epilogue, epilogue_stages,
+                                       lambda: model_feeds(replay))
+    finally:
+        cache.close()
+    return rows, info
+
+
+def _first_device(module: nn.Module):
+    for p in module.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return None
+
+
+def warn_layer_walk(reasons: list[str]) -> None:
+    warnings.warn("prune_oneshot walks the whole model (one partial forward per stage, a cost "
+                  "that grows with the square of the depth): " + "; ".join(reasons),
+                  UserWarning, stacklevel=3)
