@@ -166,11 +166,19 @@ _GLM_INIT_DOC = """
 """
 
 
+def _with_init_doc(cls):
+    """Append the shared constructor note to ``cls.__doc__`` (a class body cannot build its
+    docstring from an expression: a string plus a constant is no docstring, ``__doc__`` is None)."""
+    cls.__doc__ = cls.__doc__.rstrip() + "\n" + _GLM_INIT_DOC
+    return cls
+
+
 def _base_params(self, kw):
     for k, v in kw.items():
         setattr(self, k, v)
 
 
+@_with_init_doc
 class SparseGLM(_SparseGLMBase):
     """Any datafit with any penalty: ``L(y, X w + b) + alpha sum_j Omega_rho(s_j w_j)``.
 
@@ -180,7 +188,7 @@ class SparseGLM(_SparseGLMBase):
     :mod:`dualdrop.linear.families`. ``alpha`` defaults to 0.01. With ``"cox"`` there is no
     intercept (the partial likelihood does not change with one): ``fit_intercept`` has no
     effect and ``intercept_`` is 0.
-    """ + _GLM_INIT_DOC
+    """
 
     _parameter_constraints: dict = {
         **SparseLinearBase._parameter_constraints,
@@ -232,6 +240,7 @@ _COMMON_KW = ("penalty", "penalty_params", "alpha", "l1_ratio", "solver", "tol",
               "penalty_weights", "groups", "group_l1_ratio", "start")
 
 
+@_with_init_doc
 class SparsePoissonRegression(_NamedGLM):
     """Poisson regression (log link) with any penalty: the half Poisson deviance
     ``(1/n) sum_i [e^z_i - y_i z_i + y_i log y_i - y_i] + alpha sum_j Omega_rho(s_j w_j)``
@@ -239,7 +248,7 @@ class SparsePoissonRegression(_NamedGLM):
     this is scikit-learn's ``PoissonRegressor(alpha)``. ``y``: counts or rates ``>= 0``, not
     all zero. ``predict`` gives the mean ``exp(X w + b)``, ``score`` the fraction of deviance
     explained. ``alpha`` defaults to 0.01.
-    """ + _GLM_INIT_DOC
+    """
 
     _datafit_name = "poisson"
 
@@ -251,13 +260,14 @@ class SparsePoissonRegression(_NamedGLM):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
 
+@_with_init_doc
 class SparseGammaRegression(_NamedGLM):
     """Gamma regression (log link) with any penalty: the half Gamma deviance
     ``(1/n) sum_i [z_i + y_i e^-z_i - log y_i - 1] + alpha sum_j Omega_rho(s_j w_j)``
     (``dualdrop.linear.families.gamma``). With ``penalty="l1", l1_ratio=0, scaling="none"``
     this is scikit-learn's ``GammaRegressor(alpha)``. ``y > 0``. ``predict`` gives the mean
     ``exp(X w + b)``, ``score`` the fraction of deviance explained. ``alpha`` defaults to 0.01.
-    """ + _GLM_INIT_DOC
+    """
 
     _datafit_name = "gamma"
 
@@ -269,6 +279,7 @@ class SparseGammaRegression(_NamedGLM):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
 
+@_with_init_doc
 class SparseHuberRegression(_NamedGLM):
     """Huber regression with any penalty: ``(1/n) sum_i h_delta(y_i - z_i) + alpha sum_j
     Omega_rho(s_j w_j)``, ``h_delta(r) = r^2/2`` for ``|r| <= delta``, ``delta |r| - delta^2/2``
@@ -277,7 +288,7 @@ class SparseHuberRegression(_NamedGLM):
     ``delta`` (default 1.35) is in the units of ``y``: the classical choice is about 1.35 times
     the noise's standard deviation (scikit-learn's ``HuberRegressor`` estimates that scale and
     takes ``epsilon = 1.35`` relative to it). ``alpha`` defaults to 0.01.
-    """ + _GLM_INIT_DOC
+    """
 
     _datafit_name = "huber"
     _datafit_params = ("delta",)
@@ -293,6 +304,7 @@ class SparseHuberRegression(_NamedGLM):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
 
+@_with_init_doc
 class SparseQuantileRegression(_NamedGLM):
     """Quantile regression with any penalty, on the smoothed pinball loss:
     ``(1/n) sum_i rho_{tau,delta}(y_i - z_i) + alpha sum_j Omega_rho(s_j w_j)``
@@ -311,7 +323,7 @@ class SparseQuantileRegression(_NamedGLM):
     ``scaling="none"`` the objective is then within ``max(tau, 1 - tau) delta / 2`` of
     scikit-learn's ``QuantileRegressor(quantile, alpha)`` (an exact linear program).
     ``alpha`` defaults to 0.01.
-    """ + _GLM_INIT_DOC
+    """
 
     _datafit_name = "quantile"
     _datafit_params = ("quantile",)
