@@ -453,7 +453,10 @@ class Resume:
     ``fingerprint``, the finished segments and their report rows) and one ``<segment>.pt`` of
     pruned weights per finished segment."""
 
-    def __init__(self, directory, fingerprint: dict):
+    def __init__(self, directory, fingerprint: dict, store_weights=True):
+        # True, False, or a predicate of the segment's name (whether its weights are stored)
+        self.store_weights = store_weights if callable(store_weights) else (
+            lambda segment, flag=bool(store_weights): flag)
         self.dir = os.fspath(directory)
         os.makedirs(self.dir, exist_ok=True)
         self.fingerprint = json.loads(json.dumps(fingerprint, default=str))
@@ -482,6 +485,8 @@ class Resume:
         return self.state["done"].get(segment)
 
     def load(self, segment: str, steps) -> list:
+        if not self.store_weights(segment):  # the caller keeps them (checkpoint_io's shards)
+            return self.state["done"][segment]
         path = os.path.join(self.dir, f"{segment}.pt")
         try:
             saved = torch.load(path, weights_only=True)
@@ -499,10 +504,12 @@ class Resume:
         return self.state["done"][segment]
 
     def save(self, segment: str, steps, rows: list) -> None:
-        tensors = {name: p.detach().cpu().clone() for s in steps for name, p in s.parameters()}
-        path = os.path.join(self.dir, f"{segment}.pt")
-        torch.save(tensors, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        if self.store_weights(segment):
+            tensors = {name: p.detach().cpu().clone() for s in steps
+                       for name, p in s.parameters()}
+            path = os.path.join(self.dir, f"{segment}.pt")
+            torch.save(tensors, path + ".tmp")
+            os.replace(path + ".tmp", path)
         self.state["done"][segment] = rows
         with open(self.path + ".tmp", "w") as f:
             json.dump(self.state, f, default=str)
@@ -581,9 +588,10 @@ class _Runner:
                          "seconds": s + t_pass, "gram_mb": gram_mb, "peak_mb": peak})
         return rows
 
-    def segment(self, name, steps, stages_of, feeds_of) -> list[dict]:
+    def segment(self, name, steps, stages_of, feeds_of, on_pruned=None) -> list[dict]:
         """Prune a segment's stages (``stages_of()`` traces them, ``feeds_of()`` gives a fresh
-        iterator of feeds per pass), or load it from the resume state."""
+        iterator of feeds per pass), or load it from the resume state; ``on_pruned()`` runs
+        once the segment is pruned, before it is recorded as done."""
         if self.resume is not None and self.resume.done(name) is not None:
             rows = self.resume.load(name, steps)
             if self.bar is not None:
@@ -593,6 +601,8 @@ class _Runner:
         rows = []
         for st in stages:
             rows += self.stage(st, feeds_of())
+        if on_pruned is not None:
+            on_pruned()
         if self.resume is not None and (self.dist is None or self.dist.rank == 0):
             self.resume.save(name, [s for st in stages for s in st.steps], rows)
         self.unreached += unreached
@@ -602,7 +612,7 @@ class _Runner:
 def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=True,
         desc="one-shot", sequential="auto", blocks=None, token_mask_fn=None, offload_dir=None,
         cache_memory_mb=None, gram_precision="float32", checkpoint_dir=None, fingerprint=None,
-        loader=None, dist=None) -> PipelineResult:
+        loader=None, dist=None, resume=None) -> PipelineResult:
     """Prune ``steps`` of ``model`` in forward order (module docstring); ``prune_step(step, W0s,
     Gs) -> (Ws, seconds)``. Returns a :class:`PipelineResult`.
 
@@ -613,7 +623,8 @@ def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=Tru
     if sequential not in SEQUENTIAL:
         raise ValueError(f"sequential={sequential!r}; expected one of {list(SEQUENTIAL)}")
     result = PipelineResult()
-    resume = Resume(checkpoint_dir, fingerprint or {}) if checkpoint_dir is not None else None
+    if resume is None and checkpoint_dir is not None:
+        resume = Resume(checkpoint_dir, fingerprint or {})
     bar = tqdm(total=len(steps), desc=desc, unit="layer", leave=False) if progress else None
     runner = _Runner(prune_step, gram_precision, bar, dist, resume)
     runner.unreached = []
@@ -759,7 +770,8 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
 
                 def feeds_of(k=k):
                     return ((masks[b], (lambda b=b: call(k, b))) for b in order)
-                rows += runner.segment(f"block-{k:04d}", inner, stages_of, feeds_of)
+                on_pruned = None if loader is None else (lambda k=k, blk=blk: loader.save(k, blk))
+                rows += runner.segment(f"block-{k:04d}", inner, stages_of, feeds_of, on_pruned)
             for b in order:  # the block's outputs are the next block's inputs
                 out = _hidden_of(call(k, b))
                 if not isinstance(out, torch.Tensor):
