@@ -7,14 +7,21 @@
   results page and left out of the navigation.
 - Docstrings are written in reStructuredText-flavoured prose (````code````, ``:func:`name```,
   ``Example::``); the roles are dropped from the rendered pages so that only the code span
-  remains, and a literal-block marker ``::`` reads as one colon.
+  remains, a literal-block marker ``::`` reads as one colon, and the doubled backticks of
+  ````code```` inside a parameter's type are dropped.
+- Docstrings point the reader to the documentation as ``docs/theory.md section 3`` or
+  ``benchmarks/RESULTS.md, "Inference"`` (words that read right in ``help()``); on the API pages
+  these become links to the page, and to the section when it is named.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
+from functools import cache
 from pathlib import Path
 
+from markdown.extensions.toc import slugify
 from mkdocs.structure.files import File, InclusionLevel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +29,11 @@ BENCH = ROOT / "benchmarks"
 _ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc|py:\w+):<code>~?")
 _LITERAL = re.compile(r"::</p>")
 _IMG = re.compile(r"\]\(\.\./((?:\w+/)*figures/[^)\s]+)\)")
+_CODE = re.compile(r"<code>([^<]*)</code>")
+# "docs/theory.md section 2" / "(benchmarks/RESULTS.md, "Inference")", in a code span or not
+_DOC_REF = re.compile(r"(<code>)?(docs/([\w-]+)\.md|benchmarks/RESULTS\.md)(</code>)?"
+                      r"(?:(,? section (\d+))|(, (?:section )?(?:&quot;|\")([^&\"<]+)(?:&quot;|\")))?")
+_PRE = re.compile(r"(<pre\b.*?</pre>)", re.S)
 
 
 def _results_page() -> str:
@@ -52,8 +64,51 @@ def on_files(files, config):
     return files
 
 
+@cache
+def _headings(source: Path) -> tuple[tuple[str, str], ...]:
+    """(heading text, anchor) of every heading of a Markdown file, as the toc extension slugs."""
+    out = []
+    for line in source.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"#{2,4} +(.+?) *$", line)
+        if m:
+            out.append((m.group(1), slugify(m.group(1), "-")))
+    return tuple(out)
+
+
+def _doc_link(m: re.Match, page_url: str, docs_dir: Path) -> str:
+    code_open, path, name, code_close = m.group(1), m.group(2), m.group(3), m.group(4)
+    if name is not None:
+        source, target = docs_dir / f"{name}.md", f"{name}.html"
+    else:
+        source, target = BENCH / "RESULTS.md", "benchmarks.html"
+    if not source.is_file():
+        return m.group(0)
+    anchor = ""
+    if m.group(6):  # section N: the heading numbered "N."
+        anchor = next((a for t, a in _headings(source) if t.startswith(f"{m.group(6)}.")), "")
+    elif m.group(8):  # a section named in quotes
+        anchor = next((a for t, a in _headings(source) if t == m.group(8)), "")
+    href = posixpath.relpath(target, posixpath.dirname(page_url) or ".")
+    if anchor:
+        href += f"#{anchor}"
+    text = f"{code_open or ''}{path}{code_close or ''}" if code_open and code_close else path
+    return f'<a href="{href}">{text}</a>{m.group(5) or m.group(7) or ""}'
+
+
+def _link_doc_refs(html: str, page_url: str, docs_dir: Path) -> str:
+    parts = _PRE.split(html)  # never inside a code block
+    for i in range(0, len(parts), 2):
+        parts[i] = _DOC_REF.sub(lambda m: _doc_link(m, page_url, docs_dir), parts[i])
+    return "".join(parts)
+
+
 def on_page_content(html, page, config, files):
     html = _ROLE.sub("<code>", html)  # ":class:`~pkg.Name`": the code span alone
     # a reStructuredText literal-block marker ("Example::" before an indented block) reads as
     # one colon once the block is rendered as code
-    return _LITERAL.sub(":</p>", html)
+    html = _LITERAL.sub(":</p>", html)
+    if page.file.src_uri.startswith("api/"):
+        # "bool (``True`` only)" in a parameter's type
+        html = _CODE.sub(lambda m: f"<code>{m.group(1).replace('``', '')}</code>", html)
+        html = _link_doc_refs(html, page.url, Path(config["docs_dir"]))
+    return html
