@@ -41,7 +41,7 @@ from dualdrop.nn.export import (CSRLinear, export_sparse, fold, format_report, l
                                 sparsity_report)
 from dualdrop.nn.hf import load_pretrained, save_pretrained
 from dualdrop.nn.inference import LatencyReport, count_flops, latency
-from dualdrop.nn.oneshot import prune_oneshot
+from dualdrop.nn.oneshot import prune_oneshot, prune_oneshot_from_disk
 from dualdrop.nn.onnx import OnnxModel, export_onnx
 from dualdrop.nn.quantize import Int8DynamicLinear, quantize_dynamic_int8
 from dualdrop.nn.registry import REGISTRY, describe, method_class
@@ -50,7 +50,7 @@ from dualdrop.nn.sparsifier import METHODS, Sparsifier, default_hparams, sparsif
 __all__ = ["sparsify", "export_sparse", "sparsity_report", "format_report", "default_hparams",
            "METHODS", "REGISTRY", "Method", "method_class", "describe", "Sparsifier",
            "CSRLinear", "fold", "state_of", "tune_allocator", "compact", "compact_report",
-           "save_compact", "load_compact", "HeadPrunedAttention", "prune_oneshot",
+           "save_compact", "load_compact", "HeadPrunedAttention", "prune_oneshot", "prune_oneshot_from_disk",
            "linear_density", "latency", "LatencyReport", "count_flops", "export_onnx",
            "OnnxModel", "Int8DynamicLinear", "quantize_dynamic_int8", "save_pretrained",
            "load_pretrained"]
