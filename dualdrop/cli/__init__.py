@@ -35,6 +35,7 @@ import importlib
 import math
 import os
 import pickle
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -120,11 +121,32 @@ def nonneg_float(text):
 
 
 def fraction(text):
-    """An argparse type: a number in ``(0, 1]``."""
+    """An argparse type: a fraction in ``(0, 1]`` (a density, a share)."""
     value = _number(float, text)
     if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text!r}")
     return value
+
+
+def doc_summary(obj) -> str:
+    """The first sentence of ``obj``'s docstring, without reST markup (``--list-methods``)."""
+    para = " ".join((getattr(obj, "__doc__", None) or "").strip().split("\n\n")[0].split())
+    para = para.replace("``", "").replace(" (module docstring)", "")
+    para = para[:re.search(r"(?<=[.!?])\s+(?=[A-Z(])|$", para).start()]
+    return para if len(para) <= 100 else para[:para.rfind(" ", 0, 96)] + " ..."
+
+
+def method_list(title: str, rows, footer: str = "") -> str:
+    """``--list-methods``' text: ``title``, then one ``name  summary`` block per row of
+    ``(name, summary, detail)`` (``detail`` on its own line when not empty), then ``footer``."""
+    rows = list(rows)
+    w = max(len(r[0]) for r in rows) + 2
+    lines = [title]
+    for name, summary, detail in rows:
+        lines.append(f"  {name:<{w}}{summary}")
+        if detail:
+            lines.append(f"  {'':<{w}}{detail}")
+    return "\n".join(lines + ([footer] if footer else []))
 
 
 def out_dir(path, option: str = "--out", create: bool = True) -> Path:
@@ -153,9 +175,10 @@ def out_dir(path, option: str = "--out", create: bool = True) -> Path:
 # ------------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """argparse's parser with one-line refusals: ``dualdrop CMD: error: ... (see dualdrop CMD
-    --help)``, exit status 2."""
+    --help)``, exit status 2; a value refused by its type reads ``--opt must be ...``."""
 
     def error(self, message):
+        message = re.sub(r"^argument ([^:\s/]+)(?:/\S+)?: (must be )", r"\1 \2", message)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -265,7 +288,50 @@ def _describe(exc, args, subparser) -> str:
         return f"a file is corrupt or truncated ({type(exc).__name__}: {exc})"
     if isinstance(exc, ImportError) and not str(exc):
         return f"a module is missing ({exc.name})"
-    return str(exc) or type(exc).__name__
+    return with_option_names(str(exc) or type(exc).__name__,
+                             option_names(args.command, subparser))
+
+
+#: the Python parameters whose option has another name, per command ("*": every command). An
+#: option names its own destination without an entry (``--allocation-hp`` for
+#: ``allocation_hp``): see :func:`option_names`.
+PARAMETER_OPTIONS = {
+    "*": {"hparams": "--hp", "options": "--hp", "allocation_options": "--allocation-hp"},
+    "prune": {"target_density": "--density", "example_inputs": "--input-shape"},
+    "latency": {"example_inputs": "--input-shape"},
+}
+
+
+def option_names(command: str, subparser=None) -> dict:
+    """``{python parameter: option}`` of ``command``: each ``--option``'s destination, then
+    :data:`PARAMETER_OPTIONS` (the one table, for every command)."""
+    names = {}
+    for action in getattr(subparser, "_actions", ()):
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in ("help", "version"):
+            names[action.dest] = longs[0]
+    names.update(PARAMETER_OPTIONS["*"])
+    names.update(PARAMETER_OPTIONS.get(command, {}))
+    return names
+
+
+def with_option_names(message: str, names: dict) -> str:
+    """``message`` with the Python parameters it names written as the options that set them
+    (``target_density must be <= 1.0`` -> ``--density must be <= 1.0``): a name with an
+    underscore wherever it stands as a word, a plain word only as ``word=...`` or ``word must``
+    (not inside quotes, paths or options)."""
+    if not names:
+        return message
+    edge_l, edge_r = r"(?<![\w./'\"-])", r"(?![\w./'\"-])"
+    snake = sorted((n for n in names if "_" in n), key=len, reverse=True)
+    plain = sorted((n for n in names if "_" not in n), key=len, reverse=True)
+    if snake:
+        message = re.sub(edge_l + "(" + "|".join(map(re.escape, snake)) + ")" + edge_r,
+                         lambda m: names[m.group(1)], message)
+    if plain:
+        message = re.sub(edge_l + "(" + "|".join(map(re.escape, plain)) + r")(?=(?:=|\s+must\b))",
+                         lambda m: names[m.group(1)], message)
+    return message
 
 
 def _option_of(args, subparser, filename) -> str | None:

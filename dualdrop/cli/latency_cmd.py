@@ -16,7 +16,6 @@ the work: every layout checked against the dense outputs, then timed in interlea
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -67,70 +66,19 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        dims = ()
-    if not dims or any(d < 1 for d in dims):
-        raise ValueError(f"--input-shape {text!r}: expected positive integers separated by "
-                         "commas, e.g. 784 or 1,28,28")
-    return dims
-
-
-def _model_class(spec: str):
-    mod, sep, name = spec.partition(":")
-    if not sep or not mod or not name:
-        raise ValueError(f"--model-class {spec!r}: expected MODULE:CLASS, e.g. "
-                         "dualdrop.train.models:LeNet5")
-    try:
-        cls = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--model-class {spec!r} cannot be imported ({exc}); the module must "
-                         "be importable from the current folder or the installed packages") \
-            from None
-    return cls
-
-
 def _from_file(args):
     """``(model, example_inputs)`` of a saved model file rebuilt on ``--model-class``."""
     import torch
 
-    from dualdrop.nn import load_compact
-    from dualdrop.nn.compact import FORMAT
+    from dualdrop.train.user_model import (build_user_model, load_model_file,
+                                           parse_model_args, parse_shape)
 
     if args.model_class is None or args.input_shape is None:
         raise ValueError(f"{args.run} is a file: pass --model-class MODULE:CLASS and "
                          "--input-shape D1,D2,... to rebuild and feed it (or pass a run folder)")
-    shape = _shape(args.input_shape)
-    try:
-        kwargs = json.loads(args.model_args)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--model-args is not JSON ({exc.msg}); e.g. "
-                         "'{\"n_features\": 784}'") from None
-    if not isinstance(kwargs, dict):
-        raise ValueError("--model-args must be a JSON object of keyword arguments")
-    cls = _model_class(args.model_class)
-    try:
-        fresh = cls(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"{args.model_class}(**{kwargs}) failed: {exc}") from None
-    try:
-        blob = torch.load(args.run, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"{args.run} cannot be read as a saved model "
-                         f"({str(exc).strip().splitlines()[0][:120]})") from None
-    if isinstance(blob, dict) and blob.get("format") == FORMAT:
-        model = load_compact(args.run, fresh)
-    elif isinstance(blob, dict) and all(isinstance(v, torch.Tensor) for v in blob.values()):
-        try:
-            fresh.load_state_dict(blob, strict=True)
-        except RuntimeError as exc:
-            raise ValueError(f"{args.run} does not fit {args.model_class}: "
-                             f"{str(exc).splitlines()[0]}") from None
-        model = fresh.eval()
-    else:
-        raise ValueError(f"{args.run} is neither a state_dict nor a save_compact file")
+    shape = parse_shape(args.input_shape)
+    fresh = build_user_model(args.model_class, parse_model_args(args.model_args))
+    model = load_model_file(args.run, fresh, option="the model file", spec=args.model_class)
     x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(0))
     return model, x, None
 
@@ -141,12 +89,14 @@ def _from_run(args):
 
     from dualdrop.data import load_dataset
     from dualdrop.train import load_run
+    from dualdrop.train.checkpoint import read_json
     from dualdrop.train.export import example_batch
+    from dualdrop.train.user_model import calibration_batches, read_calibration
 
     folder = Path(args.run)
     model = load_run(folder)
-    config = json.loads((folder / "config.json").read_text()) \
-        if (folder / "config.json").is_file() else {}
+    fix = "pass the folder of a finished dualdrop sparsify or prune run"
+    config = read_json(folder / "config.json", fix) if (folder / "config.json").is_file() else {}
     data = config.get("data")
     if data == "digits" or (data == "mnist" and args.data_dir is not None):
         ds = load_dataset(None if data == "digits" else args.data_dir,
@@ -154,8 +104,17 @@ def _from_run(args):
         X = torch.from_numpy(ds.X_test).float()
         y = torch.from_numpy(ds.y_test).long()
         return model, X[:128], (X, y)
-    n = config.get("n_features") or json.loads((folder / "final.json").read_text())[
-        "architecture"]["n_features"]
+    if config.get("model_class"):  # dualdrop prune --model: its calibration inputs
+        shape = config.get("input_shape")
+        calib = read_calibration(config["calib"], shape=tuple(shape) if shape else None,
+                                 option=f"the calibration file of {folder}")
+        print(f"dualdrop latency: {folder} is a network of your own; it is timed on its "
+              "calibration inputs and no test error is reported")
+        return model, calibration_batches(calib)[0], None
+    n = config.get("n_features") or read_json(folder / "final.json", fix).get(
+        "architecture", {}).get("n_features")
+    if not n:
+        raise ValueError(f"{folder}: its records name no input size; {fix}")
     print(f"dualdrop latency: {folder} was trained on {data!r}; without --data-dir it is timed "
           "on random inputs and no test error is reported")
     return model, example_batch(int(n)), None

@@ -1,45 +1,75 @@
-"""``dualdrop prune``: prune the network of a finished run once, from calibration data.
+"""``dualdrop prune``: prune a trained network once, from calibration data.
 
 Examples::
 
+    dualdrop prune --list-methods                                          # methods, options
     dualdrop sparsify --method none --out runs/dense                      # a trained network
     dualdrop prune --from runs/dense --method sparsegpt --density 0.1 --out runs/dense-sgpt10
     dualdrop prune --from runs/dense --method wanda --pattern 2:4 --finetune-epochs 1 \\
         --out runs/dense-wanda24
-    dualdrop prune --from RUN --method sparsegpt --density 0.05 --allocation owl \\
-        --data-dir path/to/mnist --out runs/owl5
+    dualdrop prune --model net.pt --model-class mypkg.nets:Net --model-args '{"width": 64}' \\
+        --calib calib.npy --method sparsegpt --density 0.3 --out runs/net-sgpt30
 
-The output folder is a run folder like ``dualdrop sparsify``'s (``config.json``, ``model.pt``,
-``final.json``; ``dualdrop.train.load_run`` reads it) plus ``report.json``, the one-shot report
-(per layer: density, layer objective, seconds, memory).
+Two sources: ``--from RUN``, the network of a finished ``dualdrop sparsify`` run (calibration
+samples drawn from its training split, test error before and after, optional fine-tuning); or
+``--model FILE --model-class MODULE:CLASS --calib FILE``, a network of your own
+(``dualdrop.train.user_model``: a state_dict or a module saved whole, read with
+``torch.load(weights_only=True)``; calibration inputs from a .pt/.npy/.npz tensor or a CSV), with
+the change of its outputs on the calibration data reported. The output folder is a run folder
+(``config.json``: the settings, written first; ``model.pt``, ``final.json``;
+``dualdrop.train.load_run`` reads it) plus ``report.json``, the one-shot report (per layer:
+density, layer objective, seconds, memory). A folder is one run: a rerun with the same settings
+continues it (the pruned network is kept in ``oneshot.pt`` while it is fine-tuned, the
+fine-tuning checkpointed every epoch), a rerun with others is refused.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import sys
 import time
 from pathlib import Path
 
-from dualdrop.cli import nonneg_int, positive_float, positive_int
+from dualdrop.cli import (UsageError, doc_summary, fraction, method_list, nonneg_int,
+                          positive_float)
 from dualdrop.cli.sparsify_cmd import parse_hparams
+
+ONESHOT = "oneshot.pt"
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "prune",
-        help="prune a trained run's network once from calibration data (SparseGPT, Wanda, ...)",
-        description="Prune the network of a finished run (dualdrop sparsify, e.g. --method "
-        "none) once: every layer in forward order, on its calibration inputs through the "
-        "layers already pruned, by a one-shot method (docs/oneshot.md); optionally fine-tune "
-        "with the masks held. Writes a run folder that dualdrop.train.load_run reads.",
+        help="prune a trained network once from calibration data (SparseGPT, Wanda, ...)",
+        description="Prune a trained network once: every layer in forward order, on its "
+        "calibration inputs through the layers already pruned, by a one-shot method "
+        "(docs/oneshot.md); optionally fine-tune with the masks held. The network is a "
+        "finished run (--from RUN) or your own (--model FILE --model-class MODULE:CLASS "
+        "--calib FILE). Writes a run folder that dualdrop.train.load_run reads.",
     )
-    p.add_argument("--from", dest="source", required=True, metavar="RUN",
-                   help="folder of a finished run whose network is pruned")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--from", dest="source", default=None, metavar="RUN",
+                     help="folder of a finished dualdrop sparsify run whose network is pruned")
+    src.add_argument("--model", default=None, metavar="FILE",
+                     help="your own trained network: a state_dict (torch.save(model."
+                     "state_dict(), FILE)) or a module saved whole, rebuilt on --model-class; "
+                     "needs --calib FILE")
+    p.add_argument("--model-class", default=None, metavar="MODULE:CLASS",
+                   help="with --model: the class (or a function) that builds the network, "
+                   "importable from here, e.g. mypkg.nets:Net")
+    p.add_argument("--model-args", default="{}", metavar="JSON",
+                   help="with --model: keyword arguments of --model-class as JSON (default {})")
+    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
+                   help="with --model: the shape of one input sample (rows of a CSV are "
+                   "reshaped to it, e.g. 1,28,28); recorded for load_run's compact layout")
+    p.add_argument("--list-methods", action="store_true",
+                   help="print the one-shot methods with their options and the allocations, "
+                   "and exit")
     p.add_argument("--method", default="sparsegpt",
-                   help="one-shot method: magnitude, wanda, sparsegpt, and the optimization "
-                   "methods when installed (default sparsegpt); see --list-methods")
-    p.add_argument("--density", type=float, default=None, metavar="D",
+                   help="one-shot method: magnitude, wanda, sparsegpt, admm, the penalty "
+                   "methods (logsum, mcp, vardrop, hardconcrete, penalty:<name>) and polish "
+                   "(default sparsegpt); see --list-methods")
+    p.add_argument("--density", type=fraction, default=None, metavar="D",
                    help="fraction of weights kept over the pruned layers (0 < D <= 1)")
     p.add_argument("--pattern", default=None, metavar="N:M",
                    help="N:M sparsity in every layer instead of --density, e.g. 2:4 or 4:8")
@@ -47,34 +77,40 @@ def register(subparsers) -> None:
                    help="how the density is split over layers: uniform (default), global (one "
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level)")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
-                   help="a method option (repeatable), e.g. --hp blocksize=64")
+                   help="a method option (repeatable), e.g. --hp blocksize=64; see "
+                   "--list-methods")
     p.add_argument("--allocation-hp", action="append", default=[], metavar="NAME=VALUE",
                    help="an allocation option (repeatable), e.g. --allocation-hp owl_lambda=0.02")
     p.add_argument("--refit", action="store_true",
                    help="refit the kept weights of every row by least squares on the "
                    "calibration data")
-    p.add_argument("--calib", type=positive_int, default=1024, metavar="N",
-                   help="calibration examples, drawn from the training split with --seed "
-                   "(default 1024)")
+    p.add_argument("--calib", default=None, metavar="N|FILE",
+                   help="calibration data: with --from, N examples drawn from the run's "
+                   "training split with --seed (default 1024) or a file; with --model, a file "
+                   "(required): a .pt/.npy tensor, an .npz of named arrays (keyword inputs) or "
+                   "a CSV of numbers, one sample per row")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="leave these layers dense (fnmatch on layer names); repeatable")
     p.add_argument("--finetune-epochs", type=nonneg_int, default=0, metavar="E",
-                   help="then fine-tune E epochs on the training split with the masks held "
-                   "(Adam, linear decay; default 0)")
+                   help="with --from: then fine-tune E epochs on the training split with the "
+                   "masks held (Adam, linear decay; default 0)")
     p.add_argument("--lr", type=positive_float, default=1e-4,
                    help="fine-tuning learning rate (default 1e-4)")
     p.add_argument("--data-dir", default=None,
-                   help="the run's data: the MNIST folder it was trained on (default: the "
-                   "embedded digits); checked against the run's data fingerprint")
+                   help="with --from: the run's data, the MNIST folder it was trained on "
+                   "(default: the embedded digits); checked against the run's data fingerprint")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
     p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the calibration draw and the fine-tuning order (default 0)")
-    p.add_argument("--out", required=True, help="output folder (must not hold a finished run)")
+    p.add_argument("--out", default=None,
+                   help="output folder (required): one run; a rerun with the same settings "
+                   "continues it, other settings need another folder")
     p.add_argument("--threads", type=nonneg_int, default=1,
                    help="torch CPU threads (default 1; 0: torch's own choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=run, parser=p)
+    p.set_defaults(func=run, parser=p, interrupt_hint="the one-shot pruning had not finished "
+                   "(nothing of it is saved); run the same command again")
 
 
 def _typed(value: str):
@@ -90,46 +126,97 @@ def _typed(value: str):
     return value
 
 
-def prune_run(args) -> dict:
-    """The work of ``dualdrop prune`` (everything checked before any file is written)."""
-    import torch
+def list_methods() -> str:
+    """``--list-methods``: each one-shot method, what it does, its options; the allocations."""
+    from dualdrop.nn.oneshot.allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.registry import METHODS
 
-    from dualdrop.data import load_dataset
-    from dualdrop.nn import export_sparse
-    from dualdrop.nn.oneshot import get_method, prune_oneshot
+    rows = []
+    for name, cls in METHODS.items():
+        opts = ", ".join(f"{k}={v}" for k, v in cls.defaults.items()
+                         if k not in ("penalty", "penalty_params"))
+        rows.append((name, doc_summary(cls), f"--hp: {opts}" if opts else ""))
+    rows.append(("penalty:<name>", "the penalty method on any separable penalty of the "
+                 "penalties catalog (dualdrop penalties)", "e.g. --method penalty:scad --hp a=3.7"))
+    return method_list("one-shot methods (--method NAME; options --hp NAME=VALUE):", rows,
+                       f"allocations (--allocation): {', '.join(ALLOCATIONS)}; "
+                       "docs/oneshot.md says which method to use")
+
+
+def _check_args(args) -> dict:
+    """Every option that needs no file, checked; the method's and allocation's options."""
+    from dualdrop.nn.oneshot import get_method
     from dualdrop.nn.oneshot.allocation import check_allocation
     from dualdrop.nn.oneshot.methods.base import parse_pattern
-    from dualdrop.train import fit, load_run
-    from dualdrop.train.checkpoint import atomic_save, atomic_write_json
-    from dualdrop.train.evaluate import error_rate
 
-    source, out = Path(args.source), Path(args.out)
+    if (args.source is None) == (args.model is None):
+        raise UsageError("give the network to prune: --from RUN (a finished dualdrop sparsify "
+                         "run) or --model FILE --model-class MODULE:CLASS --calib FILE")
+    if args.out is None:
+        raise UsageError("the output folder is required", "--out")
     options = {k: _typed(v) for k, v in parse_hparams(args.hp).items()}
     if args.refit:
         options["refit"] = True
     get_method(args.method, **options)                      # the method and its options
     if (args.density is None) == (args.pattern is None):
-        raise ValueError("give exactly one of --density D and --pattern N:M")
+        raise UsageError("give exactly one of --density D and --pattern N:M")
     if args.pattern is not None:
         parse_pattern(args.pattern)
     alloc_options = {k: _typed(v) for k, v in parse_hparams(args.allocation_hp).items()}
     check_allocation(args.allocation, alloc_options)
-    for name, v, low in (("--calib", args.calib, 1), ("--finetune-epochs", args.finetune_epochs, 0),
-                         ("--threads", args.threads, 0)):
-        if v < low:
-            raise ValueError(f"{name} must be >= {low}, got {v}")
-    if not args.lr > 0:
-        raise ValueError(f"--lr must be > 0, got {args.lr}")
+    if args.model is not None:
+        if args.model_class is None:
+            raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "
+                             "network on", "--model-class")
+        if args.calib is None or _calib_count(args) is not None:
+            raise UsageError("--model needs --calib FILE: calibration inputs of your network "
+                             "(.pt/.npy/.npz tensor or CSV)", "--calib")
+        for flag, value in (("--finetune-epochs", args.finetune_epochs), ("--data-dir",
+                                                                          args.data_dir)):
+            if value:
+                raise UsageError(f"{flag} is for --from RUN (its training split); fine-tune "
+                                 "your own network in Python: dualdrop.train.fit(model, "
+                                 "result.sparsify(), loader, loss_fn, epochs=...)", flag)
+    elif args.model_class is not None or args.input_shape is not None:
+        raise UsageError("--model-class and --input-shape are for --model FILE; a run folder "
+                         "rebuilds its own network", "--model-class")
+    else:
+        _calib_count(args)
+    out = Path(args.out)
     if (out / "final.json").exists():
         raise FileExistsError(f"--out {out} already holds a finished run; choose another "
                               "folder or remove it")
-    if out.resolve() == source.resolve():
-        raise ValueError("--out must differ from --from (the source run stays as it is)")
+    if args.source is not None and out.resolve() == Path(args.source).resolve():
+        raise UsageError("--out must differ from --from (the source run stays as it is)")
+    return {"options": options, "allocation_options": alloc_options}
+
+
+def _calib_count(args) -> int | None:
+    """``--calib N`` of ``--from`` (default 1024), or None for a file."""
+    if args.calib is None:
+        return 1024
+    if re.fullmatch(r"[-+]?\d+", args.calib.strip()):
+        if int(args.calib) < 1:
+            raise UsageError(f"must be an integer >= 1 or a file, got {args.calib!r}", "--calib")
+        return int(args.calib)
+    return None
+
+
+def _from_run(args) -> dict:
+    """The network, calibration data, evaluation and record of ``--from RUN``."""
+    import torch
+
+    from dualdrop.data import load_dataset
+    from dualdrop.train import load_run
+    from dualdrop.train.checkpoint import read_json
+    from dualdrop.train.evaluate import error_rate
+    from dualdrop.train.user_model import read_calibration
+
+    source = Path(args.source)
     net = load_run(source)
-    src_cfg = json.loads((source / "config.json").read_text())
-    src_final = json.loads((source / "final.json").read_text())
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    fix = f"--from {source} must be the folder of a finished dualdrop sparsify run"
+    src_cfg = read_json(source / "config.json", fix)
+    src_final = read_json(source / "final.json", fix)
     data = load_dataset(args.data_dir, seed=src_cfg.get("seed", 0),
                         val_fraction=src_cfg.get("val_fraction", 0.2), verify=not args.no_verify)
     if src_cfg.get("data_fingerprint") not in (None, data.fingerprint()):
@@ -137,65 +224,187 @@ def prune_run(args) -> dict:
                          f"data run {source} was trained on ({src_cfg.get('data_summary', '?')});"
                          " pass the same --data-dir")
     Xtr, ytr = torch.from_numpy(data.X_train), torch.from_numpy(data.y_train)
-    if args.calib > len(Xtr):
-        raise ValueError(f"--calib {args.calib} exceeds the {len(Xtr)} training examples")
-    g = torch.Generator().manual_seed(args.seed)
-    calib = Xtr[torch.randperm(len(Xtr), generator=g)[:args.calib]]
+    count = _calib_count(args)
+    if count is None:
+        calib = read_calibration(args.calib, shape=tuple(Xtr.shape[1:]))
+    else:
+        if count > len(Xtr):
+            raise UsageError(f"--calib {count} exceeds the {len(Xtr)} training examples",
+                             "--calib")
+        g = torch.Generator().manual_seed(args.seed)
+        calib = Xtr[torch.randperm(len(Xtr), generator=g)[:count]]
     Xva, yva = torch.from_numpy(data.X_val), torch.from_numpy(data.y_val)
     Xte, yte = torch.from_numpy(data.X_test), torch.from_numpy(data.y_test)
+    return {"net": net, "calib": calib, "train": (Xtr, ytr),
+            "evaluate": lambda m: {"val_error": error_rate(m, Xva, yva),
+                                   "test_error": error_rate(m, Xte, yte)},
+            "record": {"from": str(source), "source_config": src_cfg,
+                       "model": src_cfg.get("model"), "n_features": src_cfg.get("n_features"),
+                       "data_fingerprint": src_cfg.get("data_fingerprint")},
+            "final": {"from": str(source), "architecture": src_final.get("architecture"),
+                      "data": data.summary()}}
 
-    t0 = time.perf_counter()
-    res = prune_oneshot(net, calib, args.method, target_density=args.density,
-                        pattern=args.pattern, allocation=args.allocation, options=options,
-                        allocation_options=alloc_options,
-                        exclude=args.exclude, progress=not args.no_progress)
-    oneshot_s = time.perf_counter() - t0
-    final = {"status": "finished", "method": f"oneshot:{args.method}", "from": str(source),
-             "architecture": src_final.get("architecture"), "data": data.summary(),
+
+def _from_model(args) -> dict:
+    """The network, calibration data, evaluation and record of ``--model FILE``."""
+    from dualdrop.train.user_model import (build_user_model, load_model_file, parse_model_args,
+                                           parse_shape, read_calibration)
+
+    kwargs = parse_model_args(args.model_args)
+    shape = parse_shape(args.input_shape) if args.input_shape is not None else None
+    net = load_model_file(args.model, build_user_model(args.model_class, kwargs),
+                          spec=args.model_class)
+    dtype = next((p.dtype for p in net.parameters() if p.is_floating_point()), None)
+    calib = read_calibration(args.calib, shape=shape, **({"dtype": dtype} if dtype else {}))
+    change = _output_change(net, calib)
+    arch = {"model_class": args.model_class, "model_args": kwargs,
+            "input_shape": list(shape) if shape else None}
+    return {"net": net, "calib": calib, "train": None,
+            "evaluate": lambda m: {"output_change": change(m)},
+            "record": {"model_file": str(args.model), **arch},
+            "final": {"model_file": str(args.model), "architecture": arch}}
+
+
+def _output_change(net, calib, n: int = 256):
+    """``change(model)``: ``||f(x) - f0(x)|| / ||f0(x)||`` over the first ``n`` calibration
+    samples, ``f0`` the network as it is now (before pruning)."""
+    import torch
+
+    from dualdrop.nn._graph import tensors
+    from dualdrop.nn.oneshot.walker import default_forward
+    from dualdrop.train.user_model import calibration_batches
+
+    batches = calibration_batches(calib, 64)[: max(1, n // 64)]
+
+    @torch.no_grad()
+    def outputs(model):
+        was = model.training
+        model.eval()
+        try:
+            return [t.detach().double() for b in batches
+                    for t in tensors(default_forward(model, b)) if t.is_floating_point()]
+        finally:
+            model.train(was)
+
+    ref = outputs(net)
+    ref_norm = sum(float((r ** 2).sum()) for r in ref) ** 0.5
+
+    def change(model) -> float:
+        diff = sum(float(((a - r) ** 2).sum()) for a, r in zip(outputs(model), ref)) ** 0.5
+        return diff / ref_norm if ref_norm > 0 else diff
+
+    return change
+
+
+def prune_run(args) -> dict:
+    """The work of ``dualdrop prune`` (every argument checked before any file is written)."""
+    import torch
+
+    from dualdrop.nn import export_sparse
+    from dualdrop.nn.oneshot import prune_oneshot
+    from dualdrop.train.checkpoint import atomic_save, atomic_write_json, claim_run_folder
+
+    checked = _check_args(args)
+    options, alloc_options = checked["options"], checked["allocation_options"]
+    out = Path(args.out)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    src = _from_run(args) if args.source is not None else _from_model(args)
+    net, calib = src["net"], src["calib"]
+    settings = {"method": f"oneshot:{args.method}", **src["record"], "density": args.density,
+                "pattern": args.pattern, "allocation": args.allocation,
+                "allocation_options": alloc_options, "options": options,
+                "calib": _calib_count(args) or args.calib, "seed": args.seed,
+                "exclude": args.exclude, "finetune_epochs": args.finetune_epochs,
+                "lr": args.lr}
+    rerun = claim_run_folder(out, settings)
+    saved = out / ONESHOT
+    res = None
+    if rerun and saved.is_file():        # the pruning of an interrupted run: not done again
+        res, oneshot = _load_oneshot(saved, net)
+    else:
+        from dualdrop.train.user_model import calibration_batches
+
+        t0 = time.perf_counter()
+        res = prune_oneshot(net, calibration_batches(calib), args.method,
+                            target_density=args.density, pattern=args.pattern,
+                            allocation=args.allocation, options=options,
+                            allocation_options=alloc_options, exclude=args.exclude,
+                            progress=not args.no_progress)
+        oneshot = {"oneshot_seconds": time.perf_counter() - t0,
+                   **{f"{k}_oneshot": v for k, v in src["evaluate"](net).items()}}
+        if args.finetune_epochs:         # kept while the fine-tuning runs
+            atomic_save({"model": net.state_dict(), "masks": res.masks,
+                         "report": res.report.to_dict(), "oneshot": oneshot}, saved)
+    final = {"status": "finished", "method": f"oneshot:{args.method}", **src["final"],
              "target": res.report.target, "allocation": args.allocation, "options": options,
-             "allocation_options": alloc_options,
-             "calib": args.calib, "seed": args.seed, "oneshot_seconds": oneshot_s,
-             "val_error_oneshot": error_rate(net, Xva, yva),
-             "test_error_oneshot": error_rate(net, Xte, yte),
-             "nonzero_total": res.report.density,
+             "allocation_options": alloc_options, "calib": settings["calib"],
+             "seed": args.seed, **oneshot, "nonzero_total": res.report.density,
              "nonzero": {r["layer"]: r["density"] for r in res.report.layers},
              "objective": res.report.objectives(), "finetune_epochs": args.finetune_epochs}
-    out.mkdir(parents=True, exist_ok=True)
     if args.finetune_epochs:
-        res.sparsify()
-        loader = torch.utils.data.DataLoader(
-            torch.utils.data.TensorDataset(Xtr, ytr), batch_size=128, shuffle=True,
-            generator=torch.Generator().manual_seed(args.seed))
-        t1 = time.perf_counter()
-        fit(net, "magnitude", loader,
-            lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
-            epochs=args.finetune_epochs, lr=args.lr, hparams=res.hparams,
-            checkpoint_dir=out / "finetune", progress=not args.no_progress)
+        final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
-        final["finetune_seconds"] = time.perf_counter() - t1
-    final["val_error"] = error_rate(net, Xva, yva)
-    final["test_error"] = error_rate(net, Xte, yte)
-    atomic_write_json(out / "config.json", {
-        "method": f"oneshot:{args.method}", "from": str(source), "source_config": src_cfg,
-        "density": args.density, "pattern": args.pattern, "allocation": args.allocation,
-        "allocation_options": alloc_options,
-        "options": options, "calib": args.calib, "seed": args.seed, "exclude": args.exclude,
-        "finetune_epochs": args.finetune_epochs, "lr": args.lr,
-        "model": src_cfg.get("model"), "n_features": src_cfg.get("n_features"),
-        "data_fingerprint": src_cfg.get("data_fingerprint")})
+    final.update(src["evaluate"](net))
     atomic_write_json(out / "report.json", res.report.to_dict())
     atomic_save(net.state_dict(), out / "model.pt")
     atomic_write_json(out / "final.json", final)
+    saved.unlink(missing_ok=True)
     return final
 
 
+def _load_oneshot(path: Path, net):
+    """The one-shot result an interrupted run saved: loaded into ``net``."""
+    from dualdrop.nn.oneshot.api import OneShotReport, OneShotResult
+    from dualdrop.train.checkpoint import read_checkpoint
+
+    blob = read_checkpoint(path, fix="remove it to prune again",
+                           keys=("model", "masks", "report", "oneshot"))
+    net.load_state_dict(blob["model"])
+    report = OneShotReport(**{k: v for k, v in blob["report"].items() if k != "density"})
+    return OneShotResult(net, report, blob["masks"]), blob["oneshot"]
+
+
+def _finetune(args, net, res, train, out: Path) -> float:
+    """Fine-tune ``net`` with the one-shot masks held, checkpointed every epoch; the seconds
+    it took."""
+    import torch
+
+    from dualdrop.train import fit
+
+    Xtr, ytr = train
+    res.sparsify()
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(Xtr, ytr), batch_size=128, shuffle=True,
+        generator=torch.Generator().manual_seed(args.seed))
+    args.interrupt_hint = (f"the pruned network is saved in {out / ONESHOT} and the fine-tuning "
+                           f"checkpointed after each epoch in {out / 'finetune'}; run the same "
+                           "command again to continue")
+    t1 = time.perf_counter()
+    fit(net, "magnitude", loader,
+        lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+        epochs=args.finetune_epochs, lr=args.lr, hparams=res.hparams,
+        checkpoint_dir=out / "finetune", checkpoint_every=len(loader),
+        progress=not args.no_progress)
+    return time.perf_counter() - t1
+
+
 def run(args) -> int:
+    if args.list_methods:
+        print(list_methods())
+        return 0
     final = prune_run(args)
-    tail = (f"; after {final['finetune_epochs']} epoch(s) of fine-tuning "
-            f"{100 * final['test_error']:.2f}%" if final["finetune_epochs"] else "")
+    if "test_error" in final:
+        tail = (f"; after {final['finetune_epochs']} epoch(s) of fine-tuning "
+                f"{100 * final['test_error']:.2f}%" if final["finetune_epochs"] else "")
+        what = f"test error {100 * final['test_error_oneshot']:.2f}%"
+    else:
+        tail = ""
+        what = (f"outputs on the calibration data changed by "
+                f"{100 * final['output_change']:.2f}% (relative)")
+    seconds = final.get("oneshot_seconds")
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
     print(f"{final['method']} ({final['target']}, allocation {final['allocation']}): "
-          f"{final['nonzero_total']:.4f} nonzero, test error "
-          f"{100 * final['test_error_oneshot']:.2f}% in {final['oneshot_seconds']:.1f} s{tail}; "
-          f"outputs in {args.out}")
+          f"{final['nonzero_total']:.4f} nonzero, {what}{took}{tail}; outputs in {args.out}")
     print(f"  in Python: dualdrop.train.load_run({str(args.out)!r})", file=sys.stdout)
     return 0

@@ -14,8 +14,8 @@ import argparse
 import json
 import re
 
-from dualdrop.cli import (UsageError, fraction, int_at_least, nonneg_float, nonneg_int,
-                          positive_int)
+from dualdrop.cli import (UsageError, doc_summary, fraction, int_at_least, method_list,
+                          nonneg_float, nonneg_int, positive_int)
 
 
 def parse_hparams(items) -> dict:
@@ -123,6 +123,8 @@ def register(subparsers) -> None:
                    help="global batch size (default: 128 on MNIST, 32 on the embedded digits)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the MD5 check of the MNIST files (for custom IDX files)")
+    p.add_argument("--list-methods", action="store_true",
+                   help="print the methods with what each does, and exit")
     p.add_argument("--list-hparams", action="store_true",
                    help="print the default hyperparameters of --method (of every method without "
                    "it) for the data of --data-dir, and exit")
@@ -185,6 +187,20 @@ def list_hparams(method: str | None, dataset: str) -> str:
     return "\n".join(blocks)
 
 
+def list_methods() -> str:
+    """``--list-methods``: every method with its one-line description."""
+    from dualdrop.nn.registry import REGISTRY
+
+    rows = [(name, doc_summary(cls), "") for name, cls in REGISTRY.items()]
+    rows.append(("penalty:<name>", "gradient descent on L + lam sum Omega(w) for any separable "
+                 "penalty of the penalties catalog (dualdrop penalties)", ""))
+    rows.append(("none", "the dense baseline (no sparsification)", ""))
+    return method_list("methods (--method NAME):", rows,
+                       "defaults and hyperparameters: dualdrop sparsify --list-hparams "
+                       "[--method NAME]; one-shot pruning of a trained network: dualdrop prune "
+                       "--list-methods")
+
+
 def _parse_lam_layers(items) -> dict | None:
     """``["fc1=2", "fc3=0.25"]`` -> ``{"fc1": 2.0, "fc3": 0.25}`` (None when empty)."""
     out = {}
@@ -222,8 +238,12 @@ def run(args) -> int:
     from dualdrop.train.command import sparsify_command
     from dualdrop.train.config import dataset_of
 
+    if args.list_methods:
+        print(list_methods())
+        return 0
     if args.method is None and not args.list_hparams:
-        args.parser.error("the following argument is required: --method (or --list-hparams)")
+        args.parser.error("the following argument is required: --method (or --list-methods, "
+                          "--list-hparams)")
     if args.list_hparams:
         method = check_method(args.method) if args.method else None
         print(list_hparams(method, dataset_of(args.data_dir)))

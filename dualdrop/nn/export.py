@@ -14,8 +14,9 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   for sparse products in float16/bfloat16: there ``CSRLinear`` multiplies in float32 and
   returns the input's dtype.
 - ``"auto"``: per Linear layer, the faster of dense and CSR, *measured* at export: each layer
-  whose weight density is at most ``csr_max_density`` (default 0.3; denser layers stay dense
-  untimed) is timed both ways on this machine (interleaved rounds, the fastest of each, with
+  whose weight density is at most ``csr_max_density`` (default 0.3, to one weight: a layer
+  pruned to 0.3 and rounded to whole weights qualifies; denser layers stay dense untimed) is
+  timed both ways on this machine (interleaved rounds, the fastest of each, with
   the threads torch uses now) and becomes CSR only when that is at least ``AUTO_MARGIN`` (10%)
   faster. The inputs: with ``example_inputs`` (a batch as the model will receive it) each
   layer's own input on that forward run, and then the whole network is timed too, the

@@ -71,8 +71,8 @@ from dualdrop.nn.quantize import quantize_dynamic_int8
 
 LAYOUTS = ("dense", "csr", "auto", "compact", "dense-int8", "compact-int8", "onnxruntime",
            "onnxruntime-compact", "onnxruntime-compact-int8")
-DEFAULT_LAYOUTS = ("dense", "csr", "auto", "compact", "compact-int8", "onnxruntime",
-                   "onnxruntime-compact", "onnxruntime-compact-int8")
+#: ``layouts=None``: every layout (those whose packages are missing are left out with a note)
+DEFAULT_LAYOUTS = LAYOUTS
 CHECK_ATOL = 1e-5
 _ORT = {"onnxruntime": ("dense", None), "onnxruntime-compact": ("compact", None),
         "onnxruntime-compact-int8": ("compact", "dynamic-int8")}

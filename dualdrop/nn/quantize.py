@@ -106,6 +106,11 @@ class Int8DynamicLinear(nn.Module):
     def from_linear(cls, linear: nn.Module) -> "Int8DynamicLinear":
         """From an ``nn.Linear`` (or Hugging Face's ``Conv1D``, its weight transposed)."""
         w = out_in(linear).detach().float()
+        bad = _non_finite(linear)
+        if bad:
+            raise ValueError(f"Int8DynamicLinear.from_linear: the layer's {bad} (NaN or inf): "
+                             "int8 has no such value, its outputs would look finite; fix the "
+                             "weights first")
         scale = w.abs().amax(1) / _QMAX
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a dead unit: Q = 0
         q = torch.round(w / scale[:, None]).clamp_(-_QMAX, _QMAX).to(torch.int8)
@@ -141,6 +146,30 @@ class Int8DynamicLinear(nn.Module):
                 f"nnz={int(torch.count_nonzero(self.weight))}, bias={self.bias is not None}")
 
 
+def _non_finite(layer: nn.Module) -> str:
+    """``"weight has 3 non-finite values"`` (and the bias's), or ``""``."""
+    parts = []
+    for pname in ("weight", "bias"):
+        t = getattr(layer, pname, None)
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            k = int((~torch.isfinite(t)).sum())
+            if k:
+                parts.append(f"{pname} has {k} non-finite value{'s' if k > 1 else ''}")
+    return " and ".join(parts)
+
+
+def check_finite_weights(model: nn.Module) -> None:
+    """ValueError naming the Linear layers whose weight or bias holds NaN or inf: int8 has no
+    such value, so a quantized layer would return finite outputs for a broken one."""
+    bad = {name: why for name, m in model.named_modules() if dense_type(m)
+           and (why := _non_finite(m))}
+    if bad:
+        shown = "; ".join(f"{name or 'model'}: {why}" for name, why in list(bad.items())[:4])
+        raise ValueError(f"model has non-finite weights (NaN or inf), which int8 cannot hold (its "
+                         f"outputs would look finite): {shown}{' ...' if len(bad) > 4 else ''}; "
+                         "fix or retrain those layers first")
+
+
 def _set(root, name, new):
     parent, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent) if parent else root, child, new)
@@ -164,6 +193,7 @@ def quantize_dynamic_int8(model: nn.Module, *, inplace: bool = False) -> nn.Modu
     if any(parametrize.is_parametrized(m) for m in model.modules()):
         raise ValueError("model is still sparsified (it has parametrizations); quantize its "
                          'export: export_sparse(model, "dense", quantize="dynamic-int8")')
+    check_finite_weights(model)
     out = model if inplace else copy.deepcopy(model)
     counts = {}
     for _, p in out.named_parameters(remove_duplicate=False):

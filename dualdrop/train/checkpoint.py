@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dualdrop.nn._files import atomic_target
+
 
 CHECKPOINT = "checkpoint.pt"
 # 2: RNG states as tensors and plain values (loads with weights_only=True); 1: numpy's tuple
@@ -71,32 +73,87 @@ def _rng_from_format1(st: dict) -> dict:
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace`` it in place."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    """``torch.save`` to a temporary file in the same folder, then ``os.replace`` it in place
+    (``dualdrop.nn._files.atomic_target``: the previous file stays whole on any failure)."""
+    with atomic_target(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:  # Ctrl-C or a full disk: the previous file stays, no debris
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_target(path) as tmp:
         tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, default=None) -> None:
     """``obj`` as indented JSON (one trailing newline), written by :func:`atomic_write_text`:
     the one writer of the JSON files of runs, comparisons and frontiers."""
     atomic_write_text(path, json.dumps(obj, indent=1, default=default) + "\n")
+
+
+def read_json(path: str | os.PathLike, fix: str, *, kind: type = dict) -> Any:
+    """The JSON file of a run (``config.json``, ``final.json``, ...): one-line errors naming
+    ``path`` and ending with ``fix`` for a missing, empty, corrupt or truncated file, or one
+    whose top level is not a ``kind``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; {fix}")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file (corrupt); {fix}") from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty; {fix}")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is corrupt or truncated (invalid JSON at line {exc.lineno} "
+                         f"column {exc.colno}: {exc.msg}); {fix}") from None
+    if not isinstance(obj, kind):
+        raise ValueError(f"{path} holds a JSON {type(obj).__name__}, not a "
+                         f"{'JSON object' if kind is dict else kind.__name__}; {fix}")
+    return obj
+
+
+#: the settings a run folder was started with (written before any work, compared on a rerun)
+RUN_CONFIG = "config.json"
+
+
+def _comparable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=repr))
+
+
+def claim_run_folder(out: str | os.PathLike, settings: dict, *, option: str = "--out",
+                     run_files: tuple = ("final.json", "model.pt", CHECKPOINT)) -> bool:
+    """Record ``settings`` as the run of folder ``out``, or check that the run recorded there
+    has them. Returns True when ``out`` already holds this run (a rerun: continue it),
+    False for a new run (``out/config.json`` written now, before any work).
+
+    A rerun with other settings is refused (ValueError naming each setting that differs, and
+    the fix: the same settings, or another ``option``), as is a folder holding run files
+    (``run_files``) without a record: resuming either would mix two runs, e.g. one method's
+    checkpoint under another method's results. Call it after every argument is checked.
+    """
+    out = Path(out)
+    record, now = out / RUN_CONFIG, _comparable(settings)
+    if record.is_file():
+        fix = f"remove {out} or choose another {option}"
+        was = read_json(record, fix)
+        diff = {k: (was.get(k), now.get(k)) for k in {**was, **now} if was.get(k) != now.get(k)}
+        if diff:
+            detail = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in
+                               sorted(diff.items())[:6])
+            raise ValueError(f"{option} {out} holds a run started with other settings "
+                             f"({detail}); rerun with its settings to continue it, or choose "
+                             f"another {option} (or remove {out})")
+        return True
+    found = [f for f in run_files if (out / f).exists()]
+    if found:
+        raise ValueError(f"{option} {out} holds run files ({', '.join(found)}) but no record "
+                         f"of their settings ({RUN_CONFIG}); choose another {option} (or "
+                         f"remove {out})")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(record, now)
+    return False
 
 
 class RunLockedError(FileExistsError):
@@ -151,12 +208,10 @@ def write_history(out: Path, history: list[dict]) -> None:
     keys: list[str] = []
     for row in history:
         keys += [k for k in row if k not in keys]
-    tmp = out / f".history.csv.{os.getpid()}.tmp"
-    with open(tmp, "w", newline="") as fh:
+    with atomic_target(out / "history.csv") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
         w.writeheader()
         w.writerows(history)
-    os.replace(tmp, out / "history.csv")
 
 
 class CheckpointError(ValueError):

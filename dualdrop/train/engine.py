@@ -279,7 +279,7 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                           **hparams)
         if plan["controller"] is not None:
             sp.controller = DensityController(sp, plan["controller"])
-        opt = _make_optimizer(optimizer, sp.method_param_groups(lr, total))
+        opt = _make_optimizer(optimizer, sp.method_param_groups(lr, total), sp.method)
         sp.check_optimizer(opt)
         if scheduler == "linear":
             sched = _linear_decay(opt, total)
@@ -556,7 +556,13 @@ def _check_checkpoint_dir(checkpoint_dir) -> None:
                               "you can write to")
 
 
-def _make_optimizer(factory, groups):
+def _make_optimizer(factory, groups, method: str = ""):
+    groups = [{**g, "params": list(g["params"])} for g in groups]
+    if not any(g["params"] for g in groups):
+        raise ValueError(f"the model has no parameter to train: every parameter has "
+                         f"requires_grad=False and method {method!r} adds none of its own; "
+                         "unfreeze the layers to fine-tune (p.requires_grad_(True) for p in "
+                         "model.parameters()), or pass a model with trainable parameters")
     opt = factory(groups) if factory is not None else torch.optim.Adam(groups)
     if not isinstance(opt, torch.optim.Optimizer):
         raise TypeError(f"optimizer must return a torch.optim.Optimizer, got "

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint
+from dualdrop.nn._files import atomic_target
+from dualdrop.train.checkpoint import CHECKPOINT, atomic_save, read_checkpoint, read_json
 from dualdrop.train.config import DENSE, _nn
 from dualdrop.train.models import DEFAULT_MODEL, build_model
 
@@ -39,7 +40,13 @@ def architecture(n_features: int, n_classes: int, model: str = DEFAULT_MODEL) ->
 
 
 def build(arch: dict) -> nn.Module:
-    """A fresh network of the architecture record ``arch`` (a ``dualdrop.train.models`` name)."""
+    """A fresh network of the architecture record ``arch``: a ``dualdrop.train.models`` name, or
+    a user's ``model_class`` with its ``model_args`` (``dualdrop prune --model``)."""
+    if arch.get("model_class"):
+        from dualdrop.train.user_model import build_user_model
+
+        return build_user_model(arch["model_class"], arch.get("model_args") or {},
+                                option="model_class")
     name = arch.get("name", DEFAULT_MODEL)
     return build_model(_LEGACY_NAMES.get(name, name), int(arch["n_features"]),
                        int(arch.get("n_classes", 10)))
@@ -137,9 +144,8 @@ def save_model(model: nn.Module, sparsified: bool, out: Path,
         except ImportError:  # torch-pruning (extra "structured") is optional
             small = None
         if small is not None:
-            tmp = out / (MODEL_COMPACT + ".tmp")
-            dnn.save_compact(small, tmp)
-            os.replace(tmp, out / MODEL_COMPACT)
+            with atomic_target(out / MODEL_COMPACT) as tmp:
+                dnn.save_compact(small, tmp)
             files["compact"] = MODEL_COMPACT
     return files
 
@@ -187,8 +193,8 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
         raise FileNotFoundError(f"load_run({str(run)!r}): {state}; finish it with "
                                 "dualdrop sparsify ... --resume (same options), or pass the "
                                 "folder of a finished run")
-    final = json.loads(final_path.read_text())
     fix = "run dualdrop sparsify again into a new folder"
+    final = read_json(final_path, fix)
     if MODEL in os.listdir(folder):
         arch = final.get("architecture") or {"n_features": _n_features(folder, fix)}
         net = build(arch)
@@ -210,7 +216,7 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
         compact_path = folder / MODEL_COMPACT
         if compact_path.is_file() and MODEL in os.listdir(folder):
             return dnn.load_compact(compact_path, build(arch))
-        return dnn.compact(net, example_batch(arch["n_features"]))
+        return dnn.compact(net, _example_inputs(arch, folder))
     csr_path = folder / MODEL_CSR
     if not csr_path.is_file():
         return dnn.export_sparse(net, layout="csr")
@@ -219,6 +225,18 @@ def load_run(run: str | os.PathLike, layout: str = "dense") -> nn.Module:
         if isinstance(module, nn.Linear):
             setattr(net, name, dnn.CSRLinear(sd[f"{name}.weight"], sd.get(f"{name}.bias")))
     return net.eval()
+
+
+def _example_inputs(arch: dict, folder: Path) -> torch.Tensor:
+    """The batch that traces a run's network for the compact layout: its ``n_features``, or
+    the ``input_shape`` a ``dualdrop prune --model`` run recorded."""
+    if arch.get("n_features"):
+        return example_batch(arch["n_features"])
+    if arch.get("input_shape"):
+        return torch.randn(4, *arch["input_shape"], generator=torch.Generator().manual_seed(0))
+    raise ValueError(f"load_run({str(folder)!r}, layout='compact'): the run records no input "
+                     "shape to trace its network with; compact it in Python: "
+                     "dualdrop.nn.compact(load_run(folder), example_inputs)")
 
 
 def _read_state(path: Path, fix: str) -> dict:

@@ -72,7 +72,7 @@ def test_prune_writes_a_run_folder(dense_run, tmp_path, capsys):
     (["--density", "0.5", "--allocation", "best"], "allocation"),
     (["--density", "0.5", "--calib", "0"], "--calib"),
     (["--density", "0.5", "--lr", "0"], "--lr"),
-    (["--density", "1.5"], "target_density"),
+    (["--density", "1.5"], "--density must be a fraction in (0, 1]"),
     (["--density", "0.5", "--allocation", "owl", "--allocation-hp", "owl_q=1"], "owl_q"),
 ])
 def test_prune_refusals_write_nothing(dense_run, tmp_path, capsys, extra, match):
