@@ -76,8 +76,13 @@ from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead
                                 restore_attention)
 from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
 from dualdrop.nn.export import export_sparse
+from dualdrop.nn._files import atomic_target, writable_file
 from dualdrop.nn.hf.compact import compact_pretrained
+from dualdrop.nn.hf.families import blocks as hf_blocks
+from dualdrop.nn.hf.families import check_widths as check_hf_widths
 from dualdrop.nn.hf.families import family as hf_family
+from dualdrop.nn.hf.families import resize as resize_hf
+from dualdrop.nn.hf.families import widths as hf_widths
 
 FORMAT = "dualdrop-compact"
 
@@ -389,9 +394,14 @@ def _verify(dense, small, example_inputs):
 def compact_report(dense: nn.Module, small: nn.Module) -> dict:
     """``{layer_name: (kept, total)}``: output units (Linear) or channels (convolutions) of each
     layer of the compact network ``small`` against the same layer of ``dense`` (the dense
-    export or the original model), and the heads of each attention whose heads were removed."""
+    export or the original model), and the heads of each attention whose heads were removed
+    (every block's self-attention in a Hugging Face transformer)."""
     ref = dict(dense.named_modules())
     rows = {}
+    if hf_family(small) is not None and hf_family(dense) is not None:
+        for b, r in zip(hf_blocks(small), hf_blocks(dense)):   # heads per block
+            rows[b.names["attention"]] = (hf_widths(b)["num_attention_heads"],
+                                          hf_widths(r)["num_attention_heads"])
     for name, m in small.named_modules():
         if isinstance(m, HeadPrunedAttention) and name in ref:
             r = ref[name]
@@ -408,28 +418,42 @@ def compact_report(dense: nn.Module, small: nn.Module) -> dict:
 # ---------------------------------------------------------------------------- saving / loading
 
 def save_compact(model: nn.Module, path: str | os.PathLike) -> None:
-    """Write a compact network to ``path``: ``{"format", "state_dict", "shapes", "groups"}``
-    (tensors, ints and strings: readable with ``torch.load(weights_only=True)``; ``groups``: each
-    convolution's group count, which a narrowed depthwise convolution changes); reload it with
-    :func:`load_compact`."""
+    """Write a compact network to the file ``path``: ``{"format", "state_dict", "shapes",
+    "groups", "attention", "hf"}`` (tensors, ints and strings: readable with
+    ``torch.load(weights_only=True)``; ``groups``: each convolution's group count, which a
+    narrowed depthwise convolution changes; ``hf``: a Hugging Face transformer's widths per
+    block); reload it with :func:`load_compact`. Written to a temporary name beside ``path``,
+    read back, then moved into place. (A Hugging Face model is better saved with
+    ``dualdrop.nn.save_pretrained``: config + safetensors, loaded in one call.)"""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    target = writable_file(path, "path")
     sd = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     groups = {n: int(m.groups) for n, m in model.named_modules() if isinstance(m, CONV)}
-    torch.save({"format": FORMAT, "version": 1, "state_dict": sd,
-                "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups,
-                "attention": attention_spec(model)}, path)
+    blob = {"format": FORMAT, "version": 1, "state_dict": sd,
+            "shapes": {k: list(v.shape) for k, v in sd.items()}, "groups": groups,
+            "attention": attention_spec(model)}
+    if hf_family(model) is not None:
+        blob["hf"] = [hf_widths(b) for b in hf_blocks(model)]
+    with atomic_target(target) as tmp:
+        torch.save(blob, tmp)
+        torch.load(tmp, map_location="cpu", weights_only=True)  # reads back before it replaces
 
 
 def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
     """The compact network saved at ``path``, rebuilt on ``model``: a fresh (uncompacted)
     instance of the original architecture, whose Linear, convolution and BatchNorm layers are
-    resized to the saved shapes before the weights load with ``strict=True``. Returns ``model``
-    in eval mode. A file that is not such a save, or does not fit ``model``, raises ValueError."""
+    resized to the saved shapes (a Hugging Face transformer's blocks to their saved widths)
+    before the weights load with ``strict=True``. Returns ``model`` in eval mode. A file that is
+    not such a save, or does not fit ``model``, raises ValueError and leaves ``model`` as it was
+    (every step is first run on a copy of ``model`` on the meta device)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a fresh instance of the original architecture "
                         f"(a torch.nn.Module), got {type(model).__name__}")
     fix = "save it with dualdrop.nn.save_compact and pass a fresh instance of its architecture"
+    if os.path.isdir(path) if isinstance(path, (str, os.PathLike)) else False:
+        raise ValueError(f"{path} is a folder; pass the file save_compact wrote (a folder "
+                         "from save_pretrained loads with dualdrop.nn.load_pretrained)")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -437,19 +461,46 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
                          f"({first_line(exc)[:120]}); {fix}") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT or not isinstance(
             blob.get("state_dict"), dict) or not all(
-            isinstance(v, torch.Tensor) for v in blob["state_dict"].values()):
+            isinstance(v, torch.Tensor) for v in blob["state_dict"].values()) or not \
+            isinstance(blob.get("attention") or {}, dict) or not \
+            isinstance(blob.get("groups") or {}, dict):
         raise ValueError(f"{path} is not a compact model file; {fix}")
-    sd = blob["state_dict"]
-    attention = blob.get("attention") or {}
-    if not isinstance(attention, dict):
-        raise ValueError(f"{path} is not a compact model file; {fix}")
-    restore_attention(model, attention, f"{path} does not fit {type(model).__name__}")
+    where = f"{path} does not fit {type(model).__name__}"
+    meta_sd = {k: torch.empty(v.shape, dtype=v.dtype, device="meta")
+               for k, v in blob["state_dict"].items()}
+    with torch.device("meta"):   # a dry run: every check, nothing of model changed
+        _rebuild(_meta_clone(model), blob, meta_sd, where, fix)
+    _rebuild(model, blob, blob["state_dict"], where, fix)
+    return model.eval()
+
+
+def _meta_clone(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose parameters and buffers are empty meta tensors."""
+    memo = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        empty = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        memo[id(t)] = (nn.Parameter(empty, requires_grad=t.requires_grad)
+                       if isinstance(t, nn.Parameter) else empty)
+    return copy.deepcopy(model, memo)
+
+
+def _rebuild(model, blob, sd, where, fix) -> None:
+    """Resize ``model`` to the shapes of the compact save ``blob`` and load ``sd`` into it."""
+    hf = blob.get("hf")
+    if hf is not None:
+        if hf_family(model) is None:
+            raise ValueError(f"{where}: the file holds a Hugging Face transformer's block "
+                             f"widths; {fix}")
+        check_hf_widths(model, hf, where)
+        resize_hf(model, hf)
+    restore_attention(model, blob.get("attention") or {}, where)
     own = model.state_dict()
     missing, extra = set(own) - set(sd), set(sd) - set(own)
     if missing or extra:
         what = f"missing {sorted(missing)[:3]}" if missing else f"unexpected {sorted(extra)[:3]}"
-        raise ValueError(f"{path} does not fit {type(model).__name__}: {what}; {fix}")
+        raise ValueError(f"{where}: {what}; {fix}")
     modules = dict(model.named_modules())
+    resizes = []
     for key, value in sd.items():
         if tuple(own[key].shape) == tuple(value.shape):
             continue
@@ -457,30 +508,27 @@ def load_compact(path: str | os.PathLike, model: nn.Module) -> nn.Module:
         m = modules.get(mod_name)
         if not (isinstance(m, LINEAR + CONV + BN) or is_conv1d(m)) or \
                 own[key].dim() != value.dim():
-            raise ValueError(f"{path} does not fit {type(model).__name__}: {key} has shape "
-                             f"{tuple(value.shape)}, the model {tuple(own[key].shape)}; {fix}")
-        _resize(m, attr, value)
+            raise ValueError(f"{where}: {key} has shape {tuple(value.shape)}, the model "
+                             f"{tuple(own[key].shape)}; {fix}")
+        resizes.append((m, attr, value))
     groups = blob.get("groups") or {}
-    if not isinstance(groups, dict):
-        raise ValueError(f"{path} is not a compact model file; {fix}")
     for name, g in groups.items():
-        m = modules.get(name)
-        if not isinstance(m, CONV) or not isinstance(g, int) or g < 1:
-            raise ValueError(f"{path} does not fit {type(model).__name__}: no convolution "
-                             f"{name!r}; {fix}")
-        m.groups = g
+        if not isinstance(modules.get(name), CONV) or not isinstance(g, int) or g < 1:
+            raise ValueError(f"{where}: no convolution {name!r}; {fix}")
+    for m, attr, value in resizes:
+        _resize(m, attr, value)
+    for name, g in groups.items():
+        modules[name].groups = g
     for m in modules.values():
         _sync_sizes(m)
     try:
         model.load_state_dict(sd, strict=True)
     except RuntimeError as exc:
-        raise ValueError(f"{path} does not fit {type(model).__name__}: "
-                         f"{first_line(exc)}; {fix}") from None
-    return model.eval()
+        raise ValueError(f"{where}: {first_line(exc)}; {fix}") from None
 
 
 def _resize(m, attr, value):
-    blank = torch.empty(value.shape, dtype=value.dtype)
+    blank = torch.empty(value.shape, dtype=value.dtype, device=value.device)
     if attr in m._parameters:
         m._parameters[attr] = nn.Parameter(blank, requires_grad=m._parameters[attr].requires_grad)
     else:
