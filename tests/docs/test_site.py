@@ -1,0 +1,263 @@
+"""What can break the documentation site and is cheap to check without building it.
+
+CI builds the site with ``mkdocs build --strict`` (links, anchors, every directive resolves) and
+screenshots it; these tests cover what the build does not refuse: formulas that would need a
+network, an API page that lists internals or forgets an export, a page that names a doc page
+or a published file as code instead of linking to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+
+# API page -> the modules whose public names it documents
+API_PAGES = {
+    "penalties": ["penalties", "penalties.curves"],
+    "linear": ["dualdrop.linear"],
+    "nn": ["dualdrop.nn"],
+    "train": ["dualdrop.train", "dualdrop.train.callbacks"],
+    "data": ["dualdrop.data"],
+    "diagnostics": ["dualdrop.diagnostics"],
+    "dynamics": ["dualdrop.dynamics"],
+}
+# exported for other tools, not for readers: scikit-learn's check_estimator plumbing
+HIDDEN = {"dualdrop.linear": {"expected_failed_checks"}}
+_DIRECTIVE = re.compile(r"^::: *([\w.]+)\s*$", re.M)
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+# mkdocs.yml may hold !!python/name tags (Material's emoji options); none are needed here
+_Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+_Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _config() -> dict:
+    return yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)
+
+
+def _extensions(config) -> dict:
+    out = {}
+    for ext in config["markdown_extensions"]:
+        name, opts = next(iter(ext.items())) if isinstance(ext, dict) else (ext, {})
+        out[name] = opts or {}
+    return out
+
+
+def _public_names(modname: str) -> list[str]:
+    mod = importlib.import_module(modname)
+    names = getattr(mod, "__all__", None)
+    if names is None:  # a module without __all__: what it defines itself
+        names = [n for n, v in vars(mod).items() if not n.startswith("_")
+                 and getattr(v, "__module__", None) == modname]
+    return [n for n in names if n not in HIDDEN.get(modname, set())]
+
+
+def _resolve(path: str):
+    """The object a ``::: path`` directive renders: like Griffe, a submodule before an attribute
+    of its package of the same name (``dualdrop.nn.compact`` is the module, not the function)."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+# ---------------------------------------------------------------- formulas, offline
+
+
+def test_math_is_typeset_by_the_vendored_katex_with_no_network():
+    config = _config()
+    ext = _extensions(config)
+    assert "pymdownx.arithmatex" in ext and ext["pymdownx.arithmatex"].get("generic") is True
+    assets = config.get("extra_javascript", []) + config.get("extra_css", [])
+    for asset in assets:
+        path = asset if isinstance(asset, str) else asset["path"]
+        assert "//" not in path, f"{path}: the site must render offline (ship it under docs/)"
+        assert (DOCS / path).is_file(), f"mkdocs.yml names {path}, not in docs/"
+    for needed in ("vendor/katex/katex.min.js", "vendor/katex/katex.min.css",
+                   "javascripts/katex.js"):
+        assert needed in assets
+    # the renderer is loaded after KaTeX itself
+    js = config["extra_javascript"]
+    assert js.index("vendor/katex/katex.min.js") < js.index("javascripts/katex.js")
+
+
+def test_every_font_the_katex_stylesheet_names_is_shipped():
+    css = (DOCS / "vendor/katex/katex.min.css").read_text(encoding="utf-8")
+    urls = set(re.findall(r"url\(([^)]+)\)", css))
+    assert urls, "no font in katex.min.css"
+    missing = sorted(u for u in urls if not (DOCS / "vendor/katex" / u).is_file())
+    assert not missing, f"katex.min.css names fonts that are not shipped: {missing[:5]}"
+
+
+def test_renderer_handles_the_arithmatex_markup():
+    js = (DOCS / "javascripts/katex.js").read_text(encoding="utf-8")
+    assert ".arithmatex" in js and "katex.render" in js and "displayMode" in js
+
+
+# ---------------------------------------------------------------- code blocks fit
+
+
+def test_long_code_lines_wrap_instead_of_running_off_the_page():
+    config = _config()
+    assert "stylesheets/site.css" in config["extra_css"]
+    css = (DOCS / "stylesheets/site.css").read_text(encoding="utf-8")
+    rule = re.search(r"\.md-typeset pre > code\s*\{([^}]*)\}", css)
+    assert rule and "pre-wrap" in rule.group(1)
+    assert _extensions(config)["pymdownx.highlight"].get("line_spans") == "__span"
+
+
+# ---------------------------------------------------------------- the API reference
+
+
+def test_api_directives_hide_private_members_and_sklearn_plumbing():
+    plugin = next(p for p in _config()["plugins"] if isinstance(p, dict) and "mkdocstrings" in p)
+    options = plugin["mkdocstrings"]["handlers"]["python"]["options"]
+    filters = [re.compile(f[1:]) for f in options["filters"] if f.startswith("!")]
+
+    def hidden(name):
+        return any(f.search(name) for f in filters)
+
+    for name in ("_fit", "__sklearn_tags__", "set_fit_request", "set_score_request",
+                 "get_metadata_routing", "expected_failed_checks"):
+        assert hidden(name), f"{name} would be listed on the API pages"
+    for name in ("fit", "predict", "regularization_path", "set_strength"):
+        assert not hidden(name), f"{name} would be hidden from the API pages"
+    assert not options.get("inherited_members"), "inherited members drag in torch/sklearn APIs"
+    assert options.get("show_submodules") is False
+
+
+@pytest.mark.parametrize("page", sorted(API_PAGES))
+def test_api_page_documents_every_export_and_nothing_private(page):
+    text = (DOCS / "api" / f"{page}.md").read_text(encoding="utf-8")
+    directives = _DIRECTIVE.findall(text)
+    # options that would bring back private members or sklearn plumbing
+    for bad in ("filters:", "inherited_members:", "members: true"):
+        assert bad not in text, f"docs/api/{page}.md overrides the site's filters ({bad})"
+    documented = set()
+    for path in directives:
+        obj = _resolve(path)
+        if inspect.ismodule(obj):  # a section's introduction: the module docstring alone
+            block = re.search(rf"^::: {re.escape(path)}\n((?: {{4}}.*\n)*)", text, re.M)
+            assert block and "members: false" in block.group(1), (
+                f"docs/api/{page}.md: '::: {path}' renders the module {path} with all its "
+                f"members (a function of the same name is '::: {path}.{path.rsplit('.', 1)[1]}')")
+            continue
+        assert not any(p.startswith("_") for p in path.split(".")), (
+            f"docs/api/{page}.md documents {path} through a private path")
+        documented.add(id(obj))
+    for modname in API_PAGES[page]:
+        for name in _public_names(modname):
+            obj = getattr(importlib.import_module(modname), name)
+            if id(obj) in documented:
+                continue
+            # constants and modules are named in the page's text instead
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                assert (f"`{name}`" in text or f"`{modname}.{name}`" in text
+                        or f"{modname}.{name}" in directives), (
+                    f"docs/api/{page}.md does not mention {modname}.{name}")
+                continue
+            pytest.fail(f"{modname}.{name} is exported but not on docs/api/{page}.md: add "
+                        f"'::: {modname}.{name}' under its section")
+    for name in HIDDEN.get(API_PAGES[page][0], ()):
+        assert name not in text
+
+
+def test_api_page_opens_with_one_intro_and_the_public_api_before_internals():
+    text = (DOCS / "api" / "linear.md").read_text(encoding="utf-8")
+    directives = [d for d in _DIRECTIVE.findall(text) if not inspect.ismodule(_resolve(d))]
+    assert directives[0] == "dualdrop.linear.SparseLinearRegression"
+    assert directives.index("dualdrop.linear.Problem") > directives.index(
+        "dualdrop.linear.SparseGLMCV")
+    # the package docstring is not rendered beside the page's own introduction
+    assert "::: dualdrop.linear\n" not in text and "::: dualdrop.linear\r" not in text
+
+
+@pytest.mark.parametrize("page", sorted(API_PAGES))
+def test_documented_objects_have_a_docstring_at_run_time(page):
+    """mkdocstrings skips an object without a docstring, and so does ``help()``."""
+    text = (DOCS / "api" / f"{page}.md").read_text(encoding="utf-8")
+    for path in _DIRECTIVE.findall(text):
+        obj = _resolve(path)
+        assert inspect.getdoc(obj), f"{path} has no docstring (help() shows nothing)"
+
+
+def test_glm_estimators_document_the_shared_constructor_parameters():
+    from dualdrop.linear import (SparseGammaRegression, SparseGLM, SparseHuberRegression,
+                                 SparsePoissonRegression, SparseQuantileRegression)
+
+    for cls in (SparseGLM, SparsePoissonRegression, SparseGammaRegression,
+                SparseHuberRegression, SparseQuantileRegression):
+        doc = inspect.getdoc(cls)
+        assert doc and "Parameters as" in doc and doc.index("Parameters as") > 0, cls.__name__
+
+
+# ---------------------------------------------------------------- links that are links
+
+# a code span that is a documentation page or a file the site publishes: it must be a link
+_PUBLISHED = {"benchmarks/RESULTS.md", "CHANGELOG.md"}
+
+
+def _code_spans(text: str):
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)  # fenced blocks
+    text = re.sub(r"^(?: {4}|\t).*$", "", text, flags=re.M)     # indented blocks
+    return re.finditer(r"(?<!`)`([^`\n]+)`(?!`)", text)
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+def test_doc_pages_link_to_pages_instead_of_naming_them_in_code(page):
+    text = (DOCS / page).read_text(encoding="utf-8")
+    pages = {p.name for p in DOCS.glob("*.md")}
+    bad = []
+    for m in _code_spans(text):
+        span = m.group(1).strip()
+        target = re.sub(r"^docs/", "", span).split("#")[0]
+        if (span.startswith("docs/") and target in pages) or span in _PUBLISHED:
+            bad.append(span)
+    assert not bad, (f"docs/{page} names {bad} as code: write a link, e.g. "
+                     f"[The duality](theory.md) or [Benchmarks](benchmarks.md)")
+
+
+def test_link_checker_sees_a_code_span_page_name():
+    spans = [m.group(1) for m in _code_spans("See `docs/theory.md` and `x = 1`.\n\n```\n"
+                                             "`docs/theory.md`\n```\n")]
+    assert spans == ["docs/theory.md", "x = 1"]
+
+
+def test_rst_tables_in_docstrings_become_markdown_tables():
+    spec = importlib.util.spec_from_file_location(
+        "griffe_runtime_docs", DOCS / "_hooks" / "griffe_runtime_docs.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    text = "\n".join([
+        "Intro.", "", "====  =====", "name  value", "====  =====",
+        "``a|b``  one",          # a name wider than its column, a pipe in code
+        "      two",             # an empty first cell continues the row
+        "``c``,",                # a first cell ending with a comma continues too
+        "``d``  three | four",
+        "====  =====", "", "After. ====",
+    ])
+    assert ext.rst_tables_to_markdown(text).split("\n") == [
+        "Intro.", "", "| name | value |", "| --- | --- |", "| ``a|b`` | one two |",
+        "| ``c``, ``d`` | three \\| four |", "", "After. ====",
+    ]
+    plain = "A rule alone\n\n=====\n\nand  ====  ==== in prose"
+    assert ext.rst_tables_to_markdown(plain) == plain
