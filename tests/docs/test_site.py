@@ -236,6 +236,22 @@ def test_doc_pages_link_to_pages_instead_of_naming_them_in_code(page):
                      f"[The duality](theory.md) or [Benchmarks](benchmarks.md)")
 
 
+def _prose(text: str) -> str:
+    """``text`` without code blocks, code spans and Markdown links."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    text = re.sub(r"^(?: {4}|\t).*$", "", text, flags=re.M)
+    text = re.sub(r"`[^`\n]+`", "", text)
+    return re.sub(r"\[[^\]]*\]\([^)]*\)", "", text)
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+def test_doc_pages_do_not_name_pages_as_plain_paths(page):
+    prose = _prose((DOCS / page).read_text(encoding="utf-8"))
+    # a quoted "docs/theory.md section N" shows how docstrings refer to the page
+    bad = re.findall(r'(?<!["/\w])(docs/[\w-]+\.md|(?:benchmarks/)?RESULTS\.md)', prose)
+    assert not bad, f"docs/{page} names {bad} as a plain path: write a link"
+
+
 def test_link_checker_sees_a_code_span_page_name():
     spans = [m.group(1) for m in _code_spans("See `docs/theory.md` and `x = 1`.\n\n```\n"
                                              "`docs/theory.md`\n```\n")]
