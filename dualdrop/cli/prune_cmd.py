@@ -301,8 +301,8 @@ def prune_run(args) -> dict:
     import torch
 
     from dualdrop.nn import export_sparse
-    from dualdrop.nn.oneshot import prune_oneshot
-    from dualdrop.train.checkpoint import atomic_save, atomic_write_json, claim_run_folder
+    from dualdrop.train.checkpoint import (atomic_save, atomic_write_json, claim_run_folder,
+                                           release_run_folder)
 
     checked = _check_args(args)
     options, alloc_options = checked["options"], checked["allocation_options"]
@@ -317,25 +317,21 @@ def prune_run(args) -> dict:
                 "calib": _calib_count(args) or args.calib, "seed": args.seed,
                 "exclude": args.exclude, "finetune_epochs": args.finetune_epochs,
                 "lr": args.lr}
+    existed = out.exists()
     rerun = claim_run_folder(out, settings)
     saved = out / ONESHOT
-    res = None
-    if rerun and saved.is_file():        # the pruning of an interrupted run: not done again
-        res, oneshot = _load_oneshot(saved, net)
-    else:
-        from dualdrop.train.user_model import calibration_batches
-
-        t0 = time.perf_counter()
-        res = prune_oneshot(net, calibration_batches(calib), args.method,
-                            target_density=args.density, pattern=args.pattern,
-                            allocation=args.allocation, options=options,
-                            allocation_options=alloc_options, exclude=args.exclude,
-                            progress=not args.no_progress)
-        oneshot = {"oneshot_seconds": time.perf_counter() - t0,
-                   **{f"{k}_oneshot": v for k, v in src["evaluate"](net).items()}}
-        if args.finetune_epochs:         # kept while the fine-tuning runs
-            atomic_save({"model": net.state_dict(), "masks": res.masks,
-                         "report": res.report.to_dict(), "oneshot": oneshot}, saved)
+    try:
+        if rerun and saved.is_file():     # the pruning of an interrupted run: not done again
+            res, oneshot = _load_oneshot(saved, net)
+        else:
+            res, oneshot = _prune_once(args, net, calib, checked, src["evaluate"])
+            if args.finetune_epochs:      # kept while the fine-tuning runs
+                atomic_save({"model": net.state_dict(), "masks": res.masks,
+                             "report": res.report.to_dict(), "oneshot": oneshot}, saved)
+    except BaseException:                 # refused or interrupted before any work is saved:
+        if not rerun and not saved.exists():  # the folder is left as it was
+            release_run_folder(out, remove_folder=not existed)
+        raise
     final = {"status": "finished", "method": f"oneshot:{args.method}", **src["final"],
              "target": res.report.target, "allocation": args.allocation, "options": options,
              "allocation_options": alloc_options, "calib": settings["calib"],
@@ -351,6 +347,22 @@ def prune_run(args) -> dict:
     atomic_write_json(out / "final.json", final)
     saved.unlink(missing_ok=True)
     return final
+
+
+def _prune_once(args, net, calib, checked: dict, evaluate) -> tuple:
+    """``(OneShotResult, record)``: ``net`` pruned by ``prune_oneshot``, the seconds it took
+    and its evaluation."""
+    from dualdrop.nn.oneshot import prune_oneshot
+    from dualdrop.train.user_model import calibration_batches
+
+    t0 = time.perf_counter()
+    res = prune_oneshot(net, calibration_batches(calib), args.method,
+                        target_density=args.density, pattern=args.pattern,
+                        allocation=args.allocation, options=checked["options"],
+                        allocation_options=checked["allocation_options"],
+                        exclude=args.exclude, progress=not args.no_progress)
+    return res, {"oneshot_seconds": time.perf_counter() - t0,
+                 **{f"{k}_oneshot": v for k, v in evaluate(net).items()}}
 
 
 def _load_oneshot(path: Path, net):

@@ -156,6 +156,18 @@ def claim_run_folder(out: str | os.PathLike, settings: dict, *, option: str = "-
     return False
 
 
+def release_run_folder(out: str | os.PathLike, remove_folder: bool = False) -> None:
+    """Undo :func:`claim_run_folder` for a run refused or interrupted before it saved any work:
+    its record removed, and the folder too when ``remove_folder`` and empty."""
+    out = Path(out)
+    (out / RUN_CONFIG).unlink(missing_ok=True)
+    if remove_folder:
+        try:
+            out.rmdir()
+        except OSError:  # not empty: something else lives there
+            pass
+
+
 class RunLockedError(FileExistsError):
     """Another live process is training into the same output folder."""
 

@@ -360,12 +360,13 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                 batches, epoch_rng = _epoch_batches(train_loader, epoch_rng, done_in_epoch,
                                                     current_rng)
                 current_rng = None
-                before = step
+                before, resumed_done = step, done_in_epoch
                 step, ran_out = run_epoch(stepper, batches, data_loss, step, bar=bar,
                                           after=after)
                 if not ran_out:
                     break
-                if step == before:
+                # (an epoch resumed after all its batches: stopped or checkpointed at its end)
+                if step == before and not resumed_done:
                     raise ValueError("train_loader yielded no batch in an epoch; give it data "
                                      "(a DataLoader with drop_last=True needs at least "
                                      "batch_size examples)")
