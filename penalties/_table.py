@@ -134,7 +134,7 @@ def build_table(
     xm = np.concatenate([bp[:-1] + 0.5 * h, bp[:-1] + 0.23 * h, bp[:-1] + 0.91 * h])
     tm = _bisect_increasing(x_of_theta, xm, theta_lo, theta_hi)
     direct = omega_at(np.exp(xm), tm)
-    approx = K.map_kernel("omega", K.TABLE, params, np.exp(xm))
+    approx = K._map("omega", K.TABLE, params, np.exp(xm))
     err = float(np.max(np.abs(approx / direct - 1.0)))
     return Table(params=params, max_rel_error=err, x_lo=float(bp[0]), x_hi=float(bp[-1]))
 

@@ -37,7 +37,7 @@ class Penalty:
         if spec is None:
             raise NotImplementedError(f"{type(self).__name__} has no compiled kernel for {which}")
         code, params = spec
-        return K.map_kernel(which, code, params, x, t)
+        return K._map(which, code, params, x, t)
 
     def _omega(self, w):
         return self._kernel("omega", w)

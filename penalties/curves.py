@@ -18,23 +18,50 @@ from ._checks import as_real_array, check_param
 
 @dataclass
 class Spec:
-    """A penalty to draw: catalog name, constructor params, lambda and a display label."""
+    """A penalty to draw: catalog name, constructor params, lambda and a display label; or any
+    penalty object (``penalty=``: a catalog penalty, one built by ``from_keep_ratio`` and the
+    other constructors, a ``HardThreshold``), drawn as given."""
 
     name: str
     params: dict = field(default_factory=dict)
     lam: float = 1.0
     label: str | None = None
+    penalty: object = None
 
     def __post_init__(self):
         self.lam = check_param(self.lam, "lambda", low=0.0)
+        if self.penalty is not None:
+            _check_penalty_object(self.penalty)
         if self.label is None:
             inner = ",".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
             self.label = self.name + (f"({inner})" if inner else "") + (f"@{_fmt(self.lam)}" if self.lam != 1 else "")
 
+    @classmethod
+    def of(cls, penalty, lam=1.0, label=None) -> "Spec":
+        """The spec of a penalty object (its label: its description, e.g. the name of the rule
+        it was built from, else its repr)."""
+        _check_penalty_object(penalty)
+        if label is None:
+            desc = getattr(penalty, "description", None)  # penalties built from callables
+            if desc is None:
+                label = repr(penalty)
+            else:
+                label = f"{penalty.name}: {desc}" if desc and "<lambda>" not in desc else penalty.name
+        return cls(getattr(penalty, "name", type(penalty).__name__), {}, lam, label, penalty)
+
     def build(self):
+        if self.penalty is not None:
+            return self.penalty
         from . import get
 
         return get(self.name, **self.params)
+
+
+def _check_penalty_object(pen):
+    if not (callable(getattr(pen, "omega", None)) and callable(getattr(pen, "eta_hat", None))):
+        raise ValueError(f"expected a penalty (an object with omega and eta_hat, e.g. "
+                         f"penalties.LogSum(2.0) or from_keep_ratio(...)), a Spec or a spec "
+                         f"string, got {type(pen).__name__}")
 
 
 def _fmt(v):
@@ -87,11 +114,21 @@ def paper_specs() -> list[Spec]:
 def _as_specs(specs):
     if specs is None:
         return paper_specs()
+    if isinstance(specs, (str, Spec)) or hasattr(specs, "omega"):
+        specs = [specs]
     out = []
     for s in specs:
-        out.append(parse_spec(s) if isinstance(s, str) else s)
-        if not isinstance(out[-1], Spec):
-            raise ValueError(f"expected a Spec or a spec string, got {type(s).__name__}")
+        if isinstance(s, str):
+            out.append(parse_spec(s))
+        elif isinstance(s, Spec):
+            out.append(s)
+        else:  # a penalty object: refused with the fix unless it has omega and eta_hat
+            out.append(Spec.of(s))
+    labels = [s.label for s in out]
+    for i, lab in enumerate(labels):  # two curves of one label would share a CSV column
+        if labels.count(lab) > 1:
+            out[i] = Spec(out[i].name, out[i].params, out[i].lam, f"{lab} [{i + 1}]",
+                          out[i].penalty)
     return out
 
 

@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from ._checks import check_param
+from ._checks import as_real_array, check_param, finish
 from ._numerics import (  # noqa: F401 (grid_golden_min, richardson_derivative, numeric_prox: public here)
     NumericPenalty, call_checked, check_elementwise, check_range, chunked, grid_golden_min,
     log_grid, numeric_prox, richardson_derivative)
@@ -79,6 +79,13 @@ class DualPenalty(NumericPenalty):
                 "or shift f so that f(0+) = f0")
         self._offset = 0.5 * f_zero
         self._llo, self._lhi = math.log(lo), math.log(hi)
+        # capped (MCP, SCAD, standout: Omega bounded, eta_hat = inf beyond some |w|) when f is
+        # flat over the last two decades of eta_range: a minimizer at its upper end is then
+        # eta = inf and Omega = f(hi)/2 - offset; otherwise it is a minimizer beyond the range
+        i100 = int(np.searchsorted(grid, hi / 100.0))
+        self._f_hi = float(vals[-1])
+        self._capped = (vals[-1] - vals[min(i100, grid.size - 1)]
+                        <= 1e-6 * max(abs(vals[-1] - f_zero), 1e-300))
 
     def _f(self, eta):
         return call_checked(self._fn, eta, "f")
@@ -99,8 +106,26 @@ class DualPenalty(NumericPenalty):
                 RuntimeWarning,
                 stacklevel=4,
             )
-        eta = np.where(le >= self._lhi - 1e-6, np.inf, np.exp(le))  # minimizer at eta -> inf
-        return eta, 0.5 * val - self._offset
+        top = (le >= self._lhi - 1e-6) & (a > 0)
+        om = 0.5 * val - self._offset
+        if np.any(top) and self._capped:  # the infimum at eta = inf: f's flat top
+            om = np.where(top, np.minimum(om, 0.5 * self._f_hi - self._offset), om)
+        elif np.any(top):
+            # the minimizer is at the upper end of eta_range. As f is nondecreasing, the true
+            # minimum over eta >= hi is at least f(hi): Omega lies within w^2 / (2 hi) below the
+            # value found; beyond rounding, the minimizer lies beyond the range
+            width = a * a / (2.0 * math.exp(self._lhi))
+            bad = top & (width > 1e-7 * np.abs(om))
+            if np.any(bad):
+                w_bad = float(a[bad].min())
+                raise ValueError(
+                    f"Omega at |w| = {w_bad:.6g} needs eta beyond eta_range[1] = "
+                    f"{self.eta_range[1]:.6g} (the minimizer of w^2/eta + f(eta) is at its upper "
+                    f"end, and f still grows there: not a capped penalty); build the penalty with a larger eta_range, "
+                    f"e.g. from_dual(f, eta_range=({self.eta_range[0]:g}, "
+                    f"{max(self.eta_range[1], w_bad * w_bad) * 1e3:g}))")
+        eta = np.where(top, np.inf, np.exp(le))  # minimizer at eta -> inf
+        return eta, om
 
     def _omega(self, w):
         a = np.abs(w)
@@ -185,6 +210,15 @@ class PrimalPenalty(NumericPenalty):
 
     def _f(self, eta):
         lo, hi = self.w_range
+        # f(eta) is attained where eta_hat(w) = eta: for eta above eta_hat(w_range[1]) beyond the
+        # range (Omega(sqrt z) concave: the objective in z grows past hi exactly then)
+        if not hasattr(self, "_top"):
+            self._top = float(self._eta_hat(np.array([hi]))[0])
+        if math.isfinite(self._top) and eta.size and np.max(eta) > self._top * (1 + 1e-9):
+            raise ValueError(
+                f"f at eta = {np.max(eta):.6g} (above eta_hat(w_range[1]) = {self._top:.6g}) is "
+                f"attained at a w beyond w_range[1] = {hi:.6g}, where from_penalty searches; "
+                "build the penalty with a larger w_range")
 
         def solve(e):
             def obj(lw):
@@ -213,24 +247,33 @@ def from_penalty(omega, w_range=(1e-9, 1e6), verify=True) -> Penalty:
 # c. From an update rule eta_hat(w)  (Corollary 2)
 # ----------------------------------------------------------------------------------------------
 class RulePenalty(NumericPenalty):
-    """``Omega(w) = int_0^|w| t / eta_hat(t) dt`` for a rule nondecreasing in |w|."""
+    """``Omega(w) = int_0^|w| t / eta_hat(t) dt`` for a rule nondecreasing in |w|.
+
+    At ``w = 0`` every penalty of this package reports ``eta_hat = 0`` (the smallest minimizer of
+    ``0/eta + f(eta)``; so ``keep_ratio(0) = 0``), whatever the rule gives there: the rule itself
+    is only called at ``|w| > 0``. Below ``w_range[0]`` Omega is the exact power-law head of the
+    quadrature and f its closed form; beyond ``w_range[1]`` Omega and f (for ``eta`` above
+    ``eta_hat(w_range[1])``) are refused with a ``ValueError`` naming ``w_range``, and a rule that
+    returns what it may not (NaN, a negative value) outside ``w_range``, where it was not
+    checked, is refused naming ``w_range`` too.
+    """
 
     PANEL = 0.25  # width of the log-t quadrature panels
+    _what = "eta_hat"  # how errors call the user's callable
 
     def __init__(self, eta_hat, w_range=(1e-12, 1e8), name="from_eta_hat", verify=True):
         if not callable(eta_hat):
-            raise ValueError("eta_hat must be a vectorized callable w -> eta_hat(w)")
+            raise ValueError(f"{self._what} must be a vectorized callable of w")
         self._fn = eta_hat
         self.w_range = check_range(w_range, "w_range")
-        self.description = getattr(eta_hat, "__name__", "eta_hat")
+        self.description = getattr(eta_hat, "__name__", self._what)
         self.name = name
         lo, hi = self.w_range
         grid = log_grid(lo, hi, 2001)
-        eta = call_checked(eta_hat, grid, "eta_hat")
-        check_elementwise(eta_hat, grid, eta, "eta_hat", "w")
+        eta = self._grid_rule(grid)
         if np.any(np.isnan(eta)) or np.any(eta < 0):
-            bad = grid[np.isnan(eta) | (eta < 0)][0]
-            raise ValueError(f"eta_hat must be >= 0 (or +inf); got {eta[grid == bad][0]} at w = {bad:.6g}")
+            i = int(np.argmax(np.isnan(eta) | (eta < 0)))
+            raise ValueError(f"eta_hat must be >= 0 (or +inf); got {float(eta[i])!r} at w = {grid[i]:.6g}")
         with np.errstate(invalid="ignore"):
             de = np.diff(eta)
             bad = de < -1e-12 * np.maximum(np.abs(eta[:-1]), 1e-300)
@@ -241,6 +284,13 @@ class RulePenalty(NumericPenalty):
                 f"eta_hat must be nondecreasing in |w| (Corollary 2); it decreases between "
                 f"w = {grid[i]:.6g} and w = {grid[i + 1]:.6g}, so the rule has no effective penalty"
             )
+        if np.any(eta == 0):
+            i = int(np.argmax(eta == 0))
+            raise ValueError(
+                f"eta_hat must be > 0 for w > 0; it is 0 at w = {grid[i]:.6g} (inside "
+                f"w_range={self.w_range}), so the penalty would be infinite there (a rule that "
+                "underflows near 0: raise w_range[0])")
+        self._top = float(eta[-1])  # eta_hat(w_range[1]): f beyond it needs w beyond the range
         # cumulative integral at the panel knots of [lo, hi] in s = log t
         s_lo, s_hi = math.log(lo), math.log(hi)
         n = int(math.ceil((s_hi - s_lo) / self.PANEL))
@@ -254,21 +304,52 @@ class RulePenalty(NumericPenalty):
         else:
             head = 0.0
         self._head = head
+        # Omega = head (|w| / lo)^p below lo (p = 2: a quadratic head, or no head at all)
+        self._p_head = g0 / head if head > 0 else 2.0
         self._cum = head + np.concatenate([[0.0], np.cumsum(panel)])
 
+    # ---- the user's rule ------------------------------------------------------------------
+    def _grid_rule(self, grid):
+        """The rule on the construction grid, checked to act elementwise."""
+        eta = call_checked(self._fn, grid, self._what)
+        check_elementwise(self._fn, grid, eta, self._what, "w")
+        return eta
+
+    def _rule(self, t):
+        """eta_hat at ``t > 0`` inside ``w_range`` (where it was checked)."""
+        return call_checked(self._fn, t, self._what)
+
+    def _rule_anywhere(self, a):
+        """eta_hat at ``a > 0`` anywhere: outside ``w_range`` the rule was never checked, so
+        what it may not return (NaN, a negative value) is refused naming ``w_range``."""
+        eta = self._rule(a)
+        bad = np.isnan(eta) | (eta < 0)
+        if np.any(bad):
+            self._refuse_outside(a[bad][0], eta[bad][0], "eta_hat must be >= 0 (or +inf)")
+        return eta
+
+    def _refuse_outside(self, w, value, rule):
+        lo, hi = self.w_range
+        where = (f"outside w_range={self.w_range}, where {self.name} checked it" if not
+                 lo <= w <= hi else f"inside w_range={self.w_range}")
+        raise ValueError(
+            f"{self._what} returned {value!r} at w = {w:.6g} ({where}); {rule}. Make the rule "
+            f"valid there or build the penalty with a w_range that covers the w you evaluate")
+
+    # ---- quadrature -----------------------------------------------------------------------
     def _gl(self, left, right):
         """10-point Gauss-Legendre over [left, right] in s = log t; a panel in which eta_hat
         switches to +inf (capped penalties such as MCP) is cut at the switch (bisection)."""
         x, wts = _GL10
         h = right - left
         s = left[:, None] + 0.5 * h[:, None] * (x[None, :] + 1.0)
-        eta = call_checked(self._fn, np.exp(s), "eta_hat")
+        eta = self._rule(np.exp(s))
         cut = np.isinf(eta).any(axis=1) & np.isfinite(eta).any(axis=1)
         if np.any(cut):
             lo, hi = left[cut].copy(), right[cut].copy()
             for _ in range(60):
                 mid = 0.5 * (lo + hi)
-                fin = np.isfinite(call_checked(self._fn, np.exp(mid), "eta_hat"))
+                fin = np.isfinite(self._rule(np.exp(mid)))
                 lo = np.where(fin, mid, lo)
                 hi = np.where(fin, hi, mid)
             right = right.copy()
@@ -299,15 +380,24 @@ class RulePenalty(NumericPenalty):
 
     def _integrand(self, s):
         t = np.exp(s)
-        eta = call_checked(self._fn, t, "eta_hat")
+        eta = self._rule(t)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(np.isinf(eta), 0.0, t * t / eta)
+
+    def _beyond(self, what, w=None):
+        lo, hi = self.w_range
+        wider = (f", e.g. {self.name}(..., w_range=({lo:g}, {10.0 ** math.ceil(math.log10(w) + 1):g}))"
+                 if w is not None else "")
+        raise ValueError(
+            f"{what} beyond w_range[1] = {hi:.6g}, the end of the range {self.name} integrated "
+            f"the rule over; build the penalty with a larger w_range{wider}")
 
     def _omega(self, w):
         a = np.abs(w).ravel()
         lo, hi = self.w_range
         if np.any(a > hi * (1 + 1e-12)):
-            raise ValueError(f"|w| = {a.max():.6g} exceeds w_range[1] = {hi:.6g}; build with a larger w_range")
+            w_big = float(a.max())
+            self._beyond(f"Omega at |w| = {w_big:.6g} is", w_big)
         out = np.zeros_like(a)
         pos = a > 0
         sa = np.log(a[pos])
@@ -315,9 +405,7 @@ class RulePenalty(NumericPenalty):
         # below the first knot: power-law head scaled
         res = np.empty_like(sa)
         if np.any(small):
-            g0 = self._integrand(np.array([self._knots[0]]))[0]
-            p = g0 / self._head if self._head > 0 else 2.0
-            res[small] = self._head * np.exp(p * (sa[small] - self._knots[0]))
+            res[small] = self._head * np.exp(self._p_head * (sa[small] - self._knots[0]))
         big = ~small
         if np.any(big):
             sb = sa[big]
@@ -328,22 +416,39 @@ class RulePenalty(NumericPenalty):
 
     def _eta_hat(self, w):
         a = np.abs(w)
-        return call_checked(self._fn, a, "eta_hat")
+        out = np.zeros_like(a)
+        pos = a > 0  # eta_hat(0) = 0: the rule is not called there (see the class docstring)
+        if np.any(pos):
+            out[pos] = self._rule_anywhere(a[pos])
+        return out
 
     def _f(self, eta):
         # max_w 2 Omega(w) - w^2/eta is attained where eta_hat(w) = eta (bisection in log w)
         lo, hi = self.w_range
         e = eta.ravel()
+        if math.isfinite(self._top) and e.size and np.max(e) > self._top * (1 + 1e-12):
+            self._beyond(f"f at eta = {np.max(e):.6g} (above eta_hat(w_range[1]) = "
+                         f"{self._top:.6g}) is attained at a w")
         llo = np.full_like(e, math.log(lo))
         lhi = np.full_like(e, math.log(hi))
         for _ in range(70):
             mid = 0.5 * (llo + lhi)
-            below = call_checked(self._fn, np.exp(mid), "eta_hat") < e
+            below = self._rule(np.exp(mid)) < e
             llo = np.where(below, mid, llo)
             lhi = np.where(below, lhi, mid)
         w = np.exp(0.5 * (llo + lhi))
-        w = np.where(call_checked(self._fn, np.full(1, lo), "eta_hat")[0] >= e, 0.0, w)
         val = 2.0 * self._omega(w) - w * w / e
+        # eta below eta_hat(lo): the maximizer lies in the head, Omega = H (w/lo)^p, where
+        # d/dw [2 H (w/lo)^p - w^2/eta] = 0 gives (w/lo)^(2-p) = p H eta / lo^2 and the
+        # value H (2 - p) (w/lo)^p (0 for a quadratic head, p >= 2)
+        head = self._rule(np.full(1, lo))[0] >= e
+        if np.any(head):
+            H, p = self._head, self._p_head
+            if p < 2.0 and H > 0:
+                r = np.minimum((p * H * e[head] / (lo * lo)) ** (1.0 / (2.0 - p)), 1.0)
+                val[head] = H * (2.0 - p) * r ** p
+            else:
+                val[head] = 0.0
         return np.maximum(val, 0.0).reshape(eta.shape)
 
 
@@ -351,7 +456,9 @@ def from_eta_hat(eta_hat, w_range=(1e-12, 1e8)) -> Penalty:
     """Penalty from an eta-trick update rule eta_hat(w), nondecreasing in |w| (Corollary 2).
 
     ``Omega(w) = int_0^|w| t / eta_hat(t) dt`` by composite Gauss-Legendre quadrature in log t over
-    ``w_range`` (panels of width 0.25, 10 nodes each) with an exact power-law head below it.
+    ``w_range`` (panels of width 0.25, 10 nodes each) with an exact power-law head below it. The
+    rule is called at ``|w| > 0`` only (``eta_hat(0) = 0`` by convention, as for every penalty);
+    Omega beyond ``w_range[1]`` is refused with a ``ValueError`` naming ``w_range``.
     """
     return RulePenalty(eta_hat, w_range)
 
@@ -359,37 +466,70 @@ def from_eta_hat(eta_hat, w_range=(1e-12, 1e8)) -> Penalty:
 # ----------------------------------------------------------------------------------------------
 # d. From an adaptive keep-ratio rule
 # ----------------------------------------------------------------------------------------------
+class KeepRatioPenalty(RulePenalty):
+    """The penalty of a keep-ratio rule ``alpha(w)`` in ``[0, 1]`` at strength ``lam``:
+    ``eta_hat = lam alpha / (1 - alpha)`` (``alpha = 1``: never dropped, ``eta = inf``), then as
+    :class:`RulePenalty`. ``alpha(0)`` is not needed (``eta_hat(0) = 0``, keep ratio 0)."""
+
+    _what = "the keep-ratio rule"
+
+    def __init__(self, keep, lam, w_range=(1e-12, 1e8)):
+        if not callable(keep):
+            raise ValueError("the keep-ratio rule (alpha_hat) must be a vectorized callable w -> "
+                             "keep ratio in [0, 1]")
+        self.lam = check_param(lam, "lam", low=0.0)
+        self._keep = keep
+        super().__init__(self._eta_of_keep, w_range, name="from_keep_ratio", verify=False)
+        self.description = (f"keep_ratio[{getattr(keep, '__name__', 'alpha_hat')}, "
+                            f"lam={self.lam:g}]")
+
+    def _alpha(self, t):
+        return call_checked(self._keep, t, self._what)
+
+    def _eta_of_keep(self, t, al=None):
+        al = self._alpha(t) if al is None else al
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(al >= 1.0, np.inf, self.lam * al / (1.0 - al))
+
+    def _grid_rule(self, grid):
+        al = self._alpha(grid)
+        check_elementwise(self._keep, grid, al, self._what, "w")
+        bad = np.isnan(al) | (al <= 0) | (al > 1)
+        if np.any(bad):
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"the keep-ratio rule (alpha_hat) must lie in (0, 1] for w > 0 inside "
+                f"w_range={self.w_range}; it returned {al[i]!r} at w = {grid[i]:.6g} (a keep "
+                "ratio of 0 drops the weight always: its penalty would be infinite)")
+        # monotonicity is checked on alpha itself: lam alpha/(1-alpha) amplifies rounding near 1
+        dal = np.diff(al)
+        if np.any(dal < -1e-12):
+            i = int(np.argmax(dal < -1e-12))
+            raise ValueError(
+                f"the keep-ratio rule (alpha_hat) must be nondecreasing in |w| (the dropout rate "
+                f"must fall as |w| grows); it decreases between w = {grid[i]:.6g} and "
+                f"w = {grid[i + 1]:.6g}, so the rule has no effective penalty")
+        return self._eta_of_keep(grid, al)
+
+    def _rule(self, t):
+        return self._eta_of_keep(t)
+
+    def _rule_anywhere(self, a):
+        al = self._alpha(a)
+        bad = np.isnan(al) | (al < 0) | (al > 1)
+        if np.any(bad):
+            self._refuse_outside(a[bad][0], al[bad][0], "a keep ratio must lie in [0, 1]")
+        return self._eta_of_keep(a, al)
+
+
 def from_keep_ratio(alpha_hat, lam, w_range=(1e-12, 1e8)) -> Penalty:
-    """Penalty of an adaptive dropout rule with keep ratio alpha_hat(w) in (0, 1] and strength lam.
+    """Penalty of an adaptive dropout rule with keep ratio alpha_hat(w) in [0, 1] and strength lam.
 
-    ``eta_hat = lam alpha / (1 - alpha)`` (``alpha = 1`` means never dropped: eta = inf).
+    ``eta_hat = lam alpha / (1 - alpha)`` (``alpha = 1`` means never dropped: eta = inf). The rule
+    is checked on ``w_range`` (in ``(0, 1]`` there, nondecreasing in |w|) and called at ``|w| > 0``
+    only: at ``w = 0`` the penalty reports ``eta_hat = 0`` and keep ratio 0, as every penalty does.
     """
-    if not callable(alpha_hat):
-        raise ValueError("alpha_hat must be a vectorized callable w -> keep ratio in (0, 1]")
-    lam = check_param(lam, "lam", low=0.0)
-
-    def eta_hat(w):
-        al = call_checked(alpha_hat, w, "alpha_hat")
-        if np.any((al <= 0) | (al > 1)):
-            bad = np.asarray(w)[(al <= 0) | (al > 1)].flat[0]
-            raise ValueError(f"alpha_hat must lie in (0, 1]; at w = {bad:.6g} it is outside")
-        with np.errstate(divide="ignore"):
-            return np.where(al >= 1.0, np.inf, lam * al / (1.0 - al))
-
-    eta_hat.__name__ = f"keep_ratio[{getattr(alpha_hat, '__name__', 'alpha_hat')}, lam={lam:g}]"
-    # monotonicity is checked on alpha itself: lam alpha/(1-alpha) amplifies rounding near alpha = 1
-    grid = log_grid(*check_range(w_range, "w_range"), 2001)
-    al = call_checked(alpha_hat, grid, "alpha_hat")
-    check_elementwise(alpha_hat, grid, al, "alpha_hat", "w")
-    dal = np.diff(al)
-    if np.any(dal < -1e-12):
-        i = int(np.argmax(dal < -1e-12))
-        raise ValueError(
-            f"alpha_hat must be nondecreasing in |w| (the dropout rate must fall as |w| grows); it "
-            f"decreases between w = {grid[i]:.6g} and w = {grid[i + 1]:.6g}, so the rule has no effective penalty"
-        )
-    pen = RulePenalty(eta_hat, w_range, name="from_keep_ratio", verify=False)
-    return pen
+    return KeepRatioPenalty(alpha_hat, lam, w_range)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -449,9 +589,9 @@ class MaskPenalty(NumericPenalty):
         return grid_golden_min(obj, a.size, *self.theta_range, n_grid=193)
 
     def theta_hat(self, w):
-        """Optimal mask parameter for the effective weight w~."""
-        a = np.abs(np.asarray(w, dtype=float))
-        return chunked(self._solve, a)[0]
+        """Optimal mask parameter for the effective weight w~ (finite real values only)."""
+        arr = as_real_array(w, "w")
+        return finish(chunked(self._solve, np.abs(arr))[0], arr)
 
     def _omega(self, w):
         a = np.abs(w)

@@ -2,9 +2,14 @@
 
 Each separable penalty is described to compiled code by ``(code, params)``: an integer that
 selects the formula and a float64 vector of its parameters (``Penalty.kernel_spec()``). The
-``*_scalar`` functions below are ``numba.njit(cache=True)`` and can be called from any other
-jitted code (the coordinate-descent solvers of ``dualdrop.linear`` do so); the ``*_array``
-functions map them over arrays, in parallel for large inputs.
+public ``omega_scalar``, ``derivative_scalar``, ``eta_hat_scalar``, ``prox_scalar`` and
+``prox_numeric_scalar`` work from both sides: called from Python they check their arguments first
+(an unknown code, a parameter vector too short for its code or with a value the penalty refuses,
+a truncated table, a NaN or infinite ``w``, a negative step: ``ValueError`` naming it) and then run
+the compiled kernel; called from other jitted code (the coordinate-descent solvers of
+``dualdrop.linear`` do so) they are the compiled ``numba.njit(cache=True)`` kernels themselves,
+inlined, without a check (the callers hold specs of validated penalty objects). :func:`map_kernel`
+maps one over an array (checked likewise), in parallel for large inputs.
 
 All functions use the unit convention of docs/theory.md section 1: ``Omega(0) = 0`` and lambda is not part of
 the penalty.
@@ -17,6 +22,7 @@ import sys
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from ._numba_cache import install as _install_cache
 
@@ -141,7 +147,7 @@ def _omega_ratio(code, p, a):
 
 
 @njit(cache=True)
-def omega_scalar(code, p, w):
+def _omega_scalar(code, p, w):
     """Omega(w) for the penalty (code, p)."""
     if code == MIXED:
         return p[0] * _omega(int(p[2]), p[3:], w) + 0.5 * p[1] * w * w
@@ -191,7 +197,7 @@ def _omega(code, p, w):
 
 
 @njit(cache=True)
-def derivative_scalar(code, p, w):
+def _derivative_scalar(code, p, w):
     """Omega'(w) = w / eta_hat(w); 0 at w = 0 (the minimum-norm subgradient)."""
     if code == MIXED:
         return p[0] * _derivative(int(p[2]), p[3:], w) + p[1] * w
@@ -238,7 +244,7 @@ def _derivative(code, p, w):
 
 
 @njit(cache=True)
-def eta_hat_scalar(code, p, w):
+def _eta_hat_scalar(code, p, w):
     """The minimizing dual variable eta_hat(w) (may be +inf)."""
     if code == MIXED:  # w / Omega'(w), with Omega'(w) / w = c / eta_inner + r
         e = _eta_hat(int(p[2]), p[3:], w)
@@ -349,7 +355,7 @@ def _prox_root(code, p, a, t, lo, hi, flo, fhi):
 
 
 @njit(cache=True)
-def prox_numeric_scalar(code, p, v, t):
+def _prox_numeric_scalar(code, p, v, t):
     """Generic 1-D prox: every local minimizer of 1/2 (x-|v|)^2 + t Omega(x) on [0, |v|] is found
     as a sign change of its derivative on a 24-cell grid, refined to machine precision, and the
     best one is compared with x = 0 (by :func:`_gain`, finite for any finite v and t). Exact for
@@ -383,7 +389,7 @@ def prox_numeric_scalar(code, p, v, t):
 
 
 @njit(cache=True)
-def prox_scalar(code, p, v, t):
+def _prox_scalar(code, p, v, t):
     """argmin_x 1/2 (x - v)^2 + t Omega(x) (closed form where one exists).
 
     MIXED: ``1/2 (x - v)^2 + t c Omega(x) + t r x^2 / 2 = (s/2) (x - v/s)^2 + t c Omega(x) +
@@ -454,7 +460,7 @@ def _prox(code, p, v, t):
             x2 = (a - t * sa / (sa - 1.0)) / den
             best, hbest = _consider(code, p, a, t, min(max(x2, lam), sa * lam), best, hbest)
         return sgn * best
-    return prox_numeric_scalar(code, p, v, t)
+    return _prox_numeric_scalar(code, p, v, t)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -463,12 +469,12 @@ def _prox(code, p, v, t):
 @njit(cache=True)
 def _apply(which, code, p, x, t):
     if which == 0:
-        return omega_scalar(code, p, x)
+        return _omega_scalar(code, p, x)
     if which == 1:
-        return derivative_scalar(code, p, x)
+        return _derivative_scalar(code, p, x)
     if which == 2:
-        return eta_hat_scalar(code, p, x)
-    return prox_scalar(code, p, x, t)
+        return _eta_hat_scalar(code, p, x)
+    return _prox_scalar(code, p, x, t)
 
 
 @njit(cache=True)
@@ -512,8 +518,9 @@ def _use_parallel(n: int) -> bool:
 _EMPTY = np.zeros(1)
 
 
-def map_kernel(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.ndarray | None = None):
-    """Apply one scalar kernel elementwise to a float64 array (any shape); returns a new array."""
+def _map(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.ndarray | None = None):
+    """:func:`map_kernel` without its checks (the penalty objects' own path: their spec and
+    their inputs are validated already)."""
     flat = np.ascontiguousarray(x, dtype=np.float64).ravel()
     out = np.empty_like(flat)
     if t is None:
@@ -523,3 +530,204 @@ def map_kernel(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.n
     fn = _map_parallel if _use_parallel(flat.size) else _map_serial
     fn(_WHICH[which], int(code), np.ascontiguousarray(params, dtype=np.float64), flat, tflat, out)
     return out.reshape(np.shape(x))
+
+
+def map_kernel(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.ndarray | None = None):
+    """Apply one scalar kernel (``which``: "omega", "derivative", "eta_hat" or "prox")
+    elementwise to a real array ``x`` (any shape; finite values); returns a new float64 array.
+    ``t`` (the prox's step, ``>= 0``, broadcast against ``x``) is required by "prox" only.
+    Every argument is checked first (``ValueError`` naming it)."""
+    if which not in _WHICH:
+        raise ValueError(f"which must be one of {sorted(_WHICH)}, got {which!r}")
+    code, params = check_spec(code, params)
+    arr = _real_array(x, "x")
+    if which == "prox":
+        if t is None:
+            raise ValueError("t (the prox step) is required for which='prox'")
+        tt = _real_array(t, "t")
+        if np.any(tt < 0):
+            raise ValueError("t (the prox step) must be >= 0")
+        try:
+            np.broadcast_to(tt, arr.shape)
+        except ValueError:
+            raise ValueError(f"t of shape {tt.shape} does not broadcast to x of shape "
+                             f"{arr.shape}") from None
+        return _map(which, code, params, arr, tt)
+    if t is not None:
+        raise ValueError(f"t is the prox's step; which={which!r} takes none")
+    return _map(which, code, params, arr)
+
+
+# ----------------------------------------------------------------------------------------------
+# The checked entries: the public names, for Python callers and (through the overloads, without
+# the checks) for jitted ones
+# ----------------------------------------------------------------------------------------------
+#: parameters each code needs (MIXED and TABLE: their own layouts, see check_spec)
+_N_PARAMS = {L1: 0, LP: 1, LOGSUM: 1, LOG2SUM: 1, SCAD: 2, MCP: 2, STANDOUT: 3}
+_NAMES = {L1: "L1", LP: "LP", LOGSUM: "LOGSUM", LOG2SUM: "LOG2SUM", SCAD: "SCAD", MCP: "MCP",
+          STANDOUT: "STANDOUT", TABLE: "TABLE", MIXED: "MIXED"}
+
+
+def _real_array(x, name):
+    from ._checks import as_real_array
+
+    return as_real_array(x, name)
+
+
+def _check_code(code, name="code"):
+    if isinstance(code, (bool, np.bool_)) or not isinstance(code, (int, np.integer)) \
+            or int(code) not in _NAMES:
+        known = ", ".join(f"{v}={k}" for k, v in _NAMES.items())
+        raise ValueError(f"{name} must be one of the kernel codes ({known}), got {code!r}; take "
+                         "(code, params) from a penalty's kernel_spec()")
+    return int(code)
+
+
+def _check_values(code, p, where="params"):
+    """The values each formula divides by or takes the log of (the catalog's own bounds)."""
+    def need(ok, what):
+        if not ok:
+            raise ValueError(f"{where} of code {_NAMES[code]} must have {what}, got "
+                             f"{[float(v) for v in p[:_N_PARAMS.get(code, p.size)]]}; take (code, params) "
+                             "from a penalty's kernel_spec()")
+
+    if code == LP:
+        need(0.0 < p[0] <= 2.0, "p in (0, 2]")
+    elif code in (LOGSUM, LOG2SUM):
+        need(p[0] > 0.0, "eps > 0")
+    elif code == SCAD:
+        need(p[0] > 1.0 and p[1] > 0.0, "a > 1 and lam > 0")
+    elif code == MCP:
+        need(p[0] > 0.0 and p[1] > 0.0, "a > 0 (or inf) and lam > 0")
+    elif code == STANDOUT:
+        need(p[0] > 0.0 and p[2] > 0.0, "a > 0 and v_norm^2 / lam > 0")
+
+
+def _check_table(p, where="params"):
+    """A TABLE vector whole: its header's sizes agree with its length."""
+    if p.size < T_HEADER + 2:
+        raise ValueError(f"{where} is not a TABLE parameter vector: {p.size} entries, fewer than "
+                         f"its {T_HEADER}-entry header and two breakpoints")
+    n, m = p[T_N], p[T_M]
+    if not (n >= 1 and m >= 0 and n == int(n) and m == int(m)):
+        raise ValueError(f"{where}: a TABLE header with n={n!r} pieces and degree m={m!r} "
+                         "(positive integers expected); take params from a penalty's kernel_spec()")
+    want = T_HEADER + int(n) + 1 + 2 * int(n) * (int(m) + 1)
+    if p.size != want:
+        raise ValueError(f"{where}: a TABLE of {int(n)} pieces of degree {int(m)} has {want} "
+                         f"entries, got {p.size} (truncated or padded); take params from a "
+                         "penalty's kernel_spec()")
+    bp = p[T_HEADER:T_HEADER + int(n) + 1]
+    if np.any(np.diff(bp) <= 0):
+        raise ValueError(f"{where}: the TABLE's breakpoints must increase")
+
+
+def check_spec(code, params):
+    """``(code, params)`` checked for the kernels: a known code and a float vector holding what
+    that code needs (``ValueError`` naming the argument otherwise). Returns them as
+    ``(int, contiguous float64 array)``."""
+    code = _check_code(code)
+    p = np.ascontiguousarray(_real_array(params, "params").ravel() if np.ndim(params)
+                             else _real_array(np.atleast_1d(params), "params"))
+    if code == MIXED:
+        if p.size < 3:
+            raise ValueError(f"params of code MIXED must be [c, r, inner_code, inner params...], "
+                             f"got {p.size} entries")
+        if not (p[0] >= 0.0 and p[1] >= 0.0):
+            raise ValueError("params of code MIXED must have c >= 0 and r >= 0 (the shares of the "
+                             f"penalty and of the ridge term), got {[float(v) for v in p[:2]]}")
+        inner = p[2]
+        if inner != int(inner) or int(inner) == MIXED:
+            raise ValueError(f"params[2] of code MIXED must be the code of a plain kernel, got "
+                             f"{inner!r}")
+        _check_plain(_check_code(int(inner), "params[2] (the inner code of MIXED)"), p[3:],
+                     "params[3:] (the inner penalty's)")
+    else:
+        _check_plain(code, p, "params")
+    return code, p
+
+
+def _check_plain(code, p, where):
+    if code == TABLE:
+        _check_table(p, where)
+        return
+    k = _N_PARAMS[code]
+    if p.size < k:
+        raise ValueError(f"{where} of code {_NAMES[code]} needs {k} value(s), got {p.size}")
+    if k:
+        # MCP's a may be inf (the l1 limit); every other parameter is finite
+        fin = np.isfinite(p[:k]) | ((code == MCP) & (np.arange(k) == 0) & (p[:k] == np.inf))
+        if not np.all(fin):
+            raise ValueError(f"{where} of code {_NAMES[code]} must be finite, got {[float(v) for v in p[:k]]}")
+        _check_values(code, p, where)
+
+
+def _scalar(x, name):
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a real number, got {type(x).__name__}; for arrays use "
+                         "map_kernel or the penalty's own methods")
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return x
+
+
+def _step(t):
+    t = _scalar(t, "t (the prox step)")
+    if t < 0.0:
+        raise ValueError(f"t (the prox step) must be >= 0, got {t!r}")
+    return t
+
+
+def omega_scalar(code, params, w):
+    """Omega(w) for the penalty (code, params) (checked; compiled and unchecked from jitted code)."""
+    code, p = check_spec(code, params)
+    return _omega_scalar(code, p, _scalar(w, "w"))
+
+
+def derivative_scalar(code, params, w):
+    """Omega'(w) = w / eta_hat(w); 0 at w = 0 (checked; see :func:`omega_scalar`)."""
+    code, p = check_spec(code, params)
+    return _derivative_scalar(code, p, _scalar(w, "w"))
+
+
+def eta_hat_scalar(code, params, w):
+    """The minimizing dual variable eta_hat(w), may be +inf (checked; see :func:`omega_scalar`)."""
+    code, p = check_spec(code, params)
+    return _eta_hat_scalar(code, p, _scalar(w, "w"))
+
+
+def prox_scalar(code, params, v, t):
+    """argmin_x 1/2 (x - v)^2 + t Omega(x), ``t >= 0`` (checked; see :func:`omega_scalar`)."""
+    code, p = check_spec(code, params)
+    return _prox_scalar(code, p, _scalar(v, "v"), _step(t))
+
+
+def prox_numeric_scalar(code, params, v, t):
+    """The generic grid-and-root prox of any kernel penalty (checked; see :func:`omega_scalar`)."""
+    code, p = check_spec(code, params)
+    if code == MIXED:
+        raise ValueError("prox_numeric_scalar takes a plain kernel code, not MIXED (use prox_scalar)")
+    return _prox_numeric_scalar(code, p, _scalar(v, "v"), _step(t))
+
+
+def _overload_as(public, kernel, n_args):
+    """From jitted code, ``public(...)`` is ``kernel(...)`` (inlined, unchecked)."""
+    if n_args == 3:
+        def typer(code, p, w):
+            def impl(code, p, w):
+                return kernel(code, p, w)
+            return impl
+    else:
+        def typer(code, p, v, t):
+            def impl(code, p, v, t):
+                return kernel(code, p, v, t)
+            return impl
+    overload(public, inline="always")(typer)
+
+
+_overload_as(omega_scalar, _omega_scalar, 3)
+_overload_as(derivative_scalar, _derivative_scalar, 3)
+_overload_as(eta_hat_scalar, _eta_hat_scalar, 3)
+_overload_as(prox_scalar, _prox_scalar, 4)
+_overload_as(prox_numeric_scalar, _prox_numeric_scalar, 4)

@@ -76,6 +76,9 @@ class HardThreshold:
         return np.where(self.support(w), np.inf, 0.0)
 
     def keep_ratio(self, w, lam=1.0):
+        """1 for the k largest |w_j|, 0 for the rest (eta is 0 or inf: ``lam > 0`` does not
+        change it, but is checked as for every penalty)."""
+        check_param(lam, "lam", low=0.0)
         return self.support(w).astype(float)
 
     def prox(self, v, t=1.0) -> np.ndarray:

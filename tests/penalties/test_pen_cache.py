@@ -92,7 +92,7 @@ def test_entries_carry_the_fingerprint():
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
     loc_cls = next(c for c in impl._locator_classes if getattr(c, "_dualdrop", False))
     assert impl._locator_classes[0] is loc_cls  # before NUMBA_CACHE_DIR's and the in-tree one
-    fn = kernels.omega_scalar.py_func
+    fn = kernels._omega_scalar.py_func
     loc = loc_cls.from_function(fn, fn.__code__.co_filename)
     assert loc is not None
     assert loc.get_source_stamp()[1] == nc.source_fingerprint()

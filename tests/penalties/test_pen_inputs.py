@@ -45,7 +45,7 @@ def test_bad_eta_lambda_and_prox_step():
 def test_non_monotone_rules_are_rejected_with_location():
     with pytest.raises(ValueError, match="nondecreasing.*decreases between w = 0.9"):
         P.from_eta_hat(lambda w: np.abs(w) * np.exp(-np.abs(w)), w_range=(1e-6, 1e3))
-    with pytest.raises(ValueError, match="alpha_hat must be nondecreasing"):
+    with pytest.raises(ValueError, match="keep-ratio rule .alpha_hat. must be nondecreasing"):
         P.from_keep_ratio(lambda w: 1 / (1 + np.abs(w)), lam=1.0)
     with pytest.raises(ValueError, match="must lie in .0, 1."):
         P.from_keep_ratio(lambda w: 0 * w + 1.5, lam=1.0).omega(1.0)
