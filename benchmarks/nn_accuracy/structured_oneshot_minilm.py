@@ -1,0 +1,142 @@
+"""Structured one-shot pruning of all-MiniLM-L6-v2 (attention heads and FFN neurons) at measured
+speed-ups: quality of the sentence embeddings and the compact model's measured speed.
+
+For every (method, allocation, target speed-up): the dense model is pruned by
+``prune_structured(..., granularity=("head", "neuron"), target_speedup=S)`` from the calibration
+sentences (``structured_minilm_data``: stdlib docstrings, never the evaluation files), then
+
+- quality on 2,000 held-out sentences: mean cosine between the pruned and dense embeddings,
+  recall@10 of the nearest neighbours (``structured_minilm_data.quality``);
+- the compact model (``res.compact()``) timed against the dense one, one thread, batch 32 x
+  128 tokens, interleaved rounds, medians (``dualdrop.nn._timing``): the *measured* speed-up;
+- the prune's wall time (torch on ``--threads`` threads, 2 by default: the budget of the
+  goal), the per-layer objectives and kept units.
+
+One JSON line per configuration goes to ``--out`` (resumable: configurations already there are
+skipped). ``--tables`` prints the RESULTS tables from it. Run::
+
+    python benchmarks/nn_accuracy/structured_oneshot_minilm.py --methods flap osscar logsum \\
+        --allocations uniform flap penalty --speedups 1.25 1.5 2.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from structured_minilm_data import batches, embed, load_minilm, quality, split  # noqa: E402
+
+from dualdrop.nn._timing import interleaved, torch_threads  # noqa: E402
+from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
+
+
+def sort_by_length(tok, sentences):
+    lens = [len(tok(s)["input_ids"]) for s in sentences]
+    return [s for _, s in sorted(zip(lens, sentences), key=lambda t: t[0])]
+
+
+def timing_batch(vocab, batch=32, length=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, vocab, (batch, length), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "token_type_ids": torch.zeros_like(ids)}
+
+
+def measured_speedup(dense, small, inputs, rounds=7):
+    with torch_threads(1), torch.no_grad():
+        t = interleaved({"dense": lambda: dense(**inputs), "small": lambda: small(**inputs)},
+                        rounds=rounds, warmup=1)
+    import statistics
+    d, s = statistics.median(t["dense"]), statistics.median(t["small"])
+    return d / s, d, s
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", nargs="+", default=["flap", "osscar", "logsum"])
+    ap.add_argument("--allocations", nargs="+", default=["uniform", "flap", "penalty"])
+    ap.add_argument("--speedups", nargs="+", type=float, default=[1.25, 1.5, 2.0])
+    ap.add_argument("--granularity", default="head+neuron")
+    ap.add_argument("--n-calib", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--options", default="{}", help="JSON: method options")
+    ap.add_argument("--allocation-options", default="{}", help="JSON")
+    ap.add_argument("--no-bias-compensation", action="store_true")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--out", default="results/structured_minilm/runs.jsonl")
+    ap.add_argument("--tables", action="store_true")
+    args = ap.parse_args(argv)
+    if args.tables:
+        print_tables(args.out)
+        return
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    done = set()
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            for line in f:
+                r = json.loads(line)
+                done.add(r["key"])
+    model, tok = load_minilm()
+    calib_s, eval_s = split(n_calib=args.n_calib)
+    calib = batches(tok, sort_by_length(tok, calib_s))
+    evals = batches(tok, sort_by_length(tok, eval_s), batch=64)
+    dense_emb = embed(model, evals)
+    tbatch = timing_batch(tok.vocab_size)
+    opts, aopts = json.loads(args.options), json.loads(args.allocation_options)
+    for s in args.speedups:
+        for alloc in args.allocations:
+            for meth in args.methods:
+                key = json.dumps([meth, alloc, s, args.granularity, args.n_calib, opts, aopts,
+                                  not args.no_bias_compensation, args.tag])
+                if key in done:
+                    continue
+                m = copy.deepcopy(model)
+                torch.set_num_threads(args.threads)
+                t0 = time.perf_counter()
+                res = prune_structured(m, calib, meth, granularity=args.granularity,
+                                       target_speedup=s, allocation=alloc, options=opts,
+                                       allocation_options=aopts,
+                                       bias_compensation=not args.no_bias_compensation,
+                                       latency_inputs=tbatch, progress=False)
+                secs = time.perf_counter() - t0
+                cos, rec = quality(dense_emb, embed(m, evals))
+                small = res.compact(tbatch)
+                sp, td, ts = measured_speedup(model, small, tbatch)
+                row = {"key": key, "method": meth, "allocation": alloc, "target": s,
+                       "granularity": args.granularity, "tag": args.tag, "cosine": cos,
+                       "recall10": rec, "measured_speedup": sp, "dense_s": td, "small_s": ts,
+                       "predicted_speedup": res.report.predicted_speedup,
+                       "params": res.report.params_after, "prune_seconds": secs,
+                       "options": opts, "allocation_options": aopts,
+                       "bias_compensation": not args.no_bias_compensation,
+                       "load": os.getloadavg()[0],
+                       "layers": [{k: r[k] for k in ("layer", "kind", "units", "kept",
+                                                     "objective", "seconds")}
+                                  for r in res.report.layers]}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"{meth:10s} {alloc:8s} {s:4.2f}x: cos {cos:.4f} R@10 {rec:.3f} "
+                      f"measured {sp:.2f}x (pred {res.report.predicted_speedup:.2f}x) "
+                      f"{res.report.params_after:,} params, {secs:.0f} s", flush=True)
+
+
+def print_tables(path):
+    rows = [json.loads(line) for line in open(path)]
+    print("| method | allocation | target | measured speed-up | cosine | recall@10 | params |"
+          " prune s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in sorted(rows, key=lambda r: (r["target"], r["allocation"], r["method"])):
+        print(f"| {r['method']}{' ' + r['tag'] if r['tag'] else ''} | {r['allocation']} | "
+              f"{r['target']:.2f}x | {r['measured_speedup']:.2f}x | {r['cosine']:.4f} | "
+              f"{r['recall10']:.3f} | {r['params']:,} | {r['prune_seconds']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

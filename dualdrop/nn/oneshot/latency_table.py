@@ -1,0 +1,290 @@
+"""A measured latency table for structured budgets: ``target_speedup`` (as ZipLM's, Kurtic et
+al., NeurIPS 2023: the speed-up a budget asks for is measured on the user's machine, for the
+model's own shapes, not counted in parameters or FLOPs).
+
+For each unit group (``units.UnitGroup``: the producer layers, the attention's score and
+context products for heads, and the consumer that reads the units) the table holds the time of
+that part of the network with ``k`` units kept, on a grid of ``k`` (every count up to 16 units,
+else nine counts from 1 to all), each a freshly built copy of the layers narrowed to ``k`` units
+run on random inputs of the shapes the model's forward gives them on ``inputs`` (the batch the
+user will run: e.g. 32 sequences of 128 tokens). Groups of the same shapes (the blocks of a
+transformer) share one curve. With the dense model's own time ``T``, a pruned model's time is
+predicted as ``T - sum_g (t_g(n_g) - t_g(k_g))`` (``t_g`` interpolated linearly between grid
+points), and its speed-up as ``T`` over that.
+
+Timings run with ``threads`` torch threads (1 by default: the figure that does not depend on a
+neighbour's load; ``dualdrop.nn._timing``: interleaved rounds, medians). The table is built once
+per machine, model shapes, thread count and torch version, and cached as JSON under
+``$DUALDROP_CACHE_DIR`` (default ``~/.cache/dualdrop``)``/latency/`` (written to a temporary
+name, then moved into place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dualdrop.nn._layers import conv1d_class, is_conv1d
+from dualdrop.nn._timing import interleaved, torch_threads
+
+VERSION = 1
+
+
+@dataclass
+class LatencyTable:
+    """``dense`` (seconds of one forward of the model on the table's inputs) and, per unit
+    group, the grid ``ks`` and seconds ``ts`` of its part (module docstring)."""
+
+    dense: float
+    curves: dict = field(default_factory=dict)
+    sizes: dict = field(default_factory=dict)
+
+    def part(self, name: str, k: float) -> float:
+        ks, ts = self.curves[name]
+        return float(np.interp(k, ks, ts))
+
+    def predicted(self, counts: dict) -> float:
+        """The predicted seconds of the model keeping ``counts[name]`` units per group."""
+        return self.dense - sum(self.part(n, self.sizes[n]) - self.part(n, counts[n])
+                                for n in counts)
+
+    def speedup(self, counts: dict) -> float:
+        return self.dense / max(self.predicted(counts), 1e-12)
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "dense": self.dense, "sizes": self.sizes,
+                "curves": {n: [list(map(float, k)), list(map(float, t))]
+                           for n, (k, t) in self.curves.items()}}
+
+
+def _cache_dir() -> str:
+    return os.path.join(os.environ.get("DUALDROP_CACHE_DIR")
+                        or os.path.join(os.path.expanduser("~"), ".cache", "dualdrop"), "latency")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _shapes(model, groups, inputs, forward_fn):
+    """The input shape of every producer and consumer module on ``forward_fn(model,
+    inputs)``."""
+    seen = {}
+    mods = {}
+    for g in groups:
+        mods[id(g.step.module)] = g.step.module
+        for p in g.parts:
+            mods[id(p.module)] = p.module
+
+    def make(mid):
+        def hook(module, args, kwargs):
+            x = args[0] if args else next(iter(kwargs.values()), None)
+            if isinstance(x, torch.Tensor) and mid not in seen:
+                seen[mid] = tuple(x.shape)
+        return hook
+
+    handles = [m.register_forward_pre_hook(make(mid), with_kwargs=True)
+               for mid, m in mods.items()]
+    try:
+        with torch.no_grad():
+            forward_fn(model, inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+class _Part:
+    """A group's part narrowed to ``k`` units: its producers, the heads' attention, the
+    consumer, on random inputs of the recorded shapes."""
+
+    def __init__(self, group, shapes, k, dtype, device):
+        self.ops = []
+        gen = torch.Generator().manual_seed(0)
+
+        def rnd(shape):
+            return torch.randn(shape, generator=gen, dtype=torch.float32).to(device, dtype)
+
+        for part in group.parts:
+            if part.role == "bn":
+                continue
+            shape = shapes.get(id(part.module))
+            if shape is None:
+                continue
+            rows = len(part.index[0]) if part.index else 0
+            layer = _narrow_out(part, rows * k)
+            if layer is None:
+                continue
+            layer = layer.to(device, dtype)
+            x = rnd(shape)
+            self.ops.append(lambda layer=layer, x=x: F.gelu(layer(x)))
+        cm = group.step.module
+        cshape = shapes.get(id(cm))
+        m = len(group.columns[0])
+        if group.kind == "head" and cshape is not None:
+            d = group.head_dim
+            lead = cshape[:-1]
+            if group.step.kind == "mha_out":
+                batch_first = cm.batch_first
+                B, L = (lead[0], lead[1]) if batch_first or len(lead) == 1 else (lead[1], lead[0])
+            else:
+                B, L = (lead[0], lead[1]) if len(lead) >= 2 else (1, lead[0])
+            q, kk, v = (rnd((B, k, L, d)) for _ in range(3))
+            self.ops.append(lambda q=q, kk=kk, v=v: F.scaled_dot_product_attention(q, kk, v))
+        layer, x = _narrow_in(group, k * m, cshape, rnd)
+        if layer is not None:
+            layer = layer.to(device, dtype)
+            self.ops.append(lambda layer=layer, x=x: layer(x))
+
+    def __call__(self):
+        for op in self.ops:
+            op()
+
+
+def _narrow_out(part, n_out):
+    m = part.module
+    if part.role == "mha_in":
+        return nn.Linear(m.embed_dim, n_out, bias=m.in_proj_bias is not None)
+    if is_conv1d(m):
+        return conv1d_class()(n_out, m.weight.shape[0])
+    if isinstance(m, nn.Linear):
+        return nn.Linear(m.in_features, n_out, bias=m.bias is not None)
+    if isinstance(m, (nn.Conv1d, nn.Conv2d)):
+        return type(m)(m.in_channels, n_out, m.kernel_size, m.stride, m.padding, m.dilation,
+                       bias=m.bias is not None, padding_mode=m.padding_mode)
+    return None
+
+
+def _narrow_in(group, n_in, shape, rnd):
+    """The consumer with ``n_in`` input columns, and a random input of its recorded shape."""
+    if shape is None:
+        return None, None
+    m = group.step.module
+    kind = group.step.kind
+    if kind == "mha_out":
+        return nn.Linear(n_in, m.embed_dim, bias=m.out_proj.bias is not None), \
+            rnd(shape[:-1] + (n_in,))
+    if kind == "hf_conv1d":
+        return conv1d_class()(m.weight.shape[1], n_in), rnd(shape[:-1] + (n_in,))
+    if kind == "linear":
+        return nn.Linear(n_in, m.out_features, bias=m.bias is not None), \
+            rnd(shape[:-1] + (n_in,))
+    K = int(np.prod(m.kernel_size))
+    ch = max(1, n_in // K)
+    layer = type(m)(ch, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation,
+                    bias=m.bias is not None, padding_mode=m.padding_mode)
+    return layer, rnd((shape[0], ch) + tuple(shape[2:]))
+
+
+def _grid(n: int) -> list[int]:
+    if n <= 16:
+        return list(range(0, n + 1))
+    return sorted({0, 1} | {int(round(n * j / 8)) for j in range(1, 9)})
+
+
+def _signature(group, shapes) -> str:
+    parts = [(p.role, type(p.module).__name__, tuple(getattr(p.module, "weight").shape)
+              if getattr(p.module, "weight", None) is not None and p.role != "mha_in"
+              else p.module.embed_dim, len(p.index[0]) if p.index else 0,
+              shapes.get(id(p.module))) for p in group.parts]
+    cm = group.step.module
+    return repr((group.kind, group.step.kind, type(cm).__name__, group.n_units,
+                 len(group.columns[0]), group.head_dim, shapes.get(id(cm)), parts))
+
+
+def build_table(model, groups, inputs, forward_fn, *, threads: int | None = 1,
+                cache: bool = True, rounds: int = 5, progress: bool = True) -> LatencyTable:
+    """The :class:`LatencyTable` of ``groups`` of ``model`` on ``inputs`` (module docstring);
+    read from the cache when it holds one for these shapes and this machine."""
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    dtype = next((p.dtype for p in model.parameters()), torch.float32)
+    was = model.training
+    model.eval()
+    try:
+        shapes = _shapes(model, groups, inputs, forward_fn)
+    finally:
+        model.train(was)
+    sigs = {g.name: _signature(g, shapes) for g in groups}
+    key = hashlib.sha1(json.dumps({
+        "v": VERSION, "sigs": sigs, "model": type(model).__name__,
+        "params": sum(p.numel() for p in model.parameters()), "threads": threads,
+        "torch": torch.__version__, "cpu": _cpu_name(), "device": str(dev),
+        "dtype": str(dtype), "inputs": repr(_input_shapes(inputs))},
+        sort_keys=True).encode()).hexdigest()[:20]
+    path = os.path.join(_cache_dir(), f"{key}.json")
+    if cache and os.path.exists(path):
+        try:
+            with open(path) as f:
+                blob = json.load(f)
+            if blob.get("version") == VERSION:
+                return LatencyTable(float(blob["dense"]), {
+                    n: (np.asarray(k, float), np.asarray(t, float))
+                    for n, (k, t) in blob["curves"].items()}, dict(blob["sizes"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass   # an unreadable cache entry is measured again
+    from tqdm.auto import tqdm
+
+    by_sig: dict[str, list] = {}
+    for g in groups:
+        by_sig.setdefault(sigs[g.name], []).append(g)
+    bar = tqdm(total=len(by_sig) + 1, desc="latency table", unit="part", leave=False,
+               disable=not progress)
+    curves = {}
+    with torch_threads(threads), torch.no_grad():
+        dense = interleaved({"dense": lambda: forward_fn(model, inputs)}, rounds=rounds,
+                            warmup=1)["dense"]
+        bar.update(1)
+        for sig, members in by_sig.items():
+            g = members[0]
+            ks = _grid(g.n_units)
+            fns = {k: _Part(g, shapes, k, dtype, dev) for k in ks if k > 0}
+            times = interleaved(fns, rounds=rounds, warmup=1) if fns else {}
+            ts = [0.0] + [float(np.median(times[k])) for k in ks if k > 0]
+            ts = np.maximum.accumulate(np.asarray(ts))   # more units never faster
+            for m in members:
+                curves[m.name] = (np.asarray(ks, float), ts)
+            bar.update(1)
+    bar.close()
+    table = LatencyTable(float(np.median(dense)), curves, {g.name: g.n_units for g in groups})
+    if cache:
+        _write(path, table.to_dict())
+    return table
+
+
+def _input_shapes(inputs):
+    if isinstance(inputs, torch.Tensor):
+        return tuple(inputs.shape)
+    if isinstance(inputs, dict):
+        return {k: _input_shapes(v) for k, v in sorted(inputs.items())}
+    if isinstance(inputs, (tuple, list)):
+        return [_input_shapes(v) for v in inputs]
+    return type(inputs).__name__
+
+
+def _write(path: str, blob: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(blob, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

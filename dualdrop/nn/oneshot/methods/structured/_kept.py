@@ -1,0 +1,213 @@
+"""Exact moves on the kept units of a consumer, each scored with the kept weights refit.
+
+In the notation of ``base`` (Gram ``A``, ``B = W0 A``, kept columns ``S``, ``H = (A_SS)^-1``,
+refit ``W_S = B_S H``), the error left is ``f(S) = tr(W0 A W0^T) - tr(B_S H B_S^T)``, and:
+
+- removing unit ``g`` (its columns ``c_g`` in ``S``) raises it by ``tr(W_g H_gg^-1 W_g^T)``
+  (Optimal Brain Surgeon on the whole layer, Hassibi & Stork 1993, for a block of columns: the
+  structured OBS step of ZipLM, Kurtic et al., NeurIPS 2023), with ``W_g`` the refit weights of
+  its columns and ``H_gg`` its block of the inverse;
+- adding unit ``a`` lowers it by ``tr(R_a C_a^-1 R_a^T)``, ``R_a = B_a - W_S A_Sa`` (minus the
+  gradient on its columns) and ``C_a = A_aa - A_aS H A_Sa`` (the Schur complement: what is left
+  of its inputs after regressing them on the kept ones);
+- a swap (remove ``g``, add ``a``) combines both with the addition's terms updated for the
+  removal: ``R'_a = R_a + W_g H_gg^-1 Z_ga`` and ``C'_a = C_a + Z_ga^T H_gg^-1 Z_ga``,
+  ``Z = H A_{S, .}`` (rank-``m`` updates, ``m`` the columns of a unit), so every pair is scored
+  from two products, ``H A_{S,Sc}`` and ``W_S^T R``, as in OSSCAR's local search (Meng et al.,
+  ICML 2024).
+
+:func:`backward_greedy` removes units one at a time by the OBS step, updating ``H`` and the
+refit weights in place (rank-``m`` downdates); :func:`swap_search` applies the best improving
+swap until none improves (at most ``max_swaps``); :func:`fix_count` brings any kept set to a
+count by exact greedy additions or removals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import UnitProblem, solve_psd
+
+#: a swap is applied when it lowers the error by more than this fraction of the layer's energy
+SWAP_TOL = 1e-9
+
+
+def unit_matrix(columns) -> np.ndarray | None:
+    """The units' columns as an ``(n, m)`` array when every unit has ``m`` columns, else None."""
+    sizes = {len(c) for c in columns}
+    if len(sizes) != 1:
+        return None
+    return np.stack([np.asarray(c, np.int64) for c in columns])
+
+
+def damped(problem: UnitProblem, damp: float) -> np.ndarray:
+    A = problem.A
+    lam = damp * max(float(np.mean(np.diag(A))), 1e-300)
+    return A + lam * np.eye(A.shape[0]) if lam > 0 else A
+
+
+def backward_greedy(problem: UnitProblem, n_keep: int, damp: float = 0.01,
+                    start=None) -> np.ndarray:
+    """Remove units one at a time, each the one whose removal raises the (damped) refit error
+    least, from ``start`` (all units by default) down to ``n_keep``; returns the kept units."""
+    A = damped(problem, damp)
+    p = A.shape[0]
+    alive = np.ones(problem.n_units, bool) if start is None else _as_mask(start, problem.n_units)
+    S = problem.kept_columns(np.flatnonzero(alive))
+    H = np.zeros((p, p))
+    H[np.ix_(S, S)] = solve_psd(A[np.ix_(S, S)], np.eye(S.size))
+    W = np.zeros_like(problem.W0)
+    W[:, S] = (problem.W0 @ A[:, S]) @ H[np.ix_(S, S)]
+    U = unit_matrix(problem.columns)
+    while alive.sum() > n_keep:
+        idx = np.flatnonzero(alive)
+        if U is not None and U.shape[1] == 1:
+            cols = U[idx, 0]
+            d = np.diag(H)[cols]
+            cost = (W[:, cols] ** 2).sum(0) / np.maximum(d, 1e-300)
+        else:
+            cost = np.array([_removal_cost(W, H, problem.columns[g]) for g in idx])
+        g = idx[int(np.argmin(cost))]
+        c = np.asarray(problem.columns[g])
+        Hgg = H[np.ix_(c, c)]
+        Hg = H[c]                                   # (m, p)
+        K = solve_psd(Hgg, Hg)                      # Hgg^-1 H_g.
+        W -= W[:, c] @ K
+        H -= Hg.T @ K
+        W[:, c] = 0.0
+        H[c] = 0.0
+        H[:, c] = 0.0
+        alive[g] = False
+    return np.flatnonzero(alive)
+
+
+def _removal_cost(W, H, c) -> float:
+    c = np.asarray(c)
+    Wg = W[:, c]
+    return float(np.sum(Wg * solve_psd(H[np.ix_(c, c)], Wg.T).T))
+
+
+def _as_mask(kept, n):
+    m = np.zeros(n, bool)
+    m[np.asarray(kept, np.int64)] = True
+    return m
+
+
+class _State:
+    """``H``, the refit weights and the addition terms of one kept set (rebuilt per move)."""
+
+    def __init__(self, problem: UnitProblem, A: np.ndarray, kept_mask: np.ndarray):
+        self.problem, self.A, self.kept = problem, A, kept_mask
+        self.S = problem.kept_columns(np.flatnonzero(kept_mask))
+        self.H = solve_psd(A[np.ix_(self.S, self.S)], np.eye(self.S.size)) if self.S.size \
+            else np.zeros((0, 0))
+        self.B = problem.W0 @ A
+        self.WS = self.B[:, self.S] @ self.H            # (out, |S|)
+        self.pos = {int(j): i for i, j in enumerate(self.S)}
+
+    def error(self) -> float:
+        c = float(np.einsum("ij,jk,ik->", self.problem.W0, self.A, self.problem.W0))
+        return c - float(np.sum(self.WS * self.B[:, self.S]))
+
+    def local(self, g):
+        return np.array([self.pos[int(j)] for j in self.problem.columns[g]], np.int64)
+
+    def removal_costs(self, units):
+        out = np.empty(len(units))
+        for k, g in enumerate(units):
+            li = self.local(g)
+            Wg = self.WS[:, li]
+            out[k] = float(np.sum(Wg * solve_psd(self.H[np.ix_(li, li)], Wg.T).T))
+        return out
+
+    def addition_gains(self, units):
+        A, S = self.A, self.S
+        out = np.empty(len(units))
+        for k, a in enumerate(units):
+            ca = np.asarray(self.problem.columns[a])
+            ASa = A[np.ix_(S, ca)]
+            C = A[np.ix_(ca, ca)] - ASa.T @ self.H @ ASa
+            R = self.B[:, ca] - self.WS @ ASa
+            out[k] = float(np.sum(R * solve_psd(C, R.T).T))
+        return out
+
+
+def fix_count(problem: UnitProblem, kept, n_keep: int, damp: float = 1e-6) -> np.ndarray:
+    """``kept`` brought to ``n_keep`` units by exact greedy moves: the cheapest removal, or the
+    best addition, one at a time."""
+    A = damped(problem, damp)
+    mask = _as_mask(kept, problem.n_units)
+    while mask.sum() != n_keep:
+        st = _State(problem, A, mask)
+        if mask.sum() > n_keep:
+            idx = np.flatnonzero(mask)
+            mask[idx[int(np.argmin(st.removal_costs(idx)))]] = False
+        else:
+            idx = np.flatnonzero(~mask)
+            mask[idx[int(np.argmax(st.addition_gains(idx)))]] = True
+    return np.flatnonzero(mask)
+
+
+def best_swap(st: _State):
+    """``(delta, g, a)``: the swap (remove kept ``g``, add removed ``a``) that changes the error
+    by the least ``delta`` (module docstring), or None if there is no pair."""
+    problem, A, S, H = st.problem, st.A, st.S, st.H
+    kept = np.flatnonzero(st.kept)
+    out = np.flatnonzero(~st.kept)
+    if kept.size == 0 or out.size == 0:
+        return None
+    U = unit_matrix(problem.columns)
+    if U is not None and U.shape[1] == 1:
+        li = np.array([st.pos[int(j)] for j in U[kept, 0]])
+        ca = U[out, 0]
+        ASa = A[np.ix_(S, ca)]                       # (|S|, n_out)
+        Z = H @ ASa                                  # H A_{S,a}
+        C = A[ca, ca] - np.einsum("sa,sa->a", ASa, Z)
+        R = st.B[:, ca] - st.WS @ ASa                # (out, n_out)
+        Hii = np.diag(H)[li]
+        Wi = st.WS[:, li]                            # (out, n_kept)
+        Zi = Z[li]                                   # (n_kept, n_out)
+        t = Zi / Hii[:, None]
+        num = ((R * R).sum(0)[None, :] + 2 * t * (Wi.T @ R)
+               + t * t * (Wi * Wi).sum(0)[:, None])
+        den = np.maximum(C[None, :] + Zi * t, 1e-300)
+        delta = (Wi * Wi).sum(0)[:, None] / Hii[:, None] - num / den
+        k = int(np.argmin(delta))
+        i, j = divmod(k, out.size)
+        return float(delta[i, j]), int(kept[i]), int(out[j])
+    best = None
+    locs = {g: st.local(g) for g in kept}
+    Hinv = {g: solve_psd(H[np.ix_(locs[g], locs[g])], np.eye(len(locs[g]))) for g in kept}
+    for a in out:
+        ca = np.asarray(problem.columns[a])
+        ASa = A[np.ix_(S, ca)]
+        Z = H @ ASa
+        C = A[np.ix_(ca, ca)] - ASa.T @ Z
+        R = st.B[:, ca] - st.WS @ ASa
+        for g in kept:
+            li = locs[g]
+            Wg, Zg, Hi = st.WS[:, li], Z[li], Hinv[g]
+            R2 = R + Wg @ Hi @ Zg
+            C2 = C + Zg.T @ Hi @ Zg
+            delta = float(np.sum(Wg * (Wg @ Hi))) - float(np.sum(R2 * solve_psd(C2, R2.T).T))
+            if best is None or delta < best[0]:
+                best = (delta, int(g), int(a))
+    return best
+
+
+def swap_search(problem: UnitProblem, kept, max_swaps: int = 200, damp: float = 1e-6):
+    """Apply the best improving swap until none lowers the refit error (at most
+    ``max_swaps``); returns ``(kept, swaps)``."""
+    A = damped(problem, damp)
+    mask = _as_mask(kept, problem.n_units)
+    energy = max(problem.energy(), 1e-300)
+    swaps = 0
+    for _ in range(max_swaps):
+        st = _State(problem, A, mask)
+        found = best_swap(st)
+        if found is None or found[0] >= -SWAP_TOL * energy:
+            break
+        _, g, a = found
+        mask[g], mask[a] = False, True
+        swaps += 1
+    return np.flatnonzero(mask), swaps

@@ -1,0 +1,218 @@
+"""How many units each consumer keeps under a structured budget.
+
+A budget is a ceiling on a *cost* of the kept units, monotone in each consumer's count (a
+:class:`CostModel`): the prunable parameters kept (``target_density``: a fraction of them;
+``target_params``: the whole model's parameter count), or the model's latency predicted by the
+measured per-layer table (``target_speedup``: ``latency.LatencyTable``). Every allocation keeps
+at least one unit per consumer and returns the largest counts it finds under the ceiling:
+
+- ``"uniform"``: every consumer keeps the same fraction of its units (bisected);
+- ``"flap"``: FLAP's global ranking (An et al., AAAI 2024): each unit's fluctuation score
+  (``methods.structured.flap``) standardized within its layer (minus the layer's mean, over its
+  standard deviation), so that layers and unit kinds compete on one scale; units are taken in
+  decreasing standardized score while the budget has room for them;
+- ``"penalty"``: the duality's own: one penalty level for every layer, head and neuron, each
+  unit priced by its cost (parameters, or measured latency) as its group's penalty weight,
+  ``alpha_l = level * energy_l`` on consumer ``l`` (its output energy in the scale-free units of
+  ``methods.structured.penalty``: at one level every layer trades the same fraction of its
+  output energy for one unit of cost). The level runs down a geometric path, every layer's path
+  fit warm-started, until the kept units' cost reaches the budget; the last bracket is bisected,
+  and the counts of its lower end (under the budget) are taken.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dualdrop.nn.oneshot.methods.structured.base import UnitProblem
+from dualdrop.nn.oneshot.methods.structured.flap import FLAP
+from dualdrop.nn.oneshot.methods.structured.penalty import Scaled, UnitPath, resolve
+from penalties.checks import check_float, check_int
+
+ALLOCATIONS = ("uniform", "flap", "penalty")
+
+#: options of each allocation and their defaults
+ALLOCATION_DEFAULTS = {
+    "uniform": {},
+    "flap": {},
+    "penalty": {"penalty": "logsum", "penalty_params": None, "ratio": 0.7, "tol": 3e-3,
+                "max_epochs": 50, "refine": 8},
+}
+
+
+def check_allocation(kind, opts: dict | None) -> dict:
+    """``kind`` known and ``opts`` its options (defaults filled in); ``ValueError`` else."""
+    if kind not in ALLOCATIONS:
+        raise ValueError(f"allocation={kind!r}; expected one of {list(ALLOCATIONS)} for "
+                         "structured pruning")
+    if opts is not None and not isinstance(opts, dict):
+        raise TypeError("allocation_options must be a dict")
+    known = ALLOCATION_DEFAULTS[kind]
+    unknown = sorted(set(opts or {}) - set(known))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for allocation={kind!r}; its options: "
+                         f"{sorted(known) or 'none'}")
+    out = {**known, **(opts or {})}
+    if kind == "penalty":
+        resolve(out["penalty"], out["penalty_params"])
+        out["ratio"] = check_float("ratio", out["ratio"], low=0.0, high=1.0, low_open=True,
+                                   high_open=True)
+        out["tol"] = check_float("tol", out["tol"], low=0.0, low_open=True)
+        out["max_epochs"] = check_int("max_epochs", out["max_epochs"], low=1)
+        out["refine"] = check_int("refine", out["refine"], low=0)
+    return out
+
+
+class CostModel:
+    """The cost of keeping ``counts[name]`` units of each consumer: ``fixed`` plus, per
+    consumer, ``table[name](k)`` (a callable, increasing in ``k``)."""
+
+    def __init__(self, names, sizes, table, fixed=0.0, what="parameters"):
+        self.names, self.sizes = list(names), dict(zip(names, sizes))
+        self.table, self.fixed, self.what = table, float(fixed), what
+
+    def __call__(self, counts: dict) -> float:
+        return self.fixed + sum(self.table[n](counts[n]) for n in self.names)
+
+    def full(self) -> float:
+        return self(self.sizes)
+
+    def least(self) -> float:
+        return self({n: 1 for n in self.names})
+
+
+def linear_costs(names, unit_costs) -> dict:
+    """``{name: k -> k * (the consumer's mean unit cost)}`` (the units of one consumer cost
+    the same: one neuron, head or channel each)."""
+    return {n: (lambda k, c=float(np.mean(c)) if len(c) else 0.0: k * c)
+            for n, c in zip(names, unit_costs)}
+
+
+def allocate_units(kind: str, cost: CostModel, budget: float, problems=None, prices=None,
+                   **opts) -> dict:
+    """``{name: kept units}`` under ``cost(counts) <= budget`` (module docstring);
+    ``problems`` (``{name: UnitProblem}`` on the dense model) for ``"flap"`` and
+    ``"penalty"``, ``prices`` (``{name: per-unit cost}``) for ``"penalty"``."""
+    opts = check_allocation(kind, opts)
+    if cost.least() > budget * (1 + 1e-12):
+        raise ValueError(f"the budget ({budget:.4g} {cost.what}) is below what one unit per "
+                         f"layer costs ({cost.least():.4g}); ask for less pruning")
+    if kind == "uniform":
+        return _uniform(cost, budget)
+    if kind == "flap":
+        return _flap(cost, budget, problems)
+    return _penalty(cost, budget, problems, prices, **opts)
+
+
+def _uniform(cost, budget):
+    def at(f):
+        return {n: max(1, min(s, int(round(f * s)))) for n, s in cost.sizes.items()}
+
+    lo, hi = 0.0, 1.0
+    if cost(at(1.0)) <= budget:
+        return at(1.0)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if cost(at(mid)) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return at(lo)
+
+
+def standardized(scores: np.ndarray) -> np.ndarray:
+    """``(s - mean) / std`` within one layer (0 where the scores do not vary)."""
+    s = np.asarray(scores, np.float64)
+    sd = float(s.std())
+    return (s - s.mean()) / sd if sd > 0 else np.zeros_like(s)
+
+
+def _flap(cost, budget, problems):
+    flap = FLAP()
+    entries = []
+    counts = {n: 1 for n in cost.names}
+    for n in cost.names:
+        z = standardized(flap.scores(problems[n]))
+        order = np.argsort(-z, kind="stable")
+        entries += [(float(z[u]), n) for u in order[1:]]   # the best unit of each is kept
+    entries.sort(key=lambda e: -e[0])
+    spent = cost(counts)
+    for _, n in entries:
+        counts[n] += 1
+        new = cost(counts)
+        if new > budget:
+            counts[n] -= 1
+        else:
+            spent = new
+    return counts
+
+
+def _penalty(cost, budget, problems, prices, *, penalty, penalty_params, ratio, tol,
+             max_epochs, refine):
+    P = resolve(penalty, penalty_params)
+    names = cost.names
+    mean_price = float(np.mean(np.concatenate([np.asarray(prices[n], np.float64)
+                                               for n in names])))
+    layers, paths = {}, {}
+    for n in names:
+        w = np.asarray(prices[n], np.float64) / mean_price
+        layers[n] = Scaled(problems[n], weights=w)
+        paths[n] = UnitPath(layers[n], P, tol, max_epochs)
+    starts = {n: np.zeros_like(layers[n].U0) for n in names}
+
+    def counts_at(level, base):
+        out, fits = {}, {}
+        for n in names:
+            sc, pa = layers[n], paths[n]
+            a = level * sc.energy
+            if sc.energy <= 0 or a >= pa.alpha_max:
+                U = np.zeros_like(sc.U0)
+            else:
+                U = pa.fit(a, base[n])
+            fits[n] = U
+            out[n] = max(1, int(sc.kept(U).size))
+        return out, fits
+
+    level = max(paths[n].alpha_max / layers[n].energy for n in names if layers[n].energy > 0)
+    hi, fits_hi = level, starts
+    counts_hi = {n: 1 for n in names}
+    lo = counts_lo = None
+    for _ in range(300):
+        level *= ratio
+        c, fits = counts_at(level, fits_hi)
+        if cost(c) > budget:
+            lo, counts_lo = level, c
+            break
+        hi, counts_hi, fits_hi = level, c, fits
+        if all(c[n] == cost.sizes[n] for n in names):
+            return c
+    if lo is None:
+        return counts_hi
+    for _ in range(refine):
+        mid = math.sqrt(lo * hi)
+        c, fits = counts_at(mid, fits_hi)
+        if cost(c) > budget:
+            lo, counts_lo = mid, c
+        else:
+            hi, counts_hi, fits_hi = mid, c, fits
+    return _fill(cost, budget, counts_hi, counts_lo)
+
+
+def _fill(cost, budget, under, over):
+    """From ``under`` (within the budget) toward ``over`` (beyond it): units added where
+    ``over`` keeps more, in proportion to the gap, while the budget has room."""
+    counts = dict(under)
+    gaps = {n: over[n] - under[n] for n in counts if over[n] > under[n]}
+    if not gaps:
+        return counts
+    total = sum(gaps.values())
+    order = sorted(((n, k) for n, g in gaps.items() for k in range(g)),
+                   key=lambda e: (e[1] + 0.5) / gaps[e[0]] if total else 0)
+    for n, _ in order:
+        counts[n] += 1
+        if cost(counts) > budget:
+            counts[n] -= 1
+    return counts
+

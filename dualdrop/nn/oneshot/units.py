@@ -1,0 +1,478 @@
+"""Structured units for one-shot pruning: hidden neurons, attention heads and conv channels, each
+as the producer rows and consumer columns that leave the network together.
+
+A *unit* is a set of features that one layer (the *consumer*) reads and nothing else reads:
+
+- a **neuron** of an MLP: row ``i`` of the first Linear (and its bias entry), column ``i`` of the
+  second (transformers' ``intermediate.dense`` / ``output.dense``, GPT-2's ``mlp.c_fc`` /
+  ``mlp.c_proj``, a gated MLP's gate and up projections together);
+- a **channel** of a CNN: filter ``c`` of a convolution, its BatchNorm entry, and the kernel
+  slice ``W[:, c]`` of the next convolution (``kh * kw`` columns of its im2col weight), or the
+  ``h * w`` columns of a Linear after a flatten;
+- a **head** of an attention: the head's ``d`` rows of the query, key and value projections (the
+  head's columns of GPT-2's fused ``c_attn``; the head's rows of ``nn.MultiheadAttention``'s
+  ``in_proj_weight``), and the ``d`` columns of the output projection that read its context.
+
+Pruning a unit is a problem of the consumer alone: its input Gram over the calibration data
+decides which input groups to keep, and the producer's rows of a removed unit are then dead
+(nothing reads them) and are zeroed with it. Which features form units comes from the model's
+graph: Torch-Pruning's dependency graph (Fang et al., DepGraph, CVPR 2023; ``dualdrop.nn._graph``)
+traced on one calibration batch gives, for every layer's output features, the layers, norms and
+consumers coupled to them; a set of features is a unit set when exactly one layer reads it and
+no LayerNorm, residual stream, attention score or model output does. Attention heads are found
+from the attention module (``nn.MultiheadAttention``, or a module with ``num_heads`` /
+``num_attention_heads`` and a head width, and query/key/value projections or a fused
+``c_attn``), their consumer from the same graph.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from dualdrop.nn._graph import dependency_graph, layer_kind, torch_pruning
+from dualdrop.nn._layers import BN, is_conv1d, n_in, n_out
+from dualdrop.nn.oneshot.layers import Step, discover
+
+GRANULARITIES = ("neuron", "head", "channel")
+
+# elementwise autograd nodes a unit may pass through on its way to its one consumer (names
+# without the trailing version digit): per-entry maps, the layers' own products and reshapes
+_PASS = {
+    "ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "SiluBackward",
+    "LeakyReluBackward", "EluBackward", "HardtanhBackward", "HardswishBackward",
+    "HardsigmoidBackward", "SoftplusBackward", "MishBackward", "ClampBackward",
+    "ClampMinBackward", "ClampMaxBackward", "NegBackward", "CloneBackward", "AliasBackward",
+    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward", "ExpBackward",
+    "LogBackward", "SqrtBackward", "RsqrtBackward", "ErfBackward", "AbsBackward",
+    "ReciprocalBackward", "MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward",
+    "AvgPool2DBackward", "AdaptiveAvgPool2DBackward", "AdaptiveMaxPool2DBackward",
+    "AddmmBackward", "MmBackward", "TBackward", "ViewBackward", "UnsafeViewBackward",
+    "ReshapeAliasBackward", "TransposeBackward", "PermuteBackward", "NativeDropoutBackward",
+    "MeanBackward",  # a mean over positions only (checked)
+}
+
+_HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
+_WIDTH_ATTRS = ("attention_head_size", "head_dim")
+_QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
+_FUSED_NAMES = ("c_attn", "qkv_proj", "Wqkv", "qkv")
+
+
+@dataclass
+class Part:
+    """A tensor-holding module a unit spans besides its consumer: ``role`` ``"rows"`` (a dense
+    layer's or convolution's output units: rows of the ``(out, in)`` weight, bias entries),
+    ``"bn"`` (BatchNorm entries) or ``"mha_in"`` (rows of ``nn.MultiheadAttention``'s packed
+    or separate q/k/v projections, ``index`` counting over q, k, v stacked); ``index[u]`` the
+    entries of unit ``u``."""
+
+    name: str
+    module: nn.Module
+    role: str
+    index: list = field(default_factory=list)
+
+
+@dataclass
+class UnitGroup:
+    """The units one consumer reads: ``kind`` (neuron, head, channel), ``step`` (the
+    consumer's walk step, ``layers.Step``), ``columns[u]`` (unit ``u``'s columns of the
+    consumer's ``(out, in)`` weight; a convolution's in the im2col order of
+    ``weight.reshape(out, -1)``), ``parts`` (producers and norms), ``attention`` (the
+    attention module of heads, whose head count follows a compaction)."""
+
+    name: str
+    kind: str
+    step: Step
+    columns: list
+    parts: list
+    attention: nn.Module | None = None
+    head_dim: int = 0
+
+    @property
+    def n_units(self) -> int:
+        return len(self.columns)
+
+    @property
+    def consumer(self) -> nn.Module:
+        return self.step.module.out_proj if self.step.kind == "mha_out" else self.step.module
+
+    def unit_params(self) -> np.ndarray:
+        """Parameters each unit holds: its producer rows (with bias entries), norm entries
+        and consumer columns."""
+        out = np.zeros(self.n_units)
+        W = self.step.weights()[0]
+        for u, cols in enumerate(self.columns):
+            out[u] += len(cols) * W.shape[0]
+        for part in self.parts:
+            per = _entry_params(part)
+            for u, idx in enumerate(part.index):
+                out[u] += len(idx) * per
+        return out
+
+    def names(self) -> list[str]:
+        return [self.name] + [p.name for p in self.parts]
+
+    @torch.no_grad()
+    def zero_parts(self, removed) -> None:
+        """Zero every producer row, bias entry and norm entry of the ``removed`` units (the
+        consumer's columns are the method's)."""
+        for part in self.parts:
+            idx = [i for u in removed for i in part.index[u]]
+            if not idx:
+                continue
+            t = torch.as_tensor(idx, dtype=torch.long)
+            m = part.module
+            if part.role == "bn":
+                for p in (m.weight, m.bias):
+                    if p is not None:
+                        p[t.to(p.device)] = 0
+            elif part.role == "mha_in":
+                E = m.embed_dim
+                if m._qkv_same_embed_dim:
+                    m.in_proj_weight[t.to(m.in_proj_weight.device)] = 0
+                else:
+                    for k, w in enumerate((m.q_proj_weight, m.k_proj_weight, m.v_proj_weight)):
+                        sel = t[(t >= k * E) & (t < (k + 1) * E)] - k * E
+                        w[sel.to(w.device)] = 0
+                if m.in_proj_bias is not None:
+                    m.in_proj_bias[t.to(m.in_proj_bias.device)] = 0
+            else:
+                w = m.weight
+                if is_conv1d(m):
+                    w[:, t.to(w.device)] = 0
+                else:
+                    w[t.to(w.device)] = 0
+                if m.bias is not None:
+                    m.bias[t.to(m.bias.device)] = 0
+
+    def parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """``(qualified name, Parameter)`` of every tensor pruning these units writes."""
+        out = []
+        for name, mod in [(self.step.module_name, self.step.module)] + [
+                (p.name, p.module) for p in self.parts]:
+            for pname, p in mod.named_parameters():
+                out.append((f"{name}.{pname}" if name else pname, p))
+        seen, uniq = set(), []
+        for n, p in out:
+            if id(p) not in seen:
+                seen.add(id(p))
+                uniq.append((n, p))
+        return uniq
+
+
+def _entry_params(part: Part) -> int:
+    m = part.module
+    if part.role == "bn":
+        return 2 if m.affine else 0
+    if part.role == "mha_in":
+        return m.embed_dim + (m.in_proj_bias is not None)
+    w = m.weight
+    per = w.shape[0] if is_conv1d(m) else int(np.prod(w.shape[1:]))
+    return per + (m.bias is not None)
+
+
+def check_granularity(granularity) -> tuple[str, ...]:
+    """``"neuron"``, ``"head"``, ``"channel"``, or several of them (a tuple/list, or a string
+    joined by ``+`` or ``,``) as a tuple; ``ValueError`` naming the argument otherwise."""
+    if isinstance(granularity, str):
+        items = [g.strip() for g in re.split(r"[+,]", granularity)]
+    elif isinstance(granularity, (tuple, list)):
+        items = list(granularity)
+    else:
+        raise TypeError(f"granularity must be one of {list(GRANULARITIES)} or several of them "
+                        f"(e.g. ('head', 'neuron')), got {type(granularity).__name__}")
+    bad = [g for g in items if g not in GRANULARITIES]
+    if bad or not items:
+        raise ValueError(f"granularity={granularity!r}; expected one of {list(GRANULARITIES)} "
+                         "or several of them, e.g. ('head', 'neuron') or 'head+neuron'")
+    return tuple(dict.fromkeys(items))
+
+
+# ---- discovery -----------------------------------------------------------------------------------
+
+def _first_attr(m, names):
+    for n in names:
+        v = getattr(m, n, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def hf_attention(m: nn.Module):
+    """``(H, d, projections)`` of a Hugging Face style attention module (``projections``:
+    ``[(name, module, offset)]`` of the query, key and value projections, ``offset`` the first
+    output feature of each in a fused projection), or None."""
+    if isinstance(m, nn.MultiheadAttention):
+        return None
+    H = _first_attr(m, _HEADS_ATTRS)
+    d = _first_attr(m, _WIDTH_ATTRS)
+    if H is None:
+        return None
+    children = dict(m.named_children())
+    for names in _QKV_NAMES:
+        mods = [children.get(n) for n in names]
+        if all(x is not None and layer_kind(x) == "linear" for x in mods):
+            d = d or n_out(mods[0]) // H
+            if all(n_out(x) == H * d for x in mods):
+                return H, d, [(n, x, 0) for n, x in zip(names, mods)]
+            return None
+    for n in _FUSED_NAMES:
+        x = children.get(n)
+        if x is not None and layer_kind(x) == "linear" and n_out(x) % 3 == 0:
+            E = n_out(x) // 3
+            d = d or E // H
+            if H * d == E:
+                return H, d, [(n, x, 0), (n, x, E), (n, x, 2 * E)]
+    return None
+
+
+def _kv_heads_differ(m) -> bool:
+    kv = getattr(m, "num_key_value_heads", None) or getattr(getattr(m, "config", None),
+                                                          "num_key_value_heads", None)
+    H = _first_attr(m, _HEADS_ATTRS)
+    return isinstance(kv, int) and H is not None and kv != H
+
+
+def _selected(names, include, exclude) -> bool:
+    def hit(items):
+        return any(fnmatch.fnmatchcase(n, it) if isinstance(it, str) else False
+                   for n in names for it in items)
+    if include is not None and not hit(include):
+        return False
+    return not (exclude is not None and hit(exclude))
+
+
+def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
+               exclude=None) -> tuple[list[UnitGroup], list[tuple[str, str]]]:
+    """``(groups, skipped)``: the unit groups of ``model`` of the kinds ``granularity`` (module
+    docstring), one per consumer, in module order, and ``(layer, reason)`` for the layers of
+    those kinds whose units cannot be pruned. ``example`` is one calibration batch, fed as
+    ``forward_fn(model, example)``; ``include`` / ``exclude``: fnmatch patterns on the names of
+    a group's layers (consumer or producers)."""
+    kinds = check_granularity(granularity)
+    steps, _ = discover(model)
+    by_module = {(id(s.module), s.kind): s for s in steps}
+    names = {id(m): n for n, m in model.named_modules()}
+    groups, skipped = [], []
+    taken: set[int] = set()   # producer modules already in a group
+    attentions = {}
+    for n, m in model.named_modules():
+        if isinstance(m, nn.MultiheadAttention):
+            attentions[id(m)] = (n, m)
+        elif hf_attention(m) is not None:
+            attentions[id(m)] = (n, m)
+    if "head" in kinds:
+        for mid, (n, m) in attentions.items():
+            if not isinstance(m, nn.MultiheadAttention):
+                continue
+            g = _mha_group(n, m, by_module)
+            if isinstance(g, str):
+                skipped.append((n, g))
+            elif _selected(g.names(), include, exclude):
+                groups.append(g)
+    needs_graph = "neuron" in kinds or "channel" in kinds or (
+        "head" in kinds and any(not isinstance(m, nn.MultiheadAttention)
+                                for _, m in attentions.values()))
+    if needs_graph:
+        for g, why in _graph_groups(model, example, forward_fn, kinds, by_module, names,
+                                    attentions):
+            if g is None:
+                skipped.append(why)
+            elif _selected(g.names(), include, exclude):
+                if any(id(p.module) in taken for p in g.parts if p.role != "bn"):
+                    continue
+                taken.update(id(p.module) for p in g.parts)
+                groups.append(g)
+    order = {id(m): i for i, m in enumerate(model.modules())}
+    groups.sort(key=lambda g: order.get(id(g.step.module), 0))
+    return groups, skipped
+
+
+def _mha_group(name, m: nn.MultiheadAttention, by_module):
+    step = by_module.get((id(m), "mha_out"))
+    if step is None:
+        return "its output projection is not a prunable layer (tied or parametrized)"
+    if m.bias_k is not None or m.add_zero_attn:
+        return "add_bias_kv / add_zero_attn: a head's output depends on more than its rows"
+    H, E = m.num_heads, m.embed_dim
+    d = E // H
+    cols = [np.arange(h * d, (h + 1) * d) for h in range(H)]
+    rows = [np.concatenate([k * E + np.arange(h * d, (h + 1) * d) for k in range(3)])
+            for h in range(H)]
+    return UnitGroup(f"{name}.out_proj", "head", step, cols,
+                     [Part(f"{name}.in_proj", m, "mha_in", rows)], attention=m, head_dim=d)
+
+
+def _elementwise_name(node) -> str:
+    return re.sub(r"\d+$", "", str(getattr(node.module, "_grad_fn", "")))
+
+
+def _graph_groups(model, example, forward_fn, kinds, by_module, names, attentions):
+    """Yield ``(UnitGroup, None)`` or ``(None, (layer, reason))`` from Torch-Pruning's
+    dependency graph of ``model`` on ``example``."""
+    tp = torch_pruning("structured one-shot pruning")
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    was = model.training
+    model.eval()
+    try:
+        for p, _ in flags:
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            dg = dependency_graph(tp, model, example, forward_fn)
+        proj_of = {}   # projection module -> attention it belongs to
+        for mid, (n, m) in attentions.items():
+            info = hf_attention(m)
+            if info is not None:
+                for _, x, _ in info[2]:
+                    proj_of[id(x)] = (n, m, info)
+        visited = set()
+        for m in list(dg.module2node):
+            if layer_kind(m) not in ("linear", "conv") or id(m) in visited:
+                continue
+            fn = dg.get_pruner_of_module(m).prune_out_channels
+            group = dg.get_pruning_group(m, fn, list(range(n_out(m))))
+            outs = [it for it in group if dg.is_out_channel_pruning_fn(it.dep.handler)
+                    and layer_kind(it.dep.target.module) in ("linear", "conv")]
+            for it in outs:
+                visited.add(id(it.dep.target.module))
+            att = next((proj_of[id(it.dep.target.module)] for it in outs
+                        if id(it.dep.target.module) in proj_of), None)
+            if att is not None:
+                if "head" in kinds:
+                    yield _hf_head_group(att, group, dg, by_module, names)
+                continue
+            res = _plain_group(m, group, dg, tp, by_module, names, kinds)
+            if res is not None:
+                yield res
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+        model.train(was)
+
+
+def _consumers(group, dg):
+    return [it for it in group if not dg.is_out_channel_pruning_fn(it.dep.handler)
+            and layer_kind(it.dep.target.module) in ("linear", "conv")]
+
+
+def _hf_head_group(att, group, dg, by_module, names):
+    aname, m, (H, d, projs) = att
+    if _kv_heads_differ(m):
+        return None, (aname, "grouped-query attention (fewer key/value heads): heads are not "
+                             "pruned")
+    cons = [it for it in _consumers(group, dg)
+            if it.dep.target.module not in {x for _, x, _ in projs}]
+    mods = {id(it.dep.target.module): it.dep.target.module for it in cons}
+    if len(mods) != 1:
+        return None, (aname, f"its heads are read by {len(mods)} layers, not one output "
+                             "projection")
+    cm = next(iter(mods.values()))
+    kind = "hf_conv1d" if is_conv1d(cm) else "linear"
+    step = by_module.get((id(cm), kind))
+    if step is None or n_in(cm) != H * d:
+        return None, (aname, "its output projection is not a prunable layer of H * d inputs")
+    cols = [np.arange(h * d, (h + 1) * d) for h in range(H)]
+    parts = {}
+    for pname, x, off in projs:
+        key = id(x)
+        if key not in parts:
+            parts[key] = Part(f"{aname}.{pname}", x, "rows", [np.zeros(0, np.int64)] * H)
+        part = parts[key]
+        part.index = [np.concatenate([part.index[h], off + np.arange(h * d, (h + 1) * d)])
+                      for h in range(H)]
+    return UnitGroup(names[id(cm)], "head", step, cols, list(parts.values()), attention=m,
+                     head_dim=d), None
+
+
+def _plain_group(root, group, dg, tp, by_module, names, kinds):
+    """A neuron or channel group, or ``(None, reason)`` if its features are not units, or
+    None if it is not of a wanted kind."""
+    ops = tp.ops
+    rname = names.get(id(root), type(root).__name__)
+    kind = "channel" if layer_kind(root) == "conv" else "neuron"
+    if kind not in kinds:
+        return None
+    outs, ins, norms = [], [], []
+    for it in group:
+        node = it.dep.target
+        mod = node.module
+        t = node.type
+        if dg.is_out_channel_pruning_fn(it.dep.handler) and layer_kind(mod) in ("linear",
+                                                                              "conv"):
+            outs.append(it)
+        elif layer_kind(mod) in ("linear", "conv"):
+            ins.append(it)
+        elif t == ops.OPTYPE.BN:
+            if type(mod) not in BN or not mod.track_running_stats:
+                return None, (rname, "a BatchNorm without running statistics on its outputs")
+            norms.append(it)
+        elif t == ops.OPTYPE.ELEMENTWISE:
+            if not node.inputs:
+                continue
+            name = _elementwise_name(node)
+            if name not in _PASS:
+                return None, (rname, f"its outputs go through {name or 'an operation'} "
+                                     "(mixes features)")
+            if name == "MeanBackward" and not _positions_mean(node.grad_fn):
+                return None, (rname, "its outputs are averaged over features")
+        elif t in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT, ops.OPTYPE.SLICE):
+            continue
+        elif t == ops.OPTYPE.LN:
+            return None, (rname, "its outputs reach a LayerNorm (the residual stream)")
+        elif t == ops.OPTYPE.OUTPUT:
+            return None, (rname, "its outputs are the model's outputs")
+        else:
+            return None, (rname, f"its outputs reach a {t.name.lower()} node")
+    cmods = {id(it.dep.target.module): it for it in ins}
+    if not cmods:
+        return None, (rname, "no layer reads its outputs (the model's output)")
+    if len(cmods) != 1:
+        return None, (rname, f"its outputs are read by {len(cmods)} layers, not one")
+    (cit,) = cmods.values()
+    cm = cit.dep.target.module
+    ck = "conv" if layer_kind(cm) == "conv" else ("hf_conv1d" if is_conv1d(cm) else "linear")
+    step = by_module.get((id(cm), ck))
+    if step is None:
+        return None, (rname, f"its consumer {names.get(id(cm))} is not a prunable layer")
+    if any(layer_kind(it.dep.target.module) == "conv" and it.dep.target.module.groups != 1
+           for it in outs + ins):
+        return None, (rname, "a grouped convolution")
+    width = 1 + max(max(it.root_idxs, default=-1) for it in outs)
+    K = int(np.prod(cm.kernel_size)) if ck == "conv" else 1
+    cols = [[] for _ in range(width)]
+    for i, r in zip(cit.idxs, cit.root_idxs):
+        cols[r].extend(range(i * K, (i + 1) * K))
+    live = [u for u in range(width) if cols[u]]
+    parts = []
+    for it in outs:
+        idx = [[] for _ in range(width)]
+        for i, r in zip(it.idxs, it.root_idxs):
+            idx[r].append(i)
+        mod = it.dep.target.module
+        parts.append(Part(names.get(id(mod), ""), mod, "rows",
+                          [np.asarray(idx[u], np.int64) for u in live]))
+    for it in norms:
+        idx = [[] for _ in range(width)]
+        for i, r in zip(it.idxs, it.root_idxs):
+            idx[r].append(i)
+        mod = it.dep.target.module
+        parts.append(Part(names.get(id(mod), ""), mod, "bn",
+                          [np.asarray(idx[u], np.int64) for u in live]))
+    if not live:
+        return None, (rname, "no unit reaches its consumer")
+    return UnitGroup(names[id(cm)], kind, step, [np.asarray(cols[u], np.int64) for u in live],
+                     parts), None
+
+
+def _positions_mean(grad_fn) -> bool:
+    try:
+        dims = list(grad_fn._saved_dim)
+        ndim = len(grad_fn._saved_self_sym_sizes)
+    except (AttributeError, RuntimeError):
+        return False
+    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
