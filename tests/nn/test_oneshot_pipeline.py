@@ -351,3 +351,58 @@ def test_a_killed_run_from_disk_resumes(tmp_path):
     assert "calls 15" in p.stdout  # 22 layers: blocks 0-1 (14) were not pruned again
     back = type(model).from_pretrained(tmp_path / "out")
     assert max_diff(ref, back) == 0.0
+
+
+DIST_SCRIPT = textwrap.dedent("""
+    import os, sys, torch, transformers, warnings
+    warnings.filterwarnings("ignore")
+    import torch.distributed as dist
+    from dualdrop.nn import prune_oneshot
+
+    on = "RANK" in os.environ
+    if on:
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=100)
+    model = transformers.LlamaForCausalLM(cfg)
+    g = torch.Generator().manual_seed(1)
+    calib = [{"input_ids": torch.randint(0, 100, (4, 16), generator=g)} for _ in range(5)]
+    res = prune_oneshot(model, calib, sys.argv[2], target_density=0.5, progress=False)
+    rank = dist.get_rank() if on else 0
+    torch.save({"state": model.state_dict(), "rows": res.report.layers},
+               f"{sys.argv[1]}.{rank}.pt")
+    if on:
+        dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["sparsegpt", "admm"])
+def test_two_gloo_processes_prune_as_one(tmp_path, method):
+    script = tmp_path / "dist.py"
+    script.write_text(DIST_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, str(script), str(tmp_path / "one"), method], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", "29533", str(script), str(tmp_path / "two"), method],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-2000:]
+    ref = torch.load(tmp_path / "one.0.pt", weights_only=True)
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"two.{rank}.pt", weights_only=True)
+        for k, v in ref["state"].items():
+            assert torch.allclose(v, got["state"][k], rtol=1e-5, atol=1e-6), (rank, k)
+        assert [r["layer"] for r in got["rows"]] == [r["layer"] for r in ref["rows"]]
+        for a, b in zip(ref["rows"], got["rows"]):
+            assert a["rows"] == b["rows"]  # every token counted once over the two ranks
+            assert a["objective"] == pytest.approx(b["objective"], rel=1e-4, abs=1e-9)
+
+
+def test_distributed_true_needs_a_process_group():
+    with pytest.raises(ValueError, match="process group"):
+        prune_oneshot(tiny_gpt2(1), token_batches(), "magnitude", target_density=0.5,
+                      progress=False, distributed=True)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from dualdrop.nn.oneshot.allocation import allocate, check_allocation
+from dualdrop.nn.oneshot.distributed import context as dist_context
 from dualdrop.nn.oneshot.layers import Step, discover
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.registry import get_method
@@ -220,7 +221,7 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
                   forward_fn=None, include=None, exclude=None, progress: bool = True,
                   sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
                   cache_memory_mb: float | None = None, gram_precision: str = "float32",
-                  checkpoint_dir=None) -> OneShotResult:
+                  checkpoint_dir=None, distributed: bool | None = None) -> OneShotResult:
     """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
 
     Layers (Linear, Conv1d/2d, transformers' Conv1D, MultiheadAttention's projections; others
@@ -249,6 +250,10 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
       always float64).
     - ``token_mask_fn(batch)``: the real tokens of a padded batch (bool ``(batch, tokens)``);
       by default a dict batch's ``attention_mask``: padded positions never enter a Gram.
+    - ``distributed``: under ``torchrun`` (``None``: whenever a process group of two or more
+      ranks is initialized) the calibration batches are split over the ranks, the Grams summed
+      and a stage's layers solved on different ranks (``distributed``); every rank ends with the
+      same pruned model.
 
     Returns a :class:`OneShotResult`: the model (exact zeros), the :class:`OneShotReport` and
     the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
@@ -280,9 +285,11 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     fwd = forward_fn or default_forward
     _check_pipeline_options(sequential, blocks, token_mask_fn, offload_dir, cache_memory_mb,
                             gram_precision, checkpoint_dir)
+    if distributed not in (None, True, False):
+        raise TypeError(f"distributed must be None (auto), True or False, got {distributed!r}")
     pipe = {"sequential": sequential, "blocks": blocks, "token_mask_fn": token_mask_fn,
             "offload_dir": offload_dir, "cache_memory_mb": cache_memory_mb,
-            "gram_precision": gram_precision}
+            "gram_precision": gram_precision, "dist": dist_context(distributed)}
     calib = _check_calib(calib)
     steps, skipped = discover(model, include, exclude)
     if nm is not None:
