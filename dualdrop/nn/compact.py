@@ -114,7 +114,10 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     removed units emit; random inputs of the real shape are best. ``verify``: compare both
     networks on ``example_inputs`` and raise if they differ (they should not). See the module
     docstring for which units go and why the result is exact. Returns the module in eval mode;
-    :func:`compact_report` lists the units kept per layer.
+    :func:`compact_report` lists the units kept per layer. A Hugging Face transformer with
+    BERT-, GPT-2- or Llama-shaped blocks is compacted block by block instead (its FFN neurons
+    and attention heads, each block at its own widths: ``dualdrop.nn.hf.compact``; no
+    torch-pruning needed); save it with ``dualdrop.nn.save_pretrained``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

@@ -83,6 +83,8 @@ def test_each_layout_saves_with_save_pretrained_or_refuses_naming_the_function(
     back = load_pretrained(d2)
     if layout in KINDS:   # loaded in the layout it was saved in
         assert any(isinstance(m, KINDS[layout]) for m in back.modules())
+    if hasattr(back, "lm_head"):   # GPT-2's tied output layer stays tied
+        assert back.lm_head.weight is back.transformer.wte.weight
     torch.testing.assert_close(out(back, x), want, rtol=0, atol=1e-6)
     if layout not in NATIVE:
         with pytest.raises(OSError):   # never a silent float or full-width model

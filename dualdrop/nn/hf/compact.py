@@ -120,10 +120,6 @@ def _fold(m, cols, const) -> bool:
     return True
 
 
-def _act(b: Block, x: torch.Tensor) -> torch.Tensor:
-    return b.act(x)
-
-
 def _compact_ffn(b: Block) -> list:
     """Remove the dead neurons of a block's FFN (module docstring); the names of units kept
     for want of a bias."""
@@ -135,12 +131,12 @@ def _compact_ffn(b: Block) -> list:
               for p in b.producers]
     if b.gated:
         (gz, uz), (bg, bu) = zero, biases
-        ag = _act(b, bg)
+        ag = b.act(bg)
         const_mask = (gz & uz) | (gz & (ag == 0)) | (uz & (bu == 0))
         const = torch.where(gz & uz, ag * bu, torch.zeros_like(bu))
     else:
         const_mask = zero[0]
-        const = _act(b, biases[0])
+        const = b.act(biases[0])
     dead = unread | const_mask
     gone = [i for i in range(width) if dead[i]]
     if len(gone) == width:
@@ -199,7 +195,6 @@ def _compact_heads(b: Block) -> list:
             j = h // group
             cols += range(h * d, (h + 1) * d)
             const.append(bv[j * d:(j + 1) * d].detach())
-    kept = []
     if cols and not _fold(b.o, cols, torch.cat(const)):
         return [b.names["attention"]]
     rows_q = _head_rows(q_keep, d)
@@ -213,7 +208,7 @@ def _compact_heads(b: Block) -> list:
         _take(b.v, rows=rows_kv)
     _take(b.o, cols=rows_q)
     fam_.set_heads(b, len(q_keep), len(kv_keep))
-    return kept
+    return []
 
 
 def _head_rows(heads, d) -> torch.Tensor:

@@ -433,10 +433,6 @@ def _load_dualdrop(d: Path, cls, meta, where):
     if KEY in config.__dict__:
         delattr(config, KEY)
     model = _build(cls, config)
-    floats = [dt for _, dt in header.values() if dt in ("F16", "BF16", "F32", "F64")]
-    dtype = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
-             "F64": torch.float64}.get(max(set(floats), key=floats.count) if floats else "F32")
-    model.to(dtype)
     fam = fam_.family(model)
     if meta["layers"] is not None:
         if fam is None:
@@ -469,7 +465,14 @@ def _load_dualdrop(d: Path, cls, meta, where):
     sd = load_file(str(path))
     for alias, stored in meta["tied"].items():
         sd[alias] = sd[stored]
-    model.load_state_dict(sd, strict=True)
+    model.load_state_dict(sd, strict=True, assign=True)   # the file's tensors, not copies
+    for alias, stored in meta["tied"].items():   # one Parameter again, as saved
+        owner, _, attr = alias.rpartition(".")
+        src_owner, _, src_attr = stored.rpartition(".")
+        src = model.get_submodule(src_owner)
+        dst = model.get_submodule(owner)
+        if src_attr in src._parameters and attr in dst._parameters:
+            dst._parameters[attr] = src._parameters[src_attr]
     gen = d / "generation_config.json"
     if gen.is_file() and model.can_generate():
         from transformers import GenerationConfig
