@@ -277,3 +277,63 @@ def test_rst_tables_in_docstrings_become_markdown_tables():
     ]
     plain = "A rule alone\n\n=====\n\nand  ====  ==== in prose"
     assert ext.rst_tables_to_markdown(plain) == plain
+
+
+# ---------------------------------------------------------------- every formula parses
+
+_KATEX_CHECK = r"""
+const katex = require(process.argv[2]);
+const items = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const bad = [];
+for (const [where, tex, display] of items) {
+  try {
+    katex.renderToString(tex, {displayMode: display, throwOnError: true, strict: "error"});
+  } catch (e) {
+    bad.push(where + ": " + e.message.split("\n")[0]);
+  }
+}
+console.log(JSON.stringify(bad));
+"""
+
+
+def _formulas(page: Path) -> list[tuple[str, str, bool]]:
+    """(page, TeX, display) of every formula of a page, found by the site's own Markdown setup."""
+    import html
+
+    import markdown
+
+    config = _config()
+    exts, conf = [], {}
+    for name, opts in _extensions(config).items():
+        if name == "pymdownx.snippets":
+            continue
+        exts.append(name)
+        conf[name] = opts
+    out = markdown.markdown(page.read_text(encoding="utf-8"), extensions=exts,
+                            extension_configs=conf)
+    found = []
+    for tag, body in re.findall(r'<(span|div) class="arithmatex">(.*?)</\1>', out, re.S):
+        tex = html.unescape(body).strip()[2:-2]
+        found.append((page.name, tex, tag == "div"))
+    return found
+
+
+def test_every_formula_of_the_docs_parses_in_katex(tmp_path):
+    """A typo in a formula renders as red source text on the site; KaTeX (in node) says where."""
+    import json
+    import shutil
+    import subprocess
+
+    pytest.importorskip("pymdownx", reason="the [docs] extra is not installed")
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    items = [f for page in sorted(DOCS.glob("*.md")) for f in _formulas(page)]
+    assert len(items) > 300, f"only {len(items)} formulas found: is arithmatex configured?"
+    script = tmp_path / "check.js"
+    script.write_text(_KATEX_CHECK, encoding="utf-8")
+    proc = subprocess.run([node, str(script), str(DOCS / "vendor/katex/katex.min.js")],
+                          input=json.dumps(items), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    bad = json.loads(proc.stdout)
+    assert not bad, "formulas KaTeX cannot typeset:\n" + "\n".join(bad[:20])
