@@ -2,20 +2,26 @@
 
     python3 .ci/screenshots.py SITE_DIR OUT_DIR
 
-Opens the index and one API reference page of a site built by ``mkdocs build`` (file URLs, no
-server, no network), writes ``OUT_DIR/index.png`` and ``OUT_DIR/api-nn.png``, and fails (exit 1)
-when a screenshot is missing or blank: too small a file, too few distinct gray levels, or text
-covering too little or too much of the page.
+Opens pages of a site built by ``mkdocs build`` (file URLs, no server, no network): the index,
+two API reference pages, a theory page full of formulas and a user-guide page with long code
+lines; writes ``OUT_DIR/<name>.png`` for each, and fails (exit 1) when a screenshot is missing or
+blank (too small a file, too few distinct gray levels, or text covering too little or too much
+of the page) or when a page's formulas are not typeset: the page as the browser built it
+(``--dump-dom``, after its scripts ran) must have every ``arithmatex`` element rendered by the
+vendored KaTeX and no KaTeX error.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-PAGES = {"index": "index.html", "api-nn": "api/nn.html"}
+PAGES = {"index": "index.html", "api-nn": "api/nn.html", "api-linear": "api/linear.html",
+         "theory": "theory.html", "glm": "glm.html"}
+MIN_FORMULAS = {"theory": 100}  # a page that must hold typeset formulas
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
          "--window-size=1280,1600"]
@@ -41,6 +47,20 @@ def check(png: Path) -> str | None:
     return None
 
 
+def check_math(dom: str, name: str) -> str | None:
+    """Why the formulas of a rendered page (``--dump-dom``) are not typeset, or None."""
+    total = len(re.findall(r'class="arithmatex"', dom))
+    done = len(re.findall(r'class="arithmatex" data-katex-done="1"', dom))
+    if "katex-error" in dom:
+        bad = re.findall(r'class="katex-error"[^>]*title="([^"]*)"', dom)
+        return f"KaTeX could not typeset a formula: {bad[0] if bad else '?'}"
+    if done < total:
+        return f"{total - done} of {total} formulas left as source (KaTeX did not run)"
+    if total < MIN_FORMULAS.get(name, 0):
+        return f"only {total} formulas (expected at least {MIN_FORMULAS[name]})"
+    return None
+
+
 def main(site: Path, out: Path) -> int:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
@@ -58,11 +78,14 @@ def main(site: Path, out: Path) -> int:
         png.unlink(missing_ok=True)
         subprocess.run([browser, *FLAGS, f"--screenshot={png}", target.as_uri()],
                        capture_output=True, timeout=120)
-        why = check(png)
+        dom = subprocess.run([browser, *FLAGS, "--virtual-time-budget=5000", "--dump-dom",
+                              target.as_uri()], capture_output=True, text=True, timeout=120)
+        why = check(png) or check_math(dom.stdout, name)
         if why:
             bad.append(f"{png}: {why}")
         else:
-            print(f"screenshots: {png} ({png.stat().st_size // 1024} KB)")
+            n = dom.stdout.count('data-katex-done="1"')
+            print(f"screenshots: {png} ({png.stat().st_size // 1024} KB, {n} formulas typeset)")
     for line in bad:
         print(f"screenshots: {line}", file=sys.stderr)
     return 1 if bad else 0
