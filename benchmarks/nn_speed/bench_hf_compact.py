@@ -146,8 +146,9 @@ def run(label, ffn_keep, head_keep, src: Path, x: dict, rounds: int, clock: str,
 
 def table(rows) -> list[str]:
     head = ("| configuration | params (compact / dense) | compact: s, max diff | saved as, MB | "
-            "fresh-process load: s (original's), max diff | batch 1: compact / onnxruntime-compact | "
-            "batch 32: compact / onnxruntime-compact | FLOP ratio |")
+            "fresh-process load: s (original's), max diff | "
+            "batch 1: compact / onnxruntime-compact | batch 32: compact / onnxruntime-compact | "
+            "FLOP ratio |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         lat = {(q["layout"], q["batch"]): q for q in r["latency"]}

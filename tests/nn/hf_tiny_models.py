@@ -97,6 +97,19 @@ def zero_units(model, neurons, heads, *, keep_bias=False, values_only=False):
                 out_in(b.o)[:, rows] = 0
 
 
+def magnitude_pruned(model, x, sparsity):
+    """``model`` sparsified by magnitude (masks held) after 2 SGD steps on ``x``, in eval mode."""
+    from dualdrop.nn import sparsify
+    sp = sparsify(model, "magnitude", sparsity=sparsity, prune_every=1, end=0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for s in (1, 2):
+        opt.zero_grad()
+        model(input_ids=x)[0].pow(2).mean().backward()
+        opt.step()
+        sp.after_step(opt, s, 2)
+    return model.eval()
+
+
 def out(model, x):
     with torch.no_grad():
         return model(input_ids=x)[0]

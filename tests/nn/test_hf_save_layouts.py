@@ -14,25 +14,18 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 from dualdrop.nn import (CSRLinear, Int8DynamicLinear, export_sparse,  # noqa: E402
-                         load_pretrained, quantize_dynamic_int8, save_pretrained, sparsify)
-from hf_tiny_models import (ids, load_in_fresh_process, out, tiny_bert, tiny_gpt2,  # noqa: E402
-                            zero_units)
+                         load_pretrained, quantize_dynamic_int8, save_pretrained)
+from hf_tiny_models import (ids, load_in_fresh_process, magnitude_pruned, out,  # noqa: E402
+                            tiny_bert, tiny_gpt2, zero_units)
 
 torch.set_num_threads(1)
 
 
 def pruned(make):
     """A sparsified model (magnitude masks held) with whole units zeroed, after 2 steps."""
-    model, x = make(), ids()
+    model = make()
     zero_units(model, [range(8), range(20)], [[1], []])
-    sp = sparsify(model, "magnitude", sparsity=0.5, prune_every=1, end=0.5)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    for s in (1, 2):
-        opt.zero_grad()
-        model(input_ids=x)[0].pow(2).mean().backward()
-        opt.step()
-        sp.after_step(opt, s, 2)
-    return model.eval()
+    return magnitude_pruned(model, ids(), 0.5)
 
 
 def layouts(masked):
