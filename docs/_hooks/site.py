@@ -9,6 +9,10 @@
   ``Example::``); the roles are dropped from the rendered pages so that only the code span
   remains, a literal-block marker ``::`` reads as one colon, and the doubled backticks of
   ````code```` inside a parameter's type are dropped.
+- Code blocks of docstrings come without the one-span-per-line markup that
+  ``pymdownx.highlight`` gives the pages' own blocks (``line_spans``); each of their lines is
+  wrapped in a ``<span class="dd-line">`` (tags open at a line end closed and reopened), so that
+  stylesheets/site.css continues a long wrapped line with a hanging indent there too.
 - Docstrings point the reader to the documentation as ``docs/theory.md section 3`` or
   ``benchmarks/RESULTS.md, "Inference"`` (words that read right in ``help()``); on the API pages
   these become links to the page, and to the section when it is named.
@@ -34,6 +38,8 @@ _CODE = re.compile(r"<code>([^<]*)</code>")
 _DOC_REF = re.compile(r"(<code>)?(docs/([\w-]+)\.md|benchmarks/RESULTS\.md)(</code>)?"
                       r"(?:(,? section (\d+))|(, (?:section )?(?:&quot;|\")([^&\"<]+)(?:&quot;|\")))?")
 _PRE = re.compile(r"(<pre\b.*?</pre>)", re.S)
+_BLOCK = re.compile(r"(<pre\b[^>]*>(?:<span></span>)?<code\b[^>]*>)(.*?)(</code></pre>)", re.S)
+_TAG = re.compile(r"<(/?)span\b[^>]*>")
 
 
 def _results_page() -> str:
@@ -62,6 +68,25 @@ def on_files(files, config):
         if src.is_file():  # a missing figure is reported by mkdocs as a broken link
             files.append(File.generated(config, f"benchmarks/{rel}", content=src.read_bytes()))
     return files
+
+
+def _line_spans(body: str) -> str:
+    """Each line of a highlighted code block in its own span, nesting kept valid."""
+    if 'id="__span' in body or "\n" not in body.rstrip("\n"):
+        return body
+    out, stack = [], []
+    for line in body.rstrip("\n").split("\n"):
+        reopened = "".join(stack)
+        for m in _TAG.finditer(line):
+            if m.group(1):
+                if stack:
+                    stack.pop()
+            else:
+                stack.append(m.group(0))
+        # the newline inside the line's span, as pymdownx writes it: between two block
+        # spans it would be an empty line of its own
+        out.append(f'<span class="dd-line">{reopened}{line}{"</span>" * len(stack)}\n</span>')
+    return "".join(out)
 
 
 @cache
@@ -107,6 +132,7 @@ def on_page_content(html, page, config, files):
     # a reStructuredText literal-block marker ("Example::" before an indented block) reads as
     # one colon once the block is rendered as code
     html = _LITERAL.sub(":</p>", html)
+    html = _BLOCK.sub(lambda m: m.group(1) + _line_spans(m.group(2)) + m.group(3), html)
     if page.file.src_uri.startswith("api/"):
         # "bool (``True`` only)" in a parameter's type
         html = _CODE.sub(lambda m: f"<code>{m.group(1).replace('``', '')}</code>", html)

@@ -337,3 +337,38 @@ def test_every_formula_of_the_docs_parses_in_katex(tmp_path):
     assert proc.returncode == 0, proc.stderr
     bad = json.loads(proc.stdout)
     assert not bad, "formulas KaTeX cannot typeset:\n" + "\n".join(bad[:20])
+
+
+def _hook_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, DOCS / "_hooks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_code_blocks_without_line_spans_get_one_span_per_line():
+    pytest.importorskip("mkdocs", reason="the [docs] extra is not installed")
+    site = _hook_module("site")
+    body = '<span class="s">"""one\ntwo"""</span> x\ny\n'
+    out = site._line_spans(body)
+    lines = [ln + "</span>" for ln in out.split("\n</span>")[:-1]]
+    assert len(lines) == 3 and all(ln.startswith('<span class="dd-line">') for ln in lines)
+    assert out.endswith("\n</span>") and "</span>\n<span" not in out  # no blank line between
+    for ln in lines:  # every line's tags balance
+        assert ln.count("<span") == ln.count("</span>")
+    assert re.sub(r"<[^>]+>", "", out) == re.sub(r"<[^>]+>", "", body)
+    # blocks that already have pymdownx's line spans are left alone
+    spanned = '<span id="__span-0-1">a\n</span><span id="__span-0-2">b\n</span>'
+    assert site._line_spans(spanned) == spanned
+
+
+def test_docstring_references_to_doc_pages_become_links():
+    pytest.importorskip("mkdocs", reason="the [docs] extra is not installed")
+    site = _hook_module("site")
+    html = ("<p>(docs/theory.md section 3) and (<code>benchmarks/RESULTS.md</code>, "
+            "&quot;Inference&quot;) and docs/nope.md</p><pre><code>docs/theory.md</code></pre>")
+    out = site._link_doc_refs(html, "api/penalties.html", DOCS)
+    assert '<a href="../theory.html#3-the-catalog">docs/theory.md</a> section 3' in out
+    assert '<a href="../benchmarks.html#inference"><code>benchmarks/RESULTS.md</code></a>' in out
+    assert "docs/nope.md</p>" in out  # not a page: left as written
+    assert "<pre><code>docs/theory.md</code></pre>" in out  # never inside code blocks
