@@ -149,6 +149,20 @@ def method_list(title: str, rows, footer: str = "") -> str:
     return "\n".join(lines + ([footer] if footer else []))
 
 
+def add_model_options(p: argparse.ArgumentParser, when: str, shape_help: str) -> None:
+    """``--model-class``, ``--model-args`` and ``--input-shape``: a network of the user's own,
+    rebuilt from a file (``dualdrop.train.user_model`` reads them); ``when``: the words that
+    start each help (e.g. ``"with --model"``)."""
+    p.add_argument("--model-class", default=None, metavar="MODULE:CLASS",
+                   help=f"{when}: the class (or a function) that builds the network, importable "
+                   "from here, e.g. mypkg.nets:Net or dualdrop.train.models:LeNet5")
+    p.add_argument("--model-args", default="{}", metavar="JSON",
+                   help=f"{when}: keyword arguments of --model-class as JSON (default {{}})")
+    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
+                   help=f"{when}: the shape of one input sample, e.g. 784 or 1,28,28 "
+                   f"({shape_help})")
+
+
 def out_dir(path, option: str = "--out", create: bool = True) -> Path:
     """``path`` as an output folder (created with its parents when ``create``), or a
     :class:`UsageError` naming ``option``: a file in the way, a folder that cannot be created

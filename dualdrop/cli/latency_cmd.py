@@ -16,8 +16,9 @@ the work: every layout checked against the dense outputs, then timed in interlea
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from dualdrop.cli import add_model_options
 
 
 def register(subparsers) -> None:
@@ -34,16 +35,10 @@ def register(subparsers) -> None:
         "size on disk and the ideal speed-up (FLOP ratio). Prints a table and writes "
         "latency.json, latency.csv and latency.png to --out.",
     )
-    p.add_argument("run", help="a run folder of dualdrop sparsify, or a saved model file "
-                   "(state_dict or save_compact) with --model-class")
-    p.add_argument("--model-class", default=None, metavar="MODULE:CLASS",
-                   help="for a saved model file: the class to rebuild it on, e.g. "
-                   "dualdrop.train.models:LeNet5 (importable from here)")
-    p.add_argument("--model-args", default="{}", metavar="JSON",
-                   help="keyword arguments of --model-class as JSON (default {})")
-    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
-                   help="for a saved model file: the shape of one input sample, e.g. 784 or "
-                   "1,28,28 (random inputs of it are timed)")
+    p.add_argument("run", help="a run folder of dualdrop sparsify or prune, or a saved model "
+                   "file (a state_dict, a module saved whole, or a save_compact file) with "
+                   "--model-class")
+    add_model_options(p, "for a saved model file", "random inputs of it are timed")
     p.add_argument("--layouts", nargs="+", default=None, choices=LAYOUTS, metavar="LAYOUT",
                    help="layouts to time (default: all whose packages are installed): "
                    + ", ".join(LAYOUTS))

@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from dualdrop.cli import (UsageError, doc_summary, fraction, method_list, nonneg_int,
-                          positive_float)
+from dualdrop.cli import (UsageError, add_model_options, doc_summary, fraction, method_list,
+                          nonneg_int, positive_float)
 from dualdrop.cli.sparsify_cmd import parse_hparams
 
 ONESHOT = "oneshot.pt"
@@ -54,14 +54,8 @@ def register(subparsers) -> None:
                      help="your own trained network: a state_dict (torch.save(model."
                      "state_dict(), FILE)) or a module saved whole, rebuilt on --model-class; "
                      "needs --calib FILE")
-    p.add_argument("--model-class", default=None, metavar="MODULE:CLASS",
-                   help="with --model: the class (or a function) that builds the network, "
-                   "importable from here, e.g. mypkg.nets:Net")
-    p.add_argument("--model-args", default="{}", metavar="JSON",
-                   help="with --model: keyword arguments of --model-class as JSON (default {})")
-    p.add_argument("--input-shape", default=None, metavar="D1,D2,...",
-                   help="with --model: the shape of one input sample (rows of a CSV are "
-                   "reshaped to it, e.g. 1,28,28); recorded for load_run's compact layout")
+    add_model_options(p, "with --model", "rows of a CSV are reshaped to it; recorded for "
+                      "load_run's compact layout")
     p.add_argument("--list-methods", action="store_true",
                    help="print the one-shot methods with their options and the allocations, "
                    "and exit")

@@ -118,7 +118,9 @@ def read_json(path: str | os.PathLike, fix: str, *, kind: type = dict) -> Any:
 RUN_CONFIG = "config.json"
 
 
-def _comparable(obj: Any) -> Any:
+def plain_settings(obj: Any) -> Any:
+    """``obj`` as plain JSON values (others by their ``repr``): a record of settings that
+    compares equal across processes and loads with ``weights_only=True``."""
     return json.loads(json.dumps(obj, default=repr))
 
 
@@ -134,14 +136,12 @@ def claim_run_folder(out: str | os.PathLike, settings: dict, *, option: str = "-
     checkpoint under another method's results. Call it after every argument is checked.
     """
     out = Path(out)
-    record, now = out / RUN_CONFIG, _comparable(settings)
+    record, now = out / RUN_CONFIG, plain_settings(settings)
     if record.is_file():
         fix = f"remove {out} or choose another {option}"
         was = read_json(record, fix)
-        diff = {k: (was.get(k), now.get(k)) for k in {**was, **now} if was.get(k) != now.get(k)}
-        if diff:
-            detail = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in
-                               sorted(diff.items())[:6])
+        detail = settings_diff(was, now, "there")
+        if detail:
             raise ValueError(f"{option} {out} holds a run started with other settings "
                              f"({detail}); rerun with its settings to continue it, or choose "
                              f"another {option} (or remove {out})")
@@ -154,6 +154,14 @@ def claim_run_folder(out: str | os.PathLike, settings: dict, *, option: str = "-
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(record, now)
     return False
+
+
+def settings_diff(was: dict, now: dict, where: str) -> str:
+    """``"density: 0.3 there, 0.5 now; ..."``: the settings that differ (at most six), or ``""``."""
+    keys = sorted({**was, **now}, key=str)
+    diff = [(k, was.get(k), now.get(k)) for k in keys if was.get(k) != now.get(k)]
+    return "; ".join(f"{k}: {a!r} {where}, {b!r} now" for k, a, b in diff[:6]) + (
+        " ..." if len(diff) > 6 else "")
 
 
 def release_run_folder(out: str | os.PathLike, remove_folder: bool = False) -> None:

@@ -54,7 +54,8 @@ from dualdrop.nn._graph import first_line
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.density import DensityController, check_density
 from dualdrop.nn.sparsifier import check_materialized, is_sparsified, sparsified_with
-from dualdrop.train.checkpoint import atomic_save, read_checkpoint, rng_state, set_rng_state
+from dualdrop.train.checkpoint import (atomic_save, plain_settings, read_checkpoint, rng_state,
+                                       set_rng_state, settings_diff)
 from penalties.checks import check_float, check_int
 
 CHECKPOINT = "checkpoint.pt"
@@ -236,7 +237,9 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
     stepped every step; ``hparams``: the method's; ``val_fn(model, val_loader) -> dict`` logged
     at the end of every epoch and at the end (default: the mean of ``loss_fn`` over
     ``val_loader``); ``checkpoint_dir``: atomic checkpoints every ``checkpoint_every`` steps
-    and at the end, resumed from when present and ``resume``; ``stop_after``: stop after this
+    and at the end, resumed from when present and ``resume`` (a checkpoint records the run's
+    settings, method, hyperparameters, ``lr``, target density and budget: one of a run with
+    others is refused, not resumed); ``stop_after``: stop after this
     many steps of this call (a planned interruption; the checkpoint lets a later call
     continue); ``log_every``: steps between history rows (0: none).
 
@@ -287,7 +290,15 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
             sched = scheduler(opt, total) if scheduler is not None else None
         step, history = 0, []
         epoch, done_in_epoch, epoch_rng, current_rng = 0, 0, None, None
+        settings = plain_settings({"method": sp.method, "hparams": sp.hparams, "lr": lr,
+                                   "target_density": getattr(sp.controller, "target", None),
+                                   "total_steps": total})
         if ck is not None:
+            detail = settings_diff(ck.get("settings", settings), settings, "in the checkpoint")
+            if detail:
+                raise ValueError(f"the checkpoint in {checkpoint_dir} is of a run with other "
+                                 f"settings ({detail}); use another checkpoint_dir, its "
+                                 "settings, or resume=False")
             _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp)
             step, epoch, done_in_epoch = ck["step"], ck["epoch"], ck["done_in_epoch"]
             epoch_rng, history = ck["epoch_rng"], list(ck["history"])
@@ -303,7 +314,7 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                          "sparsifier": sp.state_dict(), "step": step, "epoch": epoch,
                          "done_in_epoch": done_in_epoch, "total_steps": total,
                          "epoch_rng": epoch_rng, "rng": _rng_state(train_loader),
-                         "history": history}, path)
+                         "history": history, "settings": settings}, path)
 
         def validate():
             if val_loader is None:

@@ -40,7 +40,6 @@ checkpoint per epoch, the data order stored as ``(seed, next epoch)``) are its p
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import sys
@@ -64,6 +63,7 @@ from dualdrop.train.checkpoint import (
     atomic_write_json,
     jsonable,
     load_checkpoint,
+    read_json,
     rng_state,
     set_rng_state,
     write_history,
@@ -525,8 +525,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         dist_.barrier()
         ckpt = _open_checkpoint(cfg, run_cfg)
         if ckpt is not None and ckpt["epoch"] >= cfg.epochs and final_path.exists():
-            with open(final_path) as fh:
-                return json.load(fh)
+            return read_json(final_path, "remove it to write it again (run the same command "
+                             "with --resume), or choose another out directory")
         if dist_.main:  # what this folder's run is, readable before it finishes
             atomic_write_json(out / "config.json", {**run_cfg, "data_summary": data.summary()},
                               default=repr)

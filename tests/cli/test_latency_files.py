@@ -4,7 +4,6 @@ run folder of ``dualdrop prune --model`` is timed on its calibration inputs."""
 import json
 
 import numpy as np
-import pytest
 import torch
 import torch.nn as nn
 

@@ -61,3 +61,18 @@ def test_a_model_with_nothing_to_train_is_refused_as_given():
     # a method with parameters of its own trains them on frozen weights
     out = fit(model, "vardrop", loader, _ce, epochs=1, progress=False)
     assert out.finished
+
+
+def test_a_checkpoint_of_other_settings_is_refused_not_resumed(tmp_path):
+    _run(str(tmp_path), stop_after=4)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    loader = DataLoader(_data(), batch_size=8, shuffle=True)
+    for kw, match in (({"lr": 1e-3}, "lr: 0.01 in the checkpoint, 0.001 now"),
+                      ({"hparams": {"eps": 0.5}}, "hparams:")):
+        with pytest.raises(ValueError, match=match):
+            fit(model, "logsum", loader, _ce, **{"epochs": 3, "lr": 1e-2, **kw},
+                checkpoint_dir=str(tmp_path), progress=False)
+        assert not is_sparsified(model)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

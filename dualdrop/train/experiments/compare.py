@@ -19,13 +19,12 @@ the figure draws the mean curve with the band between the smallest and largest s
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
 
 from dualdrop.nn.registry import compare_defaults
-from dualdrop.train.checkpoint import RunLockedError
+from dualdrop.train.checkpoint import RunLockedError, read_json
 from dualdrop.train.config import DENSE, TrainConfig, check_method
 from dualdrop.train.loop import train
 from dualdrop.train.report.figures import plot_comparison
@@ -142,11 +141,12 @@ def _load_run(d: Path) -> dict | None:
     hist = d / "history.json"
     if not hist.exists():
         return None
-    final = json.loads((d / "final.json").read_text()) if (d / "final.json").exists() else None
+    fix = f"rerun that method (or delete {d})"
+    final = read_json(d / "final.json", fix) if (d / "final.json").exists() else None
     data = (final or {}).get("data")
     if data is None and (d / "config.json").exists():
-        data = json.loads((d / "config.json").read_text()).get("data_summary")
-    return {"history": json.loads(hist.read_text()), "final": final, "data": data}
+        data = read_json(d / "config.json", fix).get("data_summary")
+    return {"history": read_json(hist, fix, kind=list), "final": final, "data": data}
 
 
 def load_runs(out: str | os.PathLike, methods) -> dict:

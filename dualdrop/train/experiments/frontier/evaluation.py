@@ -124,7 +124,10 @@ def frontier_report(out: str | os.PathLike, data_dir: str | None = None, progres
             raise ValueError(f"the study of {m!r} was run on other data ({r['plan'].get('data')}) "
                              f"than the data loaded now ({data.name}); pass its --data-dir")
     cache_path = out / TEST_CACHE
-    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    try:
+        cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        cache = {}  # a cache is only a cache: recompute
     selected = {m: pareto_front(r["points"]) for m, r in runs.items()}
     todo = [p for f in selected.values() for p in f if _cached(cache, p, out) is None]
     bar = None

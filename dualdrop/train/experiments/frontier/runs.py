@@ -31,7 +31,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dualdrop.train.checkpoint import atomic_write_json
+from dualdrop.train.checkpoint import atomic_write_json, read_json
 from dualdrop.train.experiments.frontier.search import pareto_front
 from dualdrop.train.report.figures import plot_frontier
 from dualdrop.train.report.tables import mean_std, runs_table
@@ -55,11 +55,7 @@ def find_runs(paths) -> list[Path]:
         for final in sorted([p / "final.json"] if (p / "final.json").exists()
                             else p.rglob("final.json")):
             d = final.parent
-            try:
-                status = json.loads(final.read_text()).get("status")
-            except (json.JSONDecodeError, OSError) as exc:
-                raise ValueError(f"{final} is not readable JSON ({exc}); rerun or delete "
-                                 "that run") from None
+            status = read_json(final, "rerun or delete that run").get("status")
             if status == "finished" and (d / "checkpoint.pt").exists():
                 found.append(d)
             else:
@@ -223,8 +219,8 @@ def frontier_of_runs(paths, out: str | os.PathLike, data_dir=None, tols=RUN_TOLS
     runs = find_runs(paths)
     groups: dict = {}
     for r in runs:
-        conf = json.loads((r / "config.json").read_text())
-        final = json.loads((r / "final.json").read_text())
+        conf = read_json(r / "config.json", "rerun or delete that run")
+        final = read_json(r / "final.json", "rerun or delete that run")
         groups.setdefault(_config_key(conf), []).append({"dir": r, "config": conf,
                                                          "final": final})
     names = _group_names(groups)
