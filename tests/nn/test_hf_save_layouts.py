@@ -208,3 +208,28 @@ def test_a_malformed_folder_gives_one_line(forms, how, tmp_path):
     with pytest.raises(ValueError) as err:
         load_pretrained(tmp_path)
     assert "\n" not in str(err.value) and str(tmp_path) in str(err.value)
+
+
+def test_a_compact_model_of_an_unknown_layout_is_refused_naming_save_compact(tmp_path):
+    pytest.importorskip("torch_pruning")
+    from transformers import ViTConfig, ViTModel
+
+    from dualdrop.nn import compact, load_compact, save_compact
+    torch.manual_seed(0)
+    cfg = ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                    intermediate_size=64, image_size=16, patch_size=8)
+    model, x = ViTModel(cfg).eval(), torch.randn(2, 3, 16, 16)
+    fc1 = next(m for n, m in model.named_modules() if n.endswith("fc1") or
+               n.endswith("intermediate.dense"))
+    with torch.no_grad():
+        fc1.weight[:20] = 0
+        fc1.bias[:20] = 0
+    small = compact(model, x)   # the generic path: the FFN narrower than the config says
+    for save in (small.save_pretrained, lambda d: save_pretrained(small, d)):
+        with pytest.raises(ValueError, match=r"save_compact\(model, path\)"):
+            save(tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+    save_compact(small, tmp_path / "small.pt")
+    back = load_compact(tmp_path / "small.pt", ViTModel(cfg))
+    with torch.no_grad():
+        torch.testing.assert_close(back(x)[0], small(x)[0], rtol=0, atol=0)

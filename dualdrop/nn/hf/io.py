@@ -94,10 +94,10 @@ class _RoutedSave:
                                  "training checkpoint")
             return cls_save(model, save_directory, *args, **kwargs)
         plan = _plan(model)
-        if not plan.native:
+        if not plan.native and not plan.unsavable:
             raise ValueError(f"transformers' save_pretrained cannot write this "
                              f"{type(model).__name__}: {plan.why}; {_LOADERS}")
-        if not (plan.sparsified or plan.csr or plan.config is not model.config):
+        if plan.native and not (plan.sparsified or plan.csr or plan.config is not model.config):
             return cls_save(model, save_directory, *args, **kwargs)
         if args:
             raise TypeError("save_pretrained of a pruned model takes its options by name")
