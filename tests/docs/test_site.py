@@ -372,3 +372,28 @@ def test_docstring_references_to_doc_pages_become_links():
     assert '<a href="../benchmarks.html#inference"><code>benchmarks/RESULTS.md</code></a>' in out
     assert "docs/nope.md</p>" in out  # not a page: left as written
     assert "<pre><code>docs/theory.md</code></pre>" in out  # never inside code blocks
+
+
+def _cells(row: str) -> int:
+    """Cells of a Markdown table row as Python-Markdown splits it: on every pipe that is not
+    escaped or inside a code span (a pipe inside $...$ math splits the row too)."""
+    row = re.sub(r"(`+).*?\1", "", row.strip())
+    row = row.replace("\\|", "")
+    return len(row.strip("|").split("|"))
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+def test_table_rows_have_as_many_cells_as_their_header(page):
+    """A bare |w| in a table cell ends the cell: the rest of the row silently disappears."""
+    text = re.sub(r"^```.*?^```", "", (DOCS / page).read_text(encoding="utf-8"),
+                  flags=re.S | re.M)
+    bad, header = [], None
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.lstrip().startswith("|"):
+            header = None
+            continue
+        if header is None:
+            header = _cells(line)
+        elif _cells(line) != header and not re.fullmatch(r"[\s|:-]+", line):
+            bad.append(f"line {no}: {_cells(line)} cells, header {header}")
+    assert not bad, f"docs/{page}: rows split by a pipe ($\\lvert w\\rvert, \\|): {bad[:5]}"
