@@ -64,3 +64,25 @@ def test_a_pruned_users_network_is_timed_on_its_calibration_inputs(tmp_path, cap
     rows = json.loads((run / "latency" / "latency.json").read_text())["rows"]
     assert {r["layout"] for r in rows} == {"dense", "csr"}
     assert all(r["nonzero"] < r["params"] for r in rows)
+
+
+def test_library_messages_name_the_options():
+    """One table from Python parameters to options, for every command."""
+    from dualdrop.cli import build_parser, option_names, with_option_names
+
+    parser = build_parser("latency")
+    sub = parser._subparsers._group_actions[0].choices["latency"]
+    names = option_names("latency", sub)
+    assert names["batch_sizes"] == "--batch-sizes" and names["rounds"] == "--rounds"
+    assert with_option_names("batch_sizes must be distinct, got [1, 1]", names) == (
+        "--batch-sizes must be distinct, got [1, 1]")
+    prune = option_names("prune", build_parser("prune")._subparsers._group_actions[0]
+                         .choices["prune"])
+    assert prune["target_density"] == "--density" and prune["allocation_options"] == \
+        "--allocation-hp"
+    text = "target_density must be <= 1.0; see runs/target_density/x and 'target_density'"
+    assert with_option_names(text, prune) == (
+        "--density must be <= 1.0; see runs/target_density/x and 'target_density'")
+    # a plain word only where it names a parameter (``word=`` or ``word must``)
+    assert with_option_names("the method is wanda; method must be known", prune) == (
+        "the method is wanda; --method must be known")
