@@ -102,6 +102,9 @@ def _headings(source: Path) -> tuple[tuple[str, str], ...]:
 
 def _doc_link(m: re.Match, page_url: str, docs_dir: Path) -> str:
     code_open, path, name, code_close = m.group(1), m.group(2), m.group(3), m.group(4)
+    before = m.string[:m.start()]
+    if before.rfind("<") > before.rfind(">"):
+        return m.group(0)  # inside a tag's attribute
     if name is not None:
         source, target = docs_dir / f"{name}.md", f"{name}.html"
     else:
@@ -116,8 +119,9 @@ def _doc_link(m: re.Match, page_url: str, docs_dir: Path) -> str:
     href = posixpath.relpath(target, posixpath.dirname(page_url) or ".")
     if anchor:
         href += f"#{anchor}"
-    text = f"{code_open or ''}{path}{code_close or ''}" if code_open and code_close else path
-    return f'<a href="{href}">{text}</a>{m.group(5) or m.group(7) or ""}'
+    # the link inside the code span, if any: nesting stays valid when the span goes on
+    return (f'{code_open or ""}<a href="{href}">{path}</a>{code_close or ""}'
+            f'{m.group(5) or m.group(7) or ""}')
 
 
 def _link_doc_refs(html: str, page_url: str, docs_dir: Path) -> str:

@@ -369,8 +369,12 @@ def test_docstring_references_to_doc_pages_become_links():
             "&quot;Inference&quot;) and docs/nope.md</p><pre><code>docs/theory.md</code></pre>")
     out = site._link_doc_refs(html, "api/penalties.html", DOCS)
     assert '<a href="../theory.html#3-the-catalog">docs/theory.md</a> section 3' in out
-    assert '<a href="../benchmarks.html#inference"><code>benchmarks/RESULTS.md</code></a>' in out
+    assert '<code><a href="../benchmarks.html#inference">benchmarks/RESULTS.md</a></code>' in out
     assert "docs/nope.md</p>" in out  # not a page: left as written
+    untouched = '<span title="docs/theory.md section 1">x</span>'  # an attribute
+    assert site._link_doc_refs(untouched, "api/x.html", DOCS) == untouched
+    inside = site._link_doc_refs("<code>docs/theory.md section 1, more</code>", "api/x.html", DOCS)
+    assert inside.startswith("<code><a href=") and inside.endswith(", more</code>")
     assert "<pre><code>docs/theory.md</code></pre>" in out  # never inside code blocks
 
 
