@@ -188,16 +188,16 @@ class GramAccumulator:
                 x = x.float()
             if self.precision == "float64" or x.dtype == torch.float64:
                 x = x.detach().to(torch.float64)
-                g = x.T @ x
             else:
                 x = x.detach().float()
-                g = (x.T @ x).to(torch.float64)
+            g = x.T @ x
             if key in self.sums:
-                self.sums[key].add_(g)
+                self.sums[key].add_(g)  # a float32 product added in float64, no copy
                 self.rows[key] += x.shape[0]
             else:
-                self.sums[key] = g
+                self.sums[key] = g.to(torch.float64)
                 self.rows[key] = x.shape[0]
+            del g
         if self.shared and step.kind in ("linear", "hf_conv1d"):
             self._done.add("shared")
 

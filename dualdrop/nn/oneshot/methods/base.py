@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
+from penalties._numba_cache import announce_first_use
 from penalties.checks import check_float
 
 #: options every method takes, with their defaults
@@ -252,8 +253,8 @@ class OneShotMethod:
         return opts
 
     def kernels(self) -> tuple:
-        """The numba dispatchers the method compiles on its first use (``prune_oneshot`` says
-        so while they compile); none by default."""
+        """The numba dispatchers the method compiles on its first use: :meth:`prune` says so
+        on stderr before they compile (once a process); none by default."""
         return ()
 
     def __repr__(self):
@@ -268,6 +269,7 @@ class OneShotMethod:
         if not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
         budget.check_shape(W0.shape)
+        announce_first_use(self.kernels(), f"one-shot {self.name}")
         W = self._prune(W0, G, budget)
         if not isinstance(W, torch.Tensor) or W.shape != W0.shape:
             raise RuntimeError(f"one-shot method {self.name!r} returned "
@@ -295,13 +297,21 @@ def check_problem(W0: torch.Tensor, G: torch.Tensor) -> None:
         if t.dim() != 2:
             raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
         if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} has non-finite entries")
+            raise ValueError(f"{name} has non-finite entries (NaN or inf): "
+                             + ("the layer's weights hold NaN or inf; prune a finite model"
+                                if name == "W0" else
+                                "the layer's calibration inputs hold NaN or inf, or their "
+                                "Gram X^T X / n overflowed; check the calibration data "
+                                "(torch.isfinite(calib).all()) and the outputs of the layers "
+                                "before this one, and scale inputs of huge magnitude down"))
     if G.shape != (W0.shape[1], W0.shape[1]):
         raise ValueError(f"G has shape {tuple(G.shape)}; expected ({W0.shape[1]}, "
                          f"{W0.shape[1]}) for W0 of shape {tuple(W0.shape)}")
     scale = float(G.abs().max()) if G.numel() else 0.0
-    if scale and float((G - G.T).abs().max()) > 1e-8 * scale:
-        raise ValueError("G must be symmetric (X^T X / n)")
+    step = max(1, 2 ** 22 // max(1, G.shape[0]))  # row blocks: no in^2 temporary
+    for i in range(0, G.shape[0], step) if scale else ():
+        if float((G[i:i + step] - G[:, i:i + step].T).abs().max()) > 1e-8 * scale:
+            raise ValueError("G must be symmetric (X^T X / n)")
 
 
 def check_damp(value, name: str = "damp") -> float:
