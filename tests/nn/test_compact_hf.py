@@ -130,6 +130,21 @@ def test_every_head_dead_keeps_one():
     assert_same(small, model, x)
 
 
+def test_a_wrong_compaction_is_caught_on_example_inputs(monkeypatch):
+    from dualdrop.nn.hf import compact as hf_compact
+    model, x = tiny_bert(), ids()
+    zero_units(model, [range(24), []], [[], []], keep_bias=True)   # constants to fold
+    monkeypatch.setattr(hf_compact, "_fold", lambda m, cols, const: True)   # a fold forgotten
+    with pytest.raises(RuntimeError, match="changed the model's outputs"):
+        compact(model, {"input_ids": x})
+    with pytest.raises(ValueError, match=r"model\(example_inputs\) failed"):
+        compact(model, {"input_idz": x})
+    monkeypatch.undo()
+    model.train()
+    compact(model, {"input_ids": x})   # compared in eval mode; the model's own mode restored
+    assert model.training and model.encoder.layer[0].output.dropout.training
+
+
 def test_csr_export_is_refused():
     model = tiny_bert()
     with pytest.raises(ValueError, match="compact the sparsified model"):
