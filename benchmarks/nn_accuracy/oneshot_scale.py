@@ -129,7 +129,7 @@ def cell_llama(a):
     c0, w0 = time.process_time(), time.perf_counter()
     rep = prune_oneshot_from_disk(a.dir, calib, a.method, a.out_dir, progress=a.progress,
                                   offload_dir=a.offload_dir, cache_memory_mb=a.cache_mb,
-                                  **_target_kwargs(a.target))
+                                  exclude=a.exclude or None, **_target_kwargs(a.target))
     return {"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0,
             "peak_mb": rep["peak_mb"], "start_mb": rep["start_mb"], "density": rep["density"],
             "block_seconds": [b["seconds"] for b in rep["block_info"]],
@@ -233,12 +233,13 @@ def cmd_llama_write(a):
 
 def cmd_llama(a):
     done = _done(a.out)
-    cell = f"llama/{a.batches}x{a.batch}x{a.seq}/{a.method}/{a.target}/cache{a.cache_mb}"
+    cell = (f"llama/{a.batches}x{a.batch}x{a.seq}/{a.method}/{a.target}/cache{a.cache_mb}"
+            f"/exclude{'+'.join(a.exclude)}")
     if cell in done:
         return
     extra = ["--method", a.method, "--target", a.target, "--dir", a.dir, "--out-dir",
              a.out_dir, "--batches", str(a.batches), "--batch", str(a.batch), "--seq",
-             str(a.seq), "--cache-mb", str(a.cache_mb)]
+             str(a.seq), "--cache-mb", str(a.cache_mb), "--exclude", *a.exclude]
     if a.offload_dir:
         extra += ["--offload-dir", a.offload_dir]
     if a.progress:
@@ -315,6 +316,8 @@ def main(argv=None):
     ll.add_argument("--batch", type=int, default=2)
     ll.add_argument("--seq", type=int, default=512)
     ll.add_argument("--progress", action="store_true")
+    ll.add_argument("--exclude", nargs="*", default=["lm_head"],
+                    help="layers left dense (default: the LM head, as SparseGPT and Wanda do)")
     t = sub.add_parser("table")
     t.add_argument("folder")
     c = sub.add_parser("_cell")
@@ -335,6 +338,7 @@ def main(argv=None):
     c.add_argument("--offload-dir", default=None)
     c.add_argument("--cache-mb", type=float, default=256)
     c.add_argument("--progress", action="store_true")
+    c.add_argument("--exclude", nargs="*", default=[])
     a = p.parse_args(argv)
     if a.cmd == "llama" and a.out_dir is None:
         a.out_dir = a.dir.rstrip("/") + "-pruned"

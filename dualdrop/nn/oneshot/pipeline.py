@@ -752,6 +752,8 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
         order = sorted(statics)
         if not order:
             raise ValueError("this process got no calibration batch")
+        if loader is not None:
+            loader.after_capture()  # the weights outside the blocks are not needed until the end
 
         def call(k, b):
             a, kw = statics[b][k]
@@ -783,6 +785,8 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
                          "peak_mb": peak_rss_mb()})
 
         # epilogue: the blocks return the cached final hidden states at once
+        if loader is not None:
+            loader.before_epilogue()
         if plan.epilogue:
             replay = _Replay(plan, cache)
             with _Swap(chain, replay.make):
