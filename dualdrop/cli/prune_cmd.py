@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from dualdrop.cli import (UsageError, add_model_options, doc_summary, fraction, method_list,
-                          nonneg_int, positive_float)
+                          nonneg_int, out_dir, positive_float)
 from dualdrop.cli.sparsify_cmd import parse_hparams
 
 ONESHOT = "oneshot.pt"
@@ -176,7 +176,7 @@ def _check_args(args) -> dict:
                          "rebuilds its own network", "--model-class")
     else:
         _calib_count(args)
-    out = Path(args.out)
+    out = out_dir(args.out, create=False)
     if (out / "final.json").exists():
         raise FileExistsError(f"--out {out} already holds a finished run; choose another "
                               "folder or remove it")
@@ -255,8 +255,8 @@ def _from_model(args) -> dict:
             "input_shape": list(shape) if shape else None}
     return {"net": net, "calib": calib, "train": None,
             "evaluate": lambda m: {"output_change": change(m)},
-            "record": {"model_file": str(args.model), **arch},
-            "final": {"model_file": str(args.model), "architecture": arch}}
+            "record": {"model_file": str(Path(args.model).resolve()), **arch},
+            "final": {"model_file": str(Path(args.model).resolve()), "architecture": arch}}
 
 
 def _output_change(net, calib, n: int = 256):
@@ -308,7 +308,8 @@ def prune_run(args) -> dict:
     settings = {"method": f"oneshot:{args.method}", **src["record"], "density": args.density,
                 "pattern": args.pattern, "allocation": args.allocation,
                 "allocation_options": alloc_options, "options": options,
-                "calib": _calib_count(args) or args.calib, "seed": args.seed,
+                "calib": _calib_count(args) or str(Path(args.calib).resolve()),
+                "seed": args.seed,
                 "exclude": args.exclude, "finetune_epochs": args.finetune_epochs,
                 "lr": args.lr}
     existed = out.exists()

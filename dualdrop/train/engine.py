@@ -294,12 +294,12 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                                    "target_density": getattr(sp.controller, "target", None),
                                    "total_steps": total})
         if ck is not None:
+            _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp)  # method, shapes
             detail = settings_diff(ck.get("settings", settings), settings, "in the checkpoint")
-            if detail:
+            if detail:  # (undone like any refusal before the first update)
                 raise ValueError(f"the checkpoint in {checkpoint_dir} is of a run with other "
                                  f"settings ({detail}); use another checkpoint_dir, its "
                                  "settings, or resume=False")
-            _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp)
             step, epoch, done_in_epoch = ck["step"], ck["epoch"], ck["done_in_epoch"]
             epoch_rng, history = ck["epoch_rng"], list(ck["history"])
             current_rng = ck["rng"]
