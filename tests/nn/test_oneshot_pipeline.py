@@ -406,3 +406,28 @@ def test_distributed_true_needs_a_process_group():
     with pytest.raises(ValueError, match="process group"):
         prune_oneshot(tiny_gpt2(1), token_batches(), "magnitude", target_density=0.5,
                       progress=False, distributed=True)
+
+
+@pytest.mark.parametrize("calib, match", [
+    (torch.randn(32, 7), r"forward failed on the first calibration batch \(a tensor \(32, 7\)"),
+    (torch.randn(32, 6, dtype=torch.float64), "float64"),
+    ([torch.randn(16, 6), torch.full((16, 6), float("nan"))], r"NaN or infinite values \(batch 1"),
+    ([{"x": torch.randn(4, 6)}], "forward failed"),
+])
+def test_bad_calibration_data_is_named(calib, match):
+    net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    before = copy.deepcopy(net.state_dict())
+    with pytest.raises(ValueError, match=match):
+        prune_oneshot(net, calib, "magnitude", target_density=0.5, progress=False)
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+
+
+def test_inputs_that_overflow_inside_the_model_name_the_layer():
+    net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    with torch.no_grad():
+        net[0].weight.fill_(1e38)
+    before = copy.deepcopy(net.state_dict())
+    with pytest.raises(ValueError, match="calibration inputs of 2 are not finite"):
+        prune_oneshot(net, torch.rand(16, 6) + 1, "magnitude", target_density=0.5,
+                      progress=False)
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())

@@ -164,6 +164,19 @@ def _check_calib(calib):
     return calib
 
 
+def _check_finite(calib) -> None:
+    """Refuse calibration batches with NaN or infinite values (they would reach every Gram)."""
+    for b, batch in enumerate(calib):
+        items = (batch.items() if isinstance(batch, dict) else
+                 enumerate(batch) if isinstance(batch, (tuple, list)) else [(None, batch)])
+        for key, t in items:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() \
+                    and not bool(torch.isfinite(t).all()):
+                where = f"batch {b}" + (f", {key!r}" if key is not None else "")
+                raise ValueError(f"calib has NaN or infinite values ({where}); clean the "
+                                 "calibration data (every value reaches the layers' Grams)")
+
+
 def _check_pipeline_options(sequential, blocks, token_mask_fn, offload_dir, cache_memory_mb,
                             gram_precision, checkpoint_dir):
     if sequential not in SEQUENTIAL:
@@ -291,6 +304,7 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
             "offload_dir": offload_dir, "cache_memory_mb": cache_memory_mb,
             "gram_precision": gram_precision, "dist": dist_context(distributed)}
     calib = _check_calib(calib)
+    _check_finite(calib)
     steps, skipped = discover(model, include, exclude)
     if nm is not None:
         for s in steps:

@@ -557,6 +557,11 @@ class _Runner:
         for i, step in enumerate(stage.steps):
             Gs = acc.grams(i)
             counts = acc.row_counts(i)
+            for G in Gs:
+                if not bool(torch.isfinite(G).all()):
+                    raise ValueError(f"the calibration inputs of {step.names[0]} are not finite "
+                                     "(the layers before it overflow on calib, or calib holds "
+                                     "NaN/inf): check calib and the model's dtype")
             owner = self.dist.owner(i) if self.dist is not None else None
             if owner is None or owner == self.dist.rank:
                 rows_i = self._prune(step, Gs, counts, t_pass, gram_mb)

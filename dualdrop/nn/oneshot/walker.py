@@ -89,6 +89,25 @@ def token_mask(batch, token_mask_fn=None):
     return None
 
 
+def describe_batch(batch) -> str:
+    """A calibration batch in a few words: its tensors' shapes, dtypes and devices."""
+    def one(t):
+        if isinstance(t, torch.Tensor):
+            return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')} on {t.device}"
+        return type(t).__name__
+    if isinstance(batch, dict):
+        return "a dict: " + ", ".join(f"{k}: {one(v)}" for k, v in list(batch.items())[:6])
+    if isinstance(batch, (tuple, list)):
+        return f"a {type(batch).__name__}: " + ", ".join(one(t) for t in batch[:6])
+    return "a tensor " + one(batch) if isinstance(batch, torch.Tensor) else one(batch)
+
+
+def _dtype(model) -> str:
+    for p in model.parameters():
+        return str(p.dtype).replace("torch.", "")
+    return "no parameters"
+
+
 def _describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)}"
@@ -295,7 +314,15 @@ def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list
         if batch is None:
             raise ValueError("calib gave no batch")
         with calibration_mode(model):
-            forward_fn(model, batch)
+            try:
+                forward_fn(model, batch)
+            except Exception as e:  # noqa: BLE001 - the user's data or forward_fn: one message
+                raise ValueError(
+                    f"the model's forward failed on the first calibration batch "
+                    f"({describe_batch(batch)}; the model is on {_device(model)}, "
+                    f"{_dtype(model)}): {type(e).__name__}: {str(e)[:300]}. Check calib's "
+                    "shape, dtype and device, or pass forward_fn(model, batch) to say how a "
+                    "batch is fed") from e
     finally:
         for h in handles:
             h.remove()
