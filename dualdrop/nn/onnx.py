@@ -390,6 +390,12 @@ def export_onnx(model: nn.Module, example_inputs, path: str | os.PathLike, *,
             _quantize_file(raw, Path(tmp) / "int8" / path.name)
             raw = Path(tmp) / "int8" / path.name
         opset, axes = _file_axes(raw)
+        if seq and not any(1 in dims for dims in axes.values()):  # the exporter fixed it
+            if dynamic_sequence:
+                raise ValueError(f"dynamic_sequence=True: the {exporter} exporter fixed the "
+                                 f"sequence length at {length}; pass dynamic_sequence=None or "
+                                 "False")
+            seq = set()
         if opset_version is not None and opset != opset_version:
             raise ValueError(f"opset_version={opset_version}: the {exporter} exporter wrote "
                              f"opset {opset} (it cannot convert this model to {opset_version});"
