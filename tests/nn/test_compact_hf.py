@@ -97,6 +97,9 @@ def test_llama_grouped_query_heads_and_gated_ffn_constants():
     att = small.model.layers[0].self_attn
     assert att.num_key_value_groups == 2 and att.k_proj.out_features == 8
     assert_same(small, model, x)
+    for cache in ("dynamic", "static"):   # the key/value caches take each block's heads
+        kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, cache_implementation=cache)
+        assert torch.equal(small.generate(x, **kw), model.generate(x, **kw))
 
 
 def test_llama_gate_or_up_row_alone_makes_a_neuron_dead_without_biases():
