@@ -40,7 +40,8 @@ import scipy.sparse as sp
 from ._design import divide_columns
 from .datafits import weighted_col_norms2
 
-__all__ = ["BAND", "Scaling", "check_unscaled_target", "col_rms", "plan_scaling", "pow2_near"]
+__all__ = ["BAND", "Scaling", "check_unscaled_target", "col_rms", "plan_scaling", "pow2_near",
+           "surely_in_band"]
 
 BAND = 2.0 ** 256  # magnitudes in [1/BAND, BAND] are computed as given
 
@@ -159,18 +160,55 @@ def check_unscaled_target(y, datafit_name: str) -> None:
             "parameters with it (Huber's delta, ...)")
 
 
+def surely_in_band(X, sw=None) -> bool:
+    """Whether every column's RMS lies in ``[1/BAND, BAND]`` or is 0, decided from the extreme
+    magnitudes of ``X`` alone: ``RMS_j <= max |x_ij| sqrt(max sw)``, and a column with a
+    nonzero entry of positive weight has ``RMS_j >= min |x_ij| sqrt(min sw / n)`` (minimum and
+    weights over its nonzero entries and positive weights). Two passes over the stored values
+    without a copy when their signs agree (one copy of them otherwise), against the column
+    norms' pass and copy: ``False`` means "compute the RMS to know"."""
+    data = X.data if sp.issparse(X) else X
+    if data.size == 0:
+        return True
+    with np.errstate(invalid="ignore"):
+        dmax, dmin = float(np.max(data)), float(np.min(data))
+    if not (math.isfinite(dmax) and math.isfinite(dmin)):
+        return False
+    hi = max(dmax, -dmin)
+    if dmin > 0.0:
+        lo = dmin
+    elif dmax < 0.0:
+        lo = -dmax
+    elif sp.issparse(X):
+        lo = float(np.min(np.abs(data)))
+    else:
+        return False  # dense data of both signs: the minimum needs a copy; the norms are cheap
+    n = X.shape[0]
+    if sw is None:
+        w_hi, w_lo = 1.0, 1.0 / n
+    else:
+        pos = sw[sw > 0]
+        w_hi, w_lo = float(np.max(sw)), (float(np.min(pos)) / n if pos.size else 1.0)
+    return hi * math.sqrt(w_hi) <= BAND and lo * math.sqrt(w_lo) >= 1.0 / BAND
+
+
 def plan_scaling(X, sw, scaling: str, y=None) -> Scaling:
     """The :class:`Scaling` of one fit: ``X`` (checked, float64), ``sw`` (weights of mean 1 or
     ``None``), ``scaling`` ("dropout" or "none") and, for least squares, ``y`` (1-D or, for
-    several outputs, 2-D)."""
-    rms = col_rms(X, sw)
+    several outputs, 2-D). With ``scaling="none"`` the column RMS are computed only when the
+    extreme magnitudes of ``X`` do not already place them in the band (:func:`surely_in_band`):
+    on a 2000 x 10000 CSC design at 1% that check cost ~2 ms per fit before."""
     cy = 1.0
     if y is not None:
         m = float(np.max(np.abs(y))) if np.size(y) else 0.0
         if _outside(np.array([m])):
             cy = pow2_near(m)
     if scaling == "dropout":
+        rms = col_rms(X, sw)
         return Scaling(np.where(rms > 0, rms, 1.0), cy, cy, culprit="y")
+    if surely_in_band(X, sw):
+        return Scaling(np.ones(X.shape[1]), cy, cy, culprit="y" if cy != 1.0 else "X")
+    rms = col_rms(X, sw)
     live = rms[rms > 0]
     cx = 1.0
     if live.size and _outside(live):

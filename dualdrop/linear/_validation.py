@@ -72,7 +72,7 @@ PARAMETERS: dict = {
     "alpha": [_real(0, None, "left")],
     "solver": [StrOptions({"auto", *SOLVERS})],
     "tol": [_real(0, None, "neither")],
-    "max_iter": [_int(1, None, "left"), None],
+    "max_iter": [_int(1, 2 ** 53, "both"), None],
     "fit_intercept": ["boolean"],
     "warm_start": ["boolean"],
     "scaling": [StrOptions({"dropout", "none"})],
@@ -140,9 +140,10 @@ def fit_context(fit):
     return wrapper
 
 
-def class_labels(y, name="y"):
+def class_labels(y, name="y", sample_weight=None):
     """The sorted classes of ``y`` for a logistic fit; ``ValueError`` naming ``y`` for a
-    continuous target or a single class."""
+    continuous target or a single class, and naming ``sample_weight`` for a class whose samples
+    all weigh 0 (its intercept would run to minus infinity: +-460 came back, silently)."""
     try:
         check_classification_targets(y)
     except ValueError as exc:
@@ -153,6 +154,19 @@ def class_labels(y, name="y"):
     if classes.size < 2:
         raise ValueError(f"{name} has only one class ({classes[0]!r}); a logistic fit needs "
                          "samples of at least 2 classes")
+    if sample_weight is not None:
+        from .datafits import real_sample_weight
+
+        sw = real_sample_weight(sample_weight)
+        yy = np.asarray(y)
+        if sw.ndim == 1 and sw.shape == yy.shape[:1]:
+            for c in classes:
+                if not np.any(sw[yy == c] > 0):
+                    raise ValueError(
+                        f"sample_weight is 0 on every sample of class "
+                        f"{(c.item() if isinstance(c, np.generic) else c)!r}: a class the fit "
+                        "cannot see (its intercept would run to minus infinity); drop that "
+                        f"class's samples from X and {name}, or give them a positive weight")
     return classes
 
 _X_FIX = ("encode text or categorical columns as numbers first (e.g. "

@@ -24,7 +24,7 @@ from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .datafits import normalized_sample_weight
+from .datafits import normalized_sample_weight, real_sample_weight
 from ._validation import class_labels, constraints, fit_context, validate_data
 from .estimators import SparseLinearRegression, SparseLogisticRegression
 from .glm import GLM_DATAFITS, SparseGLM
@@ -49,6 +49,42 @@ def _fold(est, X, y, sw, train, test, alphas, score):
                              None if sw is None else sw[train],
                              callback=lambda e: scores.append(score(e, X_test, y_test, sw_test)))
     return np.asarray(scores), msgs
+
+
+def _check_folds(folds, sw):
+    """``ValueError`` naming ``sample_weight`` (and ``cv``) when a fold's training or test
+    samples all weigh 0: the fit would have no data, the test score no samples."""
+    if sw is None:
+        return
+    for k, (train, test) in enumerate(folds):
+        for part, idx in (("training", train), ("test", test)):
+            if idx.size and not np.any(sw[idx] > 0):
+                raise ValueError(
+                    f"sample_weight is 0 on every {part} sample of cross-validation fold {k + 1} "
+                    f"of {len(folds)}: that fold has nothing to {'fit' if part == 'training' else 'score'}. "
+                    "Shuffle the folds (cv=KFold(n_splits, shuffle=True, random_state=0)) or "
+                    "drop the samples of weight 0")
+
+
+def _check_scoring_classes(scoring, scorer, X, y):
+    """``ValueError`` naming ``scoring`` when the scorer cannot score these classes (a binary
+    scorer such as ``"roc_auc"`` with 3 classes), found before any fold runs: the scorer is
+    tried on a constant model that predicts the class frequencies."""
+    import warnings
+
+    from sklearn.dummy import DummyClassifier
+
+    dummy = DummyClassifier(strategy="prior").fit(np.zeros((len(y), 1)), y)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scorer.scorer(dummy, np.zeros((len(y), 1)), y, sample_weight=None)
+    except (ValueError, TypeError) as exc:
+        n = np.unique(y).size
+        raise ValueError(
+            f"scoring={scoring!r} cannot score this {n}-class problem ({exc}); use a scorer for "
+            f"{'several classes' if n > 2 else 'these labels'}, e.g. 'neg_log_loss' (default), "
+            "'accuracy', 'roc_auc_ovr' or 'f1_macro'") from None
 
 
 class _SparseLinearCVBase(BaseEstimator):
@@ -107,6 +143,7 @@ class _SparseLinearCVBase(BaseEstimator):
             alphas = check_alphas(self.alphas)
         cv = check_cv(self.cv, y, classifier=datafit in ("logistic", "multinomial"))
         folds = list(cv.split(X, y))
+        _check_folds(folds, sw)
         out = Parallel(n_jobs=self.n_jobs)(
             delayed(_fold)(single, X, y, sw, train, test, alphas, score)
             for train, test in folds)
@@ -117,6 +154,9 @@ class _SparseLinearCVBase(BaseEstimator):
         self.alphas_ = alphas
         self.alpha_ = float(alphas[best])
         final = clone(single).set_params(alpha=self.alpha_).fit(X, y, sample_weight=sw)
+        names = getattr(self, "feature_names_in_", None)
+        if names is not None:  # X reached the refit as an array: the names are this fit's
+            final.feature_names_in_ = names
         self.estimator_ = final
         for attr in ("coef_", "intercept_", "n_iter_", "criterion_", "solver_"):
             setattr(self, attr, getattr(final, attr))
@@ -133,7 +173,7 @@ class _SparseLinearCVBase(BaseEstimator):
         sw = None
         if sample_weight is not None:
             normalized_sample_weight(sample_weight, X.shape[0])  # the checks, naming it
-            sw = np.broadcast_to(np.asarray(sample_weight, dtype=np.float64), (X.shape[0],))
+            sw = np.broadcast_to(real_sample_weight(sample_weight), (X.shape[0],))
         return X, y, sw
 
 
@@ -236,8 +276,9 @@ class SparseLogisticRegressionCV(ClassifierMixin, _SparseLinearCVBase):
         """Choose ``alpha`` by cross-validation and refit; ``sample_weight`` enters the fits and
         the test scores."""
         X, y, sw = self._validated(X, y, sample_weight)
-        self.classes_ = class_labels(y)
+        self.classes_ = class_labels(y, sample_weight=sw)
         scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
+        _check_scoring_classes(self.scoring, scorer, X, y)
         self.scores_ = self._cv_path(X, y, sw, "logistic", scorer)
         return self
 
@@ -371,8 +412,9 @@ class SparseMultinomialRegressionCV(ClassifierMixin, _SparseLinearCVBase):
     def fit(self, X, y, sample_weight=None):
         """Choose ``alpha`` by cross-validation and refit."""
         X, y, sw = self._validated(X, y, sample_weight)
-        self.classes_ = class_labels(y)
+        self.classes_ = class_labels(y, sample_weight=sw)
         scorer = _Scorer(check_scoring(self._single_estimator(), scoring=self.scoring))
+        _check_scoring_classes(self.scoring, scorer, X, y)
         self.scores_ = self._cv_path(X, y, sw, "multinomial", scorer)
         return self
 

@@ -43,7 +43,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._validation import constraints, fit_context, validate_data
 from .datafits import Datafit, available_datafits, get_datafit, normalized_sample_weight
-from .estimators import GLMData, SparseLinearBase
+from ._fitdata import GLMData
+from .estimators import SparseLinearBase
 from .families.cox import survival_target
 
 __all__ = ["SparseGLM", "SparsePoissonRegression", "SparseGammaRegression",
@@ -304,6 +305,9 @@ class SparseHuberRegression(_NamedGLM):
         _base_params(self, {k: v for k, v in locals().items() if k in _COMMON_KW})
 
 
+_MIN_SMOOTHING = 1e-12  # the smallest smoothing, relative to the scale of y
+
+
 @_with_init_doc
 class SparseQuantileRegression(_NamedGLM):
     """Quantile regression with any penalty, on the smoothed pinball loss:
@@ -354,6 +358,14 @@ class SparseQuantileRegression(_NamedGLM):
         if scale <= 0:
             scale = 1.0
         final = 1e-4 * scale if self.smoothing is None else float(self.smoothing)
+        if final < _MIN_SMOOTHING * scale:
+            # below this the smoothed loss is the pinball loss to float precision, the Newton
+            # steps see curvatures of 1/delta, and the continuation has ~300 stages (5e-324
+            # ran for minutes)
+            raise ValueError(
+                f"smoothing={self.smoothing!r} is below {_MIN_SMOOTHING:g} times the scale of y "
+                f"({scale:.4g}, 1.4826 times its median absolute deviation): pass smoothing >= "
+                f"{_MIN_SMOOTHING * scale:.3g} (None, the default, is 1e-4 times that scale)")
         deltas = [final]
         while deltas[-1] * 10.0 < scale:
             deltas.append(deltas[-1] * 10.0)

@@ -28,7 +28,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._problem import Problem
 from ._validation import class_labels, constraints, fit_context, validate_data
 from .datafits import normalized_sample_weight
-from .estimators import GLMData, SparseLinearBase
+from ._fitdata import GLMData
+from .estimators import SparseLinearBase
 from .families.multinomial import Multinomial
 
 __all__ = ["MultinomialProblem", "SparseMultinomialRegression"]
@@ -147,11 +148,11 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
         X, y = validate_data(self, X, y, accept_sparse="csc", dtype=[np.float64, np.float32])
         dtype = X.dtype
         X = X.astype(np.float64, copy=False)
-        self.classes_ = class_labels(y)
+        sw = normalized_sample_weight(sample_weight, X.shape[0])
+        self.classes_ = class_labels(y, sample_weight=sw)
         Y = LabelBinarizer().fit(self.classes_).transform(y).astype(np.float64)
         if Y.shape[1] == 1:  # two classes: LabelBinarizer gives one column
             Y = np.column_stack([1.0 - Y[:, 0], Y[:, 0]])
-        sw = normalized_sample_weight(sample_weight, X.shape[0])
         data = GLMData(X, self._scaling(X, sw), Multinomial(sw), self.fit_intercept,
                        self._penalty_weights(X.shape[1]), y=Y)
         return data, dtype

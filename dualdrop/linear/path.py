@@ -118,6 +118,13 @@ def estimator_alpha_max(est, X, y, sample_weight=None):
     scaling, ``groups``, ``l1_ratio`` are used, its ``alpha`` is not) returns ``w = 0``."""
     est = clone(est)
     est._validate_params()
+    P = est._check_params()
+    if getattr(P, "is_separable", True) is False:
+        raise ValueError(
+            f"alpha_max is not defined for penalty={est.penalty!r}: {P!r} is a constraint on "
+            "the number of nonzeros, not a penalty that alpha scales, so no alpha makes every "
+            "coefficient 0; choose its k instead, or pass a separable penalty (l1, mcp, logsum, "
+            "...)")
     if getattr(est, "groups", None) is not None:
         return _group_alpha_max(est, X, y, sample_weight)
     g, L, scale = _gradient_at_zero(est, X, y, sample_weight)

@@ -110,10 +110,10 @@ def test_sparse_group_lasso_matches_skglm():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_weighted_raw_fit_equals_repetition_and_dense(sparse, monkeypatch):
-    from dualdrop.linear import estimators
+    from dualdrop.linear import _fitdata
 
     if sparse:  # the intercept as an unpenalized column of its own (a group of one)
-        monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
+        monkeypatch.setattr(_fitdata, "_DENSE_CENTRING", 0)
     X, y = _diabetes()
     sw = np.random.default_rng(3).integers(0, 4, len(y)).astype(float)
     est = SparseLinearRegression(alpha=0.5, groups=GROUPS, group_l1_ratio=0.3, tol=TOL)

@@ -257,3 +257,118 @@ def test_solver_names_and_options_are_checked(name, options):
     if unknown:
         with pytest.raises(ValueError, match=rf"solver {name!r} has no option"):
             solver.check_options(options)
+
+
+# ------------------------------------------------------------------------------------------------
+# the GLM estimators and groups=: nonconvex fits, equivariance, refusals
+# ------------------------------------------------------------------------------------------------
+from dualdrop.linear import (SparseGammaRegression, SparseHuberRegression,  # noqa: E402
+                             SparsePoissonRegression)
+
+GLMS = {"quadratic": SparseLinearRegression, "logistic": SparseLogisticRegression,
+        "poisson": SparsePoissonRegression, "gamma": SparseGammaRegression,
+        "huber": SparseHuberRegression}
+NONCONVEX = ["mcp", "scad", "logsum", "lp"]
+
+
+def _glm_target(kind, y):
+    """A target of ``kind`` drawn from the linear signal ``y`` of :func:`problems`."""
+    z = y / max(float(np.std(y)), 1e-300)
+    if kind == "logistic":
+        return (z > np.median(z)).astype(int)
+    if kind == "poisson":
+        return np.random.default_rng(0).poisson(np.exp(np.clip(z, -3, 3))).astype(float)
+    if kind == "gamma":
+        return np.exp(np.clip(z, -3, 3))
+    return z
+
+
+def _groups_of(p, grouped):
+    return [list(range(p // 2)), list(range(p // 2, p))] if grouped and p >= 2 else None
+
+
+def _last(objective):
+    if isinstance(objective, list):  # one history per binary problem
+        return float(sum(np.ravel(o)[-1] for o in objective))
+    return float(np.ravel(objective)[-1])
+
+
+def _fit_warned(est, X, y, sw):
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always", ConvergenceWarning)
+        est.fit(X, y, sample_weight=sw)
+    return any(issubclass(w.category, ConvergenceWarning) for w in rec)
+
+
+@given(problems(), st.sampled_from(NONCONVEX), st.floats(0.02, 0.9), st.sampled_from(sorted(GLMS)),
+       st.booleans(), st.booleans())
+@settings(max_examples=12)
+def test_a_nonconvex_fit_is_no_worse_than_its_starts_or_the_null_model(prob, pen, frac, kind,
+                                                                        intercept, grouped):
+    """Unless it warns, a nonconvex fit (``start="best"``) is a stationary point (criterion
+    within tol) whose objective is at most that of each start it could have kept (zero, the
+    convex problem's solution) and of the null model (alpha beyond alpha_max)."""
+    X, y, sw = prob
+    y = _glm_target(kind, y)
+    assume(np.unique(y).size >= 2)
+    kw = dict(fit_intercept=intercept, groups=_groups_of(X.shape[1], grouped))
+    amax = alpha_max(X, y, pen, datafit=kind, sample_weight=sw, **kw)
+    assume(amax > 0 and np.isfinite(amax))
+    fits = {start: GLMS[kind](penalty=pen, alpha=frac * amax, tol=1e-8, start=start, **kw)
+            for start in ("best", "zero", "convex")}
+    warned = {start: _fit_warned(est, X, y, sw) for start, est in fits.items()}
+    null = GLMS[kind](penalty=pen, alpha=10 * amax, tol=1e-8, **kw)
+    _fit_warned(null, X, y, sw)
+    assert not np.any(null.coef_)
+    if warned["best"]:
+        return
+    best = _last(fits["best"].objective_)
+    assert np.max(fits["best"].criterion_) <= 1e-8 * (1 + 1e-9)
+    for other in [null] + [fits[s] for s in ("zero", "convex") if not warned[s]]:
+        ref = _last(other.objective_)
+        assert best <= ref + 1e-9 * abs(ref) + 1e-300
+
+
+@given(problems(), st.sampled_from(["l1"] + NONCONVEX), st.sampled_from(
+    ["poisson", "gamma", "huber"]), st.floats(-120, 120), st.sampled_from(["dense", "csc"]),
+    st.booleans())
+@settings(max_examples=10)
+def test_glms_and_groups_are_equivariant_in_the_units_of_x(prob, pen, kind, log_c, fmt, grouped):
+    """scaling="dropout" hands the solver the same unit-RMS columns in any units of X: the same
+    objective (and for l1, a convex problem, the same coefficients up to the factor c)."""
+    X, y, sw = prob
+    y = _glm_target(kind, y)
+    c = 10.0 ** log_c
+    kw = dict(groups=_groups_of(X.shape[1], grouped))
+    amax = alpha_max(X, y, pen, datafit=kind, sample_weight=sw, **kw)
+    assume(amax > 0 and np.isfinite(amax))
+    ref = GLMS[kind](penalty=pen, alpha=0.3 * amax, tol=1e-10, **kw)
+    got = GLMS[kind](penalty=pen, alpha=0.3 * amax, tol=1e-10, **kw)
+    if _fit_warned(ref, X, y, sw) | _fit_warned(got, as_format(X * c, fmt), y, sw):
+        return
+    assert _last(got.objective_) == pytest.approx(_last(ref.objective_), rel=1e-6)
+    if pen == "l1":
+        _close(got.coef_ * c, ref.coef_, 1e-5)
+
+
+BAD_GROUPS = {"overlapping": [[0, 1], [1]], "a feature left out": [[0]], "empty": [],
+              "sizes that do not add up": [1, 5], "an index too large": [[0], [99]],
+              "a bool": True, "floats": [[0.5]]}
+
+
+@given(problems(), st.sampled_from(sorted(BAD_GROUPS)), st.sampled_from(sorted(GLMS)))
+@settings(max_examples=15)
+def test_bad_groups_are_refused_and_leave_the_estimator_as_it_was(prob, bad, kind):
+    X, y, sw = prob
+    assume(X.shape[1] >= 2)
+    y = _glm_target(kind, y)
+    assume(np.unique(y).size >= 2)
+    est = GLMS[kind](alpha=0.05, groups=[list(range(X.shape[1]))])
+    _fit_warned(est, X, y, sw)
+    before = _state(est)
+    est.set_params(groups=BAD_GROUPS[bad])
+    with pytest.raises(ValueError, match="groups"):
+        est.fit(X, y, sample_weight=sw)
+    after = _state(est)
+    assert after.keys() == before.keys()
+    np.testing.assert_array_equal(after["coef_"], before["coef_"])

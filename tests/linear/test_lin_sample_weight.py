@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression
 
-from dualdrop.linear import SparseLinearRegression, SparseLogisticRegression, alpha_max, estimators
+from dualdrop.linear import SparseLinearRegression, SparseLogisticRegression, _fitdata, alpha_max
 
 TOL = 1e-10
 
@@ -32,7 +32,7 @@ def _weights(n, seed=0, zeros=True):
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_weighted_lasso_matches_sklearn_on_raw_diabetes(sparse, fit_intercept, monkeypatch):
     if sparse == "intercept_column":  # the path of large sparse designs (no dense centring)
-        monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
+        monkeypatch.setattr(_fitdata, "_DENSE_CENTRING", 0)
     X, y = _diabetes()
     sw = _weights(X.shape[0]) + 0.5 * np.random.default_rng(1).random(X.shape[0])
     XX = sp.csc_matrix(X) if sparse else X
@@ -137,7 +137,7 @@ def test_alpha_max_with_weights_gives_empty_model(monkeypatch):
     sw = _weights(X.shape[0], seed=11)
     for sparse in (False, True, "intercept_column"):
         if sparse == "intercept_column":
-            monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
+            monkeypatch.setattr(_fitdata, "_DENSE_CENTRING", 0)
         XX = sp.csc_matrix(X) if sparse else X
         a = alpha_max(XX, y, sample_weight=sw)
         at = SparseLinearRegression(alpha=a * 1.0001, tol=TOL).fit(XX, y, sample_weight=sw)
@@ -161,7 +161,7 @@ def test_sample_weight_errors_name_the_argument(monkeypatch):
                      (np.full(X.shape[0], np.nan), ">= 0")]:
         with pytest.raises(ValueError, match="sample_weight.*" + msg):
             est.fit(X, y, sample_weight=bad)
-    monkeypatch.setattr(estimators, "_DENSE_CENTRING", 0)
+    monkeypatch.setattr(_fitdata, "_DENSE_CENTRING", 0)
     with pytest.raises(ValueError, match="positive=True with sparse X, sample_weight"):
         SparseLinearRegression(positive=True).fit(sp.csc_matrix(X), y,
                                                   sample_weight=_weights(X.shape[0]))

@@ -138,7 +138,10 @@ def solve_groups(problem, w, b, tol, max_iter, verbose, working_set, p0, callbac
         return m, score, problem.groups.norms(w) != 0.0
 
     def inner(ws, w, z, b, tol_in):
-        feats = np.concatenate([idx[ptr[g]:ptr[g + 1]] for g in ws])
+        # no group in the working set: only the intercept is not optimal (its Newton steps
+        # still run)
+        feats = (np.concatenate([idx[ptr[g]:ptr[g + 1]] for g in ws]) if ws.size
+                 else np.empty(0, dtype=np.int64))
 
         def penalty(w):
             return group_penalty_sum(w, ptr, idx, ws, lam_g, code, params, *cs)

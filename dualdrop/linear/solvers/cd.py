@@ -263,6 +263,17 @@ def _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F, fit_inter
     return m / scale, scale
 
 
+_HISTORY_CAP = 10_000  # objective values recorded per fit, whatever max_iter says
+
+
+@njit(cache=True)
+def history_buffer(max_iter):
+    """The objective history of one fit: ``min(max_iter, 10,000) + 1`` entries, not
+    ``max_iter + 1`` (``max_iter=10**12`` asked for 7 TiB): a fit that runs longer records its
+    first 10,000 iterations and its last one in the final entry."""
+    return np.empty(min(max_iter, _HISTORY_CAP) + 1)
+
+
 @njit(cache=True)
 def _outer_quadratic(X, data, indices, indptr, is_sparse, y, w, r, b, fit_intercept, lips, Lin,
                      means, lam_w, t_in, Tg, T, code, params, positive, tol, max_iter,
@@ -305,8 +316,11 @@ def _outer_quadratic(X, data, indices, indptr, is_sparse, y, w, r, b, fit_interc
                                    positive, tol_in, max_epochs, K, convex)
         total += n_in
         F = 0.5 * (r @ r) / n + penalty_sum(w, all_feats, lam_w, code, params)
-        hist[n_hist] = F
-        n_hist += 1
+        if n_hist < hist.shape[0]:
+            hist[n_hist] = F
+            n_hist += 1
+        else:  # a full buffer (history_buffer): the last entry is the current objective
+            hist[n_hist - 1] = F
     # max_iter reached: the criterion at the returned point
     crit, scale = _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F,
                                        fit_intercept, lips, lam_w, code, params, positive, Tg,
@@ -327,7 +341,7 @@ def _path_quadratic(X, data, indices, indptr, is_sparse, y, w, b, fit_intercept,
     for j in range(p):
         if w[j] != 0.0:
             col_axpy(X, data, indices, indptr, is_sparse, j, -w[j], r)
-    hist = np.empty(max_iter + 1)
+    hist = history_buffer(max_iter)
     lam_w = np.empty(p)
     t_in = np.empty(p)
     Tg = np.empty(p)
@@ -462,7 +476,7 @@ def _solve_quadratic(problem, w, b, tol, max_iter, verbose, working_set, anderso
     score_thresholds(st.code, st.params, lam_w, problem.lips, Tg)
     T = np.full(p, np.nan)  # zero thresholds of the inner steps, filled per working set
     r = np.ascontiguousarray(problem.y - problem.z(w, b))
-    hist = np.empty(max_iter + 1)
+    hist = history_buffer(max_iter)
 
     def run(n):
         return _outer_quadratic(*problem.design.arrays, problem.y, w, r, float(b),
