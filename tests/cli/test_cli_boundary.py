@@ -199,7 +199,8 @@ def test_ctrl_c_during_a_fit_path_in_a_real_process(tmp_path):
     lines = err.strip().splitlines()
     assert proc.returncode == 130, err
     assert len(lines) == 1 and lines[0].startswith("dualdrop fit: interrupted; "), err
-    assert np.loadtxt(tmp_path / "coef.csv", delimiter=",", skiprows=1).shape == (3000,)
+    assert np.loadtxt(tmp_path / "coef.csv", delimiter=",", skiprows=1,
+                      usecols=1).shape == (3001,)  # 3000 features and the intercept
     assert not (tmp_path / "path.csv").exists() and not list(tmp_path.glob(".*.tmp"))
 
 

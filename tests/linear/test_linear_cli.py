@@ -11,8 +11,9 @@ def test_fit_synthetic_with_path(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "solver=cd" in out and "support recovery" in out
-    coef = np.loadtxt(tmp_path / "coef.csv", delimiter=",", skiprows=1)
-    assert coef.shape == (40,) and np.count_nonzero(coef) > 0
+    coef = np.loadtxt(tmp_path / "coef.csv", delimiter=",", skiprows=1, usecols=1)
+    assert coef.shape == (41,) and np.count_nonzero(coef[:-1]) > 0  # 40 features, intercept
+    assert (tmp_path / "coef.csv").read_text().splitlines()[1].startswith("x0,")
     path = np.loadtxt(tmp_path / "path.csv", delimiter=",", skiprows=1)
     assert path.shape == (4, 41) and not np.any(path[0, 1:])  # alpha_max first: all zero
     assert (tmp_path / "path.png").stat().st_size > 1000
