@@ -233,7 +233,7 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
                   refit: bool | None = None, allocation_options: dict | None = None,
                   forward_fn=None, include=None, exclude=None, progress: bool = True,
                   sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
-                  cache_memory_mb: float | None = None, gram_precision: str = "float32",
+                  cache_memory_mb: float | None = None, gram_precision: str = "auto",
                   checkpoint_dir=None, distributed: bool | None = None) -> OneShotResult:
     """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
 
@@ -259,8 +259,9 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
       the cost grows linearly with depth; ``"layer"`` walks the whole model.
       ``offload_dir`` / ``cache_memory_mb``: the activation cache on disk beyond that much
       memory; ``checkpoint_dir``: per-block resume of an interrupted run;
-      ``gram_precision``: ``"float32"`` (default) or ``"float64"`` batch products (sums are
-      always float64).
+      ``gram_precision``: the batch products ``X^T X`` in float64 up to 1,024 inputs and
+      float32 above (``"auto"``), or always ``"float32"`` / ``"float64"`` (the sums are
+      float64).
     - ``token_mask_fn(batch)``: the real tokens of a padded batch (bool ``(batch, tokens)``);
       by default a dict batch's ``attention_mask``: padded positions never enter a Gram.
     - ``distributed``: under ``torchrun`` (``None``: whenever a process group of two or more

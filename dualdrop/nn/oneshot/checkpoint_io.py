@@ -263,7 +263,7 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
                             options: dict | None = None, model_class=None, blocks=None,
                             forward_fn=None, include=None, exclude=None, token_mask_fn=None,
                             offload_dir=None, cache_memory_mb: float | None = 256,
-                            gram_precision: str = "float32", progress: bool = True) -> dict:
+                            gram_precision: str = "auto", progress: bool = True) -> dict:
     """Prune the Hugging Face checkpoint in the folder ``path`` once, from calibration data,
     without ever holding the whole model in memory (module docstring); the pruned checkpoint
     goes to ``out_dir`` (a folder ``from_pretrained`` loads). Returns the report as a dict

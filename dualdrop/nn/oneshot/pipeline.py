@@ -616,7 +616,7 @@ class _Runner:
 
 def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=True,
         desc="one-shot", sequential="auto", blocks=None, token_mask_fn=None, offload_dir=None,
-        cache_memory_mb=None, gram_precision="float32", checkpoint_dir=None, fingerprint=None,
+        cache_memory_mb=None, gram_precision="auto", checkpoint_dir=None, fingerprint=None,
         loader=None, dist=None, resume=None) -> PipelineResult:
     """Prune ``steps`` of ``model`` in forward order (module docstring); ``prune_step(step, W0s,
     Gs) -> (Ws, seconds)``. Returns a :class:`PipelineResult`.

@@ -20,10 +20,11 @@ layer's problem accounts for the error its predecessors left. ``pipeline`` organ
 ``token_mask_fn(batch)`` (a bool ``(batch, tokens)`` tensor) says which tokens are real for
 any other batch (``layers.real_rows``).
 
-**Precision.** ``X^T X`` of one batch is formed in float32 (``gram_precision="float32"``, the
-default, for inputs of float32 or lower precision: what SparseGPT's own code does, half the
-time of float64 on a CPU) or in float64 (``"float64"``, or float64 inputs), and always summed
-over batches in float64.
+**Precision.** Gram sums are float64. The product ``X^T X`` of one batch is formed in float64
+for layers of at most :data:`FLOAT64_MAX_IN` inputs and in float32 above
+(``gram_precision="auto"``, the default: the float32 product costs half as much on a CPU, and
+for wide layers it is the walk's largest cost; SparseGPT's own code works in float32); or always
+in ``"float32"`` or ``"float64"``. Float64 inputs always give float64 products.
 
 The calibration forward runs in ``eval()`` mode under ``torch.no_grad()`` with PyTorch's fused
 attention fast path off (it would bypass the hooks) and a Hugging Face model's key/value cache
@@ -45,7 +46,9 @@ except ImportError:  # not on Windows
 
 from dualdrop.nn.oneshot.layers import Step
 
-PRECISIONS = ("float32", "float64")
+PRECISIONS = ("auto", "float32", "float64")
+#: the widest layer input whose batch products ``gram_precision="auto"`` forms in float64
+FLOAT64_MAX_IN = 1024
 
 
 class _Stop(Exception):
@@ -155,7 +158,7 @@ class GramAccumulator:
     ``new_batch(mask)`` starts a batch (its token mask, see :func:`token_mask`); ``add(i, args,
     kwargs)`` takes one call of step ``i``'s module."""
 
-    def __init__(self, steps: list[Step], shared: bool = False, precision: str = "float32"):
+    def __init__(self, steps: list[Step], shared: bool = False, precision: str = "auto"):
         if precision not in PRECISIONS:
             raise ValueError(f"gram_precision={precision!r}; expected one of {list(PRECISIONS)}")
         self.steps = list(steps)
@@ -205,7 +208,8 @@ class GramAccumulator:
             done_here[key] = True
             if not torch.is_floating_point(x):
                 x = x.float()
-            if self.precision == "float64" or x.dtype == torch.float64:
+            if (self.precision == "float64" or x.dtype == torch.float64
+                    or (self.precision == "auto" and x.shape[1] <= FLOAT64_MAX_IN)):
                 x = x.detach().to(torch.float64)
             else:
                 x = x.detach().float()
@@ -340,7 +344,7 @@ def order_steps(steps, first: dict, calls: dict):
 
 
 def collect(model, steps: list[Step], calib, forward_fn, token_mask_fn=None,
-            precision: str = "float32") -> dict[str, torch.Tensor]:
+            precision: str = "auto") -> dict[str, torch.Tensor]:
     """Every problem's Gram on the model as it is (all steps hooked at once, one full pass):
     what a non-uniform allocation measures on the dense model."""
     accs = [GramAccumulator([s], precision=precision) for s in steps]
