@@ -233,3 +233,16 @@ def test_a_compact_model_of_an_unknown_layout_is_refused_naming_save_compact(tmp
     back = load_compact(tmp_path / "small.pt", ViTModel(cfg))
     with torch.no_grad():
         torch.testing.assert_close(back(x)[0], small(x)[0], rtol=0, atol=0)
+
+
+def test_sharded_saves_and_their_stale_shards(forms, tmp_path):
+    model, x = forms["masked"], ids()
+    save_pretrained(model, tmp_path, max_shard_size="40KB")   # transformers' own option
+    shards = [n for n in os.listdir(tmp_path) if n.startswith("model-")]
+    assert len(shards) > 1 and "model.safetensors.index.json" in os.listdir(tmp_path)
+    back = type(forms["dense"]).from_pretrained(tmp_path)
+    torch.testing.assert_close(out(back, x), out(model, x), rtol=0, atol=1e-5)
+    save_pretrained(forms["compact-int8"], tmp_path)   # no shard left to be loaded instead
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("model")]
+    torch.testing.assert_close(out(load_pretrained(tmp_path), x), out(forms["compact-int8"], x),
+                               rtol=0, atol=1e-6)

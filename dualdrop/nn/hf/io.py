@@ -62,8 +62,8 @@ FORMAT = "dualdrop-pretrained"
 KEY = "dualdrop"                       # the config.json entry
 WEIGHTS = "dualdrop_model.safetensors"
 # weight files of an earlier save that a new one replaces (a stale one would be loaded instead)
-_STALE = re.compile(r"^(model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|model\.safetensors"
-                    r"\.index\.json|pytorch_model(-\d+-of-\d+)?\.bin(\.index\.json)?|"
+_STALE = re.compile(r"^(model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|"
+                    r"pytorch_model(-\d+-of-\d+)?\.bin(\.index\.json)?|"
                     + re.escape(WEIGHTS) + r")$")
 _LOADERS = ("save it with dualdrop.nn.save_pretrained(model, dir) and load it with "
             "dualdrop.nn.load_pretrained(dir)")
