@@ -12,8 +12,9 @@ transformer) share one curve. With the dense model's own time ``T``, a pruned mo
 predicted as ``T - sum_g (t_g(n_g) - t_g(k_g))`` (``t_g`` interpolated linearly between grid
 points), and its speed-up as ``T`` over that.
 
-Timings run with ``threads`` torch threads (1 by default: the figure that does not depend on a
-neighbour's load; ``dualdrop.nn._timing``: interleaved rounds, medians). The table is built once
+Timings run with ``threads`` torch threads (1 by default) in interleaved rounds, medians
+(``dualdrop.nn._timing``), on the wall clock or, on a machine busy with other work, the
+process's CPU time (``clock="cpu"``). The table is built once
 per machine, model shapes, thread count and torch version, and cached as JSON under
 ``$DUALDROP_CACHE_DIR`` (default ``~/.cache/dualdrop``)``/latency/`` (written to a temporary
 name, then moved into place).
@@ -209,7 +210,8 @@ def _signature(group, shapes) -> str:
 
 
 def build_table(model, groups, inputs, forward_fn, *, threads: int | None = 1,
-                cache: bool = True, rounds: int = 5, progress: bool = True) -> LatencyTable:
+                clock: str = "wall", cache: bool = True, rounds: int = 5,
+                progress: bool = True) -> LatencyTable:
     """The :class:`LatencyTable` of ``groups`` of ``model`` on ``inputs`` (module docstring);
     read from the cache when it holds one for these shapes and this machine."""
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -225,7 +227,7 @@ def build_table(model, groups, inputs, forward_fn, *, threads: int | None = 1,
         "v": VERSION, "sigs": sigs, "model": type(model).__name__,
         "params": sum(p.numel() for p in model.parameters()), "threads": threads,
         "torch": torch.__version__, "cpu": _cpu_name(), "device": str(dev),
-        "dtype": str(dtype), "inputs": repr(_input_shapes(inputs))},
+        "dtype": str(dtype), "inputs": repr(_input_shapes(inputs)), "clock": clock},
         sort_keys=True).encode()).hexdigest()[:20]
     path = os.path.join(_cache_dir(), f"{key}.json")
     if cache and os.path.exists(path):
@@ -248,13 +250,13 @@ def build_table(model, groups, inputs, forward_fn, *, threads: int | None = 1,
     curves = {}
     with torch_threads(threads), torch.no_grad():
         dense = interleaved({"dense": lambda: forward_fn(model, inputs)}, rounds=rounds,
-                            warmup=1)["dense"]
+                            warmup=1, clock=clock)["dense"]
         bar.update(1)
         for sig, members in by_sig.items():
             g = members[0]
             ks = _grid(g.n_units)
             fns = {k: _Part(g, shapes, k, dtype, dev) for k in ks if k > 0}
-            times = interleaved(fns, rounds=rounds, warmup=1) if fns else {}
+            times = interleaved(fns, rounds=rounds, warmup=1, clock=clock) if fns else {}
             ts = [0.0] + [float(np.median(times[k])) for k in ks if k > 0]
             ts = np.maximum.accumulate(np.asarray(ts))   # more units never faster
             for m in members:

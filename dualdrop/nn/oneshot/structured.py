@@ -202,6 +202,26 @@ def _model_inputs(batch):
     return batch
 
 
+def _latency_options(opts) -> dict:
+    known = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True}
+    if opts is None:
+        return known
+    if not isinstance(opts, dict):
+        raise TypeError("latency_options must be a dict, e.g. {'threads': 1, 'clock': 'cpu'}")
+    unknown = sorted(set(opts) - set(known))
+    if unknown:
+        raise ValueError(f"unknown latency option(s) {unknown}; known: {sorted(known)}")
+    out = {**known, **opts}
+    if out["clock"] not in ("wall", "cpu"):
+        raise ValueError(f"latency_options clock={out['clock']!r}; expected 'wall' or 'cpu'")
+    if out["threads"] is not None:
+        out["threads"] = check_int("latency_options threads", out["threads"], low=1)
+    out["rounds"] = check_int("latency_options rounds", out["rounds"], low=1)
+    if not isinstance(out["cache"], bool):
+        raise TypeError("latency_options cache must be True or False")
+    return out
+
+
 def _budget(target_density, target_params, target_speedup):
     given = [(k, v) for k, v in (("target_density", target_density),
                                  ("target_params", target_params),
@@ -223,7 +243,7 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
                      target_speedup: float | None = None, allocation: str = "uniform",
                      options: dict | None = None, allocation_options: dict | None = None,
                      bias_compensation: bool = True, forward_fn=None, include=None,
-                     exclude=None, latency_inputs=None, latency_threads: int | None = 1,
+                     exclude=None, latency_inputs=None, latency_options: dict | None = None,
                      progress: bool = True, sequential: str = "auto", blocks=None,
                      token_mask_fn=None, gram_precision: str = "float32") -> StructuredResult:
     """Remove whole units of the trained ``model`` in place (module docstring).
@@ -237,8 +257,9 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
     - The budget, one of: ``target_density`` (fraction of the prunable parameters kept: the
       units' producer rows and consumer columns), ``target_params`` (parameters of the whole
       pruned model), ``target_speedup`` (the model's time over the pruned model's, predicted by
-      a latency table measured on ``latency_inputs``, default the first calibration batch, with
-      ``latency_threads`` threads; ``latency_table``).
+      a latency table measured on ``latency_inputs``, default the first calibration batch;
+      ``latency_options``: ``threads`` (1), ``clock`` (``"wall"``, or ``"cpu"`` on a busy
+      machine), ``rounds`` (5), ``cache`` (True); ``latency_table``).
     - ``allocation``: ``"uniform"``, ``"flap"`` or ``"penalty"`` (``unit_allocation``);
       ``allocation_options`` its options.
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
@@ -261,6 +282,7 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
     kinds = check_granularity(granularity)
     bkind, bval = _budget(target_density, target_params, target_speedup)
     alloc_opts = check_allocation(allocation, allocation_options)
+    lat_opts = _latency_options(latency_options)
     if not isinstance(bias_compensation, bool):
         raise TypeError(f"bias_compensation must be True or False, got {bias_compensation!r}")
     if forward_fn is not None and not callable(forward_fn):
@@ -301,8 +323,8 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         lat_in = _model_inputs(first) if latency_inputs is None else latency_inputs
         lat_fwd = (lambda m, x: fwd(m, x)) if latency_inputs is None and forward_fn is not None \
             else (lambda m, x: default_forward(m, x))
-        table = build_table(model, groups, lat_in, lat_fwd, threads=latency_threads,
-                            progress=progress)
+        table = build_table(model, groups, lat_in, lat_fwd, progress=progress,
+                            **lat_opts)
         cost = CostModel(names, [g.n_units for g in groups],
                          {n: (lambda k, n=n: table.part(n, k)) for n in names},
                          fixed=table.dense - sum(table.part(n, table.sizes[n]) for n in names),

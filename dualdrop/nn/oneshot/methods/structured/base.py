@@ -34,7 +34,7 @@ import torch
 from penalties.checks import check_float, check_int
 
 #: options every structured method takes
-COMMON_DEFAULTS = {"refit": True, "polish": False, "max_swaps": 200, "refit_damp": 1e-6}
+COMMON_DEFAULTS = {"refit": True, "polish": False, "max_swaps": 50, "refit_damp": 1e-6}
 
 
 @dataclass
@@ -56,6 +56,7 @@ class UnitProblem:
     part_sq: np.ndarray | None = None
     cost: np.ndarray | None = None
     _A: np.ndarray | None = field(default=None, repr=False)
+    _B: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_units(self) -> int:
@@ -68,6 +69,15 @@ class UnitProblem:
             A = self.G - np.outer(self.mu, self.mu) if self.centered else self.G.copy()
             self._A = 0.5 * (A + A.T)
         return self._A
+
+    def B(self, A: np.ndarray) -> np.ndarray:
+        """``W0 A`` for the Gram ``A`` (this problem's ``A`` or a damped copy), kept for the
+        moves that score with it."""
+        key = id(A)
+        if key not in self._B:
+            self._B.clear()
+            self._B[key] = (A, self.W0 @ A)
+        return self._B[key][1]
 
     @property
     def free(self) -> np.ndarray:
