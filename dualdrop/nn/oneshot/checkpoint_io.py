@@ -92,21 +92,23 @@ class SafetensorsCheckpoint:
         else:
             raise ValueError(f"path={self.path!r} holds no {SINGLE} nor {INDEX}; save the model "
                              "with save_pretrained(..., safe_serialization=True)")
-        self._open: dict[str, object] = {}
-
     def keys(self):
         return self.files.keys()
 
-    def get(self, key: str) -> torch.Tensor:
+    def get_many(self, keys) -> dict[str, torch.Tensor]:
+        """The tensors ``keys``, each file opened once and closed again: a tensor maps its
+        bytes from the file until it is dropped, so nothing read stays resident after its
+        block is done (an open handle would keep every page it ever read)."""
         safe_open, _ = _safetensors()
-        file = self.files[key]
-        handle = self._open.get(file)
-        if handle is None:
-            handle = self._open[file] = safe_open(file, framework="pt")
-        return handle.get_tensor(key)
-
-    def close(self):
-        self._open.clear()
+        by_file: dict[str, list[str]] = {}
+        for k in keys:
+            by_file.setdefault(self.files[k], []).append(k)
+        out = {}
+        for file, ks in by_file.items():
+            with safe_open(file, framework="pt") as f:
+                for k in ks:
+                    out[k] = f.get_tensor(k)
+        return out
 
 
 def _build_meta(path, model_class):
@@ -171,7 +173,7 @@ class _Tensors:
 
     def load(self, names) -> None:
         """Read the parameters ``names`` (and every name tied to them)."""
-        done = set()
+        done, wanted = set(), {}
         for n in names:
             if n in done:
                 continue
@@ -180,14 +182,18 @@ class _Tensors:
             if key is None:
                 raise ValueError(f"the checkpoint has no tensor for {n} (nor for the weights "
                                  f"tied to it: {group}); is it the checkpoint of this model?")
-            t = self.ckpt.get(key)
+            wanted[n] = key
+            done.update(group)
+        read = self.ckpt.get_many(set(wanted.values()))
+        for n, key in wanted.items():
+            group = self.group[n]
+            t = read[key]
             if tuple(t.shape) != tuple(self.params[n].shape):
                 raise ValueError(f"the checkpoint's {key} has shape {tuple(t.shape)}, the "
                                  f"model's {n} {tuple(self.params[n].shape)}; the config and "
                                  "the weights do not match")
             self.dtype[key] = t.dtype
             self._set(group, t.to(self.params[n].dtype))
-            done.update(group)
 
     def stored(self, name) -> torch.Tensor:
         """A parameter as it is written: contiguous, in the checkpoint's own dtype."""
@@ -391,7 +397,6 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
     with contextlib.suppress(OSError):
         if os.path.isdir(offload_dir) and not os.listdir(offload_dir):
             os.rmdir(offload_dir)
-    ckpt.close()
     return report
 
 

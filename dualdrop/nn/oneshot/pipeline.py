@@ -786,6 +786,7 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
                 cache.set(b, out)
             if loader is not None:
                 loader.release(k, blk, write=True)
+                _trim()
             info.append({"block": bname, "seconds": time.perf_counter() - t0,
                          "peak_mb": peak_rss_mb()})
 
@@ -803,6 +804,17 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
     finally:
         cache.close()
     return rows, info
+
+
+def _trim() -> None:
+    """Give the memory freed with a block back to the system (glibc keeps large freed blocks
+    in its heap otherwise, and the resident set only grows)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _first_device(module: nn.Module):
