@@ -169,6 +169,19 @@ def test_uniform_widths_go_into_the_config():
         (40, 2, 1, 8)
 
 
+@pytest.mark.parametrize("make", [tiny_bert, tiny_gpt2])
+def test_the_same_heads_fewer_in_every_block_stay_out_of_a_bert_or_gpt2_config(make, tmp_path):
+    # 2 heads of width 8 have the shapes of 1 head of width 16: the widths alone would pass
+    model, x = make(), ids()
+    zero_units(model, [range(16), range(16)], [[0, 1], [2, 3]])
+    small = compact(model, {"input_ids": x})
+    assert small.config.to_dict() == model.config.to_dict()
+    with pytest.raises(ValueError, match="cannot express"):
+        small.save_pretrained(tmp_path / "d")
+    save_pretrained(small, tmp_path / "d")
+    assert_same(load_pretrained(tmp_path / "d"), model, x)
+
+
 @pytest.mark.slow
 def test_compact_models_load_in_a_fresh_process(tmp_path):
     cases, x = [], ids(seed=5, n=3, t=9)

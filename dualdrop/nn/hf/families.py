@@ -282,23 +282,26 @@ def updated_config(config, upd: dict):
 
 
 def fits(model, config, fam: str | None = None, skip=()) -> bool:
-    """Whether ``type(model)(config)`` has ``model``'s shapes: its blocks' widths (a known
-    layout) or else every state-dict entry's shape except under the modules ``skip`` (CSR /
-    int8 layers). Built on the meta device: no memory, no initialization."""
+    """Whether ``type(model)(config)`` has ``model``'s shapes: every state-dict entry's shape
+    except under the modules ``skip`` (CSR / int8 layers, whose stored weights differ), and for
+    a known layout each block's widths and head width (which cover the skipped layers). Built
+    on the meta device: no memory, no initialization."""
     try:
         with torch.device("meta"):
             probe = type(model)(config)
     except Exception:
         return False
-    if fam is not None:
-        try:
-            return [widths(b) for b in blocks(probe, fam)] == [widths(b) for b in
-                                                                blocks(model, fam)]
-        except Exception:
-            return False
     prefixes = tuple(f"{s}." for s in skip)
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()
             if not k.startswith(prefixes)}
     got = {k: tuple(v.shape) for k, v in probe.state_dict().items()
            if not k.startswith(prefixes)}
-    return want == got
+    if want != got:
+        return False
+    if fam is None:
+        return True
+    try:
+        return [(widths(b), b.head_dim) for b in blocks(probe, fam)] == \
+            [(widths(b), b.head_dim) for b in blocks(model, fam)]
+    except Exception:
+        return False
