@@ -15,6 +15,7 @@ Results are appended to a JSON-lines file, one line per cell; a cell already the
     python3 benchmarks/nn_accuracy/oneshot_scale.py llama-write --dir results/oneshot_scale/llama1b
     python3 benchmarks/nn_accuracy/oneshot_scale.py llama --dir results/oneshot_scale/llama1b \\
         --out results/oneshot_scale/llama.jsonl
+    python3 benchmarks/nn_accuracy/oneshot_scale.py dist --out results/oneshot_scale/dist.jsonl
     python3 benchmarks/nn_accuracy/oneshot_scale.py table results/oneshot_scale
 """
 
@@ -137,7 +138,43 @@ def cell_llama(a):
             "tokens": a.batches * a.batch * a.seq, "load": _load()}
 
 
-CELLS = {"gpt2": cell_gpt2, "block": cell_block, "llama": cell_llama}
+DIST_MODEL = {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2816,
+              "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000}
+
+
+def cell_dist(a):
+    """One rank of a torchrun (or a lone process): a Llama-shaped model built here, pruned;
+    the blocks' seconds (their passes, Grams and solves) of rank 0."""
+    import torch
+    import torch.distributed as dist
+    import transformers
+
+    from dualdrop.nn import prune_oneshot
+
+    torch.set_num_threads(a.threads)
+    on = "RANK" in os.environ
+    if on:
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**DIST_MODEL))
+    calib = _calib(a.batches, a.batch, a.seq, DIST_MODEL["vocab_size"])
+    c0, w0 = time.process_time(), time.perf_counter()
+    res = prune_oneshot(model, calib, a.method, progress=False, exclude=["lm_head"],
+                        **_target_kwargs(a.target))
+    wall = time.perf_counter() - w0
+    blocks = sum(b["seconds"] for b in res.report.pipeline["block_info"])
+    digest = float(sum(p.double().abs().sum() for p in model.parameters()))
+    rank = dist.get_rank() if on else 0
+    world = dist.get_world_size() if on else 1
+    if on:
+        dist.destroy_process_group()
+    if rank:
+        sys.exit(0)
+    return {"wall": wall, "cpu_rank0": time.process_time() - c0, "blocks_seconds": blocks,
+            "world": world, "digest": digest, "tokens": a.batches * a.batch * a.seq}
+
+
+CELLS = {"gpt2": cell_gpt2, "block": cell_block, "llama": cell_llama, "dist": cell_dist}
 
 
 def run_cell(a):
@@ -185,6 +222,28 @@ def cmd_block(a):
                        ["--method", method, "--target", a.target, "--width", str(width),
                         "--batches", str(batches), "--batch", str(a.batch), "--seq",
                         str(a.seq)])
+
+
+def cmd_dist(a):
+    """The same prune in one process and in ``--world`` torchrun processes, interleaved
+    rounds."""
+    done = _done(a.out)
+    for r in range(a.rounds):
+        for world in (1, a.world):
+            cell = f"dist/{a.method}/{a.target}/{a.batches}x{a.batch}x{a.seq}/w{world}/r{r}"
+            if cell in done:
+                continue
+            args = ["--kind", "dist", "--cell", cell, "--out", a.out, "--method", a.method,
+                    "--target", a.target, "--batches", str(a.batches), "--batch", str(a.batch),
+                    "--seq", str(a.seq)]
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            print("running", cell, flush=True)
+            if world == 1:
+                cmd = [sys.executable, __file__, "_cell", *args]
+            else:
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                       str(world), "--master_port", "29541", __file__, "_cell", *args]
+            subprocess.run(cmd, env=env)
 
 
 def cmd_llama_write(a):
@@ -273,6 +332,13 @@ def cmd_table(a):
             ref = sg.get((w, t))
             print(f"| {w[1:]} | {t[1:]} | {r['method']} | {r['cpu']:.1f} | "
                   f"{r['cpu'] / ref if ref else float('nan'):.2f} | {r['peak_mb']:.0f} |")
+    ds = [r for r in rows if r["kind"] == "dist"]
+    if ds:
+        print("\n| method | target | processes | wall s | blocks s (Grams + solves) | digest |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in ds:
+            print(f"| {r['method']} | {r['target']} | {r['world']} | {r['wall']:.1f} | "
+                  f"{r['blocks_seconds']:.1f} | {r['digest']:.6g} |")
     ll = [r for r in rows if r["kind"] == "llama"]
     for r in ll:
         bs = r["block_seconds"]
@@ -318,6 +384,15 @@ def main(argv=None):
     ll.add_argument("--progress", action="store_true")
     ll.add_argument("--exclude", nargs="*", default=["lm_head"],
                     help="layers left dense (default: the LM head, as SparseGPT and Wanda do)")
+    d = sub.add_parser("dist")
+    d.add_argument("--out", default="results/oneshot_scale/dist.jsonl")
+    d.add_argument("--method", default="sparsegpt")
+    d.add_argument("--target", default="0.5")
+    d.add_argument("--world", type=int, default=2)
+    d.add_argument("--rounds", type=int, default=2)
+    d.add_argument("--batches", type=int, default=16)
+    d.add_argument("--batch", type=int, default=2)
+    d.add_argument("--seq", type=int, default=512)
     t = sub.add_parser("table")
     t.add_argument("folder")
     c = sub.add_parser("_cell")
@@ -343,7 +418,7 @@ def main(argv=None):
     if a.cmd == "llama" and a.out_dir is None:
         a.out_dir = a.dir.rstrip("/") + "-pruned"
     {"gpt2": cmd_gpt2, "block": cmd_block, "llama-write": cmd_llama_write, "llama": cmd_llama,
-     "table": cmd_table, "_cell": run_cell}[a.cmd](a)
+     "dist": cmd_dist, "table": cmd_table, "_cell": run_cell}[a.cmd](a)
 
 
 if __name__ == "__main__":
