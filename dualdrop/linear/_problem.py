@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _penalty
 from ._design import Design
-from ._jit import penalty_sum, scores
+from ._jit import penalty_sum, scores, scores_from_grad
 from .datafits import Datafit
 
 __all__ = ["Problem", "SolverResult"]
@@ -131,6 +131,18 @@ class Problem:
         if z is None:
             z = self.z(w, b)
         return self.raw_criterion(w, b, z) / self.criterion_scale(self.objective(w, b, z))
+
+    def criterion_from_gradient(self, w, G, grad, F):
+        """:meth:`criterion` at ``w`` from what a caller computed already: ``G`` the datafit's
+        ``raw_grad``, ``grad = X^T G`` and ``F`` the objective (no product with ``X``; penalties
+        with a compiled kernel)."""
+        out = np.zeros(self.p)
+        m = scores_from_grad(np.ascontiguousarray(grad, dtype=np.float64),
+                             np.ascontiguousarray(w, dtype=np.float64), self.lips, self.lam_w,
+                             self.spec[0], self.spec[1], self.positive, np.full(self.p, -1.0),
+                             out)
+        gb = abs(float(G.sum())) if self.fit_intercept else 0.0
+        return max(float(m), gb) / self.criterion_scale(F)
 
     def raw_criterion(self, w, b, z):
         """The violation itself, in the units of the gradient."""

@@ -400,11 +400,11 @@ class CD(BaseSolver):
                         max_epochs, p0, callback)
         if polish and out[5] and problem.datafit.code == 0 \
                 and not getattr(problem, "grouped", False):
-            done = polish_l1(problem, out[0], out[1])
+            # the history's last entry is the objective at the returned point
+            done = polish_l1(problem, out[0], out[1], float(out[3][-1]) if len(out[3]) else None)
             if done is not None:
-                w, b, crit = done
-                return (w, b, out[2], [*out[3], problem.objective(w, b)], crit, True,
-                        {**out[6], "polished": True})
+                w, b, crit, F = done
+                return (w, b, out[2], [*out[3], F], crit, True, {**out[6], "polished": True})
         return out
 
 
@@ -521,7 +521,7 @@ def _l1_shares(code, params):
     return None
 
 
-def polish_l1(problem, w, b):
+def polish_l1(problem, w, b, objective=None):
     """The exact minimizer of convex l1 / elastic-net least squares, from a converged point.
 
     On the support ``S`` of ``w`` with its signs ``s`` the optimality conditions are linear:
@@ -530,9 +530,13 @@ def polish_l1(problem, w, b):
     when its signs are ``s`` and every coefficient off ``S`` satisfies ``|x_j^T r| / n <= rho
     lam_j``; then it replaces ``w`` (machine precision where coordinate descent stopped at
     ``tol``: two fits of the same problem from different data, e.g. weighted against repeated
-    rows, then agree to rounding). Returns ``(w, b, criterion)``, or ``None`` when the
-    conditions fail, the support is too large (``n |S|^2 > 2e8``, or ``|S| > n`` without a ridge
-    term) or the system is singular."""
+    rows, then agree to rounding). Returns ``(w, b, criterion, objective)``, or ``None`` when
+    the conditions fail, the support is too large (``n |S|^2 > 2e8``, or ``|S| > n`` without a
+    ridge term) or the system is singular. ``objective``: the objective at ``(w, b)`` if known.
+
+    Cost: one product with ``X^T`` besides the solve on the support (the new point's objective,
+    off-support check and criterion all come from that residual and gradient); on a sparse
+    2000 x 10000 Lasso the polish cost more than the coordinate descent before."""
     shares = _l1_shares(*problem.spec) if problem.spec is not None else None
     if shares is None:
         return None
@@ -566,18 +570,21 @@ def polish_l1(problem, w, b):
     w_new = np.zeros(problem.p)
     w_new[S] = wS
     b_new = ym - float(xm @ wS) if problem.fit_intercept else 0.0
-    r = y - problem.design.matvec(w_new) - b_new
-    g = problem.design.rmatvec(r) / n
+    z = XS @ wS + (ym if problem.fit_intercept else 0.0)  # = X w_new + b_new (XS centred)
+    G = problem.datafit.raw_grad(y, z)  # (z - y) / n
+    grad = problem.design.rmatvec(G)  # the datafit's gradient, -x_j^T r / n
     off = np.ones(problem.p, dtype=bool)
     off[S] = False
     bound = rho * lam[off]
-    gz = g[off] if problem.positive else np.abs(g[off])
-    slack = 1e-10 * bound + 1e-14 * float(np.max(np.abs(g), initial=0.0))
+    gz = -grad[off] if problem.positive else np.abs(grad[off])
+    slack = 1e-10 * bound + 1e-14 * float(np.max(np.abs(grad), initial=0.0))
     if np.any(gz > bound + slack):
         return None
-    if problem.objective(w_new, b_new) > problem.objective(w, b) * (1.0 + 1e-12):
+    F_new = problem.objective(w_new, b_new, z)
+    F_old = problem.objective(w, b) if objective is None else objective
+    if F_new > F_old * (1.0 + 1e-12):
         return None
-    return w_new, b_new, problem.criterion(w_new, b_new)
+    return w_new, b_new, problem.criterion_from_gradient(w_new, G, grad, F_new), F_new
 
 
 def quadratic_path(problem, alphas, w0=None, b0=None, *, tol, max_iter=None, working_set=True,
