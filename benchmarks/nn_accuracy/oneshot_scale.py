@@ -163,7 +163,7 @@ def cell_dist(a):
                         **_target_kwargs(a.target))
     wall = time.perf_counter() - w0
     blocks = sum(b["seconds"] for b in res.report.pipeline["block_info"])
-    digest = float(sum(p.double().abs().sum() for p in model.parameters()))
+    digest = float(sum(p.detach().double().abs().sum() for p in model.parameters()))
     rank = dist.get_rank() if on else 0
     world = dist.get_world_size() if on else 1
     if on:
