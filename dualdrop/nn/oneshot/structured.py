@@ -30,9 +30,8 @@ from dualdrop.nn.oneshot.latency_table import LatencyTable, build_table
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.base import layer_objective
 from dualdrop.nn.oneshot.methods.structured import UnitProblem, get_unit_method
-from dualdrop.nn.oneshot.unit_allocation import (CostModel, allocate_units, check_allocation,
-                                                 linear_costs)
-from dualdrop.nn.oneshot.units import UnitGroup, check_granularity, find_units
+from dualdrop.nn.oneshot.unit_allocation import CostModel, allocate_units, check_allocation
+from dualdrop.nn.oneshot.units import ParamCount, UnitGroup, check_granularity, find_units
 from dualdrop.nn.oneshot.walker import (collect, default_forward, peak_rss_mb, reset_peak_memory,
                                         trace, walk)
 from penalties.checks import check_float, check_int
@@ -315,9 +314,11 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
 
     # the budget as a ceiling on a cost of the kept units
     names = [g.name for g in groups]
+    sizes = [g.n_units for g in groups]
     unit_params = {g.name: g.unit_params() for g in groups}
     n_params = sum(p.numel() for p in model.parameters())
-    prunable = sum(float(v.sum()) for v in unit_params.values())
+    counter = ParamCount(groups)
+    prunable = counter.prunable()
     table = None
     if bkind == "target_speedup":
         lat_in = _model_inputs(first) if latency_inputs is None else latency_inputs
@@ -325,29 +326,23 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
             else (lambda m, x: default_forward(m, x))
         table = build_table(model, groups, lat_in, lat_fwd, progress=progress,
                             **lat_opts)
-        cost = CostModel(names, [g.n_units for g in groups],
-                         {n: (lambda k, n=n: table.part(n, k)) for n in names},
-                         fixed=table.dense - sum(table.part(n, table.sizes[n]) for n in names),
-                         what="seconds")
+        cost = CostModel(names, sizes, table.predicted, what="seconds")
         budget = table.dense / bval
         prices = {g.name: np.full(g.n_units, (table.part(g.name, g.n_units)
                                               - table.part(g.name, 0)) / g.n_units)
                   for g in groups}
         target = f"speed-up {bval:g}x"
     else:
-        cost = CostModel(names, [g.n_units for g in groups],
-                         linear_costs(names, [unit_params[n] for n in names]),
-                         what="parameters")
+        cost = CostModel(names, sizes, lambda c: n_params - counter.removed(c))
         if bkind == "target_density":
-            budget = bval * prunable
-            target = f"density {bval:g} of {int(prunable):,} prunable parameters"
+            budget = n_params - (1.0 - bval) * prunable
+            target = f"density {bval:g} of {prunable:,} prunable parameters"
         else:
-            fixed = n_params - prunable
-            if bval < fixed:
-                raise ValueError(f"target_params={bval:,} is below the {int(fixed):,} "
-                                 "parameters no unit holds; the most this pruning removes "
-                                 f"leaves {int(fixed + cost.least()):,}")
-            budget = bval - fixed
+            if bval < cost.least():
+                raise ValueError(f"target_params={bval:,} is below what keeping one unit per "
+                                 f"layer leaves ({int(cost.least()):,}: no unit holds the "
+                                 "rest)")
+            budget = bval
             target = f"{bval:,} parameters"
         prices = unit_params
     problems = None
@@ -394,8 +389,7 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         layers.append({"layer": g.name, "kind": g.kind, "units": g.n_units,
                        "kept": len(units[g.name]), "objective": ir["objective"],
                        "seconds": secs.get(g.name, 0.0), "info": ir["info"]})
-    removed_params = sum(float(unit_params[g.name][np.setdiff1d(
-        np.arange(g.n_units), units[g.name])].sum()) for g in groups)
+    removed_params = counter.removed({n: len(units[n]) for n in names})
     report = StructuredReport(
         method=repr(meth), allocation=allocation, target=target, layers=layers,
         skipped=skipped, params_before=n_params, params_after=int(n_params - removed_params),

@@ -66,28 +66,22 @@ def check_allocation(kind, opts: dict | None) -> dict:
 
 
 class CostModel:
-    """The cost of keeping ``counts[name]`` units of each consumer: ``fixed`` plus, per
-    consumer, ``table[name](k)`` (a callable, increasing in ``k``)."""
+    """The cost ``fn(counts)`` of keeping ``counts[name]`` units of each consumer (increasing
+    in every count): parameters (``units.ParamCount``) or predicted seconds
+    (``latency_table.LatencyTable.predicted``)."""
 
-    def __init__(self, names, sizes, table, fixed=0.0, what="parameters"):
+    def __init__(self, names, sizes, fn, what="parameters"):
         self.names, self.sizes = list(names), dict(zip(names, sizes))
-        self.table, self.fixed, self.what = table, float(fixed), what
+        self.fn, self.what = fn, what
 
     def __call__(self, counts: dict) -> float:
-        return self.fixed + sum(self.table[n](counts[n]) for n in self.names)
+        return float(self.fn(counts))
 
     def full(self) -> float:
         return self(self.sizes)
 
     def least(self) -> float:
         return self({n: 1 for n in self.names})
-
-
-def linear_costs(names, unit_costs) -> dict:
-    """``{name: k -> k * (the consumer's mean unit cost)}`` (the units of one consumer cost
-    the same: one neuron, head or channel each)."""
-    return {n: (lambda k, c=float(np.mean(c)) if len(c) else 0.0: k * c)
-            for n, c in zip(names, unit_costs)}
 
 
 def allocate_units(kind: str, cost: CostModel, budget: float, problems=None, prices=None,

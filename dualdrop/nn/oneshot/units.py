@@ -476,3 +476,74 @@ def _positions_mean(grad_fn) -> bool:
     except (AttributeError, RuntimeError):
         return False
     return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
+
+
+class ParamCount:
+    """The parameters removed when each group keeps ``counts[name]`` units, exactly: every
+    tensor the groups write is a matrix of ``rows x cols`` entries (a weight in the ``(out,
+    in)`` view, a convolution's kernel taps folded into ``in``; a bias or BatchNorm vector has
+    one column), its rows owned by the groups it produces for and its columns by the group
+    that reads through it; it keeps ``(rows left) x (cols left)`` entries. A layer in a chain
+    (the middle Linear of an MLP) loses rows and columns, counted once."""
+
+    def __init__(self, groups):
+        self.tensors: dict[int, list] = {}   # id -> [numel, rows, cols, row owners, col owners]
+        for g in groups:
+            W = g.step.weights()[0]
+            m = len(g.columns[0])
+            for p in self._consumer_tensors(g):
+                self._entry(p, W.shape[0], W.shape[1])[4].append((g.name, m))
+            for part in g.parts:
+                r = len(part.index[0]) if part.index else 0
+                for p, rows, cols, per in self._part_tensors(part, r):
+                    self._entry(p, rows, cols)[3].append((g.name, per))
+        self.sizes = {g.name: g.n_units for g in groups}
+
+    def _entry(self, p, rows, cols):
+        if id(p) not in self.tensors:
+            self.tensors[id(p)] = [p.numel(), rows, cols, [], []]
+        return self.tensors[id(p)]
+
+    @staticmethod
+    def _consumer_tensors(g):
+        m = g.step.module
+        return [m.out_proj.weight] if g.step.kind == "mha_out" else [m.weight]
+
+    @staticmethod
+    def _part_tensors(part, r):
+        m = part.module
+        if part.role == "bn":
+            return [(p, p.numel(), 1, r) for p in (m.weight, m.bias) if p is not None]
+        if part.role == "mha_in":
+            E = m.embed_dim
+            if m._qkv_same_embed_dim:
+                out = [(m.in_proj_weight, 3 * E, E, r)]
+            else:
+                out = [(w, E, w.shape[1], r // 3) for w in (m.q_proj_weight, m.k_proj_weight,
+                                                            m.v_proj_weight)]
+            if m.in_proj_bias is not None:
+                out.append((m.in_proj_bias, 3 * E, 1, r))
+            return out
+        w = m.weight
+        rows = w.shape[1] if is_conv1d(m) else w.shape[0]
+        out = [(w, rows, w.numel() // rows, r)]
+        if m.bias is not None:
+            out.append((m.bias, rows, 1, r))
+        return out
+
+    def prunable(self) -> int:
+        """Entries some unit owns (the rest are in rows and columns no unit holds)."""
+        total = 0
+        for numel, rows, cols, ro, co in self.tensors.values():
+            free_r = rows - sum(self.sizes[n] * k for n, k in ro)
+            free_c = cols - sum(self.sizes[n] * k for n, k in co)
+            total += numel - free_r * free_c
+        return total
+
+    def removed(self, counts: dict) -> int:
+        out = 0
+        for numel, rows, cols, ro, co in self.tensors.values():
+            r = rows - sum((self.sizes[n] - counts[n]) * k for n, k in ro)
+            c = cols - sum((self.sizes[n] - counts[n]) * k for n, k in co)
+            out += numel - r * c
+        return out

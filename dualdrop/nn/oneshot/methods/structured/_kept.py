@@ -27,10 +27,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import UnitProblem, solve_psd
+from .base import UnitProblem, quad, solve_psd
 
 #: a swap is applied when it lowers the error by more than this fraction of the layer's energy
 SWAP_TOL = 1e-9
+#: an addition is scored only for a unit whose Schur complement is above this fraction of its
+#: inputs' own variance: one nearly in the span of the kept inputs (always so when the
+#: calibration tokens are fewer than the inputs) has its gain scored by rounding
+SWAP_FLOOR = 1e-5
 
 
 def unit_matrix(columns) -> np.ndarray | None:
@@ -184,7 +188,7 @@ class _State:
         self.pos = {int(j): i for i, j in enumerate(self.S)}
 
     def error(self) -> float:
-        c = float(np.einsum("ij,jk,ik->", self.problem.W0, self.A, self.problem.W0))
+        c = quad(self.problem.W0, self.A)
         return c - float(np.sum(self.WS * self.B[:, self.S]))
 
     def local(self, g):
@@ -250,6 +254,7 @@ def best_swap(st: _State):
                + t * t * (Wi * Wi).sum(0)[:, None])
         den = np.maximum(C[None, :] + Zi * t, 1e-300)
         delta = (Wi * Wi).sum(0)[:, None] / Hii[:, None] - num / den
+        delta[:, C <= SWAP_FLOOR * A[ca, ca]] = np.inf
         k = int(np.argmin(delta))
         i, j = divmod(k, out.size)
         return float(delta[i, j]), int(kept[i]), int(out[j])
@@ -261,6 +266,8 @@ def best_swap(st: _State):
         ASa = A[np.ix_(S, ca)]
         Z = H @ ASa
         C = A[np.ix_(ca, ca)] - ASa.T @ Z
+        if np.linalg.eigvalsh(C)[0] <= SWAP_FLOOR * float(np.diag(A)[ca].max()):
+            continue
         R = st.B[:, ca] - st.WS @ ASa
         for g in kept:
             li = locs[g]

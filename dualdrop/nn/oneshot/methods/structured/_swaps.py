@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kept import SWAP_TOL, inverse_psd
+from ._kept import SWAP_FLOOR, SWAP_TOL, inverse_psd
 
 REFRESH = 64
 
@@ -54,10 +54,13 @@ class ColumnSwaps:
         R = self.Rr[:, ko]
         nR = (R * R).sum(0)
         Zi = self.Z[np.ix_(ki, ko)]
-        t = Zi / Hii[:, None]
-        num = nR[None, :] + 2 * t * (Wi.T @ R) + t * t * nW[:, None]
-        den = np.maximum(self.C[ko][None, :] + Zi * t, 1e-300)
-        return nW[:, None] / Hii[:, None] - num / den
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = Zi / Hii[:, None]
+            num = nR[None, :] + 2 * t * (Wi.T @ R) + t * t * nW[:, None]
+            den = np.maximum(self.C[ko][None, :] + Zi * t, 1e-300)
+            D = nW[:, None] / Hii[:, None] - num / den
+        D[~np.isfinite(D)] = np.inf
+        return D
 
     def best(self, candidates: int):
         """``(delta, slot i, slot j)`` of the best swap among the candidates, or over every
@@ -67,9 +70,12 @@ class ColumnSwaps:
             return None
         Hii = np.maximum(np.diag(self.H), 1e-300)
         rem = (self.WS * self.WS).sum(0) / Hii
-        add = (self.Rr * self.Rr).sum(0) / np.maximum(self.C, 1e-300)
+        ok = self.C > SWAP_FLOOR * np.diag(self.A)[self.O]   # not in the span of S
+        if not ok.any():
+            return None
+        add = np.where(ok, (self.Rr * self.Rr).sum(0) / np.maximum(self.C, 1e-300), -np.inf)
         ki = np.argsort(rem)[:candidates]
-        ko = np.argsort(-add)[:candidates]
+        ko = np.argsort(-add)[:min(candidates, int(ok.sum()))]
         D = self.pair_deltas(ki, ko)
         k = int(np.argmin(D))
         a, b = divmod(k, ko.size)
@@ -128,8 +134,13 @@ def column_swap_search(A, B, c0, S, O, max_swaps: int, candidates: int = 128):
             full = True   # no candidate improves: look at every pair once
             continue
         full = False
+        S0, O0 = st.S.copy(), st.O.copy()
         st.swap(i, j)
         swaps += 1
-        if swaps % REFRESH == 0:
+        if swaps % REFRESH == 0 or not np.isfinite(st.C).all():
             st.rebuild()
+            if not (np.isfinite(st.H).all() and np.isfinite(st.C).all()):
+                st.S, st.O = S0, O0     # numerically unusable: stop at the last good set
+                swaps -= 1
+                break
     return st.S, st.O, swaps

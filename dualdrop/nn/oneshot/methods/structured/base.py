@@ -92,7 +92,12 @@ class UnitProblem:
         return np.sort(np.concatenate(parts)).astype(np.int64)
 
     def energy(self) -> float:
-        return float(np.einsum("ij,jk,ik->", self.W0, self.A, self.W0))
+        return quad(self.W0, self.A)
+
+
+def quad(W: np.ndarray, A: np.ndarray) -> float:
+    """``tr(W A W^T)``."""
+    return float(np.sum((W @ A) * W))
 
 
 def refit(problem: UnitProblem, kept, damp: float = 1e-6) -> np.ndarray:
@@ -131,7 +136,7 @@ def objective(problem: UnitProblem, W: np.ndarray) -> float:
     """``tr((W - W0) A (W - W0)^T) / tr(W0 A W0^T)`` (0 when the consumer's output does not
     vary)."""
     D = W - problem.W0
-    num = float(np.einsum("ij,jk,ik->", D, problem.A, D))
+    num = quad(D, problem.A)
     den = problem.energy()
     return num / den if den > 0 else 0.0
 

@@ -33,7 +33,7 @@ from dualdrop.linear.solvers.gram_bcd import gram_group_alpha_max, gram_group_cd
 from penalties.checks import check_float, check_int
 
 from ._kept import fix_count
-from .base import UnitMethod, UnitProblem
+from .base import UnitMethod, UnitProblem, quad
 
 #: parameters of the penalties on RMS-1 group norms (what a user passes overrides them)
 DEFAULT_PARAMS = {"logsum": {"eps": 1.0}, "mcp": {"a": 1.0, "lam": 1.0}}
@@ -67,7 +67,7 @@ class Scaled:
         w = np.ones(n) if weights is None else np.asarray(weights, np.float64)
         self.weights = np.concatenate([w, np.zeros(len(self.groups) - n)])
         self.n = n
-        self.energy = float(np.einsum("ij,jk,ik->", self.U0, self.Gs, self.U0))
+        self.energy = quad(self.U0, self.Gs)
 
     def kept(self, U) -> np.ndarray:
         return np.array([g for g in range(self.n) if np.any(U[:, self.groups[g]] != 0)],
