@@ -246,3 +246,28 @@ def test_adaprox_biased_fixed_points_warn_and_auto_takes_the_iterate():
     cd = SparseLinearRegression(penalties.LogSum(1.0), alpha=0.05, tol=1e-10).fit(X2, y2)
     assert mine.solver_ == "adaprox"
     np.testing.assert_allclose(mine.coef_, cd.coef_, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("stored", ["sparse", "every entry near 100"])
+def test_the_l1_polish_on_sparse_designs_is_exact(stored):
+    """The polish solves the support's system from the sparse columns (centred implicitly)
+    or, where that would cancel digits (columns near 100 with unit spread: mean^2 / variance
+    ~ 1e5), densely: at a loose tol the fit is scikit-learn's Lasso at a tight one, for
+    sparse and dense X alike."""
+    from sklearn.linear_model import Lasso
+
+    rng = np.random.default_rng(3)
+    if stored == "sparse":
+        X = sp.random(300, 60, density=0.2, random_state=rng, format="csc")
+    else:
+        X = sp.csc_matrix(100.0 + rng.standard_normal((300, 60)) * 0.3)
+    Xd = X.toarray()
+    w = np.zeros(60)
+    w[:5] = [1.0, -2.0, 1.5, 0.5, -1.0]
+    y = Xd @ w + 0.1 * rng.standard_normal(300) + 3.0
+    a = 0.05 * alpha_max(Xd, y, scaling="none")
+    ref = Lasso(alpha=a, tol=1e-14, max_iter=100000).fit(Xd, y)
+    for data in (X, Xd):
+        est = SparseLinearRegression(alpha=a, scaling="none", tol=1e-3).fit(data, y)
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+        assert est.intercept_ == pytest.approx(ref.intercept_, rel=1e-9)
