@@ -273,7 +273,8 @@ class RulePenalty(NumericPenalty):
         eta = self._grid_rule(grid)
         if np.any(np.isnan(eta)) or np.any(eta < 0):
             i = int(np.argmax(np.isnan(eta) | (eta < 0)))
-            raise ValueError(f"eta_hat must be >= 0 (or +inf); got {float(eta[i])!r} at w = {grid[i]:.6g}")
+            raise ValueError(f"eta_hat must be >= 0 (or +inf); got {float(eta[i])!r} at "
+                             f"w = {grid[i]:.6g}")
         with np.errstate(invalid="ignore"):
             de = np.diff(eta)
             bad = de < -1e-12 * np.maximum(np.abs(eta[:-1]), 1e-300)

@@ -658,7 +658,8 @@ def _check_plain(code, p, where):
         # MCP's a may be inf (the l1 limit); every other parameter is finite
         fin = np.isfinite(p[:k]) | ((code == MCP) & (np.arange(k) == 0) & (p[:k] == np.inf))
         if not np.all(fin):
-            raise ValueError(f"{where} of code {_NAMES[code]} must be finite, got {[float(v) for v in p[:k]]}")
+            raise ValueError(f"{where} of code {_NAMES[code]} must be finite, got "
+                             f"{[float(v) for v in p[:k]]}")
         _check_values(code, p, where)
 
 

@@ -59,21 +59,25 @@ def _check_folds(folds, sw):
     for k, (train, test) in enumerate(folds):
         for part, idx in (("training", train), ("test", test)):
             if idx.size and not np.any(sw[idx] > 0):
+                task = "fit" if part == "training" else "score"
                 raise ValueError(
                     f"sample_weight is 0 on every {part} sample of cross-validation fold {k + 1} "
-                    f"of {len(folds)}: that fold has nothing to {'fit' if part == 'training' else 'score'}. "
-                    "Shuffle the folds (cv=KFold(n_splits, shuffle=True, random_state=0)) or "
-                    "drop the samples of weight 0")
+                    f"of {len(folds)}: that fold has nothing to {task}. Shuffle the folds "
+                    "(cv=KFold(n_splits, shuffle=True, random_state=0)) or drop the samples of "
+                    "weight 0")
 
 
 def _check_scoring_classes(scoring, scorer, X, y):
     """``ValueError`` naming ``scoring`` when the scorer cannot score these classes (a binary
     scorer such as ``"roc_auc"`` with 3 classes), found before any fold runs: the scorer is
-    tried on a constant model that predicts the class frequencies."""
+    tried on a constant model that predicts the class frequencies (named scorers only: a
+    callable may need the attributes of a real fit)."""
     import warnings
 
     from sklearn.dummy import DummyClassifier
 
+    if not isinstance(scoring, str):
+        return
     dummy = DummyClassifier(strategy="prior").fit(np.zeros((len(y), 1)), y)
     try:
         with warnings.catch_warnings():
