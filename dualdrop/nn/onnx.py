@@ -368,6 +368,29 @@ def export_onnx(model: nn.Module, example_inputs, path: str | os.PathLike, *,
         net = export_sparse(model, "dense")
     if quantize:
         check_finite_weights(net)
+    with _no_kv_cache(net):
+        return _export_checked(net, args, kwargs, n, path, layout, quantize, dynamic_batch,
+                               dynamic_sequence, opset_version, check, atol)
+
+
+@contextlib.contextmanager
+def _no_kv_cache(net):
+    """A Hugging Face decoder (GPT-2, Llama) returns its key/value cache by default, which is
+    not a tensor an ONNX file can give; the export runs with ``config.use_cache`` off (put back
+    afterwards)."""
+    config = getattr(net, "config", None)
+    old = getattr(config, "use_cache", None)
+    if old:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if old:
+            config.use_cache = old
+
+
+def _export_checked(net, args, kwargs, n, path, layout, quantize, dynamic_batch,
+                    dynamic_sequence, opset_version, check, atol):
     try:
         ref = net(*args, **kwargs)
     except Exception as exc:  # refused here, not by a half-written file

@@ -140,3 +140,19 @@ def test_onnx_model_takes_exactly_the_files_inputs(tmp_path):
         model()
     with pytest.raises(ValueError, match="refused its inputs"):
         model(torch.randn(2, 5))
+
+
+@pytest.mark.slow
+def test_a_hugging_face_decoder_exports_with_its_cache_on(tmp_path):
+    """GPT-2 returns its key/value cache by default (config.use_cache): the export runs without
+    it and puts the setting back."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=16, n_head=2, n_positions=32, vocab_size=50, bos_token_id=0,
+        eos_token_id=0)).eval()
+    assert model.config.use_cache
+    rec = export_onnx(model, {"input_ids": torch.randint(0, 50, (2, 8))}, tmp_path / "g.onnx")
+    assert rec["max_abs_diff"] < 1e-4
+    assert rec["dynamic_axes"]["input_ids"] == {0: "batch", 1: "sequence"}
+    assert model.config.use_cache
