@@ -30,8 +30,11 @@ weight tied to several modules or names stays one Parameter, so the tie survives
   "dense_s", "csr_s"}}``, seconds per call).
 - ``"compact"`` (with ``example_inputs=``): the dense layers with dead neurons and channels
   removed physically, outputs unchanged (``dualdrop.nn.compact``; needs torch-pruning, the
-  ``structured`` extra). Its ``state_dict`` fits the narrower shapes only: save it with
-  ``save_compact``, reload with ``load_compact``.
+  ``structured`` extra; Hugging Face BERT-, GPT-2- and Llama-shaped transformers are narrowed
+  block by block without it). Its ``state_dict`` fits the narrower shapes only: save it with
+  ``save_compact``, reload with ``load_compact``; a Hugging Face model with
+  ``dualdrop.nn.save_pretrained`` / ``load_pretrained`` (or its own ``save_pretrained`` where
+  its config can say the widths).
 
 ``CSRLinear`` takes and returns the usual ``(batch, features)`` tensors, but its output is a
 transposed view of a contiguous ``(features, batch)`` result: elementwise layers in between
