@@ -431,3 +431,39 @@ def test_inputs_that_overflow_inside_the_model_name_the_layer():
         prune_oneshot(net, torch.rand(16, 6) + 1, "magnitude", target_density=0.5,
                       progress=False)
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+
+
+class TupleBlocks(nn.Module):
+    """Blocks returning (hidden, extra) tuples, the model taking element 0 (the older
+    Hugging Face convention), and a namedtuple-returning variant."""
+
+    def __init__(self, named=False):
+        super().__init__()
+        from collections import namedtuple
+        Out = namedtuple("Out", "hidden extra")
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+
+            def forward(self, h, scale=1.0):
+                y = torch.relu(self.fc(h)) * scale
+                return Out(y, y.sum()) if named else (y, y.sum())
+
+        self.blocks = nn.ModuleList(Block() for _ in range(3))
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x, scale=0.5)[0]
+        return self.head(x)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_blocks_that_return_tuples(named):
+    torch.manual_seed(0)
+    a, b, ra, rb = pruned_pair(TupleBlocks(named), [torch.randn(16, 8) for _ in range(2)],
+                               target_density=0.5)
+    assert rb.report.pipeline["mode"] == "block"
+    assert max_diff(a, b) == 0.0

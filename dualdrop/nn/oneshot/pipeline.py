@@ -227,7 +227,9 @@ def _like(template, hidden):
     """An output shaped as ``template`` (a block's real output) with ``hidden`` in its place."""
     if isinstance(template, torch.Tensor):
         return hidden
-    if isinstance(template, tuple) and not hasattr(template, "_fields"):
+    if hasattr(template, "_fields"):  # a namedtuple
+        return template._replace(**{template._fields[0]: hidden})
+    if isinstance(template, tuple):
         return (hidden, *template[1:])
     if isinstance(template, list):
         return [hidden, *template[1:]]
