@@ -76,13 +76,28 @@ def is_compiled(*dispatchers) -> bool:
     return True
 
 
+_ANNOUNCED: set[int] = set()  # ids of the dispatchers a notice was given for (once a process)
+
+
 def first_use_notice(dispatchers, what: str) -> str | None:
     """A line telling the user that ``what`` compiles its kernels now (first use after an
-    install or upgrade), or ``None`` when they are compiled or cached."""
-    if is_compiled(*dispatchers):
+    install or upgrade), or ``None`` when they are compiled or cached, or a notice was already
+    given for them in this process (the caller prints it: :func:`announce_first_use`)."""
+    todo = [d for d in dispatchers if id(d) not in _ANNOUNCED]
+    if not todo or is_compiled(*todo):
         return None
-    return (f"{what}: compiling numba kernels for their first use (up to a minute or two, "
-            f"once; cached in {cache_dir()})")
+    _ANNOUNCED.update(id(d) for d in dispatchers)
+    return (f"{what}: compiling numba kernels for their first use (several seconds, once; "
+            f"cached in {cache_dir()})")
+
+
+def announce_first_use(dispatchers, what: str) -> None:
+    """Print :func:`first_use_notice` on stderr when there is one: the code that is about to
+    call the dispatchers says so itself, whoever its caller is (a first compile is a silent
+    pause of seconds otherwise, which looks like a hang)."""
+    notice = first_use_notice(dispatchers, what)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:

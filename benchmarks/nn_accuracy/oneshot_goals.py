@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import done_cells  # noqa: E402
+from oneshot_tables import done_cells  # noqa: E402
 
 NETS = ["lenet300", "lenet5", "transformer", "gpt2"]
 PENALTY_NAMES = {"logsum", "mcp", "vardrop", "hardconcrete"}

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from oneshot_tables import cell_key, done_cells, write_tables  # noqa: E402
+
 TARGETS = ["0.5", "0.2", "0.1", "0.05", "2:4"]
 #: fine-tuning learning rates, chosen on each network's validation split among 1e-3, 3e-3,
 #: 1e-2 (GPT-2: 1e-4, 3e-4, 1e-3) by the mean error of its SparseGPT cells after fine-tuning
@@ -133,10 +135,6 @@ class GPT2Net:
 
 # ---- cells ---------------------------------------------------------------------------------------
 
-def cell_key(method, target, allocation, refit):
-    return f"{method}|{target}|{allocation}|{'refit' if refit else ''}"
-
-
 def method_spec(label: str):
     """A method label: a registry name, or ``NAME+polish`` (that method, then the support
     polish, ``options={"polish": True}``). Returns ``(name, options)``."""
@@ -172,16 +170,6 @@ def run_cell(net_spec, method, target, allocation, refit, finetune_lr, exclude) 
             "when": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def done_cells(path: Path) -> dict:
-    out = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                c = json.loads(line)
-                out[cell_key(c["method"], c["target"], c["allocation"], c["refit"])] = c
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--net", required=True, choices=["lenet300", "lenet5", "transformer", "gpt2"])
@@ -210,7 +198,6 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     cells_path = args.out / "cells.jsonl"
     if args.report:
-        from oneshot_tables import write_tables
         write_tables(args.out, done_cells(cells_path))
         return
     from dualdrop.nn.oneshot.registry import METHODS

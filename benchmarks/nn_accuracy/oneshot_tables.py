@@ -1,4 +1,5 @@
-"""Markdown tables of ``oneshot_networks.py``'s cells (``OUT/cells.jsonl`` -> ``OUT/tables.md``).
+"""Markdown tables of ``oneshot_networks.py``'s cells (``OUT/cells.jsonl`` -> ``OUT/tables.md``),
+and the reading of that file (imported by the scripts that write it: no import cycle).
 
     python3 benchmarks/nn_accuracy/oneshot_tables.py results/oneshot/lenet300
 """
@@ -10,6 +11,21 @@ import sys
 from pathlib import Path
 
 TARGET_ORDER = ["0.5", "0.2", "0.1", "0.05", "0.02", "2:4", "4:8"]
+
+
+def cell_key(method, target, allocation, refit):
+    return f"{method}|{target}|{allocation}|{'refit' if refit else ''}"
+
+
+def done_cells(path: Path) -> dict:
+    """The cells of a ``cells.jsonl`` by :func:`cell_key` (a later line replaces an earlier)."""
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                c = json.loads(line)
+                out[cell_key(c["method"], c["target"], c["allocation"], c["refit"])] = c
+    return out
 
 
 def _targets(cells):
@@ -109,5 +125,4 @@ def write_tables(out: Path, done: dict) -> str:
 
 if __name__ == "__main__":
     folder = Path(sys.argv[1])
-    from oneshot_networks import done_cells  # noqa: E402
     print(write_tables(folder, done_cells(folder / "cells.jsonl")))

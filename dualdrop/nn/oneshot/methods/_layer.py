@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import scipy.linalg
 import torch
 
 from .base import Budget, refit_on_support, select_mask
@@ -96,6 +97,26 @@ class ScaledLayer:
         if budget.n_keep is not None:
             budget = Budget(n_keep=self.live_target(budget))
         return select_mask(full, budget)[:, torch.from_numpy(self.live)].numpy()
+
+    def row_errors(self, supports, rows) -> np.ndarray:
+        """The least-squares error ``min (u - u0_r)^T Gs (u - u0_r)`` of each row of ``rows`` on
+        its support ``supports[r]`` (live positions), from scratch: ``c0_r - b_S^T (Gs_SS +
+        DAMP I)^-1 b_S`` by Cholesky (least squares where that fails). What a support is
+        worth, free of any search's tracked state."""
+        out = np.empty(len(rows))
+        for i, r in enumerate(rows):
+            S = np.asarray(supports[r], dtype=np.int64)
+            if S.size == 0:
+                out[i] = self.c0[r]
+                continue
+            GSS = self.Gs[np.ix_(S, S)] + DAMP * np.eye(S.size)
+            bS = self.B[r, S]
+            try:
+                x = scipy.linalg.cho_solve(scipy.linalg.cho_factor(GSS), bS)
+            except np.linalg.LinAlgError:
+                x = np.linalg.lstsq(GSS, bS, rcond=None)[0]
+            out[i] = self.c0[r] - float(bS @ x)
+        return out
 
     def finish(self, mask, budget: Budget, values=None, refit=True) -> torch.Tensor:
         """The ``(R, p)`` float64 weight of the live support ``mask`` ``(R, q)`` with the dead

@@ -60,24 +60,17 @@ def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
         Ra = Gd[idx[a]]
         for k in range(p):
             g[k] += ua * Ra[k]
-    if has_mt or want_c:
-        rows = np.empty((s, p))
-        for a in range(s):
-            rows[a] = Gd[idx[a]]
-        M = H[:s, :s].copy() @ rows  # (s, p)
-        for a in range(s):
-            Ra = rows[a]
-            Ma = M[a]
-            for k in range(p):
-                c[k] -= Ma[k] * Ra[k]
-        if has_mt:
-            MT[:s] = M
     for a in range(s):
         inS[idx[a]] = True
         g[idx[a]] = 0.0
-    for k in range(p):
-        if inS[k] or c[k] < 0.0:
-            c[k] = 0.0
+    if has_mt:
+        _fill_mt(Gd, S, s, H, MT, c, inS)
+    elif want_c:
+        _fill_mt(Gd, S, s, H, np.empty((s, p)), c, inS)
+    else:
+        for k in range(p):
+            if inS[k]:
+                c[k] = 0.0
     return 0.5 * (c0 - fb)
 
 
@@ -288,21 +281,42 @@ def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
 @_kernel
 def _fill_mt(Gd, S, s, H, MT, c, inS):
     """``MT[:s] = H Gd_{S,:}`` (the rows ``m_a`` of the swap search) and the Schur complements
-    ``c = diag(Gd) - sum_a MT[a] * Gd[S_a]`` from them."""
+    ``c = diag(Gd) - sum_a MT[a] * Gd[S_a]`` from them (``inS`` must mark ``S[:s]``). Only the
+    columns outside the support are multiplied out: on it ``H Gd_SS = I``, so ``MT[a, S_d]``
+    is 1 for ``d = a`` and 0 otherwise, and ``c`` is 0 (half the product at 2:4)."""
     p = Gd.shape[0]
-    rows = np.empty((s, p))
-    for a in range(s):
-        rows[a] = Gd[S[a]]
-    MT[:s] = H[:s, :s].copy() @ rows
+    n = 0
     for k in range(p):
-        c[k] = Gd[k, k]
+        if not inS[k]:
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    n = 0
+    for k in range(p):
+        c[k] = 0.0
+        if not inS[k]:
+            out[n] = k
+            c[k] = Gd[k, k]
+            n += 1
+    if s == 0:
+        return
+    rows = np.empty((s, n))
     for a in range(s):
-        Ra = rows[a]
+        Ra = Gd[S[a]]
+        for t in range(n):
+            rows[a, t] = Ra[out[t]]
+    M = H[:s, :s].copy() @ rows  # (s, n)
+    for a in range(s):
         Ma = MT[a]
-        for k in range(p):
-            c[k] -= Ma[k] * Ra[k]
+        for d in range(s):
+            Ma[S[d]] = 0.0
+        Ma[S[a]] = 1.0
+        Mr = M[a]
+        Ra = rows[a]
+        for t in range(n):
+            Ma[out[t]] = Mr[t]
+            c[out[t]] -= Mr[t] * Ra[t]
     for k in range(p):
-        if inS[k] or c[k] < 0.0:
+        if c[k] < 0.0:
             c[k] = 0.0
 
 
@@ -492,12 +506,16 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
     from scratch every ``refresh`` swaps; the search ends there, back at the previous
     rebuild's support if that was better, when the rebuilt error is not below the previous
     rebuild's (swaps scored by rounding, not progress: inputs nearly in the span of the support,
-    on a rank-deficient Gram, can make them cycle). Returns ``(f, swaps)``."""
+    on a rank-deficient Gram, can make them cycle); a tracked error below 0 (drift) rebuilds at
+    once. The support the search ends on is checked from scratch against the last checked
+    one, which it replaces only if it is not worse: the row never ends above where it
+    started. Returns ``(f, swaps)``."""
     p = Gd.shape[0]
     n = 0
     since = 0
     refused = 0
-    f_built = f
+    f_built = f  # the error of S_built (exact once checked: the f given may have drifted)
+    exact = False
     S_built = S[:s].copy()
     banned = np.zeros(p, dtype=np.bool_)  # inputs refused since the last swap
     costs = np.empty(s)
@@ -507,17 +525,22 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
             costs[a] = u[a] * u[a] / (2.0 * H[a, a])
         order = np.argsort(costs)
         found = False
+        bi, bk = -1, -1
+        best = -tol
         for ii in range(s):
             i = order[ii]
             Hii = H[i, i]
             coef = u[i] / Hii
             base = costs[i]
-            gi = gid[S[i]]
-            best = -tol
-            bk = -1
+            if not use_groups:
+                best = -tol
             Mi = MT[i]
-            for k in range(p):
-                if inS[k] or banned[k] or (use_groups and gid[k] != gi):
+            k_lo, k_hi = 0, p
+            if use_groups:  # the live inputs of its own group only
+                gi = gid[S[i]]
+                k_lo, k_hi = gstart[gi], gstart[gi + 1]
+            for k in range(k_lo, k_hi):
+                if inS[k] or banned[k]:
                     continue
                 m = Mi[k]
                 cp = c[k] + m * m / Hii
@@ -527,23 +550,24 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
                 val = base - gp * gp / (2.0 * cp)
                 if val < best:
                     best = val
-                    bk = k
-            if bk >= 0:
-                df = _swap(Gd, S, s, H, u, g, c, inS, MT, i, bk, floor)
-                found = True
-                if np.isnan(df):  # k refused: search again without it, a bounded number of
-                    refused += 1  # times
-                    banned[bk] = True
-                    if refused > p:
-                        found = False
-                    break
+                    bi, bk = i, k
+            if bk >= 0 and not use_groups:
+                break  # the first improving removal (its search cost a swap's); N:M: the best
+        if bk >= 0:
+            df = _swap(Gd, S, s, H, u, g, c, inS, MT, bi, bk, floor)
+            found = True
+            if np.isnan(df):  # k refused: search again without it, a bounded number of times
+                refused += 1
+                banned[bk] = True
+                if refused > p:
+                    found = False
+            else:
                 if refused:
                     banned[:] = False
                 refused = 0
                 f += df
                 n += 1
                 since += 1
-                break
         if not found and pairs:
             v, a1, a2, k1, k2 = _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart,
                                                use_groups, floor, tol, PAIR_OUT, PAIR_IN)
@@ -564,9 +588,12 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
                     found = True
         if not found:
             break
-        if since >= refresh:
+        if since >= refresh or f < 0.0:  # f < 0 cannot be: the tracked state has drifted
             f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
             since = 0
+            if not exact:
+                f_built = _exact_f(Gd, b, c0, S_built, s)
+                exact = True
             if not f < f_built - rtol * (f_built + 1e-12 * c0):
                 if f > f_built:
                     S[:s] = S_built
@@ -574,7 +601,32 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
                 break
             f_built = f
             S_built[:] = S[:s]
+    if since:  # the swaps since the last check, checked from scratch: never end above it
+        f_now = _exact_f(Gd, b, c0, S, s)
+        if not exact:
+            f_built = _exact_f(Gd, b, c0, S_built, s)
+        if f_now > f_built:
+            S[:s] = S_built
+            f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+        else:
+            f = f_now
     return f, n
+
+
+@_kernel
+def _exact_f(Gd, b, c0, S, s):
+    """``f = 1/2 (c0 - b_S^T Gd_SS^-1 b_S)`` of the support ``S[:s]`` from scratch (an LU
+    solve: a third of :func:`_build`'s inverse, and none of its other work)."""
+    if s == 0:
+        return 0.5 * c0
+    GSS = np.empty((s, s))
+    bs = np.empty(s)
+    for a in range(s):
+        bs[a] = b[S[a]]
+        for d in range(s):
+            GSS[a, d] = Gd[S[a], S[d]]
+    x = np.linalg.solve(GSS, bs)
+    return 0.5 * (c0 - np.dot(bs, x))
 
 
 @_kernel

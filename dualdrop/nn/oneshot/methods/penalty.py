@@ -46,6 +46,7 @@ import penalties
 from dualdrop.linear._jit import zero_threshold
 from dualdrop.linear.solvers import gram_cd
 from dualdrop.linear.solvers.gram_cd import solve_gram
+from penalties._numba_cache import announce_first_use
 from penalties.checks import check_float, check_int
 
 from .base import Budget, LayerProblem, OneShotMethod
@@ -57,6 +58,11 @@ __all__ = ["DEFAULT_PARAMS", "HardConcrete", "LogSum", "MCP", "Penalty", "VarDro
            "allocate_penalty", "alpha_max", "penalty_support"]
 
 MAX_ITER, MAX_EPOCHS = 20, 200  # outer iterations and passes per working set of a path fit
+# The path gives up once alpha has fallen by this factor without a new nonzero: on a Gram of low
+# rank (fewer calibration samples than the budget keeps per row) coordinate descent cannot
+# spread the weights over more inputs than the rank, whatever alpha; the exact moves
+# (SupportSearch.fix_budget) meet the budget from there.
+STALL = 1e-3
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
 # passes overrides them.
@@ -137,12 +143,14 @@ class _Path:
         land inside the interval (the count extrapolated as a power of ``alpha`` through the
         last two fits) rather than overshoot it: the densest fits cost the most. Returns ``(U,
         alpha)`` of the fit with at least ``target`` nonzeros closest to it (or the densest fit
-        if none reaches it)."""
+        if none reaches it: after 400 fits, or once ``alpha`` has fallen by :data:`STALL`
+        without a new nonzero)."""
         aim = target * (1.0 + 0.5 * slack)
         a_hi = self.alpha_max
         U_hi = np.zeros_like(self.sl.U0)  # the sparser end of the bracket
         n_hi = 0
         a_prev = n_prev = 0
+        a_grew = a_hi  # the alpha at which the count last grew
         for _ in range(400):
             step = ratio
             if 0 < n_prev < n_hi < aim:  # nnz ~ alpha^-k through the last two fits
@@ -153,6 +161,10 @@ class _Path:
             n_lo = int(np.count_nonzero(U_lo))
             if n_lo >= target:
                 break
+            if n_lo > n_hi:
+                a_grew = a_lo
+            elif a_lo < a_grew * STALL:
+                return U_lo, a_lo
             a_prev, n_prev = a_hi, n_hi
             U_hi, a_hi, n_hi = U_lo, a_lo, n_lo
         else:
@@ -195,12 +207,7 @@ def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=Tr
         mask = sl.top_mask(np.abs(U), budget)
         return U, mask, {**info, "seconds": time.perf_counter() - t0}
     search = SupportSearch(sl, U != 0, pattern=budget.pattern)
-    if budget.pattern is None:
-        search.fix_budget(target)
-    else:
-        search.fix_pattern()
-    if polish:
-        _, info["swaps"], info["transfers"] = search.polish(polish)
+    info["swaps"], info["transfers"] = search.meet_budget(budget, polish)
     info["seconds"] = time.perf_counter() - t0
     return U, search.mask(), info
 
@@ -236,6 +243,11 @@ class Penalty(OneShotMethod):
     def _validate(self, opts):
         if opts["penalty"] is None:
             opts["penalty"] = self.penalty_name
+        elif type(self) is not Penalty and opts["penalty"] != self.penalty_name:
+            raise ValueError(f"method {self.name!r} is the penalty method on "
+                             f"{self.penalty_name!r}; penalty={opts['penalty']!r} would silently "
+                             f"replace it: use method='penalty:{opts['penalty']}' (or "
+                             f"get_method('penalty', penalty={opts['penalty']!r})) instead")
         if not isinstance(opts["penalty"], str):
             raise TypeError(f"penalty must be a catalog name, got {type(opts['penalty']).__name__}")
         if opts["penalty_params"] is not None and not isinstance(opts["penalty_params"], dict):
@@ -339,6 +351,7 @@ def allocate_penalty(problems: list[LayerProblem], density: float, *, floors=Non
     floors = [0] * len(problems) if floors is None else [int(f) for f in floors]
     if any(p.G is None for p in problems):
         raise ValueError("allocation='penalty' needs every layer's Gram (LayerProblem.G)")
+    announce_first_use(gram_cd.KERNELS, "one-shot allocation='penalty'")
     layers = [ScaledLayer(p.W0, p.G) for p in problems]
     paths = [_Path(sl, P, tol, 1) for sl in layers]
     starts = [np.zeros_like(sl.U0) for sl in layers]
@@ -348,10 +361,15 @@ def allocate_penalty(problems: list[LayerProblem], density: float, *, floors=Non
                 default=1.0)
     hi, counts_hi, starts_hi = level, [0] * len(layers), [s.copy() for s in starts]
     counts = counts_hi
+    grew = level  # the level at which the count last grew
     for _ in range(400):
         level *= ratio
         counts = _level_counts(layers, paths, level, starts)
         if sum(counts) >= want:
+            break
+        if sum(counts) > sum(counts_hi):
+            grew = level
+        elif level < grew * STALL:  # the layers' paths cannot reach the total (low rank)
             break
         hi, counts_hi, starts_hi = level, counts, [s.copy() for s in starts]
     lo, counts_lo = level, counts

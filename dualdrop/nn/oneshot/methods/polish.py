@@ -59,6 +59,11 @@ FLOOR = 1e-12  # a Schur complement below this is refused (rounding): the input 
 # gain scored by rounding, and swaps scored so can cycle or lower nothing real. Filling a
 # budget or an N:M group (fix_budget, fix_pattern, transfers) still takes such inputs.
 SWAP_FLOOR = 1e-6
+# A swap (or a transfer) is taken when it lowers the row's error by more than this fraction:
+# smaller gains are at the level of the rounding of the scores on a rank-deficient Gram (a
+# search at 1e-9 cycled between near-duplicate inputs until each check showed no progress),
+# and 1e-4 of a row's error is below what any layer objective is reported to.
+SWAP_RTOL = 1e-4
 DEPTH = 3  # sizes each row explores down and up before the sizes are re-split (reallocate)
 
 
@@ -240,6 +245,31 @@ class SupportSearch:
                 st.ensure_c(self.Gd)
                 self._summarize(r, st)
 
+    def keep_better(self, start):
+        """Back to the supports ``start`` (one array of live positions per row, the same
+        layer count) wherever they are better, scored from scratch
+        (:meth:`ScaledLayer.row_errors`), not by the rows' tracked states: each row that kept
+        its size takes the better of its two supports; the rows whose size changed move
+        together (their sum against the start's). The search then never ends above its
+        start, whatever rounding did to the moves' scores. Returns the rows put back (their
+        states are rebuilt when next asked for; the per-row summaries are not refreshed)."""
+        changed = [r for r in range(self.lp.R)
+                   if not np.array_equal(np.sort(start[r]), np.sort(self.supports[r]))]
+        if not changed:
+            return []
+        e0 = self.lp.row_errors(start, changed)
+        e1 = self.lp.row_errors(self.supports, changed)
+        same = np.array([start[r].size == self.supports[r].size for r in changed])
+        back = [r for r, a, b, k in zip(changed, e0, e1, same) if k and b > a]
+        if not same.all() and e1[~same].sum() > e0[~same].sum():
+            back += [r for r, k in zip(changed, same) if not k]
+        for r in back:
+            self.supports[r] = np.array(start[r], dtype=np.int64)
+            if r in self._cache:
+                self._drop(r)
+            self._ladders.pop(r, None)
+        return back
+
     @property
     def n_keep(self):
         return int(sum(s.size for s in self.supports))
@@ -276,34 +306,74 @@ class SupportSearch:
             cur -= 1
         if cur < n_keep:
             self._with_gains()
-        while cur < n_keep:
-            full = np.array([s.size >= self.lp.q for s in self.supports])
-            g = np.where(full, -np.inf, self.gain)
-            r = int(np.argmax(g))
+        # rows that take no more input: full, or every input left in the span of the support
+        closed = np.array([s.size >= self.lp.q for s in self.supports])
+        while cur < n_keep and not closed.all():
+            r = int(np.argmax(np.where(closed, -np.inf, self.gain)))
             k = int(self.gain_at[r])
             st = self.row(r)
-            if self.gain[r] <= 0.0 or k < 0 or st.inS[k]:  # nothing helps: any free input
+            if not self.gain[r] > 0.0 or k < 0 or st.inS[k]:  # nothing helps: any free input
                 free = np.flatnonzero(~st.inS & (st.c > FLOOR))
-                k = int(free[0]) if free.size else int(np.flatnonzero(~st.inS)[0])
+                if not free.size:
+                    closed[r] = True
+                    continue
+                k = int(free[0])
+            # a refused input gets c = 0 (it leaves the candidates): the loop is bounded
             if self._add(r, k):
                 cur += 1
+                closed[r] = self.supports[r].size >= self.lp.q
+        if cur < n_keep:
+            self._pad(n_keep - cur)
 
-    def fix_pattern(self):
+    def _pad(self, n):
+        """Complete the count with ``n`` inputs that no row can take with a well-posed refit
+        (a Gram of lower rank than the budget: fewer calibration samples than kept weights per
+        row): the largest ``|u0|`` outside the supports, kept without a refit move (their
+        least-squares weights are ~0; the final refit is damped). The budget is met exactly."""
+        score = np.abs(self.lp.U0).copy()
+        for r, S in enumerate(self.supports):
+            score[r, S] = -np.inf
+        flat = np.argpartition(-score.ravel(), n - 1)[:n]
+        rows, cols = np.divmod(flat, self.lp.q)
+        for r in np.unique(rows):
+            self.supports[r] = np.sort(np.concatenate([self.supports[r], cols[rows == r]]))
+            if r in self._cache:
+                self._drop(r)
+            self._summarize(r, self.row(r))
+
+    def meet_budget(self, budget: Budget, effort=None, max_rounds=20):
+        """Bring the supports to ``budget`` exactly (:meth:`fix_budget` or :meth:`fix_pattern`)
+        and, with ``effort``, polish them (:meth:`polish`; for a pattern row by row, inside
+        :meth:`fix_pattern`). Returns ``(swaps, rows changed by transfers and re-splits)``."""
+        if budget.pattern is not None:
+            return self.fix_pattern(effort), 0
+        self.fix_budget(self.lp.live_target(budget))
+        if not effort:
+            return 0, 0
+        _, swaps, moves = self.polish(effort, max_rounds)
+        return swaps, moves
+
+    def fix_pattern(self, effort=None):
         """Each row to exactly ``min(N, live inputs of the group)`` nonzeros in every group:
         greedy exact removals in groups above ``N``, additions in groups below. A group whose
         remaining inputs all lie in the span of the row's support (a rank-deficient Gram:
         inputs seen on few calibration examples) cannot gain an input without a singular
         support, and adding one would not lower the objective: it stays short here (the swaps keep
         every group's count), and :meth:`ScaledLayer.finish` completes the pattern with those
-        inputs (their refit weights)."""
+        inputs (their refit weights).
+
+        With ``effort`` (``"swaps"`` or ``"full"``: :meth:`polish`'s for a pattern) each row is
+        polished right after it is fixed, from the same state (the rows of a pattern are
+        independent: one build per row, and no state kept between rows), and the layer is
+        never left worse than its fixed supports (:meth:`keep_better`). Returns the swaps."""
         N, _ = self.pattern
-        self.need_c = True  # rows are completed one at a time: no pass over all of them first
         gid = self.gid
         n_groups = int(gid.max()) + 1 if gid.size else 0
         want0 = np.minimum(N, np.bincount(gid, minlength=n_groups))
+        start = []
+        swaps = 0
         for r in range(self.lp.R):
             st = self.row(r)
-            st.ensure_c(self.Gd)
             want = want0.copy()
             while True:
                 have = np.bincount(gid[st.support], minlength=n_groups)
@@ -313,6 +383,7 @@ class SupportSearch:
                     costs = np.where(over[gid[st.support]], st.costs(), np.inf)
                     st.remove(self.Gd, int(np.argmin(costs)))
                 elif under.any():
+                    st.ensure_c(self.Gd)  # the gains: only when a group must gain an input
                     cand = ~st.inS & under[gid] & (st.c > FLOOR)
                     if not cand.any():  # every short group is in the support's span
                         want[under] = have[under]
@@ -321,9 +392,20 @@ class SupportSearch:
                     st.add(self.Gd, k)
                 else:
                     break
-            self._touch(r, st)
+            self.supports[r] = st.support
+            if effort:
+                start.append(self.supports[r])
+                swaps += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], gid, self.gstart, True,
+                                  effort == "full", SWAP_RTOL, 100_000)
+                self.supports[r] = st.support
+                self._drop(r)  # the next row's state takes its memory
+            else:
+                self._touch(r, st)
+        if effort:
+            self.keep_better(start)
+        return swaps
 
-    def swap_rows(self, rows=None, pairs=True, max_swaps=100_000, rtol=1e-9):
+    def swap_rows(self, rows=None, pairs=True, max_swaps=100_000, rtol=SWAP_RTOL):
         """Swaps (and with ``pairs`` 2-for-2 replacements) in each row of ``rows`` (default all)
         until none improves by more than ``rtol`` of the row's error; returns their number."""
         total = 0
@@ -428,8 +510,11 @@ class SupportSearch:
         """Swaps in every row, then transfers between rows, repeated until neither improves
         (``effort="swaps"``); ``"full"`` adds 2-for-2 replacements to the swaps and, once the
         transfers have converged, the re-split of the rows' sizes (:meth:`reallocate`), both
-        repeated until nothing improves. N:M: swaps (and 2-for-2 replacements) only. Returns
-        ``(rounds, swaps, rows changed by transfers and re-splits)``."""
+        repeated until nothing improves. N:M: swaps (and 2-for-2 replacements) only. The
+        result is never worse than the supports it started from, scored from scratch
+        (:meth:`keep_better`). Returns ``(rounds, swaps, rows changed by transfers and
+        re-splits)``."""
+        start = [S.copy() for S in self.supports]
         full = effort == "full"
         swaps = self.swap_rows(pairs=full)
         rounds, moves = 1, 0
@@ -445,6 +530,7 @@ class SupportSearch:
                 if not re:
                     break
                 swaps += self.swap_rows(sorted(re), pairs=True)
+        self.keep_better(start)
         return rounds, swaps, moves
 
 
@@ -465,14 +551,10 @@ def check_effort(name, value):
 
 def polish_support(sl: ScaledLayer, mask, budget: Budget, effort="full", max_rounds=20):
     """The polished live support ``(R, q)`` from the live support ``mask`` (module docstring),
-    first brought to the budget exactly (greedy exact moves)."""
+    first brought to the budget exactly (greedy exact moves), then never made worse
+    (:meth:`SupportSearch.polish`)."""
     search = SupportSearch(sl, mask, pattern=budget.pattern)
-    if budget.pattern is None:
-        search.fix_budget(sl.live_target(budget))
-    else:
-        search.fix_pattern()
-    if max_rounds:
-        search.polish(effort, max_rounds)
+    search.meet_budget(budget, effort if max_rounds else None, max_rounds)
     return search.mask()
 
 
