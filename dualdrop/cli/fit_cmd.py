@@ -84,10 +84,10 @@ def _load(args):
         from dualdrop.linear.synthetic import make_sparse_problem
 
         try:
-            n, p = (int(v) for v in args.synthetic.split(","))
-        except ValueError:
-            raise UsageError(f"takes N,P (two integers), got {args.synthetic!r}",
-                             "--synthetic") from None
+            n, p = (_whole(v) for v in args.synthetic.split(","))
+        except (ValueError, OverflowError):
+            raise UsageError(f"takes N,P (two integers, e.g. 500,2000 or 5e2,2e3), got "
+                             f"{args.synthetic!r}", "--synthetic") from None
         if n < 2 or p < 2:
             raise UsageError(f"takes N,P with N >= 2 samples and P >= 2 features, got "
                              f"{args.synthetic!r}", "--synthetic")
@@ -121,6 +121,17 @@ def _load(args):
     if names is None:
         names = [f"x{j}" for j in range(X.shape[1])]
     return X, y, None, names
+
+
+def _whole(text) -> int:
+    """An integer written as one (``500``) or in scientific notation (``5e2``)."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise
+        return int(value)
 
 
 def _check_memory(n, p, option):

@@ -125,8 +125,11 @@ def test_cv_and_alpha_together_are_refused(capsys):
     assert "--cv must be an integer >= 2" in capsys.readouterr().err
 
 
-def test_a_synthetic_design_beyond_memory_is_refused_in_one_line(capsys):
-    assert main(["fit", "--synthetic", "1000000000,1000000000"]) == 2  # MemoryError before
+@pytest.mark.parametrize("size", ["1000000000,1000000000", "1e9,1e9"])
+def test_a_synthetic_design_beyond_memory_is_refused_in_one_line(size, capsys):
+    assert main(["fit", "--synthetic", size]) == 2  # MemoryError before
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--synthetic" in err[0] and "GiB" in err[0]
     assert "Traceback" not in err[0]
+    assert main(["fit", "--synthetic", "40.5,10"]) == 2
+    assert "two integers" in capsys.readouterr().err
