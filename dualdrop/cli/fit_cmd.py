@@ -382,7 +382,7 @@ def _write_coef(path, names, est):
     coef = np.atleast_2d(est.coef_)
     intercept = np.atleast_1d(est.intercept_)
     classes = getattr(est, "classes_", None)
-    cols = (["coef"] if coef.shape[0] == 1 else [f"coef_{c}" for c in classes])
+    cols = (["coef"] if coef.shape[0] == 1 else [f"coef_{_label(c)}" for c in classes])
 
     def write(f):
         with open(f, "w", newline="", encoding="utf-8") as fh:
@@ -393,6 +393,13 @@ def _write_coef(path, names, est):
             wr.writerow(["(intercept)", *(repr(float(v)) for v in intercept)])
 
     _write(path, write)
+
+
+def _label(c) -> str:
+    """A class label as written in the file it came from: ``3`` for the float 3.0 that a CSV
+    of numbers gives."""
+    v = c.item() if hasattr(c, "item") else c
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def _write_cv(out, cv, datafit, amax, penalty):
@@ -454,7 +461,7 @@ def _write_path(out, X, y, spec, datafit, fit_intercept, names, est, args):
     coefs = res["coefs"].reshape(len(res["alphas"]), -1)
     classes = getattr(est, "classes_", None)
     labels = (list(names) if coefs.shape[1] == len(names)
-              else [f"{c}:{n}" for c in classes for n in names])
+              else [f"{_label(c)}:{n}" for c in classes for n in names])
 
     def write(f):
         with open(f, "w", newline="", encoding="utf-8") as fh:

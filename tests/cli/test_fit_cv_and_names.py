@@ -133,3 +133,18 @@ def test_a_synthetic_design_beyond_memory_is_refused_in_one_line(size, capsys):
     assert "Traceback" not in err[0]
     assert main(["fit", "--synthetic", "40.5,10"]) == 2
     assert "two integers" in capsys.readouterr().err
+
+
+def test_multiclass_outputs_name_the_classes_and_features(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((150, 4))
+    y = np.argmax(X[:, :3] + 0.3 * rng.standard_normal((150, 3)), axis=1)
+    np.savetxt(tmp_path / "mc.csv", np.column_stack([X, y]), delimiter=",",
+               header="a,b,c,d,label", comments="")
+    out = tmp_path / "o"
+    assert main(["fit", "--data", str(tmp_path / "mc.csv"), "--target", "label", "--task",
+                 "classification", "--path", "3", "--out", str(out)]) == 0
+    coef = _rows(out / "coef.csv")
+    assert coef[0] == ["feature", "coef_0", "coef_1", "coef_2"]
+    assert [r[0] for r in coef[1:]] == ["a", "b", "c", "d", "(intercept)"]
+    assert _rows(out / "path.csv")[0][:3] == ["alpha", "0:a", "0:b"]
