@@ -311,7 +311,7 @@ def cmd_table(a):
     for f in sorted(os.listdir(a.folder)):
         if f.endswith(".jsonl"):
             with open(os.path.join(a.folder, f)) as fh:
-                rows += [json.loads(x) for x in fh if x.strip()]
+                rows += [r for r in (json.loads(x) for x in fh if x.strip()) if "kind" in r]
     gp = [r for r in rows if r["kind"] == "gpt2"]
     if gp:
         print("| method | target | walk | CPU s | x dense forward (CPU) | wall s | x dense (wall) "
