@@ -43,7 +43,7 @@ EXCLUDE_NM = {"lenet5": ["conv1"]}  # 25 inputs: no N:M group fits
 def network(name, data_dir, calib):
     ref = Path("results/oneshot/ref") / name
     if name == "gpt2":
-        return GPT2Net(ref, 128, 0, 0)
+        return GPT2Net(ref, 128, finetune_steps=0, eval_windows=1024)
     return MNISTNet(ref, data_dir, calib)
 
 

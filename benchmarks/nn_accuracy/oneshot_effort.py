@@ -1,17 +1,25 @@
-"""The penalty methods' polish effort against ADMM on one network, in one process: seconds of
-the one-shot call, each layer's objective and the test error, for ``polish`` False, "swaps" and
-"full" (the default) of a penalty method, and ADMM's default (slow) schedule, interleaved over
-``--rounds`` rounds (medians of seconds; the pruned weights are the same every round).
+"""The optimization methods' time against ADMM on the benchmark networks, in one process: seconds
+of the whole ``prune_oneshot`` call, each layer's objective and the test error (perplexity for
+GPT-2), for ``admm`` and the penalty method with each polish effort, interleaved over
+``--rounds`` rounds (the order rotated each round; medians of seconds; the pruned weights are
+the same every round), one thread.
 
-    OMP_NUM_THREADS=1 python3 benchmarks/nn_accuracy/oneshot_effort.py --net lenet300 \\
-        --ref results/oneshot/ref/lenet300 --data-dir ../shared/mnist --targets 0.2 0.05
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_accuracy/oneshot_effort.py --nets lenet300 lenet5 \\
+        transformer gpt2 --data-dir ../shared/mnist --targets 0.2 0.1 0.05 2:4 --rounds 3 \\
+        --out results/oneshot/effort.jsonl
 
-Prints a Markdown table. The reference network comes from ``oneshot_references.sh``.
+Methods: ``--methods`` labels ``NAME`` or ``NAME:opt=value,...`` (default: ``admm``, and
+``logsum`` with ``polish`` False, "swaps" and its default). Prints a Markdown table per
+network (the machine's load average at the start and the end of each target), and appends
+each cell to ``--out`` (JSON lines). The reference networks come from
+``oneshot_references.sh``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import time
@@ -21,44 +29,81 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import MNISTNet, parse_target  # noqa: E402
+from oneshot_admm import EXCLUDE_NM, method_spec, network  # noqa: E402
+from oneshot_networks import parse_target  # noqa: E402
+
+METHODS = ["admm", "logsum:polish=False", "logsum:polish='swaps'", "logsum"]
+
+
+def load() -> str:
+    return "/".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def warm_up(methods, target):
+    """Compile (or load from numba's cache) what each method needs, on a small problem: the
+    first compile is not what this benchmark times."""
+    from dualdrop.nn.oneshot import Budget, get_method
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(64, 16, generator=g, dtype=torch.float64)
+    W0 = torch.randn(8, 16, generator=g, dtype=torch.float64)
+    budget = Budget(pattern=(2, 4)) if ":" in target else Budget(n_keep=24)
+    for m in methods:
+        name, opts = method_spec(m)
+        get_method(name, **opts).prune(W0, X.T @ X / 64, budget)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--net", default="lenet300", choices=["lenet300", "lenet5", "transformer"])
-    ap.add_argument("--ref", required=True)
+    ap.add_argument("--nets", nargs="+", default=["lenet300"],
+                    choices=["lenet300", "lenet5", "transformer", "gpt2"])
     ap.add_argument("--data-dir", default="../shared/mnist")
-    ap.add_argument("--targets", nargs="+", default=["0.2", "0.05"])
-    ap.add_argument("--method", default="logsum", help="the penalty method (default logsum)")
+    ap.add_argument("--targets", nargs="+", default=["0.2", "0.1", "0.05", "2:4"])
+    ap.add_argument("--methods", nargs="+", default=METHODS)
     ap.add_argument("--calib", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None, help="append each cell here (JSON lines)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from dualdrop.nn import prune_oneshot
-    net = MNISTNet(Path(args.ref), args.data_dir, args.calib)
-    variants = [("admm", {}), (args.method, {"polish": False}),
-                (args.method, {"polish": "swaps"}), (args.method, {"polish": "full"})]
-    print("| target | method | polish | s (median) | layer objectives | test error (%) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for target in args.targets:
-        secs = {i: [] for i in range(len(variants))}
-        out = {}
-        for _ in range(args.rounds):
-            for i, (name, opts) in enumerate(variants):
-                model = net.load()
-                t0 = time.perf_counter()
-                res = prune_oneshot(model, net.calib, name, options=opts, progress=False,
-                                    **parse_target(target))
-                secs[i].append(time.perf_counter() - t0)
-                out[i] = ([r["objective"] for r in res.report.layers],
-                          net.errors(model)["test"])
-        for i, (name, opts) in enumerate(variants):
-            objs, err = out[i]
-            pol = opts.get("polish", "-") if name != "admm" else "-"
-            print(f"| {target} | {name} | {pol} | {statistics.median(secs[i]):.2f} | "
-                  f"{', '.join(f'{o:.5f}' for o in objs)} | {100 * err:.2f} |", flush=True)
+    from dualdrop.nn.oneshot import get_method
+    for net_name in args.nets:
+        net = network(net_name, args.data_dir, args.calib)
+        ppl = net_name == "gpt2"
+        print(f"\n#### {net_name}\n\n| target | method | s (median) | layer objectives | "
+              f"{'test perplexity' if ppl else 'test error (%)'} | load |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for target in args.targets:
+            exclude = EXCLUDE_NM.get(net_name) if ":" in target else None
+            secs = {m: [] for m in args.methods}
+            out = {}
+            load0 = load()
+            warm_up(args.methods, target)
+            for r in range(args.rounds):
+                order = args.methods[r % len(args.methods):] + args.methods[:r % len(args.methods)]
+                for m in order:
+                    name, opts = method_spec(m)
+                    model = net.load()
+                    t0 = time.perf_counter()
+                    res = prune_oneshot(model, net.calib, get_method(name, **opts),
+                                        progress=False, exclude=exclude, **parse_target(target))
+                    secs[m].append(time.perf_counter() - t0)
+                    if m not in out:
+                        out[m] = ([(row["layer"], row["objective"]) for row in res.report.layers],
+                                  net.errors(model)["test"])
+            span = f"{load0} -> {load()}"
+            for m in args.methods:
+                objs, err = out[m]
+                shown = f"{err:.3f}" if ppl else f"{100 * err:.2f}"
+                print(f"| {target} | {m} | {statistics.median(secs[m]):.2f} | "
+                      f"{', '.join(f'{o:.5f}' for _, o in objs)} | {shown} | {span} |", flush=True)
+                if args.out:
+                    with args.out.open("a") as fh:
+                        fh.write(json.dumps({"net": net_name, "target": target, "method": m,
+                                             "seconds": secs[m], "layers": objs, "test": err,
+                                             "load": span,
+                                             "when": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

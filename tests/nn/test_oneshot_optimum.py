@@ -283,21 +283,37 @@ def test_swaps_end_when_a_refresh_shows_no_progress():
     assert f == pytest.approx(_row_error(sl.Gs, sl.U0[0], st.S[:st.s]) / 2, rel=1e-6)
 
 
-def test_swaps_never_end_above_their_start_on_duplicated_inputs():
-    """A rank-deficient Gram of exactly duplicated inputs (standardized constant pixels: every
-    such column is the same up to sign) at 2:4: the row states drift, and swaps scored by
-    rounding cycled or ended above the start (LeNet-300-100's first layer: +9% over ADMM's
-    support). Every row of the polish ends at most at its start's error, from scratch."""
-    rng = np.random.default_rng(3)
-    n, p = 120, 64
-    X = rng.standard_normal((n, p)) @ np.diag(rng.uniform(0.3, 2.0, p))
-    X[:, :24] = rng.choice([-1.0, 1.0], 24) * 1.7  # 24 constant inputs (6 whole groups)
-    X[:, 30:40] = X[:, 40:50] + 1e-7 * rng.standard_normal((n, 10))  # near duplicates
-    W0 = torch.from_numpy(rng.standard_normal((16, p)))
-    G = torch.from_numpy(X.T @ X / n)
+def _blob_images(n, rng, side=24, pad=3):
+    """Digit-like images: three Gaussian strokes inside a border that is always 0, normalized
+    with one global mean and scale as MNIST is, so that every border pixel is the same constant
+    (a block of identical inputs) and the Gram has rank ~n/3 of ``side**2``."""
+    yy, xx = np.mgrid[0:side, 0:side]
+    out = np.zeros((n, side, side))
+    for i in range(n):
+        for _ in range(3):
+            cy, cx = rng.uniform(pad + 2, side - pad - 3, 2)
+            sy, sx = rng.uniform(0.8, 3.0, 2)
+            out[i] += rng.uniform(0.5, 1.0) * np.exp(-((yy - cy) / sy) ** 2
+                                                     - ((xx - cx) / sx) ** 2)
+    out[:, :pad] = out[:, -pad:] = 0
+    out[:, :, :pad] = out[:, :, -pad:] = 0
+    return (np.clip(out, 0, 1).reshape(n, -1) - 0.13) / 0.31
+
+
+@pytest.mark.parametrize("start", ["wanda", "sparsegpt"])
+def test_the_polish_never_raises_the_objective_on_constant_border_pixels(start):
+    """The first layer of an MNIST network at 2:4 (LeNet-300-100: the polish took ADMM's
+    0.001374 to 0.001500): hundreds of identical border inputs and a rank-deficient Gram made
+    the swaps' scores drift (a row's tracked error reached -2800 with no rebuild), and the
+    polish ended 1.1-1.9x above the support it was given on these images. It never ends above
+    it now, and here it lowers it."""
+    rng = np.random.default_rng(0)
+    X = _blob_images(300, rng)
+    G = torch.from_numpy(X.T @ X / len(X))
+    W0 = torch.from_numpy(rng.standard_normal((6, X.shape[1])) * 0.05)
     b = Budget(pattern=(2, 4))
-    for start in ("wanda", "magnitude", "sparsegpt", "admm"):
-        W = get_method(start).prune(W0, G, b)
-        Wp = P.polish(W, W0, G, b)
-        before = layer_objective(get_method(start, refit=True).prune(W0, G, b), W0, G)
-        assert layer_objective(Wp, W0, G) <= before * (1 + 1e-9) + 1e-15, start
+    W = get_method(start, refit=True).prune(W0, G, b)
+    before = layer_objective(W, W0, G)
+    after = layer_objective(P.polish(W, W0, G, b), W0, G)
+    assert after <= before * (1 + 1e-9)
+    assert after < 0.9 * before
