@@ -467,3 +467,18 @@ def test_blocks_that_return_tuples(named):
                                target_density=0.5)
     assert rb.report.pipeline["mode"] == "block"
     assert max_diff(a, b) == 0.0
+
+
+@pytest.mark.parametrize("width", [5, 1023, 1024, 1500, 2048])
+def test_the_block_triangle_gram_is_the_full_product(width):
+    from dualdrop.nn.oneshot.walker import add_gram, symmetric_gram
+
+    g = torch.Generator().manual_seed(width)
+    xs = [torch.randn(n, width, dtype=torch.float64, generator=g) for n in (7, 130)]
+    S = torch.zeros(width, width, dtype=torch.float64)
+    for x in xs:
+        add_gram(S, x)
+    G = symmetric_gram(S)
+    ref = sum(x.T @ x for x in xs)
+    assert torch.allclose(G, ref, rtol=1e-12, atol=1e-10)
+    assert torch.equal(G, G.T)

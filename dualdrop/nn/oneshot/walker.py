@@ -213,14 +213,12 @@ class GramAccumulator:
                 x = x.detach().to(torch.float64)
             else:
                 x = x.detach().float()
-            g = x.T @ x
-            if key in self.sums:
-                self.sums[key].add_(g)  # a float32 product added in float64, no copy
-                self.rows[key] += x.shape[0]
-            else:
-                self.sums[key] = g.to(torch.float64)
-                self.rows[key] = x.shape[0]
-            del g
+            if key not in self.sums:
+                self.sums[key] = torch.zeros(x.shape[1], x.shape[1], dtype=torch.float64,
+                                             device=x.device)
+                self.rows[key] = 0
+            add_gram(self.sums[key], x)
+            self.rows[key] += x.shape[0]
         if self.shared and step.kind in ("linear", "hf_conv1d"):
             self._done.add("shared")
 
@@ -233,7 +231,7 @@ class GramAccumulator:
         out = []
         for k in keys:
             if k not in self._G:
-                self._G[k] = self.sums[k] / self.rows[k]
+                self._G[k] = symmetric_gram(self.sums.pop(k)).div_(self.rows[k])
             out.append(self._G[k])
         return out
 
@@ -249,6 +247,37 @@ class GramAccumulator:
     # distributed: the sums of every rank (dualdrop.nn.oneshot.distributed)
     def tensors(self) -> list:
         return [(k, self.sums[k]) for k in sorted(self.sums, key=repr)]
+
+
+#: column blocks of the Gram products: a wide layer's ``X^T X`` is summed on its upper block
+#: triangle only (about half the multiply-adds of the full product; :func:`add_gram`)
+GRAM_BLOCK = 512
+
+
+def add_gram(S: torch.Tensor, x: torch.Tensor) -> None:
+    """``S += X^T X`` on the upper block triangle of ``S`` (blocks of :data:`GRAM_BLOCK`
+    columns; the whole product for narrower ``X``): ``X^T X`` is symmetric, so the blocks below
+    the diagonal are the transposes of those above, and skipping them halves the largest cost
+    of the walk for wide layers. :func:`symmetric_gram` completes the matrix once."""
+    n = x.shape[1]
+    if n < 2 * GRAM_BLOCK:
+        S.add_(x.T @ x)  # a float32 product added in float64, no copy
+        return
+    for i in range(0, n, GRAM_BLOCK):
+        j = min(i + GRAM_BLOCK, n)
+        S[i:j, i:].add_(x[:, i:j].T @ x[:, i:])
+
+
+def symmetric_gram(S: torch.Tensor) -> torch.Tensor:
+    """The full Gram from a sum of :func:`add_gram` (a new tensor; ``S`` is consumed)."""
+    n = S.shape[0]
+    if n < 2 * GRAM_BLOCK:
+        return S
+    G = S + S.T
+    del S
+    for i in range(0, n, GRAM_BLOCK):  # the diagonal blocks were full products: counted twice
+        G[i:i + GRAM_BLOCK, i:i + GRAM_BLOCK] *= 0.5
+    return G
 
 
 def hook_steps(steps: list[Step], acc: GramAccumulator, stop_after: int | None,
