@@ -92,3 +92,20 @@ def objective(W, W0, G):
     W, W0, G = (np.asarray(a, float) for a in (W, W0, G))
     D = W - W0
     return float(np.sum((D @ G) * D) / np.sum((W0 @ G) * W0))
+
+
+def blob_images(n, rng, side=24, pad=3):
+    """Digit-like images: three Gaussian strokes inside a border that is always 0, normalized
+    with one global mean and scale as MNIST is, so that every border pixel is the same constant
+    (a block of identical inputs) and the Gram has rank ~n/3 of ``side**2``."""
+    yy, xx = np.mgrid[0:side, 0:side]
+    out = np.zeros((n, side, side))
+    for i in range(n):
+        for _ in range(3):
+            cy, cx = rng.uniform(pad + 2, side - pad - 3, 2)
+            sy, sx = rng.uniform(0.8, 3.0, 2)
+            out[i] += rng.uniform(0.5, 1.0) * np.exp(-((yy - cy) / sy) ** 2
+                                                     - ((xx - cx) / sx) ** 2)
+    out[:, :pad] = out[:, -pad:] = 0
+    out[:, :, :pad] = out[:, :, -pad:] = 0
+    return (np.clip(out, 0, 1).reshape(n, -1) - 0.13) / 0.31

@@ -511,6 +511,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
     one, which it replaces only if it is not worse: the row never ends above where it
     started. Returns ``(f, swaps)``."""
     p = Gd.shape[0]
+    yes = p >= 0  # a run-time True: a literal would compile the callee once more
     n = 0
     since = 0
     refused = 0
@@ -552,7 +553,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
                     best = val
                     bi, bk = i, k
             if bk >= 0 and not use_groups:
-                break  # the first improving removal (its search cost a swap's); N:M: the best
+                break  # the first improving removal (a search costs a swap's); N:M: the best
         if bk >= 0:
             df = _swap(Gd, S, s, H, u, g, c, inS, MT, bi, bk, floor)
             found = True
@@ -589,7 +590,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
         if not found:
             break
         if since >= refresh or f < 0.0:  # f < 0 cannot be: the tracked state has drifted
-            f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+            f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, yes, yes)
             since = 0
             if not exact:
                 f_built = _exact_f(Gd, b, c0, S_built, s)
@@ -597,7 +598,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
             if not f < f_built - rtol * (f_built + 1e-12 * c0):
                 if f > f_built:
                     S[:s] = S_built
-                    f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+                    f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, yes, yes)
                 break
             f_built = f
             S_built[:] = S[:s]
@@ -607,7 +608,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
             f_built = _exact_f(Gd, b, c0, S_built, s)
         if f_now > f_built:
             S[:s] = S_built
-            f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, True, True)
+            f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, yes, yes)
         else:
             f = f_now
     return f, n
@@ -648,6 +649,7 @@ def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
     """One exact step of the ladder: remove the cheapest input (``down``) or add the input of
     largest gain (``MT`` needs a free row). Returns the change of f (NaN: no step)."""
     p = Gd.shape[0]
+    yes = p >= 0  # a run-time True: a literal would compile the callee once more
     if down:
         if s == 0:
             return np.nan
@@ -656,7 +658,7 @@ def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
             v = u[a] * u[a] / (2.0 * H[a, a])
             if v < best:
                 best, bi = v, a
-        return _remove(Gd, S, s, H, u, g, c, inS, MT, True, bi)
+        return _remove(Gd, S, s, H, u, g, c, inS, MT, yes, bi)
     for _ in range(p):
         best, bk = -1.0, -1
         for k in range(p):
@@ -666,7 +668,7 @@ def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
                     best, bk = v, k
         if bk < 0:
             return np.nan
-        df = _add(Gd, S, s, H, u, g, c, inS, MT, True, bk, floor)
+        df = _add(Gd, S, s, H, u, g, c, inS, MT, yes, bk, floor)
         if not np.isnan(df):
             return df
     return np.nan
@@ -683,6 +685,7 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
     (``out_f = inf``: none). A round trip is a perturbation and a local search back: it finds
     other local optima at the row's own size too."""
     p = Gd.shape[0]
+    no = p < 0  # a run-time False: a literal would compile the callee once more
     out_f[:] = np.inf
     out_f[depth] = f
     out_S[depth, :s] = S[:s]
@@ -717,8 +720,8 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
             if np.isnan(df):
                 break
             s1 += -1 if down else 1
-            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, gid, False,
-                               gstart, False, floor, rtol, max_swaps, refresh)
+            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, gid, no,
+                               gstart, no, floor, rtol, max_swaps, refresh)
             at = depth + s1 - s
             if f1 < out_f[at] - rtol * f1:
                 out_f[at] = f1
