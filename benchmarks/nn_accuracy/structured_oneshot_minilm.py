@@ -71,6 +71,7 @@ def main(argv=None):
     ap.add_argument("--options", default="{}", help="JSON: method options")
     ap.add_argument("--allocation-options", default="{}", help="JSON")
     ap.add_argument("--no-bias-compensation", action="store_true")
+    ap.add_argument("--target", default="pruned", choices=["pruned", "dense"])
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default="results/structured_minilm/runs.jsonl")
     ap.add_argument("--tables", action="store_true")
@@ -96,7 +97,7 @@ def main(argv=None):
         for alloc in args.allocations:
             for meth in args.methods:
                 key = json.dumps([meth, alloc, s, args.granularity, args.n_calib, opts, aopts,
-                                  not args.no_bias_compensation, args.tag])
+                                  not args.no_bias_compensation, args.tag, args.target])
                 if key in done:
                     continue
                 m = copy.deepcopy(model)
@@ -106,6 +107,7 @@ def main(argv=None):
                                        target_speedup=s, allocation=alloc, options=opts,
                                        allocation_options=aopts,
                                        bias_compensation=not args.no_bias_compensation,
+                                       target=args.target,
                                        latency_inputs=tbatch, progress=False,
                                        latency_options={"clock": "cpu"})
                 secs = time.perf_counter() - t0
@@ -119,6 +121,7 @@ def main(argv=None):
                        "params": res.report.params_after, "prune_seconds": secs,
                        "options": opts, "allocation_options": aopts,
                        "bias_compensation": not args.no_bias_compensation,
+                       "target": args.target, "n_calib": args.n_calib,
                        "load": os.getloadavg()[0],
                        "layers": [{k: r[k] for k in ("layer", "kind", "units", "kept",
                                                      "objective", "seconds")}

@@ -40,12 +40,20 @@ from penalties.checks import check_float, check_int
 class UnitStep(Step):
     """A consumer's walk step with a column of ones appended to its inputs and its bias
     appended to its weight: the Gram then holds ``[[E xx^T, E x], [E x^T, 1]]`` and the
-    layer objective accounts for the bias."""
+    layer objective accounts for the bias.
+
+    With a dense target (``dense``: the consumer's inputs in the dense model, one tensor of
+    rows per calibration batch, in order) the inputs are ``[x, 1, x_d]`` and the weight
+    ``[0, b0, W0]``, so that the weight times the inputs is the dense model's output on the
+    same tokens: the Gram holds every moment the problem needs (``methods.structured.base``),
+    and the walker's layer objective is the error against the dense output."""
 
     def __init__(self, group: UnitGroup):
         base = group.step
         super().__init__(base.module_name, base.module, base.kind, [group.name])
         self.group = group
+        self.dense: list | None = None
+        self.calls = 0
 
     def _bias(self):
         m = self.module.out_proj if self.kind == "mha_out" else self.module
@@ -56,19 +64,35 @@ class UnitStep(Step):
         b = self._bias()
         b = torch.zeros(W.shape[0], dtype=W.dtype, device=W.device) if b is None else \
             b.detach().to(W.dtype)
+        if self.dense is not None:
+            return [torch.cat([torch.zeros_like(W), b[:, None], W], 1)]
         return [torch.cat([W, b[:, None]], 1)]
 
     @torch.no_grad()
     def set_weights(self, Ws) -> None:
         (W,) = Ws
-        super().set_weights([W[:, :-1]])
+        p = self.group.step.weights()[0].shape[1]
+        super().set_weights([W[:, :p]])
         b = self._bias()
         if b is not None:
-            b.copy_(W[:, -1])
+            b.copy_(W[:, p])
+
+    def base_rows(self, args, kwargs, token_mask=None) -> torch.Tensor:
+        return super().input_rows(args, kwargs, token_mask)[0]
 
     def input_rows(self, args, kwargs, token_mask=None) -> list[torch.Tensor]:
-        (x,) = super().input_rows(args, kwargs, token_mask)
-        return [torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1)]
+        x = self.base_rows(args, kwargs, token_mask)
+        cols = [x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)]
+        if self.dense:
+            xd = self.dense[self.calls % len(self.dense)]
+            self.calls += 1
+            if xd.shape[0] != x.shape[0]:
+                raise RuntimeError(f"{self.group.name}: the dense model's inputs of this batch "
+                                   f"have {xd.shape[0]} rows, the pruned model's {x.shape[0]} "
+                                   "(target='dense' needs calib to give the same batches in "
+                                   "the same order every pass)")
+            cols.append(xd.to(x.device, x.dtype))
+        return [torch.cat(cols, 1)]
 
     def input_key(self, args, kwargs):
         return None   # its own stage: the appended column is not another step's input
@@ -77,12 +101,41 @@ class UnitStep(Step):
         return self.group.parameters()
 
 
+def capture_dense_inputs(model, steps, calib, forward_fn, token_mask_fn=None) -> None:
+    """Give every step its inputs in the model as it is (dense), one float32 CPU tensor of
+    rows per calibration batch (only real tokens), in ``calib``'s order: ``step.dense``."""
+    from dualdrop.nn.oneshot.walker import calibration_mode, token_mask
+
+    store = {id(s): [] for s in steps}
+    current = [None]
+
+    def make(step):
+        def hook(module, args, kwargs):
+            store[id(step)].append(step.base_rows(args, kwargs, current[0]).detach()
+                                   .to("cpu", torch.float32))
+        return hook
+
+    handles = [s.module.register_forward_pre_hook(make(s), with_kwargs=True) for s in steps]
+    try:
+        with calibration_mode(model):
+            for batch in calib:
+                current[0] = token_mask(batch, token_mask_fn)
+                forward_fn(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    for s in steps:
+        s.dense, s.calls = store[id(s)], 0
+
+
 def unit_problem(group: UnitGroup, W_aug: torch.Tensor, G_aug: torch.Tensor,
                  bias_compensation: bool, cost=None) -> UnitProblem:
-    """The consumer problem of ``group`` from its augmented weight and Gram (:class:`UnitStep`)."""
+    """The consumer problem of ``group`` from its augmented weight and Gram (:class:`UnitStep`:
+    ``[W0, b0]`` on ``[x, 1]``, or ``[0, b0, W0]`` on ``[x, 1, x_d]`` with a dense target)."""
     W_aug = W_aug.detach().to("cpu", torch.float64).numpy()
     G_aug = G_aug.detach().to("cpu", torch.float64).numpy()
-    p = W_aug.shape[1] - 1
+    p = group.step.weights()[0].shape[1]
+    dense = W_aug.shape[1] == 2 * p + 1
     has_bias = UnitStep(group)._bias() is not None
     part_sq = np.zeros(group.n_units)
     for part in group.parts:
@@ -92,9 +145,17 @@ def unit_problem(group: UnitGroup, W_aug: torch.Tensor, G_aug: torch.Tensor,
         for u, idx in enumerate(part.index):
             part_sq[u] += float((W[idx] ** 2).sum())
     G = 0.5 * (G_aug[:p, :p] + G_aug[:p, :p].T)
-    return UnitProblem(group.name, W_aug[:, :p], G, G_aug[:p, p].copy(), group.columns,
+    extra = {}
+    W0 = W_aug[:, :p]
+    if dense:
+        W0 = W_aug[:, p + 1:]
+        D = G_aug[p + 1:, p + 1:]
+        extra = {"cross": G_aug[p + 1:, :p].copy(), "dense_gram": 0.5 * (D + D.T),
+                 "mu_dense": G_aug[p, p + 1:].copy()}
+    return UnitProblem(group.name, W0.copy(), G, G_aug[:p, p].copy(), group.columns,
                        b0=W_aug[:, p].copy() if has_bias else None,
-                       centered=bias_compensation and has_bias, part_sq=part_sq, cost=cost)
+                       centered=bias_compensation and has_bias, part_sq=part_sq, cost=cost,
+                       **extra)
 
 
 def _rows_of(part) -> np.ndarray:
@@ -241,7 +302,8 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
                      target_density: float | None = None, target_params: int | None = None,
                      target_speedup: float | None = None, allocation: str = "uniform",
                      options: dict | None = None, allocation_options: dict | None = None,
-                     bias_compensation: bool = True, forward_fn=None, include=None,
+                     bias_compensation: bool = True, target: str = "pruned",
+                     forward_fn=None, include=None,
                      exclude=None, latency_inputs=None, latency_options: dict | None = None,
                      progress: bool = True, sequential: str = "auto", blocks=None,
                      token_mask_fn=None, gram_precision: str = "float32") -> StructuredResult:
@@ -264,6 +326,12 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
       bias, the kept weights fit on centred inputs (every method; a consumer without a bias
       is pruned without).
+    - ``target``: what each consumer reproduces from the inputs that come through the layers
+      pruned before it: its own output on them (``"pruned"``, as SparseGPT's and OSSCAR's
+      sequential pruning) or the dense model's output on the same tokens (``"dense"``:
+      asymmetric calibration, which also corrects the error the earlier layers left; it holds
+      every consumer's dense inputs over the calibration data in memory, ``tokens x inputs x
+      4`` bytes, released layer by layer).
     - ``calib``, ``forward_fn``, ``token_mask_fn``, ``sequential``, ``blocks``,
       ``gram_precision``: as for ``prune_oneshot``; ``include`` / ``exclude``: fnmatch
       patterns on the names of a unit group's layers.
@@ -284,6 +352,9 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
     lat_opts = _latency_options(latency_options)
     if not isinstance(bias_compensation, bool):
         raise TypeError(f"bias_compensation must be True or False, got {bias_compensation!r}")
+    if target not in ("pruned", "dense"):
+        raise ValueError(f"target={target!r}; expected 'pruned' (each layer reproduces its own "
+                         "output) or 'dense' (the dense model's)")
     if forward_fn is not None and not callable(forward_fn):
         raise TypeError("forward_fn must be callable as forward_fn(model, batch)")
     for name, items in (("include", include), ("exclude", exclude)):
@@ -331,19 +402,19 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         prices = {g.name: np.full(g.n_units, (table.part(g.name, g.n_units)
                                               - table.part(g.name, 0)) / g.n_units)
                   for g in groups}
-        target = f"speed-up {bval:g}x"
+        budget_desc = f"speed-up {bval:g}x"
     else:
         cost = CostModel(names, sizes, lambda c: n_params - counter.removed(c))
         if bkind == "target_density":
             budget = n_params - (1.0 - bval) * prunable
-            target = f"density {bval:g} of {prunable:,} prunable parameters"
+            budget_desc = f"density {bval:g} of {prunable:,} prunable parameters"
         else:
             if bval < cost.least():
                 raise ValueError(f"target_params={bval:,} is below what keeping one unit per "
                                  f"layer leaves ({int(cost.least()):,}: no unit holds the "
                                  "rest)")
             budget = bval
-            target = f"{bval:,} parameters"
+            budget_desc = f"{bval:,} parameters"
         prices = unit_params
     problems = None
     if allocation in ("flap", "penalty"):
@@ -353,6 +424,8 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         del grams
     counts = allocate_units(allocation, cost, budget, problems, prices, **alloc_opts)
     del problems
+    if target == "dense":
+        capture_dense_inputs(model, steps, calib, fwd, token_mask_fn)
 
     originals = [(p, p.detach().clone()) for g in groups for _, p in g.parameters()]
     info_rows: dict[str, dict] = {}
@@ -365,8 +438,11 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         removed = np.setdiff1d(np.arange(g.n_units), sol.kept)
         g.zero_parts(removed)
         W = torch.from_numpy(sol.W)
-        b = W0s[0][:, -1].cpu() if sol.b is None else torch.from_numpy(sol.b)
-        W_aug = torch.cat([W, b[:, None]], 1).to(W0s[0].device)
+        p = W.shape[1]
+        b = W0s[0][:, p].cpu() if sol.b is None else torch.from_numpy(sol.b)
+        parts = [W, b[:, None]] + ([torch.zeros_like(W)] if step.dense is not None else [])
+        W_aug = torch.cat(parts, 1).to(W0s[0].device)
+        step.dense = None if step.dense is None else []   # its rows are no longer needed
         info_rows[g.name] = {"kept_units": sol.kept, "info": sol.info,
                              "objective": layer_objective(W_aug, W0s[0], Gs[0])}
         return [W_aug], [time.perf_counter() - t0]
@@ -391,7 +467,7 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
                        "seconds": secs.get(g.name, 0.0), "info": ir["info"]})
     removed_params = counter.removed({n: len(units[n]) for n in names})
     report = StructuredReport(
-        method=repr(meth), allocation=allocation, target=target, layers=layers,
+        method=repr(meth), allocation=allocation, target=budget_desc, layers=layers,
         skipped=skipped, params_before=n_params, params_after=int(n_params - removed_params),
         predicted_speedup=table.speedup({n: len(units[n]) for n in names}) if table else None,
         seconds=time.perf_counter() - t_start, peak_mb=peak_rss_mb())

@@ -12,12 +12,19 @@ at least one unit per consumer and returns the largest counts it finds under the
   standard deviation), so that layers and unit kinds compete on one scale; units are taken in
   decreasing standardized score while the budget has room for them;
 - ``"penalty"``: the duality's own: one penalty level for every layer, head and neuron, each
-  unit priced by its cost (parameters, or measured latency) as its group's penalty weight,
-  ``alpha_l = level * energy_l`` on consumer ``l`` (its output energy in the scale-free units of
-  ``methods.structured.penalty``: at one level every layer trades the same fraction of its
-  output energy for one unit of cost). The level runs down a geometric path, every layer's path
-  fit warm-started, until the kept units' cost reaches the budget; the last bracket is bisected,
-  and the counts of its lower end (under the budget) are taken.
+  unit priced by its cost (parameters, or measured latency). Each layer solves
+  ``min error_l(S) / energy_l + level * price_l * |S|``; the level is bisected so that the kept
+  units' cost meets the budget, and what is left of the budget goes to the units that lower
+  the error most per unit of cost. With ``penalty="l0"`` (the default: the count itself, the
+  limit of the catalog's concave penalties) the error curve ``error_l(k)`` is that of the exact
+  backward greedy (``methods.structured._kept.greedy_path``: one pass per layer from all its
+  units down to one, each removal's rise of the refit error), and a level gives each layer the
+  ``k`` minimizing the sum. With a catalog penalty (``"logsum"``, ``"l1"``, ...) the group
+  penalty ``alpha_l = level * energy_l`` (weights the unit prices) runs on every layer's Gram
+  (``methods.structured.penalty``): the level runs down a geometric path, every layer's fit
+  warm-started, until the kept units' cost reaches the budget, and the last bracket is
+  bisected. ``normalize="energy"`` (default) compares the layers' errors relative to their
+  output energy, ``"none"`` as they are (consumers that write into one residual stream).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import math
 
 import numpy as np
 
+from dualdrop.nn.oneshot.methods.structured._kept import greedy_path
 from dualdrop.nn.oneshot.methods.structured.base import UnitProblem
 from dualdrop.nn.oneshot.methods.structured.flap import FLAP
 from dualdrop.nn.oneshot.methods.structured.penalty import Scaled, UnitPath, resolve
@@ -37,8 +45,8 @@ ALLOCATIONS = ("uniform", "flap", "penalty")
 ALLOCATION_DEFAULTS = {
     "uniform": {},
     "flap": {},
-    "penalty": {"penalty": "logsum", "penalty_params": None, "ratio": 0.7, "tol": 3e-3,
-                "max_epochs": 50, "refine": 8},
+    "penalty": {"penalty": "l0", "penalty_params": None, "ratio": 0.7, "tol": 3e-3,
+                "max_epochs": 50, "refine": 8, "damp": 1e-3, "normalize": "energy"},
 }
 
 
@@ -56,7 +64,11 @@ def check_allocation(kind, opts: dict | None) -> dict:
                          f"{sorted(known) or 'none'}")
     out = {**known, **(opts or {})}
     if kind == "penalty":
-        resolve(out["penalty"], out["penalty_params"])
+        if out["penalty"] != "l0":
+            resolve(out["penalty"], out["penalty_params"])
+        out["damp"] = check_float("damp", out["damp"], low=0.0)
+        if out["normalize"] not in ("energy", "none"):
+            raise ValueError(f"normalize={out['normalize']!r}; expected 'energy' or 'none'")
         out["ratio"] = check_float("ratio", out["ratio"], low=0.0, high=1.0, low_open=True,
                                    high_open=True)
         out["tol"] = check_float("tol", out["tol"], low=0.0, low_open=True)
@@ -144,7 +156,9 @@ def _flap(cost, budget, problems):
 
 
 def _penalty(cost, budget, problems, prices, *, penalty, penalty_params, ratio, tol,
-             max_epochs, refine):
+             max_epochs, refine, damp, normalize):
+    if penalty == "l0":
+        return _penalty_l0(cost, budget, problems, prices, damp, normalize)
     P = resolve(penalty, penalty_params)
     names = cost.names
     mean_price = float(np.mean(np.concatenate([np.asarray(prices[n], np.float64)
@@ -192,6 +206,53 @@ def _penalty(cost, budget, problems, prices, *, penalty, penalty_params, ratio, 
         else:
             hi, counts_hi, fits_hi = mid, c, fits
     return _fill(cost, budget, counts_hi, counts_lo)
+
+
+def _penalty_l0(cost, budget, problems, prices, damp, normalize):
+    names = cost.names
+    mean_price = float(np.mean(np.concatenate([np.asarray(prices[n], np.float64)
+                                               for n in names])))
+    curves, price = {}, {}
+    for n in names:
+        pr = problems[n]
+        _, _, costs = greedy_path(pr, 1, damp)
+        # err[k]: the error with k units kept (err[n] = 0)
+        err = np.zeros(pr.n_units + 1)
+        err[1:pr.n_units] = np.cumsum(costs)[::-1]
+        err[0] = np.inf
+        scale = pr.energy() if normalize == "energy" else 1.0
+        curves[n] = err / max(scale, 1e-300)
+        price[n] = float(np.mean(prices[n])) / mean_price
+    ks = {n: np.arange(len(curves[n])) for n in names}
+
+    def at(level):
+        return {n: int(np.argmin(curves[n] + level * price[n] * ks[n])) for n in names}
+
+    lo, hi = 1e-12, 1e12   # counts at lo: all units (within budget?); at hi: one each
+    if cost(at(lo)) <= budget:
+        return at(lo)
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        if cost(at(mid)) <= budget:
+            hi = mid
+        else:
+            lo = mid
+        if hi <= lo * (1 + 1e-6):
+            break
+    counts = at(hi)
+    # what is left of the budget: the units that lower the error most per unit of price
+    while True:
+        gains = [((curves[n][counts[n]] - curves[n][counts[n] + 1]) / price[n], n)
+                 for n in names if counts[n] < cost.sizes[n]]
+        added = False
+        for _, n in sorted(gains, reverse=True):
+            counts[n] += 1
+            if cost(counts) <= budget:
+                added = True
+                break
+            counts[n] -= 1
+        if not added:
+            return counts
 
 
 def _fill(cost, budget, under, over):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import UnitProblem, quad, solve_psd
+from .base import UnitProblem, solve_psd
 
 #: a swap is applied when it lowers the error by more than this fraction of the layer's energy
 SWAP_TOL = 1e-9
@@ -46,39 +46,48 @@ def unit_matrix(columns) -> np.ndarray | None:
 
 
 def damped(problem: UnitProblem, damp: float) -> np.ndarray:
-    A = problem.A
-    lam = damp * max(float(np.mean(np.diag(A))), 1e-300)
-    return A + lam * np.eye(A.shape[0]) if lam > 0 else A
+    """The damped Gram ``A + lambda I`` of ``problem.terms(damp)``."""
+    return problem.terms(damp)[0]
 
 
 def backward_greedy(problem: UnitProblem, n_keep: int, damp: float = 0.01,
                     start=None) -> np.ndarray:
     """Remove units one at a time, each the one whose removal raises the (damped) refit error
-    least, from ``start`` (all units by default) down to ``n_keep``; returns the kept units.
-    Units of one column each run in a compiled loop (``_greedy_columns``: ``O(p (p + R))`` per
-    removal, in place)."""
-    A = damped(problem, damp)
+    least, from ``start`` (all units by default) down to ``n_keep``; returns the kept units."""
+    return greedy_path(problem, n_keep, damp, start)[0]
+
+
+def greedy_path(problem: UnitProblem, n_keep: int, damp: float = 0.01, start=None):
+    """``(kept, order, costs)``: :func:`backward_greedy`'s kept units, the units it removed in
+    order and the rise of the (damped) error at each removal. Units of one column each run in
+    a compiled loop (``_greedy_columns``)."""
+    A, B, _ = problem.terms(damp)
     p = A.shape[0]
     alive = np.ones(problem.n_units, bool) if start is None else _as_mask(start, problem.n_units)
     S = problem.kept_columns(np.flatnonzero(alive))
     H = np.zeros((p, p))
     H[np.ix_(S, S)] = inverse_psd(A[np.ix_(S, S)])
     W = np.zeros_like(problem.W0)
-    W[:, S] = problem.B(A)[:, S] @ H[np.ix_(S, S)]
+    W[:, S] = B[:, S] @ H[np.ix_(S, S)]
     U = unit_matrix(problem.columns)
-    n_remove = int(alive.sum()) - n_keep
+    n_remove = max(int(alive.sum()) - n_keep, 0)
+    costs = np.zeros(n_remove)
     if U is not None and U.shape[1] == 1 and n_remove > 0:
         cand = np.zeros(p, bool)
         cand[U[alive, 0]] = True
-        gone = _greedy_columns(H, np.ascontiguousarray(W), cand, n_remove)
+        gone = _greedy_columns(H, np.ascontiguousarray(W), cand, n_remove, costs)
         col_unit = np.full(p, -1)
         col_unit[U[:, 0]] = np.arange(problem.n_units)
-        alive[col_unit[gone]] = False
-        return np.flatnonzero(alive)
+        order = col_unit[gone]
+        alive[order] = False
+        return np.flatnonzero(alive), order, costs
+    order = []
     while alive.sum() > n_keep:
         idx = np.flatnonzero(alive)
         cost = np.array([_removal_cost(W, H, problem.columns[g]) for g in idx])
-        g = idx[int(np.argmin(cost))]
+        best = int(np.argmin(cost))
+        g = idx[best]
+        costs[len(order)] = cost[best]
         c = np.asarray(problem.columns[g])
         Hg = H[c]                                   # (m, p)
         K = solve_psd(H[np.ix_(c, c)], Hg)          # Hgg^-1 H_g.
@@ -88,11 +97,12 @@ def backward_greedy(problem: UnitProblem, n_keep: int, damp: float = 0.01,
         H[c] = 0.0
         H[:, c] = 0.0
         alive[g] = False
-    return np.flatnonzero(alive)
+        order.append(g)
+    return np.flatnonzero(alive), np.asarray(order, np.int64), costs
 
 
 @njit(cache=True)
-def _greedy_columns(H, W, cand, n_remove):
+def _greedy_columns(H, W, cand, n_remove, costs):
     """The OBS greedy for units of one column: ``n_remove`` times, the candidate column ``c``
     of least ``||W_c||^2 / H_cc`` leaves, ``W -= W_c H_c. / H_cc`` (in place) and ``H -=
     H_.c H_c. / H_cc``. ``H`` (the inverse Gram of the kept columns, zero elsewhere) is not
@@ -127,6 +137,7 @@ def _greedy_columns(H, W, cand, n_remove):
             if f != 0.0:
                 for j in range(p):
                     h[j] -= f * V[i, j]
+        costs[step] = best
         Hcc = max(h[c], 1e-300)
         sc = 1.0 / np.sqrt(Hcc)
         for j in range(p):
@@ -179,22 +190,27 @@ def _as_mask(kept, n):
 class _State:
     """``H``, the refit weights and the addition terms of one kept set (rebuilt per move)."""
 
-    def __init__(self, problem: UnitProblem, A: np.ndarray, kept_mask: np.ndarray):
+    def __init__(self, problem: UnitProblem, damp: float, kept_mask: np.ndarray):
+        A, self.B, self.c0 = problem.terms(damp)
         self.problem, self.A, self.kept = problem, A, kept_mask
         self.S = problem.kept_columns(np.flatnonzero(kept_mask))
         self.H = inverse_psd(A[np.ix_(self.S, self.S)])
-        self.B = problem.B(A)
         self.WS = self.B[:, self.S] @ self.H            # (out, |S|)
         self.pos = {int(j): i for i, j in enumerate(self.S)}
 
     def error(self) -> float:
-        c = quad(self.problem.W0, self.A)
-        return c - float(np.sum(self.WS * self.B[:, self.S]))
+        return self.c0 - float(np.sum(self.WS * self.B[:, self.S]))
 
     def local(self, g):
         return np.array([self.pos[int(j)] for j in self.problem.columns[g]], np.int64)
 
     def removal_costs(self, units):
+        units = np.asarray(units, np.int64)
+        U = unit_matrix(self.problem.columns)
+        if U is not None and U.shape[1] == 1:
+            li = np.array([self.pos[int(j)] for j in U[units, 0]], np.int64)
+            Hii = np.maximum(np.diag(self.H)[li], 1e-300)
+            return (self.WS[:, li] ** 2).sum(0) / Hii
         out = np.empty(len(units))
         for k, g in enumerate(units):
             li = self.local(g)
@@ -204,6 +220,15 @@ class _State:
 
     def addition_gains(self, units):
         A, S = self.A, self.S
+        units = np.asarray(units, np.int64)
+        U = unit_matrix(self.problem.columns)
+        if U is not None and U.shape[1] == 1:
+            ca = U[units, 0]
+            ASa = A[np.ix_(S, ca)]
+            C = A[ca, ca] - np.einsum("sa,sa->a", ASa, self.H @ ASa)
+            R = self.B[:, ca] - self.WS @ ASa
+            gains = (R * R).sum(0) / np.maximum(C, 1e-300)
+            return np.where(C > SWAP_FLOOR * A[ca, ca], gains, 0.0)
         out = np.empty(len(units))
         for k, a in enumerate(units):
             ca = np.asarray(self.problem.columns[a])
@@ -215,18 +240,15 @@ class _State:
 
 
 def fix_count(problem: UnitProblem, kept, n_keep: int, damp: float = 1e-6) -> np.ndarray:
-    """``kept`` brought to ``n_keep`` units by exact greedy moves: the cheapest removal, or the
-    best addition, one at a time."""
-    A = damped(problem, damp)
+    """``kept`` brought to ``n_keep`` units by exact greedy moves: removals by
+    :func:`backward_greedy` from ``kept``, or the best addition, one at a time."""
     mask = _as_mask(kept, problem.n_units)
-    while mask.sum() != n_keep:
-        st = _State(problem, A, mask)
-        if mask.sum() > n_keep:
-            idx = np.flatnonzero(mask)
-            mask[idx[int(np.argmin(st.removal_costs(idx)))]] = False
-        else:
-            idx = np.flatnonzero(~mask)
-            mask[idx[int(np.argmax(st.addition_gains(idx)))]] = True
+    if mask.sum() > n_keep:
+        return backward_greedy(problem, n_keep, damp, start=np.flatnonzero(mask))
+    while mask.sum() < n_keep:
+        st = _State(problem, damp, mask)
+        idx = np.flatnonzero(~mask)
+        mask[idx[int(np.argmax(st.addition_gains(idx)))]] = True
     return np.flatnonzero(mask)
 
 
@@ -285,9 +307,9 @@ def swap_search(problem: UnitProblem, kept, max_swaps: int = 200, damp: float = 
     """Apply the best improving swap until none lowers the refit error (at most
     ``max_swaps``); returns ``(kept, swaps)``. Units of one column use the rank-one updates of
     ``_swaps`` (pairs among ``candidates`` cheapest removals and best additions first)."""
-    A = damped(problem, damp)
+    A, B, c0 = problem.terms(damp)
     mask = _as_mask(kept, problem.n_units)
-    energy = max(problem.energy(), 1e-300)
+    energy = max(c0, 1e-300)
     U = unit_matrix(problem.columns)
     if U is not None and U.shape[1] == 1:
         from ._swaps import column_swap_search
@@ -298,19 +320,18 @@ def swap_search(problem: UnitProblem, kept, max_swaps: int = 200, damp: float = 
         # the free columns must stay: give them no chance to leave (they are appended and
         # scored like the rest, so a swap could take one out: search without them instead)
         if n_fixed:
-            return _swap_search_rebuild(problem, A, mask, max_swaps, energy)
-        S, O, swaps = column_swap_search(A, problem.B(A), energy, S, U[~mask, 0], max_swaps,
-                                         candidates)
+            return _swap_search_rebuild(problem, damp, mask, max_swaps, energy)
+        S, O, swaps = column_swap_search(A, B, energy, S, U[~mask, 0], max_swaps, candidates)
         col_unit = np.full(A.shape[0], -1)
         col_unit[U[:, 0]] = np.arange(problem.n_units)
         return np.sort(col_unit[S]), swaps
-    return _swap_search_rebuild(problem, A, mask, max_swaps, energy)
+    return _swap_search_rebuild(problem, damp, mask, max_swaps, energy)
 
 
-def _swap_search_rebuild(problem, A, mask, max_swaps, energy):
+def _swap_search_rebuild(problem, damp, mask, max_swaps, energy):
     swaps = 0
     for _ in range(max_swaps):
-        st = _State(problem, A, mask)
+        st = _State(problem, damp, mask)
         found = best_swap(st)
         if found is None or found[0] >= -SWAP_TOL * energy:
             break

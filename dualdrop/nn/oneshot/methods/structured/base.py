@@ -13,9 +13,17 @@ removes the mean of the error: the problem is the same with the *covariance* ``A
 mu mu^T``, and a removed unit's mean contribution ``W0[:, c_g] mu_g`` lands in the bias (the
 rule of FLAP, An et al., AAAI 2024, here for every method and with the kept weights refit).
 
-For a kept set ``S`` (its columns, ``S`` below) the refit is ``W_S = W0_S + W0_Sc A_{Sc,S}
+**Dense targets.** The inputs ``x`` come through the units pruned before this layer; the
+consumer may instead be asked to reproduce the *dense* model's output, ``W0 x_d + b0`` with
+``x_d`` its inputs in the dense model on the same tokens (asymmetric calibration, as GPTAQ, Li
+et al., ICML 2025, for quantization): the objective is ``tr(W A W^T) - 2 tr(W B^T) + c0`` with
+``B = W0 Cov(x_d, x)`` and ``c0 = tr(W0 Cov(x_d) W0^T)`` (uncentred moments without bias
+compensation), and the bias ``b = b0 + W0 mu_d - W mu``. Without them ``B = W0 A`` and ``c0 =
+tr(W0 A W0^T)``: everything below is written with ``B`` and ``c0``.
+
+For a kept set ``S`` (its columns, ``S`` below) the refit is ``W_S = (B_S + lambda W0_S)
 (A_SS + lambda I)^-1`` (``lambda``: ``refit_damp`` times the mean diagonal, a ridge toward the
-trained weights), and the error left is the Schur complement ``tr(W0_Sc (A / A_SS) W0_Sc^T)``.
+trained weights), and the error left is ``c0 - tr(B_S A_SS^-1 B_S^T)``.
 
 A method (one module of this package, one line in its registry) implements ``_select(problem,
 n_keep) -> kept units``; :meth:`UnitMethod.solve` then refits (``refit``: default per method),
@@ -44,7 +52,8 @@ class UnitProblem:
     unit ``g``'s columns, ``b0`` the bias (or None), ``centered`` (bias compensation: the
     methods then work on the covariance), ``part_sq[g]`` the squared norm of unit ``g``'s
     producer weights (for the group-norm magnitude), ``cost[g]`` its price (parameters or
-    latency; the allocations use it)."""
+    latency; the allocations use it). A dense target (module docstring) comes as
+    ``cross`` ``(p, p)``, ``E[x_d x^T]``, ``dense_gram`` ``E[x_d x_d^T]`` and ``mu_dense``."""
 
     name: str
     W0: np.ndarray
@@ -55,8 +64,11 @@ class UnitProblem:
     centered: bool = True
     part_sq: np.ndarray | None = None
     cost: np.ndarray | None = None
+    cross: np.ndarray | None = None
+    dense_gram: np.ndarray | None = None
+    mu_dense: np.ndarray | None = None
     _A: np.ndarray | None = field(default=None, repr=False)
-    _B: dict = field(default_factory=dict, repr=False)
+    _terms: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_units(self) -> int:
@@ -70,14 +82,31 @@ class UnitProblem:
             self._A = 0.5 * (A + A.T)
         return self._A
 
-    def B(self, A: np.ndarray) -> np.ndarray:
-        """``W0 A`` for the Gram ``A`` (this problem's ``A`` or a damped copy), kept for the
-        moves that score with it."""
-        key = id(A)
-        if key not in self._B:
-            self._B.clear()
-            self._B[key] = (A, self.W0 @ A)
-        return self._B[key][1]
+    @property
+    def mu_target(self) -> np.ndarray:
+        return self.mu if self.mu_dense is None else self.mu_dense
+
+    def terms(self, damp: float = 0.0):
+        """``(A, B, c0)`` (module docstring) with the ridge ``lambda = damp * mean diag(A)``
+        toward ``W0`` added: ``A + lambda I``, ``B + lambda W0``, ``c0 + lambda ||W0||^2``."""
+        if damp not in self._terms:
+            A = self.A
+            if self.cross is None:
+                B = self.W0 @ A
+                c0 = quad(self.W0, A)
+            else:
+                mt = self.mu_target
+                C = self.cross - np.outer(mt, self.mu) if self.centered else self.cross
+                D = self.dense_gram - np.outer(mt, mt) if self.centered else self.dense_gram
+                B = self.W0 @ C
+                c0 = quad(self.W0, D)
+            lam = damp * max(float(np.mean(np.diag(A))), 1e-300) if damp else 0.0
+            if lam:
+                A = A + lam * np.eye(A.shape[0])
+                B = B + lam * self.W0
+                c0 = c0 + lam * float(np.sum(self.W0 ** 2))
+            self._terms[damp] = (A, B, c0)
+        return self._terms[damp]
 
     @property
     def free(self) -> np.ndarray:
@@ -92,7 +121,8 @@ class UnitProblem:
         return np.sort(np.concatenate(parts)).astype(np.int64)
 
     def energy(self) -> float:
-        return quad(self.W0, self.A)
+        """``c0``: the error of keeping nothing (the target's energy)."""
+        return self.terms()[2]
 
 
 def quad(W: np.ndarray, A: np.ndarray) -> float:
@@ -107,14 +137,16 @@ def refit(problem: UnitProblem, kept, damp: float = 1e-6) -> np.ndarray:
     W = np.zeros_like(W0)
     if S.size == 0:
         return W
-    Sc = np.setdiff1d(np.arange(W0.shape[1]), S)
-    W[:, S] = W0[:, S]
-    if Sc.size == 0:
-        return W
     ASS = A[np.ix_(S, S)]
     lam = damp * max(float(np.mean(np.diag(ASS))), 1e-300)
-    rhs = A[np.ix_(S, Sc)] @ W0[:, Sc].T          # (|S|, out)
-    W[:, S] += solve_psd(ASS, rhs, lam).T
+    if problem.cross is None:                     # B_S = W0 A_{., S}: solve for W_S - W0_S
+        Sc = np.setdiff1d(np.arange(W0.shape[1]), S)
+        W[:, S] = W0[:, S]
+        if Sc.size:
+            W[:, S] += solve_psd(ASS, A[np.ix_(S, Sc)] @ W0[:, Sc].T, lam).T
+        return W
+    B = problem.terms()[1]
+    W[:, S] = solve_psd(ASS, (B[:, S] + lam * W0[:, S]).T, lam).T
     return W
 
 
@@ -133,12 +165,15 @@ def solve_psd(M: np.ndarray, rhs: np.ndarray, lam: float = 0.0) -> np.ndarray:
 
 
 def objective(problem: UnitProblem, W: np.ndarray) -> float:
-    """``tr((W - W0) A (W - W0)^T) / tr(W0 A W0^T)`` (0 when the consumer's output does not
-    vary)."""
-    D = W - problem.W0
-    num = quad(D, problem.A)
-    den = problem.energy()
-    return num / den if den > 0 else 0.0
+    """The error relative to the target's energy, ``(tr(W A W^T) - 2 tr(W B^T) + c0) / c0``
+    (``tr((W - W0) A (W - W0)^T) / tr(W0 A W0^T)`` without a dense target; 0 when the target
+    does not vary)."""
+    A, B, c0 = problem.terms()
+    if problem.cross is None:
+        num = quad(W - problem.W0, A)
+    else:
+        num = max(quad(W, A) - 2.0 * float(np.sum(W * B)) + c0, 0.0)
+    return num / c0 if c0 > 0 else 0.0
 
 
 @dataclass
@@ -221,7 +256,7 @@ class UnitMethod:
             W[:, S] = problem.W0[:, S]
         b = problem.b0
         if problem.centered and b is not None:
-            b = b + (problem.W0 - W) @ problem.mu
+            b = b + problem.W0 @ problem.mu_target - W @ problem.mu
         return UnitSolution(kept, W, b, objective(problem, W), info)
 
 

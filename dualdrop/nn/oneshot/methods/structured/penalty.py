@@ -33,7 +33,7 @@ from dualdrop.linear.solvers.gram_bcd import gram_group_alpha_max, gram_group_cd
 from penalties.checks import check_float, check_int
 
 from ._kept import fix_count
-from .base import UnitMethod, UnitProblem, quad
+from .base import UnitMethod, UnitProblem, quad, refit
 
 #: parameters of the penalties on RMS-1 group norms (what a user passes overrides them)
 DEFAULT_PARAMS = {"logsum": {"eps": 1.0}, "mcp": {"a": 1.0, "lam": 1.0}}
@@ -57,7 +57,9 @@ class Scaled:
         self.live = d > 0
         d = np.where(self.live, d, 1.0)
         self.Gs = A / np.outer(d, d)
-        U0 = problem.W0 * d
+        # the unconstrained optimum (W0 itself unless the target is the dense model's)
+        W = problem.W0 if problem.cross is None else refit(problem, np.arange(problem.n_units))
+        U0 = W * d
         n = problem.n_units
         norms2 = np.array([float((U0[:, c] ** 2).sum()) for c in problem.columns])
         rms = math.sqrt(float(norms2.mean())) if n and norms2.mean() > 0 else 1.0
