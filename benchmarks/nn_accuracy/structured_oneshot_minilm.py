@@ -102,7 +102,7 @@ def main(argv=None):
                     continue
                 m = copy.deepcopy(model)
                 torch.set_num_threads(args.threads)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 res = prune_structured(m, calib, meth, granularity=args.granularity,
                                        target_speedup=s, allocation=alloc, options=opts,
                                        allocation_options=aopts,
@@ -110,7 +110,7 @@ def main(argv=None):
                                        target=args.target,
                                        latency_inputs=tbatch, progress=False,
                                        latency_options={"clock": "cpu"})
-                secs = time.perf_counter() - t0
+                secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                 cos, rec = quality(dense_emb, embed(m, evals))
                 small = res.compact(tbatch)
                 sp, td, ts = measured_speedup(model, small, tbatch)
@@ -119,6 +119,7 @@ def main(argv=None):
                        "recall10": rec, "measured_speedup": sp, "dense_s": td, "small_s": ts,
                        "predicted_speedup": res.report.predicted_speedup,
                        "params": res.report.params_after, "prune_seconds": secs,
+                       "prune_cpu_seconds": cpu,
                        "options": opts, "allocation_options": aopts,
                        "bias_compensation": not args.no_bias_compensation,
                        "target": args.target, "n_calib": args.n_calib,

@@ -168,3 +168,35 @@ def test_registry_and_option_errors():
     pr, _ = make_problem()
     with pytest.raises(ValueError):
         get_unit_method("osscar").solve(pr, pr.n_units + 1)
+
+
+def test_dense_target_refit_is_least_squares_on_the_dense_output():
+    """With a dense target the refit of a kept set (and its bias) is the least-squares fit of
+    the dense model's output ``X_d W0^T + b0`` from the pruned inputs' kept columns with an
+    intercept; the objective is its residual over the centred target's energy."""
+    rng = np.random.default_rng(8)
+    n, n_units, out = 400, 6, 4
+    Xp = np.maximum(rng.standard_normal((n, n_units)) @ rng.standard_normal((n_units, n_units)),
+                    0) + 0.3
+    Xd = Xp + 0.3 * rng.standard_normal((n, n_units))      # the dense model's inputs
+    W0, b0 = rng.standard_normal((out, n_units)), rng.standard_normal(out)
+    pr = UnitProblem("l", W0, Xp.T @ Xp / n, Xp.mean(0), [np.array([j]) for j in range(n_units)],
+                     b0=b0, cross=Xd.T @ Xp / n, dense_gram=Xd.T @ Xd / n, mu_dense=Xd.mean(0))
+    S = [0, 2, 3]
+    sol = get_unit_method("ziplm", damp=0.0, refit_damp=0.0).solve(pr, 3)
+    S = list(sol.kept)
+    Y = Xd @ W0.T + b0
+    design = np.hstack([Xp[:, S], np.ones((n, 1))])
+    coef, *_ = np.linalg.lstsq(design, Y, rcond=None)
+    np.testing.assert_allclose(sol.W[:, S], coef[:-1].T, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(sol.b, coef[-1], rtol=1e-7, atol=1e-9)
+    resid = Y - design @ coef
+    Yc = Y - Y.mean(0)
+    assert sol.objective == pytest.approx((resid ** 2).sum() / (Yc ** 2).sum(), rel=1e-7)
+    # and the best kept set by enumeration is no better than ziplm's by more than the greedy's
+    # gap; every set's refit objective is the same least squares
+    for T in itertools.combinations(range(n_units), 3):
+        d = np.hstack([Xp[:, T], np.ones((n, 1))])
+        r = Y - d @ np.linalg.lstsq(d, Y, rcond=None)[0]
+        assert objective(pr, refit(pr, T, 0.0)) == pytest.approx(
+            (r ** 2).sum() / (Yc ** 2).sum(), rel=1e-7)
