@@ -75,9 +75,16 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--out", default="results/structured_minilm/runs.jsonl")
     ap.add_argument("--tables", action="store_true")
+    ap.add_argument("--layer-objectives", action="store_true",
+                    help="per consumer layer, every --methods on the dense model's Gram at the "
+                         "unit counts of each --out row of --allocations (penalty) and "
+                         "--speedups: the objectives side by side")
     args = ap.parse_args(argv)
     if args.tables:
         print_tables(args.out)
+        return
+    if args.layer_objectives:
+        layer_objectives(args)
         return
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     done = set()
@@ -114,7 +121,7 @@ def main(argv=None):
                 cos, rec = quality(dense_emb, embed(m, evals))
                 small = res.compact(tbatch)
                 sp, td, ts = measured_speedup(model, small, tbatch)
-                row = {"key": key, "method": meth, "allocation": alloc, "target": s,
+                row = {"key": key, "method": meth, "allocation": alloc, "speedup": s,
                        "granularity": args.granularity, "tag": args.tag, "cosine": cos,
                        "recall10": rec, "measured_speedup": sp, "dense_s": td, "small_s": ts,
                        "predicted_speedup": res.report.predicted_speedup,
@@ -122,7 +129,7 @@ def main(argv=None):
                        "prune_cpu_seconds": cpu,
                        "options": opts, "allocation_options": aopts,
                        "bias_compensation": not args.no_bias_compensation,
-                       "target": args.target, "n_calib": args.n_calib,
+                       "fit_target": args.target, "n_calib": args.n_calib,
                        "load": os.getloadavg()[0],
                        "layers": [{k: r[k] for k in ("layer", "kind", "units", "kept",
                                                      "objective", "seconds")}
@@ -134,15 +141,57 @@ def main(argv=None):
                       f"{res.report.params_after:,} params, {secs:.0f} s", flush=True)
 
 
+def layer_objectives(args):
+    """The consumer objectives of ``args.methods`` on the dense model's Grams (one calibration
+    pass over ``--n-calib`` sentences), each layer keeping the units of a finished run."""
+    from dualdrop.nn.oneshot.methods.structured import get_unit_method
+    from dualdrop.nn.oneshot.structured import UnitStep, unit_problem
+    from dualdrop.nn.oneshot.units import find_units
+    from dualdrop.nn.oneshot.walker import collect, default_forward
+
+    torch.set_num_threads(args.threads)
+    model, tok = load_minilm()
+    calib_s, _ = split(n_calib=args.n_calib)
+    calib = batches(tok, sort_by_length(tok, calib_s))
+    groups, _ = find_units(model, calib[0], default_forward, args.granularity)
+    steps = [UnitStep(g) for g in groups]
+    grams = collect(model, steps, calib, default_forward)
+    problems = [unit_problem(s.group, s.weights()[0], grams[s.group.name], True) for s in steps]
+    rows = [json.loads(line) for line in open(args.out)]
+    for r in rows:
+        if r["allocation"] not in args.allocations or _speedup(r) not in args.speedups:
+            continue
+        counts = {x["layer"]: x["kept"] for x in r["layers"]}
+        print(f"### the units of {r['method']} {r['allocation']} {r['allocation_options']} "
+              f"{r['target']}x: objective on the dense model's Gram (CPU seconds)")
+        print("| layer | kept | " + " | ".join(args.methods) + " |")
+        print("| --- | --- | " + " | ".join("---" for _ in args.methods) + " |")
+        for pr in problems:
+            k = counts[pr.name]
+            cells = []
+            for m in args.methods:
+                c0 = time.process_time()
+                sol = get_unit_method(m).solve(pr, k)
+                cells.append(f"{sol.objective:.5f} ({time.process_time() - c0:.1f})")
+            print(f"| {pr.name} | {k}/{pr.n_units} | " + " | ".join(cells) + " |", flush=True)
+
+
 def print_tables(path):
     rows = [json.loads(line) for line in open(path)]
     print("| method | allocation | target | measured speed-up | cosine | recall@10 | params |"
-          " prune s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in sorted(rows, key=lambda r: (r["target"], r["allocation"], r["method"])):
+          " prune s (wall) | prune s (CPU) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in sorted(rows, key=lambda r: (_speedup(r), r["allocation"], r["method"])):
         print(f"| {r['method']}{' ' + r['tag'] if r['tag'] else ''} | {r['allocation']} | "
-              f"{r['target']:.2f}x | {r['measured_speedup']:.2f}x | {r['cosine']:.4f} | "
-              f"{r['recall10']:.3f} | {r['params']:,} | {r['prune_seconds']:.0f} |")
+              f"{_speedup(r):.2f}x | {r['measured_speedup']:.2f}x | {r['cosine']:.4f} | "
+              f"{r['recall10']:.3f} | {r['params']:,} | {r['prune_seconds']:.0f} | "
+              f"{r.get('prune_cpu_seconds', float('nan')):.0f} |")
+
+
+def _speedup(row) -> float:
+    """The target speed-up of a row (the third entry of its key: rows written before the
+    field had its own name stored the fit target under the same name)."""
+    return float(json.loads(row["key"])[2])
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ model's own shapes, not counted in parameters or FLOPs).
 For each unit group (``units.UnitGroup``: the producer layers, the attention's score and
 context products for heads, and the consumer that reads the units) the table holds the time of
 that part of the network with ``k`` units kept, on a grid of ``k`` (every count up to 16 units,
-else nine counts from 1 to all), each a freshly built copy of the layers narrowed to ``k`` units
-run on random inputs of the shapes the model's forward gives them on ``inputs`` (the batch the
-user will run: e.g. 32 sequences of 128 tokens). Groups of the same shapes (the blocks of a
+else 1, 2, 4, 8, 16 and every sixteenth of them), each a freshly built copy of the layers
+narrowed to ``k`` units run on random inputs of the shapes the model's forward gives them on
+``inputs`` (the batch the user will run: e.g. 32 sequences of 128 tokens). Groups of the same shapes (the blocks of a
 transformer) share one curve. With the dense model's own time ``T``, a pruned model's time is
 predicted as ``T - sum_g (t_g(n_g) - t_g(k_g))`` (``t_g`` interpolated linearly between grid
 points), and its speed-up as ``T`` over that.
@@ -37,7 +37,7 @@ from torch import nn
 from dualdrop.nn._layers import conv1d_class, is_conv1d
 from dualdrop.nn._timing import interleaved, torch_threads
 
-VERSION = 1
+VERSION = 2   # 2: the finer grid of ``k`` (tables of version 1 are measured again)
 
 
 @dataclass
@@ -194,9 +194,10 @@ def _narrow_in(group, n_in, shape, rnd):
 
 
 def _grid(n: int) -> list[int]:
+    """Every count up to 16 units; else 0, 1, 2, 4, 8, 16 and every sixteenth of ``n``."""
     if n <= 16:
         return list(range(0, n + 1))
-    return sorted({0, 1} | {int(round(n * j / 8)) for j in range(1, 9)})
+    return sorted({0, 1, 2, 4, 8, 16} | {int(round(n * j / 16)) for j in range(1, 17)})
 
 
 def _signature(group, shapes) -> str:
