@@ -8,7 +8,8 @@ Each prunable layer's problem is ``(W0, G)``: its dense weight and the Gram ``G 
 its calibration inputs (``methods.base``); a method (``registry``) turns it into a sparse weight
 under a budget (a number of nonzeros, or an N:M pattern). Large models go through the
 calibration data one block at a time (``pipeline``), from disk if need be
-(``prune_oneshot_from_disk``).
+(``prune_oneshot_from_disk``). ``prune_oneshot(..., granularity="neuron" | "head" |
+"channel")`` (``prune_structured``) removes whole units instead, for a smaller, faster model.
 """
 
 from dualdrop.nn.oneshot.allocation import ALLOCATIONS, allocate
@@ -16,7 +17,9 @@ from dualdrop.nn.oneshot.api import OneShotReport, OneShotResult, prune_oneshot
 from dualdrop.nn.oneshot.checkpoint_io import prune_oneshot_from_disk
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, layer_objective
 from dualdrop.nn.oneshot.registry import METHODS, available, get_method
+from dualdrop.nn.oneshot.structured import StructuredReport, StructuredResult, prune_structured
 
 __all__ = ["prune_oneshot", "prune_oneshot_from_disk", "OneShotResult", "OneShotReport", "Budget", "LayerProblem",
            "OneShotMethod", "layer_objective", "METHODS", "available", "get_method",
-           "ALLOCATIONS", "allocate"]
+           "ALLOCATIONS", "allocate", "prune_structured", "StructuredResult",
+           "StructuredReport"]

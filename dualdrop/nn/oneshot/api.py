@@ -228,20 +228,35 @@ def _budget_spec(target_density, pattern):
     return check_float("target_density", target_density, low=0.0, high=1.0, low_open=True), None
 
 
-def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: float | None = None,
+def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | None = None,
                   pattern=None, allocation: str = "uniform", *, options: dict | None = None,
                   refit: bool | None = None, allocation_options: dict | None = None,
                   forward_fn=None, include=None, exclude=None, progress: bool = True,
                   sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
                   cache_memory_mb: float | None = None, gram_precision: str = "auto",
-                  checkpoint_dir=None, distributed: bool | None = None) -> OneShotResult:
+                  checkpoint_dir=None, distributed: bool | None = None, granularity=None,
+                  target_params: int | None = None, target_speedup: float | None = None,
+                  bias_compensation: bool | None = None, latency_inputs=None,
+                  latency_options: dict | None = None):
     """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
+
+    ``granularity=None`` (or ``"weight"``) prunes single weights (below); ``"neuron"``,
+    ``"head"``, ``"channel"`` or several (``("head", "neuron")``) remove whole units and return
+    what :func:`~dualdrop.nn.oneshot.structured.prune_structured` returns (a
+    ``StructuredResult``, ``res.compact()`` the smaller model): ``method`` one of its methods
+    (default ``"osscar"``), the budget ``target_density`` (of the prunable parameters),
+    ``target_params`` or ``target_speedup`` (measured: ``latency_inputs``,
+    ``latency_options``), ``allocation`` ``"uniform"`` / ``"flap"`` / ``"penalty"``,
+    ``bias_compensation`` (default True); docs/oneshot.md "Smaller and faster: structured
+    one-shot". The arguments of the other kind (``pattern=``, the activation cache on disk,
+    ``checkpoint_dir``, ``distributed=True`` for units; the unit budgets for weights) are
+    refused with a ``ValueError`` naming them.
 
     Layers (Linear, Conv1d/2d, transformers' Conv1D, MultiheadAttention's projections; others
     are named in a warning and left dense) are pruned in forward order, each on the inputs that
     come through the layers already pruned (``walker``), by ``method`` (``registry``: magnitude,
-    wanda, sparsegpt, and the optimization methods; or a ``OneShotMethod`` instance) solving
-    ``min ||X (W - W0)^T||^2`` under each layer's budget.
+    wanda, sparsegpt (the default), and the optimization methods; or a ``OneShotMethod``
+    instance) solving ``min ||X (W - W0)^T||^2`` under each layer's budget.
 
     - ``calib``: a tensor of samples (batches of 128 along dim 0), a list of batches or a
       DataLoader (read once per layer: it must give the same samples every time);
@@ -272,6 +287,26 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
     Returns a :class:`OneShotResult`: the model (exact zeros), the :class:`OneShotReport` and
     the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
     """
+    if granularity is not None and granularity != "weight":
+        return _prune_units(model, calib, method, granularity, target_density=target_density,
+                            target_params=target_params, target_speedup=target_speedup,
+                            pattern=pattern, allocation=allocation, options=options,
+                            refit=refit, allocation_options=allocation_options,
+                            forward_fn=forward_fn, include=include, exclude=exclude,
+                            progress=progress, sequential=sequential, blocks=blocks,
+                            token_mask_fn=token_mask_fn, offload_dir=offload_dir,
+                            cache_memory_mb=cache_memory_mb, gram_precision=gram_precision,
+                            checkpoint_dir=checkpoint_dir, distributed=distributed,
+                            bias_compensation=bias_compensation,
+                            latency_inputs=latency_inputs, latency_options=latency_options)
+    for name, v in (("target_params", target_params), ("target_speedup", target_speedup),
+                    ("bias_compensation", bias_compensation),
+                    ("latency_inputs", latency_inputs), ("latency_options", latency_options)):
+        if v is not None:
+            raise ValueError(f"{name}= is for structured pruning: give granularity='neuron', "
+                             "'head' or 'channel' too (single weights take target_density or "
+                             "pattern)")
+    method = "sparsegpt" if method is None else method
     t_start = time.perf_counter()
     rss_start = reset_peak_memory()
     if not isinstance(model, nn.Module):
@@ -386,6 +421,52 @@ def prune_oneshot(model: nn.Module, calib, method="sparsegpt", target_density: f
                            pipeline={"mode": res.mode, "blocks": res.blocks,
                                      "block_info": res.block_info})
     return OneShotResult(model, report, masks)
+
+
+def _prune_units(model, calib, method, granularity, *, pattern, refit, options, offload_dir,
+                 cache_memory_mb, checkpoint_dir, distributed, bias_compensation, **kwargs):
+    """``prune_oneshot(granularity=...)``: the arguments of weight pruning refused, the rest
+    handed to ``prune_structured`` (which checks them all before touching the model)."""
+    from dualdrop.nn.oneshot.methods.structured import METHODS as UNIT_METHODS
+    from dualdrop.nn.oneshot.methods.structured import available as unit_methods
+    from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
+    from dualdrop.nn.oneshot.structured import prune_structured
+    from dualdrop.nn.oneshot.units import check_granularity
+
+    check_granularity(granularity)
+    g = granularity if isinstance(granularity, str) else "+".join(map(str, granularity))
+    if pattern is not None:
+        raise ValueError(f"pattern={pattern!r} is N:M sparsity of single weights; with "
+                         f"granularity={g!r} give target_density, target_params or "
+                         "target_speedup (or drop granularity for N:M)")
+    for name, v in (("offload_dir", offload_dir), ("cache_memory_mb", cache_memory_mb),
+                    ("checkpoint_dir", checkpoint_dir)):
+        if v is not None:
+            raise ValueError(f"{name}= is not available for structured pruning "
+                             f"(granularity={g!r}): drop it (the activations are kept in "
+                             "memory, block by block)")
+    if distributed:
+        raise ValueError(f"distributed=True is not available for structured pruning "
+                         f"(granularity={g!r}); leave it None or False")
+    if isinstance(method, OneShotMethod):
+        raise ValueError(f"method is a {type(method).__name__}, a method for single weights; "
+                         f"with granularity={g!r} give one of {unit_methods()} (or a "
+                         "UnitMethod)")
+    if isinstance(method, str) and method in WEIGHT_METHODS and method not in UNIT_METHODS:
+        raise ValueError(f"method={method!r} prunes single weights; with granularity={g!r} "
+                         f"choose one of {unit_methods()}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict of the method's options, got "
+                        f"{type(options).__name__}")
+    opts = dict(options or {})
+    if refit is not None:
+        if not isinstance(refit, bool):
+            raise TypeError(f"refit must be True, False or None, got {refit!r}")
+        opts["refit"] = refit
+    return prune_structured(model, calib, "osscar" if method is None else method,
+                            granularity=granularity, options=opts,
+                            bias_compensation=True if bias_compensation is None
+                            else bias_compensation, **kwargs)
 
 
 def collect_grams(model, steps, calib, forward_fn, progress=False, **pipe) -> dict:

@@ -306,7 +306,7 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
                      forward_fn=None, include=None,
                      exclude=None, latency_inputs=None, latency_options: dict | None = None,
                      progress: bool = True, sequential: str = "auto", blocks=None,
-                     token_mask_fn=None, gram_precision: str = "float32") -> StructuredResult:
+                     token_mask_fn=None, gram_precision: str = "auto") -> StructuredResult:
     """Remove whole units of the trained ``model`` in place (module docstring).
 
     - ``method``: a name of ``methods.structured.available()`` (``magnitude``, ``wanda-sp``,
