@@ -9,6 +9,8 @@ Examples::
         --out runs/dense-wanda24
     dualdrop prune --model net.pt --model-class mypkg.nets:Net --model-args '{"width": 64}' \\
         --calib calib.npy --method sparsegpt --density 0.3 --out runs/net-sgpt30
+    dualdrop prune --from runs/dense --granularity neuron --method osscar \\
+        --target-speedup 1.5 --out runs/dense-osscar15                    # whole neurons
 
 Two sources: ``--from RUN``, the network of a finished ``dualdrop sparsify`` run (calibration
 samples drawn from its training split, test error before and after, optional fine-tuning); or
@@ -21,6 +23,14 @@ the change of its outputs on the calibration data reported. The output folder is
 density, layer objective, seconds, memory). A folder is one run: a rerun with the same settings
 continues it (the pruned network is kept in ``oneshot.pt`` while it is fine-tuned, the
 fine-tuning checkpointed every epoch), a rerun with others is refused.
+
+``--granularity neuron|head|channel`` (or several, ``head+neuron``) removes whole units
+instead (``prune_oneshot(..., granularity=...)``, docs/oneshot.md "Smaller and faster:
+structured one-shot"), with one budget of ``--density`` (of the prunable parameters),
+``--target-params`` or ``--target-speedup`` (measured on the first calibration batch); the run
+folder then also holds ``model_compact.pt``, the physically smaller network
+(``dualdrop.nn.save_compact``; ``load_run(out, layout="compact")``), and ``final.json`` the
+parameters before and after and the units kept per layer.
 """
 
 from __future__ import annotations
@@ -30,8 +40,8 @@ import sys
 import time
 from pathlib import Path
 
-from dualdrop.cli import (UsageError, add_model_options, doc_summary, fraction, method_list,
-                          nonneg_int, out_dir, positive_float)
+from dualdrop.cli import (UsageError, add_model_options, doc_summary, fraction, int_at_least,
+                          method_list, nonneg_int, out_dir, positive_float)
 from dualdrop.cli.sparsify_cmd import parse_hparams
 
 ONESHOT = "oneshot.pt"
@@ -59,17 +69,33 @@ def register(subparsers) -> None:
     p.add_argument("--list-methods", action="store_true",
                    help="print the one-shot methods with their options and the allocations, "
                    "and exit")
-    p.add_argument("--method", default="sparsegpt",
+    p.add_argument("--method", default=None,
                    help="one-shot method: magnitude, wanda, sparsegpt, admm, the penalty "
                    "methods (logsum, mcp, vardrop, hardconcrete, penalty:<name>) and polish "
-                   "(default sparsegpt); see --list-methods")
+                   "(default sparsegpt); with --granularity: magnitude, wanda-sp, flap, ziplm, "
+                   "osscar, logsum, mcp, penalty:<name> (default osscar); see --list-methods")
     p.add_argument("--density", type=fraction, default=None, metavar="D",
-                   help="fraction of weights kept over the pruned layers (0 < D <= 1)")
+                   help="fraction of weights kept over the pruned layers (0 < D <= 1); with "
+                   "--granularity, of the prunable parameters (the units' rows and columns)")
+    p.add_argument("--granularity", default=None, metavar="KIND",
+                   help="remove whole units instead of single weights: neuron, head, channel "
+                   "or several (head+neuron); the run also saves the compact network")
+    p.add_argument("--target-params", type=int_at_least(1), default=None, metavar="N",
+                   help="with --granularity: parameters of the whole pruned network (instead "
+                   "of --density)")
+    p.add_argument("--target-speedup", type=positive_float, default=None, metavar="S",
+                   help="with --granularity: the speed-up of the pruned network, predicted by "
+                   "a latency table measured once on the first calibration batch and cached "
+                   "(instead of --density)")
+    p.add_argument("--no-bias-compensation", action="store_true",
+                   help="with --granularity: do not fold the removed units' mean contribution "
+                   "into the consumer's bias")
     p.add_argument("--pattern", default=None, metavar="N:M",
                    help="N:M sparsity in every layer instead of --density, e.g. 2:4 or 4:8")
     p.add_argument("--allocation", default="uniform",
                    help="how the density is split over layers: uniform (default), global (one "
-                   "magnitude threshold), owl (outlier-weighted), penalty (one penalty level)")
+                   "magnitude threshold), owl (outlier-weighted), penalty (one penalty level); "
+                   "with --granularity: uniform, flap, penalty")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="a method option (repeatable), e.g. --hp blocksize=64; see "
                    "--list-methods")
@@ -132,9 +158,33 @@ def list_methods() -> str:
         rows.append((name, doc_summary(cls), f"--hp: {opts}" if opts else ""))
     rows.append(("penalty:<name>", "the penalty method on any separable penalty of the "
                  "penalties catalog (dualdrop penalties)", "e.g. --method penalty:scad --hp a=3.7"))
-    return method_list("one-shot methods (--method NAME; options --hp NAME=VALUE):", rows,
-                       f"allocations (--allocation): {', '.join(ALLOCATIONS)}; "
-                       "docs/oneshot.md says which method to use")
+    weights = method_list("one-shot methods (--method NAME; options --hp NAME=VALUE):", rows,
+                          f"allocations (--allocation): {', '.join(ALLOCATIONS)}; "
+                          "docs/oneshot.md says which method to use")
+    return weights + "\n\n" + _list_unit_methods()
+
+
+def _list_unit_methods() -> str:
+    """The structured methods (``--granularity``) and their allocations."""
+    from dualdrop.nn.oneshot.methods.structured import METHODS
+    from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
+    from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
+
+    rows = []
+    for name, cls in METHODS.items():
+        opts = ", ".join(f"{k}={v}" for k, v in {**COMMON_DEFAULTS, **cls.common,
+                                                 **cls.defaults}.items()
+                         if k not in ("penalty", "penalty_params"))
+        own = cls.__dict__.get("__doc__") or ""
+        summary = doc_summary(cls if own and "module docstring" not in own
+                              else sys.modules[cls.__module__]).split(": ", 1)[-1]
+        rows.append((name, summary, f"--hp: {opts}"))
+    rows.append(("penalty:<name>", "the group penalty on the units' norms with any separable "
+                 "penalty of the penalties catalog", "e.g. --method penalty:scad"))
+    return method_list("structured methods (--granularity neuron|head|channel --method NAME; "
+                       "default osscar):", rows,
+                       f"allocations (--allocation) with --granularity: {', '.join(ALLOCATIONS)}"
+                       "; budgets: --density, --target-params, --target-speedup")
 
 
 def _check_args(args) -> dict:
@@ -151,13 +201,25 @@ def _check_args(args) -> dict:
     options = {k: _typed(v) for k, v in parse_hparams(args.hp).items()}
     if args.refit:
         options["refit"] = True
-    get_method(args.method, **options)                      # the method and its options
-    if (args.density is None) == (args.pattern is None):
-        raise UsageError("give exactly one of --density D and --pattern N:M")
-    if args.pattern is not None:
-        parse_pattern(args.pattern)
     alloc_options = {k: _typed(v) for k, v in parse_hparams(args.allocation_hp).items()}
-    check_allocation(args.allocation, alloc_options)
+    if args.granularity is not None:
+        _check_structured(args, options, alloc_options)
+        args.method = args.method or "osscar"
+    else:
+        for flag, value in (("--target-params", args.target_params),
+                            ("--target-speedup", args.target_speedup),
+                            ("--no-bias-compensation", args.no_bias_compensation)):
+            if value:
+                raise UsageError(f"{flag} is for structured pruning: add --granularity "
+                                 "neuron|head|channel (single weights take --density or "
+                                 "--pattern)", flag)
+        args.method = args.method or "sparsegpt"
+        get_method(args.method, **options)                  # the method and its options
+        if (args.density is None) == (args.pattern is None):
+            raise UsageError("give exactly one of --density D and --pattern N:M")
+        if args.pattern is not None:
+            parse_pattern(args.pattern)
+        check_allocation(args.allocation, alloc_options)
     if args.model is not None:
         if args.model_class is None:
             raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "
@@ -183,6 +245,33 @@ def _check_args(args) -> dict:
     if args.source is not None and out.resolve() == Path(args.source).resolve():
         raise UsageError("--out must differ from --from (the source run stays as it is)")
     return {"options": options, "allocation_options": alloc_options}
+
+
+def _check_structured(args, options: dict, alloc_options: dict) -> None:
+    """``--granularity``'s method, budget and allocation; the weight-only options refused."""
+    from dualdrop.nn.oneshot.api import check_unit_method
+    from dualdrop.nn.oneshot.methods.structured import get_unit_method
+    from dualdrop.nn.oneshot.unit_allocation import check_allocation
+
+    check_unit_method(args.method, args.granularity)
+    get_unit_method(args.method or "osscar", **options)
+    budgets = [f for f, v in (("--density", args.density), ("--target-params",
+                                                             args.target_params),
+                              ("--target-speedup", args.target_speedup)) if v is not None]
+    if args.pattern is not None:
+        raise UsageError("--pattern is N:M sparsity of single weights; with --granularity give "
+                         "--density, --target-params or --target-speedup", "--pattern")
+    if len(budgets) != 1:
+        raise UsageError("give exactly one budget with --granularity: --density D (of the "
+                         "prunable parameters), --target-params N or --target-speedup S",
+                         budgets[1] if len(budgets) > 1 else "--density")
+    if args.target_speedup is not None and args.target_speedup < 1:
+        raise UsageError(f"must be at least 1, got {args.target_speedup}", "--target-speedup")
+    check_allocation(args.allocation, alloc_options)
+    if args.finetune_epochs:
+        raise UsageError("--finetune-epochs is for single weights; a structured run is saved "
+                         "compact (fine-tune load_run(out, layout='compact') in Python)",
+                         "--finetune-epochs")
 
 
 def _calib_count(args) -> int | None:
@@ -312,6 +401,10 @@ def prune_run(args) -> dict:
                 "seed": args.seed,
                 "exclude": args.exclude, "finetune_epochs": args.finetune_epochs,
                 "lr": args.lr}
+    if args.granularity is not None:
+        settings.update(granularity=args.granularity, target_params=args.target_params,
+                        target_speedup=args.target_speedup,
+                        bias_compensation=not args.no_bias_compensation)
     existed = out.exists()
     rerun = claim_run_folder(out, settings)
     saved = out / ONESHOT
@@ -330,32 +423,68 @@ def prune_run(args) -> dict:
     final = {"status": "finished", "method": f"oneshot:{args.method}", **src["final"],
              "target": res.report.target, "allocation": args.allocation, "options": options,
              "allocation_options": alloc_options, "calib": settings["calib"],
-             "seed": args.seed, **oneshot, "nonzero_total": res.report.density,
-             "nonzero": {r["layer"]: r["density"] for r in res.report.layers},
-             "objective": res.report.objectives(), "finetune_epochs": args.finetune_epochs}
+             "seed": args.seed, **oneshot, "objective": res.report.objectives(),
+             "finetune_epochs": args.finetune_epochs}
+    if args.granularity is None:
+        final.update(nonzero_total=res.report.density,
+                     nonzero={r["layer"]: r["density"] for r in res.report.layers})
+    else:
+        rep = res.report
+        final.update(granularity=args.granularity, params_before=rep.params_before,
+                     params_after=rep.params_after, predicted_speedup=rep.predicted_speedup,
+                     units={r["layer"]: [r["kept"], r["units"]] for r in rep.layers})
     if args.finetune_epochs:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
     final.update(src["evaluate"](net))
     atomic_write_json(out / "report.json", res.report.to_dict())
     atomic_save(net.state_dict(), out / "model.pt")
+    if args.granularity is not None:
+        final["model_files"] = _save_compact(res, out)
     atomic_write_json(out / "final.json", final)
     saved.unlink(missing_ok=True)
     return final
 
 
+def _save_compact(res, out: Path) -> dict:
+    """``out/model_compact.pt``: the network of a structured run with the removed units gone
+    (``res.compact()``, its outputs checked against the zeroed network's); the files' record
+    (a warning and no compact file when the export fails: ``model.pt`` holds the network)."""
+    import warnings
+
+    from dualdrop.nn import save_compact
+    from dualdrop.nn._files import atomic_target
+    from dualdrop.train.export import MODEL, MODEL_COMPACT
+
+    (out / MODEL_COMPACT).unlink(missing_ok=True)
+    try:
+        small = res.compact()
+    except (ImportError, ValueError, RuntimeError) as exc:
+        warnings.warn(f"the compact export failed ({exc}); {out / MODEL} holds the pruned "
+                      "network with the removed units zeroed", UserWarning, stacklevel=2)
+        return {"dense": MODEL, "compact": None}
+    with atomic_target(out / MODEL_COMPACT) as tmp:
+        save_compact(small, tmp)
+    return {"dense": MODEL, "compact": MODEL_COMPACT,
+            "compact_params": sum(p.numel() for p in small.parameters())}
+
+
 def _prune_once(args, net, calib, checked: dict, evaluate) -> tuple:
-    """``(OneShotResult, record)``: ``net`` pruned by ``prune_oneshot``, the seconds it took
-    and its evaluation."""
+    """``(OneShotResult or StructuredResult, record)``: ``net`` pruned by ``prune_oneshot``,
+    the seconds it took and its evaluation."""
     from dualdrop.nn.oneshot import prune_oneshot
     from dualdrop.train.user_model import calibration_batches
 
     t0 = time.perf_counter()
+    units = {} if args.granularity is None else {
+        "granularity": args.granularity, "target_params": args.target_params,
+        "target_speedup": args.target_speedup,
+        "bias_compensation": not args.no_bias_compensation}
     res = prune_oneshot(net, calibration_batches(calib), args.method,
                         target_density=args.density, pattern=args.pattern,
                         allocation=args.allocation, options=checked["options"],
                         allocation_options=checked["allocation_options"],
-                        exclude=args.exclude, progress=not args.no_progress)
+                        exclude=args.exclude, progress=not args.no_progress, **units)
     return res, {"oneshot_seconds": time.perf_counter() - t0,
                  **{f"{k}_oneshot": v for k, v in evaluate(net).items()}}
 
@@ -411,7 +540,15 @@ def run(args) -> int:
                 f"{100 * final['output_change']:.2f}% (relative)")
     seconds = final.get("oneshot_seconds")
     took = f" in {seconds:.1f} s" if seconds is not None else ""
+    if "granularity" in final:
+        sp = final["predicted_speedup"]
+        size = (f"parameters {final['params_before']:,} -> {final['params_after']:,}"
+                + (f" (predicted speed-up {sp:.2f}x)" if sp else ""))
+    else:
+        size = f"{final['nonzero_total']:.4f} nonzero"
     print(f"{final['method']} ({final['target']}, allocation {final['allocation']}): "
-          f"{final['nonzero_total']:.4f} nonzero, {what}{took}{tail}; outputs in {args.out}")
-    print(f"  in Python: dualdrop.train.load_run({str(args.out)!r})", file=sys.stdout)
+          f"{size}, {what}{took}{tail}; outputs in {args.out}")
+    compact = (final.get("model_files") or {}).get("compact")
+    layout = ", layout='compact'" if compact else ""
+    print(f"  in Python: dualdrop.train.load_run({str(args.out)!r}{layout})", file=sys.stdout)
     return 0

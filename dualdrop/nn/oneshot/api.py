@@ -427,14 +427,9 @@ def _prune_units(model, calib, method, granularity, *, pattern, refit, options, 
                  cache_memory_mb, checkpoint_dir, distributed, bias_compensation, **kwargs):
     """``prune_oneshot(granularity=...)``: the arguments of weight pruning refused, the rest
     handed to ``prune_structured`` (which checks them all before touching the model)."""
-    from dualdrop.nn.oneshot.methods.structured import METHODS as UNIT_METHODS
-    from dualdrop.nn.oneshot.methods.structured import available as unit_methods
-    from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
     from dualdrop.nn.oneshot.structured import prune_structured
-    from dualdrop.nn.oneshot.units import check_granularity
 
-    check_granularity(granularity)
-    g = granularity if isinstance(granularity, str) else "+".join(map(str, granularity))
+    g = check_unit_method(method, granularity)
     if pattern is not None:
         raise ValueError(f"pattern={pattern!r} is N:M sparsity of single weights; with "
                          f"granularity={g!r} give target_density, target_params or "
@@ -448,13 +443,6 @@ def _prune_units(model, calib, method, granularity, *, pattern, refit, options, 
     if distributed:
         raise ValueError(f"distributed=True is not available for structured pruning "
                          f"(granularity={g!r}); leave it None or False")
-    if isinstance(method, OneShotMethod):
-        raise ValueError(f"method is a {type(method).__name__}, a method for single weights; "
-                         f"with granularity={g!r} give one of {unit_methods()} (or a "
-                         "UnitMethod)")
-    if isinstance(method, str) and method in WEIGHT_METHODS and method not in UNIT_METHODS:
-        raise ValueError(f"method={method!r} prunes single weights; with granularity={g!r} "
-                         f"choose one of {unit_methods()}")
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict of the method's options, got "
                         f"{type(options).__name__}")
@@ -467,6 +455,25 @@ def _prune_units(model, calib, method, granularity, *, pattern, refit, options, 
                             granularity=granularity, options=opts,
                             bias_compensation=True if bias_compensation is None
                             else bias_compensation, **kwargs)
+
+
+def check_unit_method(method, granularity) -> str:
+    """Refuse a method of single weights with ``granularity`` (checked too); the granularity
+    as one string for messages."""
+    from dualdrop.nn.oneshot.methods.structured import METHODS as UNIT_METHODS
+    from dualdrop.nn.oneshot.methods.structured import available as unit_methods
+    from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
+    from dualdrop.nn.oneshot.units import check_granularity
+
+    g = "+".join(check_granularity(granularity))
+    if isinstance(method, OneShotMethod):
+        raise ValueError(f"method is a {type(method).__name__}, a method for single weights; "
+                         f"with granularity={g!r} give one of {unit_methods()} (or a "
+                         "UnitMethod)")
+    if isinstance(method, str) and method in WEIGHT_METHODS and method not in UNIT_METHODS:
+        raise ValueError(f"method={method!r} prunes single weights; with granularity={g!r} "
+                         f"choose one of {unit_methods()}")
+    return g
 
 
 def collect_grams(model, steps, calib, forward_fn, progress=False, **pipe) -> dict:
