@@ -311,16 +311,9 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     rss_start = reset_peak_memory()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"options must be a dict of the method's options, got "
-                        f"{type(options).__name__}")
-    opts = dict(options or {})
-    if refit is not None:
-        if not isinstance(refit, bool):
-            raise TypeError(f"refit must be True, False or None, got {refit!r}")
-        if isinstance(method, OneShotMethod):
-            raise ValueError("method is a built OneShotMethod: set refit in its constructor")
-        opts["refit"] = refit
+    if refit is not None and isinstance(method, OneShotMethod):
+        raise ValueError("method is a built OneShotMethod: set refit in its constructor")
+    opts = _method_options(options, refit)
     meth = get_method(method, **opts)
     density, nm = _budget_spec(target_density, pattern)
     if allocation_options is not None and not isinstance(allocation_options, dict):
@@ -443,6 +436,14 @@ def _prune_units(model, calib, method, granularity, *, pattern, refit, options, 
     if distributed:
         raise ValueError(f"distributed=True is not available for structured pruning "
                          f"(granularity={g!r}); leave it None or False")
+    return prune_structured(model, calib, "osscar" if method is None else method,
+                            granularity=granularity, options=_method_options(options, refit),
+                            bias_compensation=True if bias_compensation is None
+                            else bias_compensation, **kwargs)
+
+
+def _method_options(options, refit) -> dict:
+    """The method's options, with ``refit`` set in them unless it is None."""
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options must be a dict of the method's options, got "
                         f"{type(options).__name__}")
@@ -451,10 +452,7 @@ def _prune_units(model, calib, method, granularity, *, pattern, refit, options, 
         if not isinstance(refit, bool):
             raise TypeError(f"refit must be True, False or None, got {refit!r}")
         opts["refit"] = refit
-    return prune_structured(model, calib, "osscar" if method is None else method,
-                            granularity=granularity, options=opts,
-                            bias_compensation=True if bias_compensation is None
-                            else bias_compensation, **kwargs)
+    return opts
 
 
 def check_unit_method(method, granularity) -> str:
