@@ -158,10 +158,14 @@ def layer_objectives(args):
     grams = collect(model, steps, calib, default_forward)
     problems = [unit_problem(s.group, s.weights()[0], grams[s.group.name], True) for s in steps]
     rows = [json.loads(line) for line in open(args.out)]
+    seen = set()
     for r in rows:
         if r["allocation"] not in args.allocations or _speedup(r) not in args.speedups:
             continue
         counts = {x["layer"]: x["kept"] for x in r["layers"]}
+        if json.dumps(counts, sort_keys=True) in seen:   # the same units as a row before
+            continue
+        seen.add(json.dumps(counts, sort_keys=True))
         print(f"### the units of {r['method']} {r['allocation']} {r['allocation_options']} "
               f"{r['target']}x: objective on the dense model's Gram (CPU seconds)")
         print("| layer | kept | " + " | ".join(args.methods) + " |")
