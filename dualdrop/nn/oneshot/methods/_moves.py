@@ -496,8 +496,8 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
 
 
 @_kernel
-def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
-               floor, rtol, max_swaps, refresh):
+def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups, gstart,
+               pairs, floor, rtol, max_swaps, refresh):
     """Swaps in one row until none improves by more than ``rtol`` of its error (``MT`` valid
     on entry): removal candidates in order of their cost, each paired with its best addition (in
     its group with ``use_groups``), the first improving pair applied (:func:`_swap`); with
@@ -515,8 +515,8 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart,
     n = 0
     since = 0
     refused = 0
-    f_built = f  # the error of S_built (exact once checked: the f given may have drifted)
-    exact = False
+    f_built = f  # the error of S_built (exact once checked, or given so: f_exact)
+    exact = f_exact
     S_built = S[:s].copy()
     banned = np.zeros(p, dtype=np.bool_)  # inputs refused since the last swap
     costs = np.empty(s)
@@ -631,17 +631,18 @@ def _exact_f(Gd, b, c0, S, s):
 
 
 @_kernel
-def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, use_groups, gstart, pairs, floor, rtol,
-           max_swaps, refresh):
-    """:func:`_swap_loop` from the row's state (``f`` its error; ``MT`` and ``c`` computed
-    here), leaving the state up to date. Returns ``(f, swaps)``."""
+def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, f_exact, gid, use_groups, gstart, pairs, floor,
+           rtol, max_swaps, refresh):
+    """:func:`_swap_loop` from the row's state (``f`` its error, ``f_exact`` when it comes from
+    a build, not from moves since; ``MT`` and ``c`` computed here), leaving the state up to
+    date. Returns ``(f, swaps)``."""
     p = Gd.shape[0]
     if s == 0 or s == p:
         return f, 0
     MT = np.empty((s, p))
     _fill_mt(Gd, S, s, H, MT, c, inS)
-    return _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, gid, use_groups, gstart, pairs,
-                      floor, rtol, max_swaps, refresh)
+    return _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups, gstart,
+                      pairs, floor, rtol, max_swaps, refresh)
 
 
 @_kernel
@@ -720,8 +721,8 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
             if np.isnan(df):
                 break
             s1 += -1 if down else 1
-            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, gid, no,
-                               gstart, no, floor, rtol, max_swaps, refresh)
+            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, no, gid,
+                               no, gstart, no, floor, rtol, max_swaps, refresh)
             at = depth + s1 - s
             if f1 < out_f[at] - rtol * f1:
                 out_f[at] = f1

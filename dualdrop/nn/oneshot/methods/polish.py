@@ -140,9 +140,10 @@ class _Row:
         """Swaps until none improves, then (``pairs``) 2-for-2 replacements (:func:`_swaps`;
         within groups with ``use_groups``); returns their number."""
         self.f, n = _swaps(Gd, b, c0, self.S, self.s, self.H, self.u, self.g, self.c, self.inS,
-                           self.f, gid, use_groups, gstart, pairs, SWAP_FLOOR, rtol, max_swaps,
-                           REFRESH)
-        self.moves = 0  # _swaps rebuilds against drift itself
+                           self.f, self.moves == 0, gid, use_groups, gstart, pairs, SWAP_FLOOR,
+                           rtol, max_swaps, REFRESH)
+        if n:
+            self.moves = 0  # _swaps rebuilds against drift itself, and ends on an exact error
         self.c_ok = True
         return n
 
@@ -364,13 +365,13 @@ class SupportSearch:
 
         With ``effort`` (``"swaps"`` or ``"full"``: :meth:`polish`'s for a pattern) each row is
         polished right after it is fixed, from the same state (the rows of a pattern are
-        independent: one build per row, and no state kept between rows), and the layer is
-        never left worse than its fixed supports (:meth:`keep_better`). Returns the swaps."""
+        independent: one build per row, and no state kept between rows); each row's search
+        ends no worse than its fixed support, both errors computed from scratch
+        (:func:`~._moves._swap_loop`). Returns the swaps."""
         N, _ = self.pattern
         gid = self.gid
         n_groups = int(gid.max()) + 1 if gid.size else 0
         want0 = np.minimum(N, np.bincount(gid, minlength=n_groups))
-        start = []
         swaps = 0
         for r in range(self.lp.R):
             st = self.row(r)
@@ -394,15 +395,14 @@ class SupportSearch:
                     break
             self.supports[r] = st.support
             if effort:
-                start.append(self.supports[r])
                 swaps += st.swaps(self.Gd, self.lp.B[r], self.lp.c0[r], gid, self.gstart, True,
                                   effort == "full", SWAP_RTOL, 100_000)
                 self.supports[r] = st.support
                 self._drop(r)  # the next row's state takes its memory
             else:
                 self._touch(r, st)
-        if effort:
-            self.keep_better(start)
+        # each row's swaps end no worse than its fixed support (checked from scratch in
+        # _swap_loop): the rows are independent, nothing more to compare
         return swaps
 
     def swap_rows(self, rows=None, pairs=True, max_swaps=100_000, rtol=SWAP_RTOL):
@@ -465,7 +465,7 @@ class SupportSearch:
             out_S = np.zeros((2 * depth + 1, max(1, min(q, s + depth))), dtype=np.int64)
             out_f = np.empty(2 * depth + 1)
             _ladder(self.Gd, self.lp.B[r], self.lp.c0[r], st.S, s, st.H, st.u, st.g, st.c,
-                    st.inS, st.f, self.gid, self.gstart, SWAP_FLOOR, 1e-9, 100_000, REFRESH,
+                    st.inS, st.f, self.gid, self.gstart, SWAP_FLOOR, SWAP_RTOL, 100_000, REFRESH,
                     depth, out_S, out_f)
             cand[r] = (s, out_S, out_f)
             self._ladders[r] = (key, cand[r])
