@@ -2,7 +2,8 @@
 of the whole ``prune_oneshot`` call, each layer's objective and the test error (perplexity for
 GPT-2), for ``admm`` and the penalty method with each polish effort, interleaved over
 ``--rounds`` rounds (the order rotated each round; medians of seconds; the pruned weights are
-the same every round), one thread.
+the same every round), one thread. Wall and CPU seconds of the process (on a shared machine the
+CPU time is what the method cost, the wall time what the load made of it).
 
     OMP_NUM_THREADS=1 python3 benchmarks/nn_accuracy/oneshot_effort.py --nets lenet300 lenet5 \\
         transformer gpt2 --data-dir ../shared/mnist --targets 0.2 0.1 0.05 2:4 --rounds 3 \\
@@ -69,12 +70,13 @@ def main():
     for net_name in args.nets:
         net = network(net_name, args.data_dir, args.calib)
         ppl = net_name == "gpt2"
-        print(f"\n#### {net_name}\n\n| target | method | s (median) | layer objectives | "
-              f"{'test perplexity' if ppl else 'test error (%)'} | load |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print(f"\n#### {net_name}\n\n| target | method | s (median) | CPU s (median) | "
+              f"layer objectives | {'test perplexity' if ppl else 'test error (%)'} | load |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for target in args.targets:
             exclude = EXCLUDE_NM.get(net_name) if ":" in target else None
             secs = {m: [] for m in args.methods}
+            cpu = {m: [] for m in args.methods}
             out = {}
             load0 = load()
             warm_up(args.methods, target)
@@ -83,10 +85,11 @@ def main():
                 for m in order:
                     name, opts = method_spec(m)
                     model = net.load()
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     res = prune_oneshot(model, net.calib, get_method(name, **opts),
                                         progress=False, exclude=exclude, **parse_target(target))
                     secs[m].append(time.perf_counter() - t0)
+                    cpu[m].append(time.process_time() - c0)
                     if m not in out:
                         out[m] = ([(row["layer"], row["objective"]) for row in res.report.layers],
                                   net.errors(model)["test"])
@@ -95,11 +98,13 @@ def main():
                 objs, err = out[m]
                 shown = f"{err:.3f}" if ppl else f"{100 * err:.2f}"
                 print(f"| {target} | {m} | {statistics.median(secs[m]):.2f} | "
+                      f"{statistics.median(cpu[m]):.2f} | "
                       f"{', '.join(f'{o:.5f}' for _, o in objs)} | {shown} | {span} |", flush=True)
                 if args.out:
                     with args.out.open("a") as fh:
                         fh.write(json.dumps({"net": net_name, "target": target, "method": m,
-                                             "seconds": secs[m], "layers": objs, "test": err,
+                                             "seconds": secs[m], "cpu_seconds": cpu[m],
+                                             "layers": objs, "test": err,
                                              "load": span,
                                              "when": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
 

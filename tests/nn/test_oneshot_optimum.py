@@ -13,7 +13,7 @@ from dualdrop.nn.oneshot.methods import _moves as K
 from dualdrop.nn.oneshot.methods import polish as P
 from dualdrop.nn.oneshot.methods._layer import ScaledLayer, exact_optimum
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, layer_objective
-from dualdrop.nn.oneshot.methods.penalty import allocate_penalty
+from dualdrop.nn.oneshot.methods.penalty import _Path, allocate_penalty, nm_start, resolve
 from dualdrop.nn.oneshot.registry import get_method
 from oneshot_reference import blob_images
 
@@ -261,6 +261,31 @@ def test_rows_with_a_short_group_are_polished_too():
             for k in range(4 * (j // 4), 4 * (j // 4) + 4):
                 if k not in S:
                     assert _row_error(G, W0[r], S - {j} | {k}) >= e - 1e-6 * (e + 1e-9), (r, j, k)
+
+
+def test_nm_start_ranks_the_fits_weights_then_the_trained_ones():
+    """With the polish, an N:M row starts from the N largest ``|u|`` of the path's last fit in
+    every group, the inputs the fit left at 0 ranked after them by ``|u0|``; the polished
+    result is never above that start's refit."""
+    W0, G = _constant_inputs_layer(seed=1)
+    sl = ScaledLayer(W0, G)
+    b = Budget(pattern=(2, 4))
+    rng = np.random.default_rng(0)
+    U = sl.U0 * rng.uniform(0.5, 2.0, sl.U0.shape) * (rng.random(sl.U0.shape) < 0.4)
+    m = nm_start(sl, U, b)
+    assert bool((m.reshape(sl.R, -1, 4).sum(-1) == 2).all())
+    a0 = np.abs(sl.U0)
+    for r in range(sl.R):
+        for lo in range(0, sl.q, 4):
+            key = [(U[r, j] != 0, abs(U[r, j]) if U[r, j] else a0[r, j]) for j in range(lo, lo + 4)]
+            kept = sorted(range(4), key=lambda j: key[j], reverse=True)[:2]
+            assert set(np.flatnonzero(m[r, lo:lo + 4]).tolist()) == set(kept), (r, lo)
+    path = _Path(sl, resolve("logsum"), 1e-2, 1)
+    U, _ = path.to_budget(sl.live_target(b), ratio=0.5, slack=0.05, max_refine=12)
+    start = [np.flatnonzero(row) for row in nm_start(sl, U, b)]
+    W = get_method("logsum").prune(W0, G, b)
+    after = layer_objective(W, W0, G) * sl.energy
+    assert after <= sl.row_errors(start, range(sl.R)).sum() * (1 + 1e-9)
 
 
 def test_swaps_end_when_a_refresh_shows_no_progress():

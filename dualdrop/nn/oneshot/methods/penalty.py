@@ -21,8 +21,9 @@ of the last two ``alpha`` is then bisected (warm starts from the sparser end) to
 rest refit by least squares, ``polish.SupportSearch.fix_budget``) land on exactly ``n_keep``, the
 kept weights are refit by least squares on their support, and (``polish=True``) the support is
 polished by swaps and transfers between rows. N:M patterns: the path runs to the pattern's
-density, then every group is brought to exactly ``N`` nonzeros by exact greedy moves and polished
-by swaps inside groups.
+density; with the polish every group then starts from the ``N`` largest weights of the last fit
+(:func:`nm_start`) and is polished by swaps inside groups, without it every group is brought to
+exactly ``N`` nonzeros by exact greedy moves.
 
 **Penalty level across layers** (:func:`level_curve`, ``allocation="penalty"``). Written with
 the layer's relative error ``e = E(W) / E(0)``, the layer problem is ``min e / 2 + level sum
@@ -188,6 +189,17 @@ class _Path:
         return U_lo, a_lo
 
 
+def nm_start(sl: ScaledLayer, U, budget: Budget):
+    """The N:M support the polish starts from: in every group, the ``N`` largest ``|u|`` of the
+    path's last fit ``U``, then (groups the fit left short) the largest ``|u0|``. A better
+    start for the swaps than the exact greedy moves from ``U != 0`` (those move about a third
+    of a row's support, one ``O(p |S|)`` update each, and end in a worse local optimum: on
+    LeNet-300-100 at 2:4, 8% above this start's polished error on 100 rows of the first layer,
+    0.7% on the second, in 1.4x and 2.4x the time)."""
+    a0 = np.abs(sl.U0)
+    return sl.top_mask(np.where(U != 0, np.abs(U) + a0.max(initial=0.0) + 1.0, a0), budget)
+
+
 def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=True,
                     ratio=0.5, slack=0.05, max_refine=12, tol=1e-2, n_threads=1):
     """Prune ``sl`` to ``budget`` with the penalty ``P`` (module docstring). Returns ``(U, mask,
@@ -206,7 +218,10 @@ def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=Tr
     if not refit:
         mask = sl.top_mask(np.abs(U), budget)
         return U, mask, {**info, "seconds": time.perf_counter() - t0}
-    search = SupportSearch(sl, U != 0, pattern=budget.pattern)
+    start = U != 0
+    if budget.pattern is not None and polish:
+        start = nm_start(sl, U, budget)
+    search = SupportSearch(sl, start, pattern=budget.pattern)
     info["swaps"], info["transfers"] = search.meet_budget(budget, polish)
     info["seconds"] = time.perf_counter() - t0
     return U, search.mask(), info
