@@ -465,7 +465,7 @@ class SupportSearch:
             out_S = np.zeros((2 * depth + 1, max(1, min(q, s + depth))), dtype=np.int64)
             out_f = np.empty(2 * depth + 1)
             _ladder(self.Gd, self.lp.B[r], self.lp.c0[r], st.S, s, st.H, st.u, st.g, st.c,
-                    st.inS, st.f, self.gid, self.gstart, SWAP_FLOOR, SWAP_RTOL, 100_000, REFRESH,
+                    st.inS, st.f, self.gid, self.gstart, SWAP_FLOOR, 1e-9, 100_000, REFRESH,
                     depth, out_S, out_f)
             cand[r] = (s, out_S, out_f)
             self._ladders[r] = (key, cand[r])
