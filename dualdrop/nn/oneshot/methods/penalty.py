@@ -191,11 +191,12 @@ class _Path:
 
 def nm_start(sl: ScaledLayer, U, budget: Budget):
     """The N:M support the polish starts from: in every group, the ``N`` largest ``|u|`` of the
-    path's last fit ``U``, then (groups the fit left short) the largest ``|u0|``. A better
-    start for the swaps than the exact greedy moves from ``U != 0`` (those move about a third
-    of a row's support, one ``O(p |S|)`` update each, and end in a worse local optimum: on
-    LeNet-300-100 at 2:4, 8% above this start's polished error on 100 rows of the first layer,
-    0.7% on the second, in 1.4x and 2.4x the time)."""
+    path's last fit ``U``, then (groups the fit left short) the largest ``|u0|``. Cheaper for
+    the swaps to start from than exact greedy moves from ``U != 0``, which move about a third of
+    a row's support, one ``O(p |S|)`` update each; on LeNet-300-100 at 2:4 they also ended in
+    a worse local optimum (polished error 8% above this start's on 100 rows of the first layer,
+    0.7% on the second, in 1.4x and 2.4x this start's time), though not on every layer (small
+    digit-like layers with a constant border: lower in 3 of 4 seeds)."""
     a0 = np.abs(sl.U0)
     return sl.top_mask(np.where(U != 0, np.abs(U) + a0.max(initial=0.0) + 1.0, a0), budget)
 
