@@ -91,3 +91,33 @@ def test_refusals_name_the_argument_and_leave_the_model(kw, exc, match):
     with pytest.raises(exc, match=match):
         prune_oneshot(model, bert_calib(), progress=False, **kw)
     assert _same_state(model, before)
+
+
+def test_structured_result_exports_to_onnx_and_times(tmp_path):
+    """The compact model of a structured prune exports to ONNX with dynamic axes (outputs equal
+    at another batch and length) and enters the latency report smaller than the dense model."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import warnings
+
+    from dualdrop.nn import OnnxModel, export_onnx, latency
+
+    model = tiny_bert()
+    res = prune_oneshot(model, bert_calib(), granularity=("head", "neuron"),
+                        target_density=0.5, progress=False)
+    small = res.compact()
+    x = {"input_ids": torch.randint(0, 60, (2, 10))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        export_onnx(small, x, tmp_path / "small.onnx")
+    g = torch.Generator().manual_seed(1)
+    longer = {"input_ids": torch.randint(0, 60, (3, 16), generator=g)}
+    got = OnnxModel(tmp_path / "small.onnx")(**longer)
+    got = torch.as_tensor(got[0] if isinstance(got, (tuple, list)) else got)
+    torch.testing.assert_close(got, outputs(model, longer), rtol=0, atol=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = latency(model, x, layouts=["dense", "compact"], batch_sizes=(2,), rounds=2,
+                      progress=False)
+    rows = {r["layout"]: r for r in rep.rows}
+    assert rows["compact"]["params"] < rows["dense"]["params"]
