@@ -482,3 +482,25 @@ def test_the_block_triangle_gram_is_the_full_product(width):
     ref = sum(x.T @ x for x in xs)
     assert torch.allclose(G, ref, rtol=1e-12, atol=1e-10)
     assert torch.equal(G, G.T)
+
+
+def test_a_killed_runs_cache_files_are_removed_by_the_next_run(tmp_path):
+    """The activation cache's folder of a process that is gone (a run killed mid-way) is removed
+    when the next cache opens in the same offload_dir; a live process's folder is left."""
+    from dualdrop.nn.oneshot.storage import ActivationCache
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f"dualdrop-cache-{gone.pid}-abc"
+    live = tmp_path / f"dualdrop-cache-{os.getppid()}-def"
+    other = tmp_path / "mine"
+    for d in (stale, live, other):
+        d.mkdir()
+        (d / "h000000.pt").write_bytes(b"x" * 10)
+    cache = ActivationCache(tmp_path, memory_mb=0)
+    cache.set(0, torch.ones(3))                      # beyond the limit: in a file
+    assert not stale.exists() and live.exists() and other.exists()
+    assert os.path.basename(cache.dir).startswith(f"dualdrop-cache-{os.getpid()}-")
+    assert torch.equal(cache.get(0), torch.ones(3))
+    cache.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "mine"])

@@ -37,8 +37,9 @@ from torch import nn
 
 from dualdrop.nn.oneshot.layers import discover
 from dualdrop.nn.oneshot.methods.base import Budget
-from dualdrop.nn.oneshot.pipeline import Resume, find_blocks, run as run_pipeline
+from dualdrop.nn.oneshot.pipeline import find_blocks, run as run_pipeline
 from dualdrop.nn.oneshot.registry import get_method
+from dualdrop.nn.oneshot.storage import Resume
 from dualdrop.nn.oneshot.walker import default_forward, peak_rss_mb, reset_peak_memory
 
 __all__ = ["prune_oneshot_from_disk", "SafetensorsCheckpoint"]
