@@ -244,3 +244,16 @@ def main(argv=None):
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+
+
+def compact_speedup(dense, small, x, rounds: int = 9) -> float:
+    """The dense network's time over the compact one's on ``x`` (one thread, interleaved
+    rounds, medians of CPU time)."""
+    import statistics
+
+    from dualdrop.nn._timing import interleaved, torch_threads
+
+    with torch_threads(1), torch.no_grad():
+        t = interleaved({"dense": lambda: dense(x), "small": lambda: small(x)},
+                        rounds=rounds, warmup=2, clock="cpu")
+    return statistics.median(t["dense"]) / statistics.median(t["small"])

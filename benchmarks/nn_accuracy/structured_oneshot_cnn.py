@@ -20,7 +20,6 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,9 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import MNISTNet  # noqa: E402
+from oneshot_networks import MNISTNet, compact_speedup  # noqa: E402
 
-from dualdrop.nn._timing import interleaved, torch_threads  # noqa: E402
 from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
 
 BUDGETS = ["params:18224", "density:0.2", "density:0.1"]
@@ -98,11 +96,7 @@ def main(argv=None):
                 secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                 err = net.errors(m)["test"]
                 small = res.compact(x_time)
-                with torch_threads(1), torch.no_grad():
-                    t = interleaved({"dense": lambda: dense(x_time),
-                                     "small": lambda: small(x_time)},
-                                    rounds=9, warmup=2, clock="cpu")
-                sp = statistics.median(t["dense"]) / statistics.median(t["small"])
+                sp = compact_speedup(dense, small, x_time)
                 row = {"key": key, "method": meth, "allocation": alloc, "budget": budget,
                        "test_error": err, "dense_error": dense_err,
                        "params": sum(p.numel() for p in small.parameters()),

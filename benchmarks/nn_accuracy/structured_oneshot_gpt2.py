@@ -19,7 +19,6 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,9 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import GPT2Net  # noqa: E402
+from oneshot_networks import GPT2Net, compact_speedup  # noqa: E402
 
-from dualdrop.nn._timing import interleaved, torch_threads  # noqa: E402
 from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
 
 
@@ -77,11 +75,7 @@ def main(argv=None):
                 secs = time.perf_counter() - t0
                 ppl = net.errors(m)["test"]
                 small = res.compact({"input_ids": x_time})
-                with torch_threads(1), torch.no_grad():
-                    t = interleaved({"dense": lambda: dense(x_time),
-                                     "small": lambda: small(x_time)},
-                                    rounds=9, warmup=2, clock="cpu")
-                sp = statistics.median(t["dense"]) / statistics.median(t["small"])
+                sp = compact_speedup(dense, small, x_time)
                 row = {"key": key, "method": meth, "allocation": alloc, "density": d,
                        "ppl": ppl, "dense_ppl": dense_ppl,
                        "params": sum(p.numel() for p in small.parameters()),
