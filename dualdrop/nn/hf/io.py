@@ -56,7 +56,11 @@ import torch.nn as nn
 
 from dualdrop.nn._graph import first_line
 from dualdrop.nn._layers import is_conv1d, is_dense, out_in
+from dualdrop.nn._save_route import route_save_pretrained, set_saver
+from dualdrop.nn.export import CSRLinear, export_sparse
 from dualdrop.nn.hf import families as fam_
+from dualdrop.nn.quantize import Int8DynamicLinear
+from dualdrop.nn.sparsifier import is_sparsified
 
 FORMAT = "dualdrop-pretrained"
 KEY = "dualdrop"                       # the config.json entry
@@ -71,49 +75,33 @@ _LOADERS = ("save it with dualdrop.nn.save_pretrained(model, dir) and load it wi
 
 # ------------------------------------------------------------------------ the routed method
 
-class _RoutedSave:
-    """``model.save_pretrained`` of a model dualdrop handed out: the transformers method where
-    it is right, :func:`save_pretrained` where the model needs it, a ``ValueError`` naming it
-    where transformers could not load the result (module docstring)."""
-
-    __slots__ = ("model",)
-
-    def __init__(self, model):
-        self.model = model
-
-    def __call__(self, save_directory, *args, **kwargs):
-        model = self.model
-        cls_save = type(model).save_pretrained
-        if kwargs.get("state_dict") is not None:
-            if _sparsified(model):
-                raise ValueError("save_pretrained(state_dict=...) of a sparsified model: its "
-                                 "state_dict holds the method's training state, which a "
-                                 "transformers checkpoint cannot; call "
-                                 "model.save_pretrained(dir) without state_dict to save the "
-                                 "pruned weights, and torch.save(model.state_dict()) for a "
-                                 "training checkpoint")
-            return cls_save(model, save_directory, *args, **kwargs)
-        plan = _plan(model)
-        if not plan.native and not plan.unsavable:
-            raise ValueError(f"transformers' save_pretrained cannot write this "
-                             f"{type(model).__name__}: {plan.why}; {_LOADERS}")
-        if plan.native and not (plan.sparsified or plan.csr or plan.config is not model.config):
-            return cls_save(model, save_directory, *args, **kwargs)
-        if args:
-            raise TypeError("save_pretrained of a pruned model takes its options by name")
-        return _save(plan, _check_target(save_directory, kwargs), kwargs)
-
-    def __repr__(self):
-        return f"<save_pretrained of {type(self.model).__name__}, routed by dualdrop>"
+def _routed_save(model, save_directory, args, kwargs):
+    """``model.save_pretrained`` of a model dualdrop handed out (``dualdrop.nn._save_route``):
+    the transformers method where it is right, :func:`save_pretrained` where the model needs it,
+    a ``ValueError`` naming it where transformers could not load the result (module
+    docstring)."""
+    cls_save = type(model).save_pretrained
+    if kwargs.get("state_dict") is not None:
+        if _sparsified(model):
+            raise ValueError("save_pretrained(state_dict=...) of a sparsified model: its "
+                             "state_dict holds the method's training state, which a "
+                             "transformers checkpoint cannot; call "
+                             "model.save_pretrained(dir) without state_dict to save the "
+                             "pruned weights, and torch.save(model.state_dict()) for a "
+                             "training checkpoint")
+        return cls_save(model, save_directory, *args, **kwargs)
+    plan = _plan(model)
+    if not plan.native and not plan.unsavable:
+        raise ValueError(f"transformers' save_pretrained cannot write this "
+                         f"{type(model).__name__}: {plan.why}; {_LOADERS}")
+    if plan.native and not (plan.sparsified or plan.csr or plan.config is not model.config):
+        return cls_save(model, save_directory, *args, **kwargs)
+    if args:
+        raise TypeError("save_pretrained of a pruned model takes its options by name")
+    return _save(plan, _check_target(save_directory, kwargs), kwargs)
 
 
-def route_save_pretrained(model):
-    """Route ``model.save_pretrained`` through dualdrop (an instance attribute; no-op for a
-    model that is not a Hugging Face ``PreTrainedModel``). Returns ``model``."""
-    if fam_.is_pretrained(model) and not isinstance(model.__dict__.get("save_pretrained"),
-                                                    _RoutedSave):
-        model.__dict__["save_pretrained"] = _RoutedSave(model)
-    return model
+set_saver(_routed_save)
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -133,14 +121,10 @@ class _Plan:
 
 
 def _sparsified(model) -> bool:
-    from dualdrop.nn.sparsifier import is_sparsified
     return is_sparsified(model)
 
 
 def _plan(model) -> _Plan:
-    from dualdrop.nn.export import CSRLinear, export_sparse
-    from dualdrop.nn.quantize import Int8DynamicLinear
-
     sparsified = _sparsified(model)
     plain = export_sparse(model, "dense") if sparsified else model
     plan = _Plan(plain, plain.config, fam_.family(plain), sparsified)
@@ -415,8 +399,6 @@ def _load_dualdrop(d: Path, cls, meta, where):
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    from dualdrop.nn.quantize import Int8DynamicLinear
-
     path = d / WEIGHTS
     try:
         with safe_open(str(path), framework="pt") as h:
@@ -496,7 +478,6 @@ def _build(cls, config):
 
 
 def _to_csr(model, names, where) -> None:
-    from dualdrop.nn.export import CSRLinear
     for name in names:
         try:
             m = model.get_submodule(name)
