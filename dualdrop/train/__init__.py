@@ -19,6 +19,7 @@
 """
 
 from dualdrop.train.engine import FitResult, fit
+from dualdrop.train.heal import HealResult, heal
 from dualdrop.train.config import TrainConfig, available_methods, check_method, resolve_hparams
 from dualdrop.train.evaluate import error_rate
 from dualdrop.train.experiments.compare import load_runs, run_comparison
@@ -30,5 +31,5 @@ from dualdrop.train.report import PAPER_TABLE, comparison_table, plot_comparison
 __all__ = [
     "FitResult", "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
     "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_run", "load_runs",
-    "fit", "plot_comparison", "resolve_hparams", "run_comparison", "train",
+    "fit", "heal", "HealResult", "plot_comparison", "resolve_hparams", "run_comparison", "train",
 ]
