@@ -20,8 +20,27 @@ PACKAGES = ("dualdrop", "penalties")
 MAX_LINES = 650
 
 #: cycles still present while their owners finish breaking them (each one named; a new cycle, or
-#: one of these grown by another module, fails the test)
-ALLOWED_CYCLES: set[frozenset[str]] = set()
+#: one of these grown by another module, fails the test). Remove an entry when its cycle is gone.
+ALLOWED_CYCLES: set[frozenset[str]] = {
+    # the one-shot front door: api.prune_oneshot <-> structured.prune_structured
+    frozenset({"dualdrop.nn.oneshot.api", "dualdrop.nn.oneshot.structured"}),
+    # the old walker beside the block pipeline
+    frozenset({"dualdrop.nn.oneshot.pipeline", "dualdrop.nn.oneshot.walker"}),
+    # the structured unit methods' base and its kept-set / swap helpers
+    frozenset({"dualdrop.nn.oneshot.methods.structured.base",
+               "dualdrop.nn.oneshot.methods.structured._kept",
+               "dualdrop.nn.oneshot.methods.structured._swaps"}),
+    # the numba kernels and their checks
+    frozenset({"penalties.kernels", "penalties._kernel_checks"}),
+    # penalties.curves builds a penalty by name with the catalog's get() in penalties/__init__
+    frozenset({"penalties", "penalties.curves"}),
+}
+
+#: files still over the limit while their owners split them: path -> lines they may not exceed
+ALLOWED_LONG: dict[str, int] = {
+    "dualdrop/nn/oneshot/methods/_moves.py": 732,
+    "dualdrop/nn/oneshot/pipeline.py": 698,
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -147,4 +166,5 @@ def test_no_import_cycle():
 def test_no_source_file_over_650_lines():
     long = {str(p.relative_to(ROOT)): n for p in _modules().values()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {f: n for f, n in long.items() if n > ALLOWED_LONG.get(f, MAX_LINES)}
     assert not long, f"source files over {MAX_LINES} lines (split them): {long}"

@@ -334,7 +334,8 @@ def upgrade(ck: dict, path, fix: str) -> dict:
     run's configuration, compared on resume, fixes it). ``fit``'s checkpoints without a format
     entry: the RNG states of its one process become a list of one."""
     version = ck.get("format")
-    if version is None and "total_steps" in ck and "done_in_epoch" in ck:   # fit, before 3
+    if version is None and {"model", "sparsifier", "total_steps", "done_in_epoch"} <= set(ck):
+        # fit's, before format 3 (other files, e.g. heal's, are left as they are)
         rng, erng = ck.get("rng"), ck.get("epoch_rng")
         return {**ck, "format": FORMAT_VERSION, "rng": [rng] if rng is not None else None,
                 "epoch_rng": [erng] if erng is not None else None}
