@@ -32,6 +32,12 @@ a name ``from_pretrained`` does not look for (it raises "no file named model.saf
 instead of giving wrong outputs, and ``model.save_pretrained(dir)`` on such a model refuses,
 naming :func:`save_pretrained` / :func:`load_pretrained`.
 
+What the config cannot say is recorded under ``"dualdrop"`` in ``config.json``: a submodule
+left out at construction (``BertModel(config, add_pooling_layer=False)``, the way sentence
+encoders are loaded, has no ``pooler``) is listed as ``left_out``, and :func:`load_pretrained`
+builds the class and leaves it out again, so the loaded model is the saved one (transformers'
+own ``from_pretrained`` builds it freshly initialized: it reads no such entry).
+
 Every file is written into a temporary folder beside ``dir``, checked (read back), then moved
 into ``dir`` (``config.json`` last); the weights of an earlier save there (``model*.safetensors``,
 ``pytorch_model*.bin``, ``dualdrop_model.safetensors``) are replaced, other files (a tokenizer)
@@ -94,7 +100,8 @@ def _routed_save(model, save_directory, args, kwargs):
     if not plan.native and not plan.unsavable:
         raise ValueError(f"transformers' save_pretrained cannot write this "
                          f"{type(model).__name__}: {plan.why}; {_LOADERS}")
-    if plan.native and not (plan.sparsified or plan.csr or plan.config is not model.config):
+    if plan.native and not (plan.sparsified or plan.csr or plan.left_out
+                            or plan.config is not model.config):
         return cls_save(model, save_directory, *args, **kwargs)
     if args:
         raise TypeError("save_pretrained of a pruned model takes its options by name")
@@ -118,6 +125,7 @@ class _Plan:
     native: bool = True
     why: str = ""                     # why transformers cannot load it
     unsavable: str = ""               # why dualdrop cannot save it either
+    left_out: list = field(default_factory=list)   # submodules left out at construction
 
 
 def _sparsified(model) -> bool:
@@ -128,6 +136,7 @@ def _plan(model) -> _Plan:
     sparsified = _sparsified(model)
     plain = export_sparse(model, "dense") if sparsified else model
     plan = _Plan(plain, plain.config, fam_.family(plain), sparsified)
+    plan.left_out = _left_out(plain)
     plan.csr = [n for n, m in plain.named_modules() if isinstance(m, CSRLinear)]
     plan.int8 = [n for n, m in plain.named_modules() if isinstance(m, Int8DynamicLinear)]
     skip = plan.csr + plan.int8
@@ -156,6 +165,39 @@ def _plan(model) -> _Plan:
             "Linear layers without their scales (the float export, export_sparse(model, "
             "\"dense\"), is a transformers checkpoint)")
     return plan
+
+
+def _left_out(model) -> list[str]:
+    """The submodules that ``type(model)(model.config)`` has and ``model`` was built without:
+    an attribute left None at construction (``BertModel(config, add_pooling_layer=False)``'s
+    ``pooler``), which the config cannot say. Recorded in ``config.json`` so that
+    :func:`load_pretrained` rebuilds the model without them."""
+    with torch.device("meta"):
+        probe = type(model)(model.config)
+    have = dict(model.named_modules())
+    out = []
+    for name, _ in probe.named_modules():
+        if not name or name in have or any(name.startswith(o + ".") for o in out):
+            continue
+        parent, _, attr = name.rpartition(".")
+        if parent in have and getattr(have[parent], attr, False) is None:
+            out.append(name)
+    return out
+
+
+def _leave_out(model, names, where) -> None:
+    """Set the submodules ``names`` of a freshly built model to None, as they were saved."""
+    for name in names:
+        parent, _, attr = name.rpartition(".")
+        try:
+            owner = model.get_submodule(parent) if parent else model
+        except AttributeError:
+            owner = None
+        if owner is None or not isinstance(getattr(owner, attr, None), nn.Module):
+            raise ValueError(f"{where}/config.json lists {name!r} as left out of the model, "
+                             f"and {type(model).__name__} has no such submodule; save the model "
+                             "again with dualdrop.nn.save_pretrained")
+        setattr(owner, attr, None)
 
 
 def _span(layer_widths) -> str:
@@ -219,9 +261,11 @@ def _save(plan, target: Path, kwargs) -> str:
     try:
         sd = _state_dict(plan)
         meta = {"format": FORMAT, "version": 1, "family": plan.fam, "csr": plan.csr}
+        if plan.left_out:
+            meta["left_out"] = plan.left_out
         if plan.native:
             _write_native(plan, tmp, sd if plan.csr else None, kwargs)
-            if plan.csr:
+            if plan.csr or plan.left_out:
                 _add_key(tmp / "config.json", meta)
         else:
             meta.update(int8=plan.int8, layers=plan.layers, weights=WEIGHTS)
@@ -347,7 +391,12 @@ def load_pretrained(save_directory: str | os.PathLike, *, model_class=None, **kw
     cls = _model_class(raw, model_class, where, transformers)
     meta = _check_meta(raw.get(KEY), where)
     if meta is None or meta.get("weights") is None:
-        model = cls.from_pretrained(str(d), **kwargs)
+        if meta is not None and meta["left_out"]:
+            # transformers builds (and announces as newly initialized) what was left out
+            model = _quietly(lambda: cls.from_pretrained(str(d), **kwargs))
+            _leave_out(model, meta["left_out"], where)
+        else:
+            model = cls.from_pretrained(str(d), **kwargs)
         if KEY in getattr(model.config, "__dict__", {}):
             delattr(model.config, KEY)
     else:
@@ -385,6 +434,7 @@ def _check_meta(meta, where):
         return None
     ok = (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == 1
           and _names(meta.get("csr", [])) and _names(meta.get("int8", []))
+          and _names(meta.get("left_out", []))
           and meta.get("weights") in (None, WEIGHTS)
           and isinstance(meta.get("tied", {}), dict)
           and all(isinstance(k, str) and isinstance(v, str) for k, v in
@@ -392,7 +442,7 @@ def _check_meta(meta, where):
     if not ok:
         raise ValueError(f"{where}/config.json has a malformed {KEY!r} entry; save the model "
                          "again with dualdrop.nn.save_pretrained")
-    return {"csr": [], "int8": [], "tied": {}, "layers": None, **meta}
+    return {"csr": [], "int8": [], "tied": {}, "layers": None, "left_out": [], **meta}
 
 
 def _load_dualdrop(d: Path, cls, meta, where):
@@ -415,6 +465,7 @@ def _load_dualdrop(d: Path, cls, meta, where):
     if KEY in config.__dict__:
         delattr(config, KEY)
     model = _build(cls, config)
+    _leave_out(model, meta["left_out"], where)
     fam = fam_.family(model)
     if meta["layers"] is not None:
         if fam is None:
@@ -460,6 +511,17 @@ def _load_dualdrop(d: Path, cls, meta, where):
         from transformers import GenerationConfig
         model.generation_config = GenerationConfig.from_pretrained(str(d))
     return model
+
+
+def _quietly(fn):
+    """``fn()`` with transformers' logging at errors only."""
+    from transformers.utils import logging as hf_logging
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return fn()
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _build(cls, config):
