@@ -125,7 +125,13 @@ def main(argv=None):
     small, sp, params = prune(model, tok, args.speedup)
     _, eval_s = split(n_calib=512)
     evals = batches(tok, sort_by_length(tok, eval_s), batch=64)
-    dense_emb = embed(model, evals)
+    cached = Path(args.work) / "dense_embeddings.pt"  # the same for every configuration
+    if cached.is_file():
+        dense_emb = torch.load(cached, weights_only=True)
+    else:
+        dense_emb = embed(model, evals)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(dense_emb, cached)
     pool, _ = stdlib_sentences()
     data = batches(tok, sort_by_length(tok, pool), batch=32)
     texts_in_order = [s for s in sort_by_length(tok, pool)]
