@@ -51,6 +51,7 @@ _SUBCOMMANDS = {
     "diagnose": "diagnose_cmd",
     "latency": "latency_cmd",
     "prune": "prune_cmd",
+    "heal": "heal_cmd",
 }
 
 EXIT_USAGE = 2
