@@ -166,8 +166,8 @@ def list_methods() -> str:
 
 def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
-    from dualdrop.nn.oneshot.methods.structured import METHODS
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
+    from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
     from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
 
     rows = []

@@ -90,13 +90,9 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
 
 def kept_total(density: float, total: int) -> int:
     """The one density-to-count rule: ``round(density * total)`` weights kept of ``total``
-    (the prunable weights of the pruned layers); a ``ValueError`` when that keeps none."""
-    n = round(density * total)
-    if n == 0 and total:
-        raise ValueError(f"target_density={density:g} keeps round({density:g} x {total:,}) = 0 "
-                         f"of the {total:,} weights of the pruned layers: no weight at all; "
-                         f"give at least {1 / total:.3g} (one weight)")
-    return n
+    (the prunable weights of the pruned layers). A layer it leaves with no weight is raised to
+    one weight per output row, with a warning (:func:`raise_empty_layers`)."""
+    return round(density * total)
 
 
 def uniform_counts(density: float, sizes: dict[str, int]) -> dict[str, int]:
