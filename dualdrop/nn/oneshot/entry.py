@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from dualdrop.nn.oneshot import run as _run
+import dualdrop.nn.oneshot.run as _run
 from dualdrop.nn.oneshot.job import make_job
 from dualdrop.nn.oneshot.report import OneShotResult, StructuredResult
 
