@@ -102,10 +102,11 @@ def uniform_counts(density: float, sizes: dict[str, int]) -> dict[str, int]:
     return dict(zip(sizes, split_count(total, list(sizes.values()))))
 
 
-def raise_empty_layers(budgets: dict, shapes: dict) -> dict:
+def raise_empty_layers(budgets: dict, shapes: dict, stacklevel: int = 3) -> dict:
     """A density budget that rounds a layer down to no weight at all is raised to one weight
     per output row of it (an emptied layer cuts the network), with a warning naming it;
-    ``shapes``: ``{name: (out, in)}``. Every density budget of single weights goes through
+    ``shapes``: ``{name: (out, in)}``; ``stacklevel``: the warning's, at the user's call.
+    Every density budget of single weights goes through
     here (from memory or from disk)."""
     emptied = [n for n, b in budgets.items() if b.n_keep == 0 and shapes[n][0] * shapes[n][1]]
     if emptied:
@@ -114,7 +115,7 @@ def raise_empty_layers(budgets: dict, shapes: dict) -> dict:
         warnings.warn(f"the budget rounds {len(emptied)} layer(s) to no weight at all, which "
                       f"would cut the network: {emptied[:5]}{' ...' if len(emptied) > 5 else ''}"
                       " keep one weight per output row instead (raise target_density to keep "
-                      "more)", UserWarning, stacklevel=4)
+                      "more)", UserWarning, stacklevel=stacklevel)
     return budgets
 
 
