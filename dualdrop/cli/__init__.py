@@ -51,6 +51,7 @@ _SUBCOMMANDS = {
     "diagnose": "diagnose_cmd",
     "latency": "latency_cmd",
     "prune": "prune_cmd",
+    "heal": "heal_cmd",
 }
 
 EXIT_USAGE = 2
@@ -132,18 +133,21 @@ def doc_summary(obj) -> str:
     """The first sentence of ``obj``'s docstring, without reST markup (``--list-methods``)."""
     para = " ".join((getattr(obj, "__doc__", None) or "").strip().split("\n\n")[0].split())
     para = para.replace("``", "").replace(" (module docstring)", "")
-    para = para[:re.search(r"(?<=[.!?])\s+(?=[A-Z(])|$", para).start()]
-    return para if len(para) <= 100 else para[:para.rfind(" ", 0, 96)] + " ..."
+    return para[:re.search(r"(?<=[.!?])\s+(?=[A-Z(])|$", para).start()]
 
 
 def method_list(title: str, rows, footer: str = "") -> str:
     """``--list-methods``' text: ``title``, then one ``name  summary`` block per row of
     ``(name, summary, detail)`` (``detail`` on its own line when not empty), then ``footer``."""
+    import textwrap
+
     rows = list(rows)
     w = max(len(r[0]) for r in rows) + 2
     lines = [title]
-    for name, summary, detail in rows:
-        lines.append(f"  {name:<{w}}{summary}")
+    for name, summary, detail in rows:  # whole sentences, wrapped between words at 100 columns
+        lines += textwrap.wrap(summary, 100, initial_indent=f"  {name:<{w}}",
+                               subsequent_indent=" " * (w + 2), break_long_words=False,
+                               break_on_hyphens=False) or [f"  {name}"]
         if detail:
             lines.append(f"  {'':<{w}}{detail}")
     return "\n".join(lines + ([footer] if footer else []))

@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.oneshot.api import OneShotResult
+from dualdrop.nn.oneshot.depth import DepthResult, block_chain
 from dualdrop.nn.oneshot.structured import StructuredResult
 from dualdrop.nn.oneshot.walker import default_forward, token_mask
 from dualdrop.train import heal_losses as L
@@ -96,8 +97,10 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     """Train ``student`` to reproduce ``teacher`` on ``data`` (module docstring).
 
     - ``student``: the pruned model (an ``nn.Module``, trained in place), or what
-      ``prune_oneshot`` returned: a ``OneShotResult`` (its model, its masks held) or a
-      ``StructuredResult`` (its compact model, ``res.compact()``, trained and returned).
+      ``prune_oneshot`` returned: a ``OneShotResult`` (its model, its masks held), a
+      ``StructuredResult`` (its compact model, ``res.compact()``, trained and returned) or a
+      ``DepthResult`` (its model; with block matching, each kept block matched to itself in
+      the teacher).
     - ``teacher``: the dense model (left as given: eval mode under ``no_grad``;
       ``teacher_dtype``, e.g. ``torch.bfloat16``, runs a copy in that dtype).
     - ``data``: unlabeled inputs (``dualdrop.train.heal_data``): the calibration batches, a
@@ -127,6 +130,10 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     student back exactly. Returns a :class:`HealResult`.
     """
     given_masks = None
+    if isinstance(student, DepthResult):
+        if block_map is None and block_weight > 0:
+            block_map = list(student.kept)
+        student = student.model
     if isinstance(student, OneShotResult):
         given_masks = student.masks if isinstance(masks, str) and masks == "zeros" else None
         student = student.model
@@ -465,20 +472,12 @@ def _held_names(model, held):
 
 
 def _blocks(model, blocks, who) -> list:
-    """The chain of blocks of ``model``: the container ``blocks`` names, or its largest
-    ModuleList."""
-    named = dict(model.named_modules())
-    if blocks is not None:
-        box = named.get(blocks) if isinstance(blocks, str) else None
-        if not isinstance(box, (nn.ModuleList, nn.Sequential)):
-            raise ValueError(f"blocks={blocks!r} names no ModuleList or Sequential of the "
-                             f"{who}; give the container of its blocks, e.g. 'encoder.layer'")
-        return list(box)
-    lists = [m for m in named.values() if isinstance(m, nn.ModuleList) and len(m) >= 1]
-    if not lists:
-        raise ValueError(f"the {who} has no ModuleList of blocks; pass blocks='...' (the "
-                         "container's name) or leave block_weight=0")
-    return list(max(lists, key=len))
+    """The chain of blocks of ``model`` (``depth.block_chain``: the container ``blocks``
+    names, or its largest ModuleList)."""
+    try:
+        return list(block_chain(model, blocks)[1])
+    except ValueError as exc:
+        raise ValueError(f"the {who}: {exc}") from None
 
 
 def _cast(batch, dtype):

@@ -265,3 +265,35 @@ def test_teacher_runs_once_per_batch_when_cached():
     calls.clear()
     heal(res, teacher, X, steps=12, batch_size=64, lr=1e-3, cache_teacher=False, progress=False)
     assert len(calls) == 12
+
+
+def test_prune_heal_rounds_meet_the_budget_exactly():
+    from dualdrop.train import prune_heal
+
+    teacher = _mlp()
+    X = _data()
+    model = copy.deepcopy(teacher)
+    out = prune_heal(model, X, "sparsegpt", target_density=0.1, rounds=3, heal_steps=15,
+                     teacher=teacher, heal_kwargs={"lr": 3e-3}, progress=False)
+    assert [round(r["target_density"], 4) for r in out.rounds] == [0.4642, 0.2154, 0.1]
+    one = copy.deepcopy(teacher)
+    ref = prune_oneshot(one, X, "sparsegpt", target_density=0.1, progress=False)
+    for name, m in ref.masks.items():  # the same count per layer as one shot at the target
+        W = dict(out.model.named_parameters())[name]
+        assert int((W != 0).sum()) == int(m.sum())
+    assert _kl(out.model, teacher, X) < _kl(one, teacher, X)
+    with pytest.raises(ValueError, match="target_params"):
+        prune_heal(copy.deepcopy(teacher), X, rounds=2, heal_steps=2, target_density=0.5,
+                   granularity="neuron", progress=False)
+
+
+def test_prune_heal_structured_by_parameters():
+    from dualdrop.train import prune_heal
+
+    teacher = _mlp()
+    X = _data()
+    n = sum(p.numel() for p in teacher.parameters())
+    out = prune_heal(copy.deepcopy(teacher), X, "osscar", target_params=n // 2, rounds=2,
+                     heal_steps=10, granularity="neuron", progress=False)
+    assert sum(p.numel() for p in out.model.parameters()) <= n // 2
+    assert out.rounds[0]["target_params"] > n // 2

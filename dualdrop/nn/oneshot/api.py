@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from dualdrop.nn.oneshot.depth import DEPTH_REFUSES, prune_depth
 from dualdrop.nn.oneshot.allocation import allocate, check_allocation
 from dualdrop.nn.oneshot.distributed import context as dist_context
 from dualdrop.nn.oneshot.layers import Step, discover
@@ -287,6 +288,10 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     Returns a :class:`OneShotResult`: the model (exact zeros), the :class:`OneShotReport` and
     the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
     """
+    if granularity == "block":  # depth: whole blocks (depth.py)
+        return prune_depth(model, calib, target_density=target_density,
+                           metric=method or "cosine", blocks=blocks, forward_fn=forward_fn,
+                           refused={k: v for k, v in locals().items() if k in DEPTH_REFUSES})
     if granularity is not None and granularity != "weight":
         return _prune_units(model, calib, method, granularity, target_density=target_density,
                             target_params=target_params, target_speedup=target_speedup,
