@@ -39,6 +39,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dualdrop.nn import METHODS, export_sparse, sparsify  # noqa: E402
+from dualdrop.train.engine import train_step  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
 
 # How a step is run. "loop": as dualdrop.train does it (torch's fused Adam where available, the
@@ -81,7 +82,10 @@ def one_epoch(model, sp, opt, value, X, y, batch=128, total_epochs=200, epoch=0)
     for b in range(steps):
         idx = order[b * batch:(b + 1) * batch]
         loss = F.cross_entropy(model(X[idx]), y[idx])
-        if sp is not None:
+        if not value:  # "loop": the engine's step (dualdrop.train.engine.train_step)
+            train_step(loss, opt, step=epoch * steps + b, total_steps=total, sp=sp, n_train=n)
+            continue
+        if sp is not None:  # "plain": the textbook loop
             loss = loss + sp.regularizer(n, value=value)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -108,14 +108,16 @@ class Report:
         head = (f"structured one-shot {self.method}, {self.target}, allocation "
                 f"{self.allocation}: parameters {self.params_before:,} -> "
                 f"{self.params_after:,}{sp}, {self.seconds:.1f} s")
-        w = max([len(r["layer"]) for r in self.layers] + [5])
-        lines = [head, f"{'layer':<{w}}  {'kind':>7}  {'kept':>11}  {'objective':>10}  "
+        # a row is named after the layer that reads its units (an FFN's neurons: its output
+        # projection); a skipped name is a layer whose own output units stay
+        w = max([len(r["layer"]) for r in self.layers] + [14])
+        lines = [head, f"{'input units of':<{w}}  {'kind':>7}  {'kept':>11}  {'objective':>10}  "
                        f"{'seconds':>8}"]
         for r in self.layers:
             lines.append(f"{r['layer']:<{w}}  {r['kind']:>7}  {r['kept']:>5}/{r['units']:<5}  "
                          f"{r['objective']:>10.4g}  {r['seconds']:>8.2f}")
         for name, why in self.skipped:
-            lines.append(f"{name:<{w}}  not pruned: {why}")
+            lines.append(f"{name:<{w}}  its output units not pruned: {why}")
         return "\n".join(lines)
 
     def __str__(self):
