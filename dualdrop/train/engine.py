@@ -143,7 +143,8 @@ def regularizer_term(sp, n_train: int, world: int = 1) -> torch.Tensor:
     a term of value 0 whose gradient is this process's share of the regularizer's (added to the
     data loss before ``backward``; the callbacks of ``dualdrop.train.callbacks``, whose frameworks
     own the loss, back-propagate it alone)."""
-    return sp.regularizer(n_train, value=False) / world
+    reg = sp.regularizer(n_train, value=False)
+    return reg / world if world != 1 else reg  # (one autograd node less for one process)
 
 
 def finish_step(sp, optimizer, step: int, total_steps: int, scheduler=None) -> None:
