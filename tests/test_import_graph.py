@@ -34,8 +34,6 @@ ALLOWED_CYCLES: set[frozenset[str]] = {
     frozenset({"penalties.kernels", "penalties._kernel_checks"}),
     # penalties.curves builds a penalty by name with the catalog's get() in penalties/__init__
     frozenset({"penalties", "penalties.curves"}),
-    # `prune --heal` calls heal_cmd.heal_phase; heal_cmd reads a run with prune_cmd._from_run
-    frozenset({"dualdrop.cli.heal_cmd", "dualdrop.cli.prune_cmd"}),
 }
 
 #: files still over the limit while their owners split them: path -> lines they may not exceed

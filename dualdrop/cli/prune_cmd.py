@@ -466,11 +466,11 @@ def prune_run(args) -> dict:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
     if args.heal_steps:
-        from dualdrop.cli.heal_cmd import heal_phase
+        from dualdrop.train.heal import heal_in_folder
 
         args.interrupt_hint = (f"the healing is checkpointed in {out / 'heal'}; run the same "
                                "command again to continue")
-        final["heal"] = heal_phase(net, teacher, args.heal_data or calib, out / "heal",
+        final["heal"] = heal_in_folder(net, teacher, args.heal_data or calib, out / "heal",
                                    steps=args.heal_steps, lr=args.heal_lr,
                                    batch_size=args.heal_batch_size, masks=res.masks,
                                    progress=not args.no_progress)
