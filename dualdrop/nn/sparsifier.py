@@ -15,6 +15,7 @@ strong prior. ``Sparsifier.check_balance`` warns when the regularizer dominates 
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 import weakref
 
@@ -245,6 +246,10 @@ class Sparsifier:
         with torch.no_grad():
             reg = float(self.regularizer(n_train))
         loss = float(data_loss)
+        if not math.isfinite(loss) or loss < 0:
+            raise ValueError(f"data_loss must be a finite number >= 0 (the data term of the "
+                             f"loss), got {loss!r}: a NaN or infinite loss means the training "
+                             "diverged (lower the learning rate) or the data hold NaN")
         r = reg / loss if loss > 0 else float("inf")
         if r > ratio:
             warnings.warn(
