@@ -132,10 +132,8 @@ def bench_inference(X, y, Xte, densities, repeats, train_steps):
             for s in range(1, train_steps + 1):
                 idx = torch.randint(0, len(y), (128,))
                 loss = F.cross_entropy(model(X[idx]), y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sp.after_step(opt, s, train_steps)
+                train_step(loss, opt, step=s - 1, total_steps=train_steps, sp=sp,
+                           n_train=len(y))  # the engine's step
         model.eval()
         dense = export_sparse(model, "dense")
         csr = export_sparse(model, "csr")

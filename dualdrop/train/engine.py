@@ -1,10 +1,10 @@
-"""A training engine for any model and any DataLoader: ``fit``, and the step it shares with the
-CLI's runner: ``train_step``, ``run_epoch``.
+"""The training engine, the one training loop of dualdrop: ``fit`` for any model and any
+DataLoader, and its step, ``train_step`` (and ``run_epoch``, which drives the steps of an epoch).
 
 ``fit(model, method, train_loader, loss_fn, steps=... or epochs=..., target_density=D)`` sparsifies
-``model`` with ``method`` (or takes the ``Sparsifier`` handle that ``sparsify`` returned) and
-trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)`` (``loss_fn`` receives the model
-and one batch, so any batch structure works), calling
+``model`` with ``method`` (or takes the ``Sparsifier`` handle that ``sparsify`` returned; or
+``None``: no method) and trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)``
+(``loss_fn`` receives the model and one batch, so any batch structure works), calling
 ``sp.after_step(optimizer, step, total_steps)`` after every step, so the target-density controller
 and the method's own schedule (``dualdrop.nn.density``) see the whole budget. The optimizer is
 built from ``sp.method_param_groups(lr, total_steps)`` (the budget-aware rate of the method's own
@@ -12,28 +12,32 @@ parameters) by ``optimizer`` (a factory, default ``torch.optim.Adam``); the defa
 the paper's linear decay of the learning rate to 0.
 
 Checkpoints (``checkpoint_dir``): every ``checkpoint_every`` steps and at the end, one file
-``checkpoint.pt`` written to a temporary name and moved into place with ``os.replace`` (a crash
-leaves the previous checkpoint whole); read back with ``torch.load(weights_only=True)``. A
-checkpoint holds the model, optimizer, scheduler and controller state, the step counter, and the
-random state needed to continue *exactly*: torch's global generator (dropout, and the seed a
-DataLoader draws for its shuffle when it has no generator of its own), the loader's own generator
-if it has one, Python's and NumPy's; plus the same generators as they were when the current epoch's
-iterator was made. Resuming restores the epoch-start state, rebuilds the iterator (the same
-order, the same worker seeds), skips the batches already done, then restores the current state:
-the resumed run is bit for bit the uninterrupted one. The method's noise is counter-based and
-lives in the model's state dict (``dualdrop.nn._base.NoiseState``).
+``checkpoint.pt`` (format 3 of ``dualdrop.train.checkpoint``) written to a temporary name and
+moved into place with ``os.replace`` (a crash leaves the previous checkpoint whole); read back
+with ``torch.load(weights_only=True)``. A checkpoint holds the model, optimizer, scheduler and
+controller state, the step counter, and the random state needed to continue *exactly*, of every
+process: torch's global generator (dropout, and the seed a DataLoader draws for its shuffle when
+it has no generator of its own), the loader's own generator if it has one, Python's and NumPy's;
+plus the same generators as they were when the current epoch's iterator was made. Resuming
+restores the epoch-start state, rebuilds the iterator (the same order, the same worker seeds),
+skips the batches already done, then restores the current state: the resumed run is bit for bit
+the uninterrupted one. The method's noise is counter-based and lives in the model's state dict
+(``dualdrop.nn._base.NoiseState``).
 
-One step, one order (:func:`train_step`): regularizer gradient, ``zero_grad``, ``backward``, the
-gradient all-reduce of a data-parallel run, ``optimizer.step()``, then ``sp.after_step`` and only
-then ``scheduler.step()``: a method whose ``after_step`` reads the learning rate (AdaProx's prox,
-``w <- prox_{lr lam}(w)``) must see the rate of the gradient step it completes; the other order
-hands it the *next* step's rate, which is 0 after the last step of a linear decay, so the last
-prox would be skipped. :func:`run_epoch` drives the steps of one epoch (a source of batches, the
-step counter, the progress bar, a per-step hook). The CLI's runner (``dualdrop.train.loop``)
-drives the same two functions on its whole-split tensors; what stays its own is what its outputs
-are made of: per-epoch history rows, its checkpoint format (one per epoch, the data order stored
-as ``(seed, next epoch)`` instead of a loader's generators), the ``lam`` warm-up and the
-diagnostics, which would change those files if they went through ``fit``.
+One step, one order (:func:`train_step`): regularizer gradient (:func:`regularizer_term`),
+``zero_grad``, ``backward``, the gradient all-reduce of a data-parallel run, ``optimizer.step()``,
+then (:func:`finish_step`) ``sp.after_step`` and only then ``scheduler.step()``: a method whose
+``after_step`` reads the learning rate (AdaProx's prox, ``w <- prox_{lr lam}(w)``) must see the
+rate of the gradient step it completes; the other order hands it the *next* step's rate, which
+is 0 after the last step of a linear decay, so the last prox would be skipped. The Lightning and
+``transformers.Trainer`` callbacks (``dualdrop.train.callbacks``) call the two halves around
+their framework's backward and optimizer step.
+
+The CLI's protocol (``dualdrop.train.loop``, ``dualdrop sparsify``) is one configuration of
+``fit``: its whole-split batches as the loader (``set_epoch`` picks the epoch's order), one Adam
+rate, a checkpoint every epoch, ``dist`` for torchrun, and :class:`EpochHooks` for what it adds at
+the epochs' boundaries (the ``lam`` warm-up, its per-epoch history row and diagnostics, its
+configuration in the checkpoint).
 """
 
 from __future__ import annotations
@@ -139,7 +143,8 @@ def regularizer_term(sp, n_train: int, world: int = 1) -> torch.Tensor:
     a term of value 0 whose gradient is this process's share of the regularizer's (added to the
     data loss before ``backward``; the callbacks of ``dualdrop.train.callbacks``, whose frameworks
     own the loss, back-propagate it alone)."""
-    return sp.regularizer(n_train, value=False) / world
+    reg = sp.regularizer(n_train, value=False)
+    return reg / world if world != 1 else reg  # (one autograd node less for one process)
 
 
 def finish_step(sp, optimizer, step: int, total_steps: int, scheduler=None) -> None:

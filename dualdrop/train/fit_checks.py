@@ -77,7 +77,8 @@ def _check_fit_args(model, method, loss_fn, train_loader, steps, epochs, lr, opt
     for name, value in (("hparams", hparams), ("sparsify_kwargs", sparsify_kwargs)):
         if value is not None and not isinstance(value, dict):
             raise TypeError(f"{name} must be a dict or None, got {type(value).__name__}")
-    n = _n_train(train_loader, n_train)
+    # (no method: no regularizer to scale)
+    n = _n_train(train_loader, n_train) if method is not None or n_train is not None else None
     if val_loader is not None:
         if not hasattr(val_loader, "__iter__"):
             raise TypeError(f"val_loader must be an iterable of batches (a DataLoader) or None, "
