@@ -26,12 +26,6 @@ ALLOWED_CYCLES: set[frozenset[str]] = {
     frozenset({"dualdrop.nn.oneshot.api", "dualdrop.nn.oneshot.structured"}),
     # the old walker beside the block pipeline
     frozenset({"dualdrop.nn.oneshot.pipeline", "dualdrop.nn.oneshot.walker"}),
-    # the structured unit methods' base and its kept-set / swap helpers
-    frozenset({"dualdrop.nn.oneshot.methods.structured.base",
-               "dualdrop.nn.oneshot.methods.structured._kept",
-               "dualdrop.nn.oneshot.methods.structured._swaps"}),
-    # the numba kernels and their checks
-    frozenset({"penalties.kernels", "penalties._kernel_checks"}),
     # penalties.curves builds a penalty by name with the catalog's get() in penalties/__init__
     frozenset({"penalties", "penalties.curves"}),
 }
