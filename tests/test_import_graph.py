@@ -22,10 +22,6 @@ MAX_LINES = 650
 #: cycles still present while their owners finish breaking them (each one named; a new cycle, or
 #: one of these grown by another module, fails the test). Remove an entry when its cycle is gone.
 ALLOWED_CYCLES: set[frozenset[str]] = {
-    # the one-shot front door: api.prune_oneshot <-> structured.prune_structured
-    frozenset({"dualdrop.nn.oneshot.api", "dualdrop.nn.oneshot.structured"}),
-    # the old walker beside the block pipeline
-    frozenset({"dualdrop.nn.oneshot.pipeline", "dualdrop.nn.oneshot.walker"}),
     # penalties.curves builds a penalty by name with the catalog's get() in penalties/__init__
     frozenset({"penalties", "penalties.curves"}),
 }

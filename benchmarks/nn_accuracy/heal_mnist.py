@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oneshot_networks import MNISTNet  # noqa: E402
 
 from dualdrop.nn import prune_oneshot  # noqa: E402
-from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
+from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 from dualdrop.train import heal  # noqa: E402
 
 CELLS = {"lenet300": ["0.05", "2:4"], "lenet5": ["params:18224"]}

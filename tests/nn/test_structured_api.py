@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dualdrop.nn.oneshot.structured import prune_structured
+from dualdrop.nn.oneshot import prune_structured
 from dualdrop.nn.oneshot.units import find_units
 from dualdrop.nn.oneshot.walker import default_forward
 
