@@ -30,7 +30,8 @@ from dualdrop.nn.oneshot.latency_table import LatencyTable, build_table
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.base import layer_objective
 from dualdrop.nn.oneshot.methods.structured import UnitProblem, get_unit_method
-from dualdrop.nn.oneshot.unit_allocation import CostModel, allocate_units, check_allocation
+from dualdrop.nn.oneshot.unit_allocation import (CostModel, allocate_units, check_allocation,
+                                                lopsided)
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup, check_granularity, find_units
 from dualdrop.nn.oneshot.walker import (collect, default_forward, peak_rss_mb, reset_peak_memory,
                                         trace, walk)
@@ -424,6 +425,9 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         del grams
     counts = allocate_units(allocation, cost, budget, problems, prices, **alloc_opts)
     del problems
+    note = lopsided(counts, dict(zip(names, sizes)), {g.name: g.kind for g in groups})
+    if note:
+        warnings.warn(note, UserWarning, stacklevel=2)
     if target == "dense":
         capture_dense_inputs(model, steps, calib, fwd, token_mask_fn)
 

@@ -112,6 +112,32 @@ def allocate_units(kind: str, cost: CostModel, budget: float, problems=None, pri
     return _penalty(cost, budget, problems, prices, **opts)
 
 
+#: a layer keeping at most this fraction of its units is "nearly emptied" (:func:`lopsided`)
+EMPTIED = 0.1
+
+
+def lopsided(counts: dict, sizes: dict, kinds: dict) -> str | None:
+    """A warning when the budget was spent badly: every unit of one kind kept (every head)
+    while a layer of another kind keeps at most :data:`EMPTIED` of its units (an FFN nearly
+    emptied); the model then pays the whole budget on one kind of unit, which the measured
+    tables of docs/oneshot.md found the worst use of it. None when the counts are even."""
+    by_kind: dict = {}
+    for n, k in kinds.items():
+        by_kind.setdefault(k, []).append(n)
+    full = [k for k, ns in by_kind.items() if all(counts[n] >= sizes[n] for n in ns)]
+    for k in full:
+        starved = [n for kk, ns in by_kind.items() if kk != k for n in ns
+                   if counts[n] <= EMPTIED * sizes[n]]
+        if starved:
+            shown = ", ".join(f"{n} keeps {counts[n]}/{sizes[n]}" for n in starved[:3])
+            return (f"the allocation kept every {k} while {len(starved)} layer(s) of other "
+                    f"units are nearly emptied ({shown}{', ...' if len(starved) > 3 else ''})"
+                    "; such a model is usually much worse than an even one: try "
+                    "allocation='uniform', or allocation='penalty' with allocation_options="
+                    "{'normalize': 'none'}")
+    return None
+
+
 def _uniform(cost, budget):
     def at(f):
         return {n: max(1, min(s, int(round(f * s)))) for n, s in cost.sizes.items()}
