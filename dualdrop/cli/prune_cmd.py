@@ -93,10 +93,10 @@ def register(subparsers) -> None:
                    "into the consumer's bias")
     p.add_argument("--pattern", default=None, metavar="N:M",
                    help="N:M sparsity in every layer instead of --density, e.g. 2:4 or 4:8")
-    p.add_argument("--allocation", default="uniform",
+    p.add_argument("--allocation", default=None,
                    help="how the density is split over layers: uniform (default), global (one "
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level); "
-                   "with --granularity: uniform, flap, penalty")
+                   "with --granularity: penalty (default), uniform, flap")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="a method option (repeatable), e.g. --hp blocksize=64; see "
                    "--list-methods")
@@ -211,7 +211,10 @@ def _check_args(args) -> dict:
     from dualdrop.nn.oneshot import get_method
     from dualdrop.nn.oneshot.allocation import check_allocation
     from dualdrop.nn.oneshot.methods.base import parse_pattern
+    from dualdrop.nn.oneshot.unit_allocation import DEFAULT_ALLOCATION
 
+    if args.allocation is None:
+        args.allocation = "uniform" if args.granularity is None else DEFAULT_ALLOCATION
     if (args.source is None) == (args.model is None):
         raise UsageError("give the network to prune: --from RUN (a finished dualdrop sparsify "
                          "run) or --model FILE --model-class MODULE:CLASS --calib FILE")
@@ -461,6 +464,7 @@ def prune_run(args) -> dict:
         rep = res.report
         final.update(granularity=args.granularity, params_before=rep.params_before,
                      params_after=rep.params_after, predicted_speedup=rep.predicted_speedup,
+                     measured_speedup=rep.measured_speedup,
                      units={r["layer"]: [r["kept"], r["units"]] for r in rep.layers})
     if args.finetune_epochs:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
@@ -579,9 +583,10 @@ def run(args) -> int:
     seconds = final.get("oneshot_seconds")
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     if "granularity" in final:
-        sp = final["predicted_speedup"]
+        sp, ms = final["predicted_speedup"], final.get("measured_speedup")
         size = (f"parameters {final['params_before']:,} -> {final['params_after']:,}"
-                + (f" (predicted speed-up {sp:.2f}x)" if sp else ""))
+                + (f" (predicted speed-up {sp:.2f}x" + (f", measured {ms:.2f}x" if ms else "")
+                   + ")" if sp else ""))
     else:
         size = f"{final['nonzero_total']:.4f} nonzero"
     print(f"{final['method']} ({final['target']}, allocation {final['allocation']}): "

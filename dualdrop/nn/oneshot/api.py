@@ -230,7 +230,7 @@ def _budget_spec(target_density, pattern):
 
 
 def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | None = None,
-                  pattern=None, allocation: str = "uniform", *, options: dict | None = None,
+                  pattern=None, allocation: str | None = None, *, options: dict | None = None,
                   refit: bool | None = None, allocation_options: dict | None = None,
                   forward_fn=None, include=None, exclude=None, progress: bool = True,
                   sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
@@ -247,7 +247,8 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     ``StructuredResult``, ``res.compact()`` the smaller model): ``method`` one of its methods
     (default ``"osscar"``), the budget ``target_density`` (of the prunable parameters),
     ``target_params`` or ``target_speedup`` (measured: ``latency_inputs``,
-    ``latency_options``), ``allocation`` ``"uniform"`` / ``"flap"`` / ``"penalty"``,
+    ``latency_options``), ``allocation`` ``"penalty"`` (the default for units) / ``"uniform"`` /
+    ``"flap"``,
     ``bias_compensation`` (default True); docs/oneshot.md "Smaller and faster: structured
     one-shot". The arguments of the other kind (``pattern=``, the activation cache on disk,
     ``checkpoint_dir``, ``distributed=True`` for units; the unit budgets for weights) are
@@ -263,7 +264,8 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
       DataLoader (read once per layer: it must give the same samples every time);
       ``forward_fn(model, batch)`` feeds one batch (default: ``walker.default_forward``).
     - ``target_density``: the fraction of weights kept over the pruned layers, split over them
-      by ``allocation`` (``"uniform"``, ``"global"``, ``"owl"``, ``"penalty"``;
+      by ``allocation`` (``"uniform"``: the default for weights, ``"global"``, ``"owl"``,
+      ``"penalty"``;
       ``allocation_options`` its options, see ``allocation``); or ``pattern="2:4"`` / ``"4:8"``
       (N:M in every layer; allocation must then be uniform).
     - ``options``: the method's options (``refit=True``: least squares on each row's support
@@ -312,6 +314,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
                              "'head' or 'channel' too (single weights take target_density or "
                              "pattern)")
     method = "sparsegpt" if method is None else method
+    allocation = "uniform" if allocation is None else allocation
     t_start = time.perf_counter()
     rss_start = reset_peak_memory()
     if not isinstance(model, nn.Module):

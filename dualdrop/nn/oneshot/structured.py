@@ -26,12 +26,13 @@ import torch
 from torch import nn
 
 from dualdrop.nn.oneshot.api import _check_calib, _check_pipeline_options
-from dualdrop.nn.oneshot.latency_table import LatencyTable, build_table
+from dualdrop.nn.oneshot.latency_table import (LatencyTable, build_table, measured_speedup,
+                                               meet_measured)
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.base import layer_objective
 from dualdrop.nn.oneshot.methods.structured import UnitProblem, get_unit_method
-from dualdrop.nn.oneshot.unit_allocation import (CostModel, allocate_units, check_allocation,
-                                                lopsided)
+from dualdrop.nn.oneshot.unit_allocation import (DEFAULT_ALLOCATION, CostModel, allocate_units,
+                                                check_allocation, lopsided)
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup, check_granularity, find_units
 from dualdrop.nn.oneshot.walker import (collect, default_forward, peak_rss_mb, reset_peak_memory,
                                         trace, walk)
@@ -194,6 +195,7 @@ class StructuredReport:
     params_before: int = 0
     params_after: int = 0
     predicted_speedup: float | None = None
+    measured_speedup: float | None = None
     seconds: float = 0.0
     peak_mb: float = 0.0
 
@@ -203,11 +205,14 @@ class StructuredReport:
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in (
             "method", "allocation", "target", "layers", "skipped", "params_before",
-            "params_after", "predicted_speedup", "seconds", "peak_mb")}
+            "params_after", "predicted_speedup", "measured_speedup", "seconds", "peak_mb")}
 
     def format(self) -> str:
         sp = (f", predicted speed-up {self.predicted_speedup:.2f}x"
               if self.predicted_speedup else "")
+        if self.measured_speedup:
+            sp += f", measured {self.measured_speedup:.2f}x"
+
         head = (f"structured one-shot {self.method}, {self.target}, allocation "
                 f"{self.allocation}: parameters {self.params_before:,} -> "
                 f"{self.params_after:,}{sp}, {self.seconds:.1f} s")
@@ -264,7 +269,7 @@ def _model_inputs(batch):
 
 
 def _latency_options(opts) -> dict:
-    known = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True}
+    known = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True, "measure": True}
     if opts is None:
         return known
     if not isinstance(opts, dict):
@@ -278,8 +283,9 @@ def _latency_options(opts) -> dict:
     if out["threads"] is not None:
         out["threads"] = check_int("latency_options threads", out["threads"], low=1)
     out["rounds"] = check_int("latency_options rounds", out["rounds"], low=1)
-    if not isinstance(out["cache"], bool):
-        raise TypeError("latency_options cache must be True or False")
+    for k in ("cache", "measure"):
+        if not isinstance(out[k], bool):
+            raise TypeError(f"latency_options {k} must be True or False")
     return out
 
 
@@ -301,7 +307,7 @@ def _budget(target_density, target_params, target_speedup):
 
 def prune_structured(model: nn.Module, calib, method, *, granularity,
                      target_density: float | None = None, target_params: int | None = None,
-                     target_speedup: float | None = None, allocation: str = "uniform",
+                     target_speedup: float | None = None, allocation: str | None = None,
                      options: dict | None = None, allocation_options: dict | None = None,
                      bias_compensation: bool = True, target: str = "pruned",
                      forward_fn=None, include=None,
@@ -318,12 +324,14 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
       "neuron")``, ``"head+neuron"``).
     - The budget, one of: ``target_density`` (fraction of the prunable parameters kept: the
       units' producer rows and consumer columns), ``target_params`` (parameters of the whole
-      pruned model), ``target_speedup`` (the model's time over the pruned model's, predicted by
-      a latency table measured on ``latency_inputs``, default the first calibration batch;
-      ``latency_options``: ``threads`` (1), ``clock`` (``"wall"``, or ``"cpu"`` on a busy
-      machine), ``rounds`` (5), ``cache`` (True); ``latency_table``).
-    - ``allocation``: ``"uniform"``, ``"flap"`` or ``"penalty"`` (``unit_allocation``);
-      ``allocation_options`` its options.
+      pruned model), ``target_speedup`` (the model's time over the pruned model's on
+      ``latency_inputs``, default the first calibration batch: predicted by a latency table,
+      then measured on the compact model and the allocation corrected until within 5% of the
+      target, or the closest try kept with a warning; ``latency_options``: ``threads`` (1),
+      ``clock`` (``"wall"``, or ``"cpu"`` on a busy machine), ``rounds`` (5), ``cache``
+      (True), ``measure`` (True; False keeps the prediction); ``latency_table``).
+    - ``allocation``: ``"penalty"`` (None: the default, the best measured), ``"uniform"`` or
+      ``"flap"`` (``unit_allocation``); ``allocation_options`` its options.
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
       bias, the kept weights fit on centred inputs (every method; a consumer without a bias
       is pruned without).
@@ -349,8 +357,10 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
     meth = get_unit_method(method, **dict(options or {}))
     kinds = check_granularity(granularity)
     bkind, bval = _budget(target_density, target_params, target_speedup)
+    allocation = DEFAULT_ALLOCATION if allocation is None else allocation
     alloc_opts = check_allocation(allocation, allocation_options)
     lat_opts = _latency_options(latency_options)
+    measure = lat_opts.pop("measure")
     if not isinstance(bias_compensation, bool):
         raise TypeError(f"bias_compensation must be True or False, got {bias_compensation!r}")
     if target not in ("pruned", "dense"):
@@ -424,6 +434,21 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
                                                bias_compensation) for s in steps}
         del grams
     counts = allocate_units(allocation, cost, budget, problems, prices, **alloc_opts)
+    measured = None
+    if table is not None and measure:
+        fit = meet_measured(
+            bval, lambda s: counts if s == bval else allocate_units(
+                allocation, cost, table.dense / s, problems, prices, **alloc_opts),
+            table.speedup, lambda c: measured_speedup(
+                model, groups, c, lat_in, lat_fwd, threads=lat_opts["threads"],
+                clock=lat_opts["clock"], rounds=lat_opts["rounds"]))
+        counts, measured = fit.counts, fit.measured
+        if not fit.met:
+            warnings.warn(f"target_speedup={bval:g}: the closest measured speed-up is "
+                          f"{fit.measured:.2f}x (predicted {fit.predicted:.2f}x; tries asked / "
+                          "predicted / measured: " + ", ".join(
+                              f"{a:.2f}/{p:.2f}/{m:.2f}" for a, p, m in fit.tries) + ")",
+                          UserWarning, stacklevel=2)
     del problems
     note = lopsided(counts, dict(zip(names, sizes)), {g.name: g.kind for g in groups})
     if note:
@@ -474,6 +499,7 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
         method=repr(meth), allocation=allocation, target=budget_desc, layers=layers,
         skipped=skipped, params_before=n_params, params_after=int(n_params - removed_params),
         predicted_speedup=table.speedup({n: len(units[n]) for n in names}) if table else None,
+        measured_speedup=measured,
         seconds=time.perf_counter() - t_start, peak_mb=peak_rss_mb())
     masks = _masks(groups)
     return StructuredResult(model, report, masks, units, groups,
