@@ -24,32 +24,13 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import overload
 
+from ._codes import (L1, LOG2SUM, LOGSUM, LP, MCP, MIXED, SCAD, STANDOUT,  # noqa: F401 (public)
+                     T_HEADER, T_M, T_N, T_OMHI, T_OMLO, T_PLO, T_TAIL, T_TAILC, TABLE, TAIL_CAP,
+                     TAIL_LOG, TAIL_POW)
+from ._kernel_checks import check_scalar, check_spec, check_step, real_array
 from ._numba_cache import install as _install_cache
 
 _install_cache()  # compiled kernels go to a per-user cache, never into the installed package
-
-L1 = 1
-LP = 2
-LOGSUM = 3
-LOG2SUM = 4
-SCAD = 5
-MCP = 6
-STANDOUT = 7
-TABLE = 8
-# MIXED wraps another kernel penalty: Omega = c Omega_inner + (r / 2) w^2 (an added ridge term:
-# the elastic net for Omega_inner = |w|, the Mnet of MCP/SCAD); parameter vector
-# [c, r, inner_code, inner_params...] (an inner MIXED is not allowed). The public scalar kernels
-# dispatch it to the plain ones, which are inlined (no call layer, no recursion: numba's cache
-# does not handle recursive functions safely).
-MIXED = 9
-
-# Layout of a TABLE parameter vector (see ``penalties._table``): a header, then n+1 breakpoints in
-# x = log|w|, then n*(m+1) Chebyshev coefficients of y = log Omega, then those of dy/dx.
-T_N, T_M, T_PLO, T_TAIL, T_TAILC, T_OMLO, T_OMHI = range(7)
-T_HEADER = 7
-TAIL_CAP = 0  # Omega constant beyond x_hi (eta_hat = inf)
-TAIL_LOG = 1  # Omega = Omega(w_hi) + c log(|w|/w_hi)
-TAIL_POW = 2  # Omega = Omega(w_hi) (|w|/w_hi)^c
 
 PARALLEL_MIN = 20000  # below this many points the serial loop is faster than spawning threads
 
@@ -562,8 +543,7 @@ def map_kernel(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.n
 # The checked entries: the public names, for Python callers and (through the overloads, without
 # the checks) for jitted ones
 # ----------------------------------------------------------------------------------------------
-# the checks live in their own module (no numba there); it reads this module's codes, defined above
-from ._kernel_checks import check_scalar, check_spec, check_step, real_array  # noqa: E402
+# (the checks live in their own module, without numba, and read the codes of ``_codes``)
 
 
 def omega_scalar(code, params, w):

@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import resource
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -47,7 +45,7 @@ from structured_minilm_data import (batches, embed, load_minilm, quality, split,
                                     stdlib_sentences)
 from structured_oneshot_minilm import measured_speedup, sort_by_length, timing_batch  # noqa: E402
 
-from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
+from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 from dualdrop.train import heal  # noqa: E402
 from dualdrop.train.heal import warmup_cosine  # noqa: E402
 

@@ -185,8 +185,8 @@ def list_methods() -> str:
 
 def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
-    from dualdrop.nn.oneshot.methods.structured import METHODS
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
+    from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
     from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
 
     rows = []
@@ -208,13 +208,6 @@ def _list_unit_methods() -> str:
 
 def _check_args(args) -> dict:
     """Every option that needs no file, checked; the method's and allocation's options."""
-    from dualdrop.nn.oneshot import get_method
-    from dualdrop.nn.oneshot.allocation import check_allocation
-    from dualdrop.nn.oneshot.methods.base import parse_pattern
-    from dualdrop.nn.oneshot.unit_allocation import DEFAULT_ALLOCATION
-
-    if args.allocation is None:
-        args.allocation = "uniform" if args.granularity is None else DEFAULT_ALLOCATION
     if (args.source is None) == (args.model is None):
         raise UsageError("give the network to prune: --from RUN (a finished dualdrop sparsify "
                          "run) or --model FILE --model-class MODULE:CLASS --calib FILE")
@@ -223,7 +216,8 @@ def _check_args(args) -> dict:
     options = {k: _typed(v) for k, v in parse_hparams(args.hp).items()}
     if args.refit:
         options["refit"] = True
-    alloc_options = {k: _typed(v) for k, v in parse_hparams(args.allocation_hp).items()}
+    alloc_options = {k: _typed(v) for k, v in parse_hparams(
+        args.allocation_hp, "--allocation-hp", "owl_lambda=0.02").items()}
     if args.granularity is not None:
         _check_structured(args, options, alloc_options)
         args.method = args.method or "osscar"
@@ -236,12 +230,9 @@ def _check_args(args) -> dict:
                                  "neuron|head|channel (single weights take --density or "
                                  "--pattern)", flag)
         args.method = args.method or "sparsegpt"
-        get_method(args.method, **options)                  # the method and its options
         if (args.density is None) == (args.pattern is None):
             raise UsageError("give exactly one of --density D and --pattern N:M")
-        if args.pattern is not None:
-            parse_pattern(args.pattern)
-        check_allocation(args.allocation, alloc_options)
+    job = job_of(args, options, alloc_options)     # the method, budget, allocation: checked
     if args.model is not None:
         if args.model_class is None:
             raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "
@@ -271,17 +262,28 @@ def _check_args(args) -> dict:
                               "folder or remove it")
     if args.source is not None and out.resolve() == Path(args.source).resolve():
         raise UsageError("--out must differ from --from (the source run stays as it is)")
-    return {"options": options, "allocation_options": alloc_options}
+    return {"options": options, "allocation_options": alloc_options, "job": job}
+
+
+def job_of(args, options: dict, alloc_options: dict):
+    """The one-shot ``Job`` of these arguments: the one ``prune_oneshot`` builds from the same
+    settings (``dualdrop.nn.oneshot.job.make_job``, which checks them)."""
+    from dualdrop.nn.oneshot.job import make_job
+
+    units = {} if args.granularity is None else {
+        "granularity": args.granularity, "target_params": args.target_params,
+        "target_speedup": args.target_speedup,
+        "bias_compensation": not args.no_bias_compensation}
+    return make_job(args.method, args.density, args.pattern, args.allocation, options=options,
+                    allocation_options=alloc_options, exclude=args.exclude,
+                    progress=not args.no_progress, **units)
 
 
 def _check_structured(args, options: dict, alloc_options: dict) -> None:
     """``--granularity``'s method, budget and allocation; the weight-only options refused."""
-    from dualdrop.nn.oneshot.api import check_unit_method
-    from dualdrop.nn.oneshot.methods.structured import get_unit_method
-    from dualdrop.nn.oneshot.unit_allocation import check_allocation
+    from dualdrop.nn.oneshot.job import check_unit_method
 
     check_unit_method(args.method, args.granularity)
-    get_unit_method(args.method or "osscar", **options)
     budgets = [f for f, v in (("--density", args.density), ("--target-params",
                                                              args.target_params),
                               ("--target-speedup", args.target_speedup)) if v is not None]
@@ -294,7 +296,6 @@ def _check_structured(args, options: dict, alloc_options: dict) -> None:
                          budgets[1] if len(budgets) > 1 else "--density")
     if args.target_speedup is not None and args.target_speedup < 1:
         raise UsageError(f"must be at least 1, got {args.target_speedup}", "--target-speedup")
-    check_allocation(args.allocation, alloc_options)
     if args.finetune_epochs:
         raise UsageError("--finetune-epochs is for single weights; a structured run is saved "
                          "compact (heal it: --heal-steps N, or fine-tune load_run(out, "
@@ -422,7 +423,7 @@ def prune_run(args) -> dict:
     src = _from_run(args) if args.source is not None else _from_model(args)
     net, calib = src["net"], src["calib"]
     settings = {"method": f"oneshot:{args.method}", **src["record"], "density": args.density,
-                "pattern": args.pattern, "allocation": args.allocation,
+                "pattern": args.pattern, "allocation": checked["job"].allocation,
                 "allocation_options": alloc_options, "options": options,
                 "calib": _calib_count(args) or str(Path(args.calib).resolve()),
                 "seed": args.seed,
@@ -453,7 +454,8 @@ def prune_run(args) -> dict:
             release_run_folder(out, remove_folder=not existed)
         raise
     final = {"status": "finished", "method": f"oneshot:{args.method}", **src["final"],
-             "target": res.report.target, "allocation": args.allocation, "options": options,
+             "target": res.report.target, "allocation": res.report.allocation,
+             "options": options,
              "allocation_options": alloc_options, "calib": settings["calib"],
              "seed": args.seed, **oneshot, "objective": res.report.objectives(),
              "finetune_epochs": args.finetune_epochs}
@@ -470,11 +472,11 @@ def prune_run(args) -> dict:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
     if args.heal_steps:
-        from dualdrop.cli.heal_cmd import heal_phase
+        from dualdrop.train.heal import heal_in_folder
 
         args.interrupt_hint = (f"the healing is checkpointed in {out / 'heal'}; run the same "
                                "command again to continue")
-        final["heal"] = heal_phase(net, teacher, args.heal_data or calib, out / "heal",
+        final["heal"] = heal_in_folder(net, teacher, args.heal_data or calib, out / "heal",
                                    steps=args.heal_steps, lr=args.heal_lr,
                                    batch_size=args.heal_batch_size, masks=res.masks,
                                    progress=not args.no_progress)
@@ -514,32 +516,24 @@ def _save_compact(res, out: Path) -> dict:
 def _prune_once(args, net, calib, checked: dict, evaluate) -> tuple:
     """``(OneShotResult or StructuredResult, record)``: ``net`` pruned by ``prune_oneshot``,
     the seconds it took and its evaluation."""
-    from dualdrop.nn.oneshot import prune_oneshot
+    from dualdrop.nn.oneshot import run_job
     from dualdrop.train.user_model import calibration_batches
 
     t0 = time.perf_counter()
-    units = {} if args.granularity is None else {
-        "granularity": args.granularity, "target_params": args.target_params,
-        "target_speedup": args.target_speedup,
-        "bias_compensation": not args.no_bias_compensation}
-    res = prune_oneshot(net, calibration_batches(calib), args.method,
-                        target_density=args.density, pattern=args.pattern,
-                        allocation=args.allocation, options=checked["options"],
-                        allocation_options=checked["allocation_options"],
-                        exclude=args.exclude, progress=not args.no_progress, **units)
+    res = run_job(checked["job"], net, calibration_batches(calib))
     return res, {"oneshot_seconds": time.perf_counter() - t0,
                  **{f"{k}_oneshot": v for k, v in evaluate(net).items()}}
 
 
 def _load_oneshot(path: Path, net):
     """The one-shot result an interrupted run saved: loaded into ``net``."""
-    from dualdrop.nn.oneshot.api import OneShotReport, OneShotResult
+    from dualdrop.nn.oneshot.report import OneShotResult, Report
     from dualdrop.train.checkpoint import read_checkpoint
 
     blob = read_checkpoint(path, fix="remove it to prune again",
                            keys=("model", "masks", "report", "oneshot"))
     net.load_state_dict(blob["model"])
-    report = OneShotReport(**{k: v for k, v in blob["report"].items() if k != "density"})
+    report = Report(**{k: v for k, v in blob["report"].items() if k != "density"})
     return OneShotResult(net, report, blob["masks"]), blob["oneshot"]
 
 

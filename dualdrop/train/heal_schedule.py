@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-from dualdrop.nn.oneshot.api import prune_oneshot
+from dualdrop.nn.oneshot.entry import prune_oneshot
 from dualdrop.train.heal import heal
 from penalties.checks import check_float, check_int
 

@@ -6,7 +6,7 @@ import inspect
 import pytest
 import torch
 
-from dualdrop.nn.oneshot import structured
+from dualdrop.nn.oneshot import prune_structured, structured
 from dualdrop.nn.oneshot.unit_allocation import EMPTIED, lopsided
 
 transformers = pytest.importorskip("transformers")
@@ -44,7 +44,7 @@ def test_prune_structured_warns_on_a_lopsided_allocation(monkeypatch):
 
     monkeypatch.setattr(structured, "allocate_units", skewed)
     with pytest.warns(UserWarning, match="kept every head"):
-        structured.prune_structured(model, calib, "ziplm", granularity=("head", "neuron"),
+        prune_structured(model, calib, "ziplm", granularity=("head", "neuron"),
                                     target_density=0.5, progress=False)
 
 
@@ -60,14 +60,14 @@ def test_the_default_allocation_is_the_best_measured():
     assert DEFAULT_ALLOCATION == "penalty"
     assert ALLOCATION_DEFAULTS["penalty"]["normalize"] == "none"
     assert check_allocation("penalty", None)["normalize"] == "none"
-    assert inspect.signature(structured.prune_structured).parameters["allocation"].default \
+    assert inspect.signature(prune_structured).parameters["allocation"].default \
         is None
     cfg = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
                                   num_attention_heads=4, intermediate_size=48,
                                   max_position_embeddings=40)
     calib = [{"input_ids": torch.randint(0, 60, (4, 8))} for _ in range(2)]
     torch.manual_seed(0)
-    res = structured.prune_structured(transformers.BertModel(cfg).eval(), calib, "ziplm",
+    res = prune_structured(transformers.BertModel(cfg).eval(), calib, "ziplm",
                                       granularity="neuron", target_density=0.5, progress=False)
     assert res.report.allocation == "penalty"
     res = prune_oneshot(transformers.BertModel(cfg).eval(), calib, "ziplm",

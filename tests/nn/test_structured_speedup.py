@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dualdrop.nn.oneshot import latency_table, structured
+from dualdrop.nn.oneshot import latency_table, prune_structured, structured
 from dualdrop.nn.oneshot.latency_table import meet_measured
 
 transformers = pytest.importorskip("transformers")
@@ -77,7 +77,7 @@ def test_prune_structured_reports_the_measured_speedup(monkeypatch, tmp_path):
     torch.manual_seed(0)
     model = transformers.BertModel(cfg).eval()
     calib = [{"input_ids": torch.randint(0, 60, (6, 10))} for _ in range(2)]
-    res = structured.prune_structured(model, calib, "ziplm", granularity=("head", "neuron"),
+    res = prune_structured(model, calib, "ziplm", granularity=("head", "neuron"),
                                       target_speedup=1.2, latency_options={"rounds": 1},
                                       progress=False)
     rep = res.report

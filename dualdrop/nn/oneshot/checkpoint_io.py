@@ -35,10 +35,13 @@ import time
 import torch
 from torch import nn
 
+from dualdrop.nn.oneshot.allocation import raise_empty_layers, uniform_counts
+from dualdrop.nn.oneshot.job import check_calib, check_pipeline_options, weight_budget
 from dualdrop.nn.oneshot.layers import discover
 from dualdrop.nn.oneshot.methods.base import Budget
 from dualdrop.nn.oneshot.pipeline import find_blocks, run as run_pipeline
 from dualdrop.nn.oneshot.registry import get_method
+from dualdrop.nn.oneshot.run import first_use_notice
 from dualdrop.nn.oneshot.storage import Resume
 from dualdrop.nn.oneshot.walker import default_forward, peak_rss_mb, reset_peak_memory
 
@@ -284,8 +287,6 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
     ``"model.layers"``); ``offload_dir``: where the activation cache goes beyond
     ``cache_memory_mb`` (default: a folder in ``out_dir``). An interrupted run started again
     with the same arguments continues after its last finished block."""
-    from dualdrop.nn.oneshot.api import _budget_spec, _check_calib, _check_pipeline_options
-
     t_start = time.perf_counter()
     rss_start = reset_peak_memory()
     if out_dir is None:
@@ -295,12 +296,13 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
         raise ValueError("out_dir must differ from path (the source checkpoint is read while "
                          "the pruned one is written)")
     meth = get_method(method, **dict(options or {}))
-    density, nm = _budget_spec(target_density, pattern)
+    kind, value = weight_budget(target_density, pattern)
+    density, nm = (value, None) if kind == "density" else (None, value)
     if offload_dir is None:
         offload_dir = os.path.join(out_dir, ".activation-cache")
-    _check_pipeline_options("block", blocks, token_mask_fn, offload_dir, cache_memory_mb,
+    check_pipeline_options("block", blocks, token_mask_fn, offload_dir, cache_memory_mb,
                             gram_precision, None)
-    calib = _check_calib(calib)
+    calib = check_calib(calib)
     ckpt = SafetensorsCheckpoint(path)
     model, config = _build_meta(path, model_class)
     tensors = _Tensors(model, ckpt)
@@ -324,8 +326,9 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
                                      f"a multiple of {nm[1]}; {n} has {W[1]} (exclude it)")
         target = f"pattern {nm[0]}:{nm[1]}"
     else:
-        budgets = {n: Budget(n_keep=round(density * shp[0] * shp[1]))
-                   for s in steps for n, shp in zip(s.names, _shapes(s))}
+        shapes = {n: shp for s in steps for n, shp in zip(s.names, _shapes(s))}
+        counts = uniform_counts(density, {n: shp[0] * shp[1] for n, shp in shapes.items()})
+        budgets = raise_empty_layers({n: Budget(n_keep=c) for n, c in counts.items()}, shapes)
         target = f"density {density:g}"
     os.makedirs(out_dir, exist_ok=True)
     fingerprint = {"path": os.path.abspath(path), "method": repr(meth), "target": target,
@@ -351,8 +354,7 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
             secs.append(time.perf_counter() - t0)
         return Ws, secs
 
-    from dualdrop.nn.oneshot.api import _first_use_notice
-    _first_use_notice(meth, "uniform")
+    first_use_notice(meth, "uniform")
     res = run_pipeline(model, steps, calib, fwd, prune_step, progress=progress,
                        desc=f"one-shot {meth.name} from disk", sequential="block",
                        blocks=label if blocks is None else blocks, token_mask_fn=token_mask_fn,

@@ -51,7 +51,6 @@ outputs pass).
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -691,8 +690,3 @@ def _first_device(module: nn.Module):
             return p.device
     return None
 
-
-def warn_layer_walk(reasons: list[str]) -> None:
-    warnings.warn("prune_oneshot walks the whole model (one partial forward per stage, a cost "
-                  "that grows with the square of the depth): " + "; ".join(reasons),
-                  UserWarning, stacklevel=3)
