@@ -127,12 +127,24 @@ def _omega_ratio(code, p, a):
     return _omega(code, p, a) / a
 
 
+@njit(cache=True, inline="always")
+def _unwrap(code, p):
+    """``(code, params)`` of the formulas to evaluate: MIXED's inner penalty, or the penalty
+    itself; both views of ``p`` have the same array type, so the formulas inline once."""
+    if code == MIXED:
+        return int(p[2]), p[3:]
+    return code, p[0:]
+
+
 @njit(cache=True)
 def _omega_scalar(code, p, w):
-    """Omega(w) for the penalty (code, p)."""
+    """Omega(w) for the penalty (code, p). One inlined copy of the formulas serves both a plain
+    code and MIXED's inner one (two copies doubled the compile time of every caller)."""
+    inner, q = _unwrap(code, p)
+    om = _omega(inner, q, w)
     if code == MIXED:
-        return p[0] * _omega(int(p[2]), p[3:], w) + 0.5 * p[1] * w * w
-    return _omega(code, p, w)
+        return p[0] * om + 0.5 * p[1] * w * w
+    return om
 
 
 @njit(cache=True, inline="always")
@@ -180,9 +192,11 @@ def _omega(code, p, w):
 @njit(cache=True)
 def _derivative_scalar(code, p, w):
     """Omega'(w) = w / eta_hat(w); 0 at w = 0 (the minimum-norm subgradient)."""
+    inner, q = _unwrap(code, p)
+    d = _derivative(inner, q, w)
     if code == MIXED:
-        return p[0] * _derivative(int(p[2]), p[3:], w) + p[1] * w
-    return _derivative(code, p, w)
+        return p[0] * d + p[1] * w
+    return d
 
 
 @njit(cache=True, inline="always")
@@ -227,11 +241,12 @@ def _derivative(code, p, w):
 @njit(cache=True)
 def _eta_hat_scalar(code, p, w):
     """The minimizing dual variable eta_hat(w) (may be +inf)."""
+    inner, q = _unwrap(code, p)
+    e = _eta_hat(inner, q, w)
     if code == MIXED:  # w / Omega'(w), with Omega'(w) / w = c / eta_inner + r
-        e = _eta_hat(int(p[2]), p[3:], w)
         den = (p[0] / e if e > 0.0 else (np.inf if p[0] > 0.0 else 0.0)) + p[1]
         return 1.0 / den if den > 0.0 else np.inf
-    return _eta_hat(code, p, w)
+    return e
 
 
 @njit(cache=True, inline="always")
@@ -376,10 +391,11 @@ def _prox_scalar(code, p, v, t):
     MIXED: ``1/2 (x - v)^2 + t c Omega(x) + t r x^2 / 2 = (s/2) (x - v/s)^2 + t c Omega(x) +
     const`` with ``s = 1 + t r``, so the prox is the inner penalty's at ``v / s`` with step
     ``t c / s``."""
+    inner, q = _unwrap(code, p)
     if code == MIXED:
         s = 1.0 + t * p[1]
-        return _prox(int(p[2]), p[3:], v / s, t * p[0] / s)
-    return _prox(code, p, v, t)
+        v, t = v / s, t * p[0] / s
+    return _prox(inner, q, v, t)
 
 
 @njit(cache=True, inline="always")

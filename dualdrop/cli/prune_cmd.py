@@ -233,6 +233,7 @@ def _check_args(args) -> dict:
         if (args.density is None) == (args.pattern is None):
             raise UsageError("give exactly one of --density D and --pattern N:M")
     job = job_of(args, options, alloc_options)     # the method, budget, allocation: checked
+    args.allocation = job.allocation                # the default of its kind, when not given
     if args.model is not None:
         if args.model_class is None:
             raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "

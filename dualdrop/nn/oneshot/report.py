@@ -37,8 +37,8 @@ class Report:
     when the call began: the model, the data, the libraries; ``peak_mb - start_mb`` is what
     pruning added), ``density`` (the fraction kept of the prunable weights of the pruned
     layers, the set ``target_density`` counts); for units also the model's parameters before
-    and after, the prunable ones (``prunable``) and the predicted speed-up of a latency
-    table (``measured_speedup``: the compact model's, timed, when it was)."""
+    and after, the prunable ones (``prunable``), and the speed-up a latency table predicted
+    and the one measured on the compact model (``measured_speedup``, when measured)."""
 
     method: str
     allocation: str
