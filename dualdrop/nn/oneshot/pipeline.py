@@ -441,7 +441,6 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
                     raise ValueError(f"{bname} returned no tensor on batch {b}")
                 cache.set(b, out)
             source.release(k, blk)
-            _trim()
             info.append({"block": bname, "seconds": time.perf_counter() - t0,
                          "peak_mb": peak_rss_mb()})
 
@@ -458,17 +457,6 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
     finally:
         cache.close()
     return rows, info
-
-
-def _trim() -> None:
-    """Give the memory freed with a block back to the system (glibc keeps large freed blocks
-    in its heap otherwise, and the resident set only grows)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _first_device(module: nn.Module):

@@ -16,10 +16,22 @@ and around the capture (:meth:`~MemorySource.after_capture`,
   whatever the depth. :meth:`SafetensorsSource.finish` writes the weights outside the blocks,
   ``model.safetensors.index.json`` (the Hugging Face layout of a sharded checkpoint) and the
   checkpoint's other files, so ``AutoModel*.from_pretrained(out_dir)`` loads the pruned model.
+
+**Memory whatever the depth.** Freed memory is not necessarily given back: glibc's ``malloc``
+serves allocations below its *mmap threshold* from its heap, and raises that threshold (up to
+32 MB) each time a larger mapped block is freed, so a block's Grams, weights and activations
+(1-32 MB each at width 1,024) end up in a heap whose free holes stay resident and fragment a
+little more with every block: the peak crept up by about 2-3 MB per block (measured on a
+Llama-shaped checkpoint, ``benchmarks/RESULTS.md``, "One-shot at scale"). So a
+:class:`SafetensorsSource` fixes the threshold at :data:`MMAP_THRESHOLD` for the process (as
+``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment would; every tensor of a megabyte or more
+then has its own mapping, unmapped when freed) and gives the heap's free pages back
+(``malloc_trim``) after each block. Elsewhere than glibc both are skipped.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -32,6 +44,9 @@ from dualdrop.nn.oneshot.storage import Resume
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 REST = "model-rest.safetensors"
+#: glibc's mmap threshold while pruning from disk: allocations from 1 MiB get their own mapping
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
 class MemorySource:
@@ -242,7 +257,8 @@ class SafetensorsSource(MemorySource):
     def start(self, chain, steps, resume: Resume) -> None:
         """The blocks (``(name, module)`` in forward order), the steps to prune, the run's
         resume record (a finished block's weights are read back from its shard); the weights
-        outside the blocks are read."""
+        outside the blocks are read, glibc's mmap threshold fixed (module docstring)."""
+        _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         self.prefix = [name for name, _ in chain]
         pre = tuple(p + "." for p in self.prefix)
         self.outside = [n for n in self.t.params if not n.startswith(pre)]
@@ -282,6 +298,7 @@ class SafetensorsSource(MemorySource):
         if write and k not in self.saved:
             self.pruned(k, block)  # a block without prunable layers: written as read
         self.t.release(self._names(k))
+        _malloc("malloc_trim", 0)  # the freed heap pages back to the system
 
     def after_capture(self):
         """The weights outside the blocks that no layer of the prologue pruned go back to
@@ -317,6 +334,14 @@ class SafetensorsSource(MemorySource):
             if os.path.isfile(src) and not f.endswith((".safetensors", ".bin", ".pt", ".pth")) \
                     and f != INDEX:
                 shutil.copyfile(src, os.path.join(self.out, f))
+
+
+def _malloc(name: str, *args) -> None:
+    """Call glibc's ``name(*args)`` (``mallopt``, ``malloc_trim``); nothing elsewhere."""
+    try:
+        getattr(ctypes.CDLL("libc.so.6"), name)(*args)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def write_json(path, obj) -> None:
