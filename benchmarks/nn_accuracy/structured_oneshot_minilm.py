@@ -144,7 +144,7 @@ def main(argv=None):
 def layer_objectives(args):
     """The consumer objectives of ``args.methods`` on the dense model's Grams (one calibration
     pass over ``--n-calib`` sentences), each layer keeping the units of a finished run."""
-    from dualdrop.nn.oneshot.methods.structured import get_unit_method
+    from dualdrop.nn.oneshot.registry import get_unit_method
     from dualdrop.nn.oneshot.structured import UnitStep, unit_problem
     from dualdrop.nn.oneshot.units import find_units
     from dualdrop.nn.oneshot.run import collect_grams

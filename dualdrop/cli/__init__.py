@@ -51,6 +51,7 @@ _SUBCOMMANDS = {
     "diagnose": "diagnose_cmd",
     "latency": "latency_cmd",
     "prune": "prune_cmd",
+    "heal": "heal_cmd",
 }
 
 EXIT_USAGE = 2
@@ -219,15 +220,34 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def cwd_on_path() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does: an installed console
+    script has its own folder there instead, and ``--model-class mynets:MLP`` (``prune``,
+    ``latency``, a run rebuilt on its class) must find the ``mynets.py`` of the folder the
+    command runs in."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv_given = argv
+    cwd_on_path()
     argv = list(sys.argv[1:] if argv is None else argv)
     only = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
-    parser = build_parser(only)
-    try:
+    try:  # importing torch and the subcommand takes seconds: a Ctrl-C there is one line too
+        parser = build_parser(only)
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a refusal (printed) returns its status; --help / --version exit
         return _refused(exc)
+    except KeyboardInterrupt:
+        if _debug():
+            raise
+        print(f"dualdrop{' ' + only if only else ''}: interrupted while starting; nothing was "
+              "saved; run the same command again", file=sys.stderr)
+        if argv_given is None:
+            _leave_process(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

@@ -35,6 +35,7 @@ parameters before and after and the units kept per layer.
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 import time
@@ -116,6 +117,7 @@ def register(subparsers) -> None:
                    "masks held (Adam, linear decay; default 0)")
     p.add_argument("--lr", type=positive_float, default=1e-4,
                    help="fine-tuning learning rate (default 1e-4)")
+    add_heal_options(p)
     p.add_argument("--data-dir", default=None,
                    help="with --from: the run's data, the MNIST folder it was trained on "
                    "(default: the embedded digits); checked against the run's data fingerprint")
@@ -131,6 +133,23 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, parser=p, interrupt_hint="the one-shot pruning had not finished "
                    "(nothing of it is saved); run the same command again")
+
+
+def add_heal_options(p) -> None:
+    """``--heal-steps``, ``--heal-data``, ``--heal-lr``, ``--heal-batch-size``: healing by
+    distillation from the dense network after the pruning (``dualdrop.train.heal``)."""
+    p.add_argument("--heal-steps", type=nonneg_int, default=0, metavar="N",
+                   help="then heal the pruned network: N steps of distillation from the dense "
+                   "one (dualdrop.train.heal; masks held, removed units stay removed; default "
+                   "0: no healing)")
+    p.add_argument("--heal-data", default=None, metavar="FILE",
+                   help="unlabeled inputs to heal on: .pt/.npy samples or batches, or "
+                   ".txt/.jsonl text for a model with a tokenizer (default: the calibration "
+                   "data)")
+    p.add_argument("--heal-lr", type=positive_float, default=1e-3,
+                   help="healing learning rate (AdamW, warm-up then cosine decay; default 1e-3)")
+    p.add_argument("--heal-batch-size", type=int_at_least(1), default=128,
+                   help="healing batch size for samples (default 128)")
 
 
 def _typed(value: str):
@@ -166,8 +185,8 @@ def list_methods() -> str:
 
 def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
-    from dualdrop.nn.oneshot.methods.structured import METHODS
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
+    from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
     from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
 
     rows = []
@@ -232,6 +251,11 @@ def _check_args(args) -> dict:
                          "rebuilds its own network", "--model-class")
     else:
         _calib_count(args)
+    if args.heal_steps and args.finetune_epochs:
+        raise UsageError("choose one recovery: --heal-steps (distillation from the dense "
+                         "network) or --finetune-epochs (the training labels)", "--heal-steps")
+    if args.heal_data is not None and not args.heal_steps:
+        raise UsageError("--heal-data is the data of --heal-steps N; give both", "--heal-data")
     out = out_dir(args.out, create=False)
     if (out / "final.json").exists():
         raise FileExistsError(f"--out {out} already holds a finished run; choose another "
@@ -274,8 +298,8 @@ def _check_structured(args, options: dict, alloc_options: dict) -> None:
         raise UsageError(f"must be at least 1, got {args.target_speedup}", "--target-speedup")
     if args.finetune_epochs:
         raise UsageError("--finetune-epochs is for single weights; a structured run is saved "
-                         "compact (fine-tune load_run(out, layout='compact') in Python)",
-                         "--finetune-epochs")
+                         "compact (heal it: --heal-steps N, or fine-tune load_run(out, "
+                         "layout='compact') in Python)", "--finetune-epochs")
 
 
 def _calib_count(args) -> int | None:
@@ -405,6 +429,11 @@ def prune_run(args) -> dict:
                 "seed": args.seed,
                 "exclude": args.exclude, "finetune_epochs": args.finetune_epochs,
                 "lr": args.lr}
+    if args.heal_steps:
+        settings.update(heal_steps=args.heal_steps, heal_lr=args.heal_lr,
+                        heal_batch_size=args.heal_batch_size, heal_data=args.heal_data and str(
+                            Path(args.heal_data).resolve()))
+    teacher = copy.deepcopy(net) if args.heal_steps else None
     if args.granularity is not None:
         settings.update(granularity=args.granularity, target_params=args.target_params,
                         target_speedup=args.target_speedup,
@@ -417,7 +446,7 @@ def prune_run(args) -> dict:
             res, oneshot = _load_oneshot(saved, net)
         else:
             res, oneshot = _prune_once(args, net, calib, checked, src["evaluate"])
-            if args.finetune_epochs:      # kept while the fine-tuning runs
+            if args.finetune_epochs or (args.heal_steps and args.granularity is None):
                 atomic_save({"model": net.state_dict(), "masks": res.masks,
                              "report": res.report.to_dict(), "oneshot": oneshot}, saved)
     except BaseException:                 # refused or interrupted before any work is saved:
@@ -440,6 +469,15 @@ def prune_run(args) -> dict:
     if args.finetune_epochs:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
+    if args.heal_steps:
+        from dualdrop.cli.heal_cmd import heal_phase
+
+        args.interrupt_hint = (f"the healing is checkpointed in {out / 'heal'}; run the same "
+                               "command again to continue")
+        final["heal"] = heal_phase(net, teacher, args.heal_data or calib, out / "heal",
+                                   steps=args.heal_steps, lr=args.heal_lr,
+                                   batch_size=args.heal_batch_size, masks=res.masks,
+                                   progress=not args.no_progress)
     final.update(src["evaluate"](net))
     atomic_write_json(out / "report.json", res.report.to_dict())
     atomic_save(net.state_dict(), out / "model.pt")

@@ -135,10 +135,26 @@ def test_a_model_on_the_meta_device_is_refused():
         prune_oneshot(net, torch.randn(32, 8), "magnitude", target_density=0.5, progress=False)
 
 
-def test_a_density_that_keeps_no_weight_is_refused():
-    with pytest.raises(ValueError, match=r"keeps round\(1e-09 x 192\) = 0"):
-        prune_oneshot(_mlp(), torch.randn(32, 8), "magnitude", target_density=1e-9,
-                      progress=False)
+def test_a_density_that_keeps_no_weight_is_said_from_memory_and_from_disk(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from dualdrop.nn import prune_oneshot_from_disk
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=16, intermediate_size=32,
+                                   num_attention_heads=2, num_key_value_heads=1,
+                                   vocab_size=50)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.save_pretrained(tmp_path / "src")
+    g = torch.Generator().manual_seed(1)
+    calib = [{"input_ids": torch.randint(0, 50, (2, 8), generator=g)}]
+    with pytest.warns(UserWarning, match="no weight at all"):
+        prune_oneshot(model, calib, "magnitude", target_density=1e-9, progress=False)
+    # from disk: the same density-to-count rule (one rounded total split over the layers, a
+    # layer rounded to nothing raised to one weight per row, said); silent before
+    with pytest.warns(UserWarning, match="no weight at all"):
+        report = prune_oneshot_from_disk(tmp_path / "src", calib, "magnitude", tmp_path / "out",
+                                         target_density=1e-9, progress=False)
+    assert all(r["kept"] == r["shape"][0] for r in report["layers"])
 
 
 @pytest.mark.parametrize("make,why", [

@@ -6,8 +6,9 @@ import itertools
 import numpy as np
 import pytest
 
-from dualdrop.nn.oneshot.methods.structured import (METHODS, UnitProblem, available,
-                                                    get_unit_method)
+from dualdrop.nn.oneshot.methods.structured import METHODS, UnitProblem
+from dualdrop.nn.oneshot.registry import get_unit_method
+from dualdrop.nn.oneshot.registry import unit_methods as available
 from dualdrop.nn.oneshot.methods.structured import _kept
 from dualdrop.nn.oneshot.methods.structured.base import objective, refit
 

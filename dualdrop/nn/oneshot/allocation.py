@@ -90,13 +90,9 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
 
 def kept_total(density: float, total: int) -> int:
     """The one density-to-count rule: ``round(density * total)`` weights kept of ``total``
-    (the prunable weights of the pruned layers); a ``ValueError`` when that keeps none."""
-    n = round(density * total)
-    if n == 0 and total:
-        raise ValueError(f"target_density={density:g} keeps round({density:g} x {total:,}) = 0 "
-                         f"of the {total:,} weights of the pruned layers: no weight at all; "
-                         f"give at least {1 / total:.3g} (one weight)")
-    return n
+    (the prunable weights of the pruned layers). A layer it leaves with no weight is raised to
+    one weight per output row, with a warning (:func:`raise_empty_layers`)."""
+    return round(density * total)
 
 
 def uniform_counts(density: float, sizes: dict[str, int]) -> dict[str, int]:
@@ -106,10 +102,11 @@ def uniform_counts(density: float, sizes: dict[str, int]) -> dict[str, int]:
     return dict(zip(sizes, split_count(total, list(sizes.values()))))
 
 
-def raise_empty_layers(budgets: dict, shapes: dict) -> dict:
+def raise_empty_layers(budgets: dict, shapes: dict, stacklevel: int = 3) -> dict:
     """A density budget that rounds a layer down to no weight at all is raised to one weight
     per output row of it (an emptied layer cuts the network), with a warning naming it;
-    ``shapes``: ``{name: (out, in)}``. Every density budget of single weights goes through
+    ``shapes``: ``{name: (out, in)}``; ``stacklevel``: the warning's, at the user's call.
+    Every density budget of single weights goes through
     here (from memory or from disk)."""
     emptied = [n for n, b in budgets.items() if b.n_keep == 0 and shapes[n][0] * shapes[n][1]]
     if emptied:
@@ -118,7 +115,7 @@ def raise_empty_layers(budgets: dict, shapes: dict) -> dict:
         warnings.warn(f"the budget rounds {len(emptied)} layer(s) to no weight at all, which "
                       f"would cut the network: {emptied[:5]}{' ...' if len(emptied) > 5 else ''}"
                       " keep one weight per output row instead (raise target_density to keep "
-                      "more)", UserWarning, stacklevel=4)
+                      "more)", UserWarning, stacklevel=stacklevel)
     return budgets
 
 

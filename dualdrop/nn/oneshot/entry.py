@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from dualdrop.nn.oneshot import run as _run
+import dualdrop.nn.oneshot.run as _run
+from dualdrop.nn.oneshot.depth import DEPTH_REFUSES, prune_depth
 from dualdrop.nn.oneshot.job import make_job
 from dualdrop.nn.oneshot.report import OneShotResult, StructuredResult
 
@@ -77,6 +78,10 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     Returns a :class:`OneShotResult`: the model (exact zeros), the ``Report`` (``report``)
     and the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
     """
+    if granularity == "block":  # depth: whole blocks (depth.py)
+        return prune_depth(model, calib, target_density=target_density,
+                           metric=method or "cosine", blocks=blocks, forward_fn=forward_fn,
+                           refused={k: v for k, v in locals().items() if k in DEPTH_REFUSES})
     job = make_job(method, target_density, pattern, allocation, granularity=granularity,
                    target_params=target_params, target_speedup=target_speedup, options=options,
                    refit=refit, allocation_options=allocation_options, forward_fn=forward_fn,

@@ -33,12 +33,10 @@ import torch
 from dualdrop.nn.oneshot import allocation as weight_allocation
 from dualdrop.nn.oneshot import unit_allocation
 from dualdrop.nn.oneshot.methods.base import OneShotMethod, parse_pattern
-from dualdrop.nn.oneshot.methods.structured import METHODS as UNIT_METHODS
-from dualdrop.nn.oneshot.methods.structured import UnitMethod, get_unit_method
-from dualdrop.nn.oneshot.methods.structured import available as unit_methods
 from dualdrop.nn.oneshot.pipeline import SEQUENTIAL
 from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
-from dualdrop.nn.oneshot.registry import get_method
+from dualdrop.nn.oneshot.registry import (UNIT_METHODS, get_method, get_unit_method,
+                                          unit_methods)
 from dualdrop.nn.oneshot.units import check_granularity
 from dualdrop.nn.oneshot.walker import PRECISIONS
 from penalties.checks import check_float, check_int
@@ -229,7 +227,7 @@ def check_unit_method(method, granularity) -> str:
                          "UnitMethod)")
     if isinstance(method, str) and method in WEIGHT_METHODS and method not in UNIT_METHODS:
         raise ValueError(f"method={method!r} prunes single weights; with granularity={g!r} "
-                         f"choose one of {unit_methods()}")
+                         f"choose a structured method: expected one of {unit_methods()}")
     return g
 
 

@@ -162,13 +162,16 @@ class OneShotResult:
 
 
 @dataclass
-class StructuredResult(OneShotResult):
-    """A :class:`OneShotResult` of whole units: the pruned ``model`` (removed units zeroed),
-    its ``report``, ``masks`` (the kept entries of every weight pruning wrote), ``units``
+class StructuredResult:
+    """What a prune of whole units returns: the pruned ``model`` (removed units zeroed), its
+    ``report``, ``masks`` (the kept entries of every weight pruning wrote), ``units``
     (``{consumer name: kept unit indices}``), ``groups`` (the ``UnitGroup`` of each consumer:
     which producer rows and consumer columns each unit is) and the ``latency`` table of a
     ``target_speedup`` budget."""
 
+    model: nn.Module
+    report: Report
+    masks: dict
     units: dict = field(default_factory=dict)
     groups: list = field(default_factory=list)
     example_inputs: object = None

@@ -77,7 +77,8 @@ def _pruned(model, steps, calib, fwd, prune_step, params, **pipe):
         raise
 
 
-def _leave_dense_warning(skipped, stacklevel=4) -> None:
+def _leave_dense_warning(skipped, stacklevel=5) -> None:
+    """The layers left dense, in one warning at the user's call (entry -> run -> here)."""
     if skipped:
         warnings.warn("prune_oneshot leaves these weights dense: "
                       + "; ".join(f"{n} ({why})" for n, why in skipped), UserWarning,
@@ -164,7 +165,8 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
         del grams, problems
         budgets = {n: Budget(n_keep=int(counts[n])) for s in steps for n in s.names}
         budgets = raise_empty_layers(budgets, {n: tuple(W.shape) for s in steps
-                                               for n, W in zip(s.names, s.weights())})
+                                               for n, W in zip(s.names, s.weights())},
+                                     stacklevel=5)
 
     def prune_step(step: Step, W0s, Gs):
         Ws, secs = [], []
@@ -186,7 +188,7 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
         names = [s.names[0] for s in res.unreached]
         skipped += [(n, _UNREACHED) for n in names]
         warnings.warn(f"prune_oneshot leaves these weights dense: {names} ({_UNREACHED})",
-                      UserWarning, stacklevel=3)
+                      UserWarning, stacklevel=4)
         reached = {id(s) for s in steps} - {id(s) for s in res.unreached}
         steps = [s for s in steps if id(s) in reached]
     masks = {name: (p.detach() != 0) for s in steps for name, p in s.parameters()}

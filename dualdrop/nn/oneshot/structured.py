@@ -232,4 +232,4 @@ def warn_skipped_units(skipped) -> None:
                if "residual stream" not in w and "model's output" not in w]
     if notable:
         warnings.warn("structured pruning leaves these layers' units as they are: "
-                      + "; ".join(f"{n} ({w})" for n, w in notable), UserWarning, stacklevel=3)
+                      + "; ".join(f"{n} ({w})" for n, w in notable), UserWarning, stacklevel=5)
