@@ -81,12 +81,11 @@ def cell(a):
     sampler.join()
     end = _status()
     shutil.rmtree(out_dir, ignore_errors=True)
-    blocks = rep["block_info"] if isinstance(rep, dict) else rep.pipeline["block_info"]
     return {"peak_mb": end["VmHWM"], "start_mb": start["VmRSS"],
-            "anon_peak_mb": sampler.peak.get("RssAnon"), "file_peak_mb": sampler.peak.get("RssFile"),
-            "block_peak_mb": [round(b["peak_mb"]) for b in blocks],
-            "cpu": cpu, "wall": wall, "density": rep["density"] if isinstance(rep, dict)
-            else rep.density}
+            "anon_peak_mb": sampler.peak.get("RssAnon"),
+            "file_peak_mb": sampler.peak.get("RssFile"),
+            "block_peak_mb": [round(b["peak_mb"]) for b in rep.pipeline["block_info"]],
+            "cpu": cpu, "wall": wall, "density": rep.density}
 
 
 def _ckpt_bytes(folder) -> int:

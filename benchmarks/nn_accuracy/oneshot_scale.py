@@ -132,9 +132,9 @@ def cell_llama(a):
                                   offload_dir=a.offload_dir, cache_memory_mb=a.cache_mb,
                                   exclude=a.exclude or None, **_target_kwargs(a.target))
     return {"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0,
-            "peak_mb": rep["peak_mb"], "start_mb": rep["start_mb"], "density": rep["density"],
-            "block_seconds": [b["seconds"] for b in rep["block_info"]],
-            "block_peak_mb": [b["peak_mb"] for b in rep["block_info"]],
+            "peak_mb": rep.peak_mb, "start_mb": rep.start_mb, "density": rep.density,
+            "block_seconds": [b["seconds"] for b in rep.pipeline["block_info"]],
+            "block_peak_mb": [b["peak_mb"] for b in rep.pipeline["block_info"]],
             "tokens": a.batches * a.batch * a.seq, "load": _load()}
 
 

@@ -61,7 +61,7 @@ def find_blocks(model: nn.Module, steps: list[Step], blocks=None) -> list[tuple[
     return [(label, chain) for _, label, chain in cands]
 
 
-def _hidden_slot(args, kwargs):
+def hidden_slot(args, kwargs):
     """Where a block's hidden state comes in: ``("arg", 0)`` or ``("kw", name)``."""
     if args and isinstance(args[0], torch.Tensor):
         return ("arg", 0)
@@ -187,7 +187,7 @@ def _check_chain(model, steps, label, chain, batch, forward_fn, source):
     if "call" not in seen:
         raise _NotAChain(f"{chain[0][0]} is not called by the forward")
     args0, kwargs0 = seen["call"]
-    slot = _hidden_slot(args0, kwargs0)
+    slot = hidden_slot(args0, kwargs0)
     if slot is None:
         raise _NotAChain(f"{chain[0][0]} takes no tensor")
     source.load(0, blocks[0])
