@@ -8,7 +8,7 @@ number of layer evaluations that grows with the square of the depth. The field's
 *blocks* (the decoder layers of a transformer), keep the hidden states that enter the current
 block in an *activation cache*, and run only that block over the cache:
 
-1. **Blocks.** ``blocks=None`` finds them: among the model's ``nn.ModuleList`` /
+1. **Blocks** (``blocks``). ``blocks=None`` finds them: among the model's ``nn.ModuleList`` /
    ``nn.Sequential`` containers, the one with the most children holding prunable layers whose
    children form a *chain* on a calibration batch: each called once per forward, in order, the
    hidden state entering child ``k + 1`` being (the first element of) child ``k``'s output, with
@@ -35,11 +35,18 @@ The result equals that of the layer-by-layer walk (each layer sees exactly the i
 see there), at a cost of about ``1 + (stages - 1) / 2 + 1/n_batches`` block forwards per block
 (GPT-2's four stages: about 2.5 block forwards) plus the Grams.
 
-**Memory.** The model (or, from disk, the current block: ``checkpoint_io``), the activation
+**Where the weights live** is the pipeline's *source* (``sources``): the model in memory, or a
+checkpoint read and written block by block (``SafetensorsSource``: the source loads a block
+before its first pass, writes it once pruned and frees it before the next).
+
+**Memory.** The model (or, from disk, the current block), the activation
 cache (one hidden state per calibration batch: ``tokens x width x 4`` bytes; in memory up to
 ``cache_memory_mb``, then in files under ``offload_dir``), the stage's Grams (float64,
 ``in^2`` each; layers reading one input share theirs) and one batch's activations inside one
 block.
+
+**Several processes** (``distributed``): the ranks' calibration batches are compared before
+anything runs, split over the ranks (or each rank's own shard), the Grams summed.
 
 **Resume.** With ``checkpoint_dir``, the pruned weights of each finished segment (prologue,
 each block, epilogue) and its report rows are written there (each file to a temporary name,
