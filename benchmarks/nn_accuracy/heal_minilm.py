@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import resource
 import sys
-import time
 from pathlib import Path
 
 import torch

@@ -24,8 +24,8 @@ validation split:
 Recorded per cell: validation and test error, whether every mask is unchanged, the CPU seconds.
 One JSON line per cell to ``--out`` (resumable); ``--tables`` prints the table. ::
 
-    python3 benchmarks/nn_accuracy/heal_mnist.py --net lenet300 --ref results/oneshot/ref/lenet300 \\
-        --data-dir ../shared/mnist --out results/heal/mnist.jsonl
+    python3 benchmarks/nn_accuracy/heal_mnist.py --net lenet300 \\
+        --ref results/oneshot/ref/lenet300 --data-dir ../shared/mnist --out results/heal/mnist.jsonl
     python3 benchmarks/nn_accuracy/heal_mnist.py --tables --out results/heal/mnist.jsonl
 """
 
@@ -91,6 +91,8 @@ def main(argv=None):
     ap.add_argument("--ways", nargs="+", default=["heal", "labels"])
     ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3])
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=2.0, help="heal's KL temperature")
+    ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--calib", type=int, default=1024)
     ap.add_argument("--out", default="results/heal/mnist.jsonl")
     ap.add_argument("--tables", action="store_true")
@@ -106,7 +108,9 @@ def main(argv=None):
         base = None
         for way in args.ways:
             for lr in args.lrs:
-                key = json.dumps([args.net, target, way, lr, args.epochs, args.calib])
+                key = json.dumps([args.net, target, way, lr, args.epochs, args.calib]
+                                 + ([args.temperature, args.batch_size]
+                                    if (args.temperature, args.batch_size) != (2.0, 128) else []))
                 if key in done:
                     continue
                 if base is None:
@@ -116,14 +120,14 @@ def main(argv=None):
                 before = net.errors(student)
                 c0 = cpu()
                 if way == "heal":
-                    heal(student, dense, net.Xtr, epochs=args.epochs, batch_size=128, lr=lr,
-                         masks=masks if masks is not None else None, loss="kl",
-                         progress=False)
+                    heal(student, dense, net.Xtr, epochs=args.epochs,
+                         batch_size=args.batch_size, lr=lr, masks=masks, loss="kl",
+                         temperature=args.temperature, progress=False)
                 else:
-                    pairs = list(zip(net.Xtr.split(128), net.ytr.split(128)))
-                    heal(student, _Labels(), pairs, epochs=args.epochs, lr=lr,
-                         masks=masks if masks is not None else None, loss="kl", temperature=1.0,
-                         forward_fn=_feed, progress=False)
+                    pairs = list(zip(net.Xtr.split(args.batch_size),
+                                     net.ytr.split(args.batch_size)))
+                    heal(student, _Labels(), pairs, epochs=args.epochs, lr=lr, masks=masks,
+                         loss="kl", temperature=1.0, forward_fn=_feed, progress=False)
                 secs = cpu() - c0
                 after = net.errors(student)
                 kept = None
@@ -131,7 +135,8 @@ def main(argv=None):
                     named = dict(student.named_parameters())
                     kept = all(torch.equal(named[n].detach() != 0, m) for n, m in masks.items())
                 row = {"key": key, "net": args.net, "target": target, "way": way, "lr": lr,
-                       "epochs": args.epochs, "val_before": before["val"],
+                       "epochs": args.epochs, "temperature": args.temperature,
+                       "batch_size": args.batch_size, "val_before": before["val"],
                        "test_before": before["test"], "val": after["val"], "test": after["test"],
                        "masks_unchanged": kept, "cpu_s": secs,
                        "params": sum(int((p != 0).sum()) for p in student.parameters()),
@@ -151,15 +156,17 @@ def tables(path):
     rows = [json.loads(line) for line in open(path)]
     best = {}
     for r in rows:
-        k = (r["net"], r["target"], r["way"], r["epochs"])
+        k = (r["net"], r["target"], r["way"], r["epochs"], r.get("batch_size", 128))
         if k not in best or r["val"] < best[k]["val"]:
             best[k] = r
-    print("| network | target | training | epochs | lr (by validation) | test before | test "
-          "after | masks unchanged | CPU s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| network | target | training | epochs | batch | lr, T (by validation) | test before "
+          "| test after | masks unchanged | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for k in sorted(best):
         r = best[k]
-        print(f"| {r['net']} | {r['target']} | {r['way']} | {r['epochs']} | {r['lr']:g} | "
+        t = "" if r["way"] == "labels" else f", T={r.get('temperature', 2.0):g}"
+        print(f"| {r['net']} | {r['target']} | {r['way']} | {r['epochs']} | "
+              f"{r.get('batch_size', 128)} | {r['lr']:g}{t} | "
               f"{100 * r['test_before']:.2f}% | {100 * r['test']:.2f}% | "
               f"{'' if r['masks_unchanged'] is None else r['masks_unchanged']} | "
               f"{r['cpu_s']:.0f} |")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import time
 from pathlib import Path
 
 from dualdrop.cli import UsageError, nonneg_int, positive_float, positive_int
@@ -60,24 +59,6 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run, parser=p, interrupt_hint="the healing is checkpointed in "
                    "RUN_DIR/heal; run the same command again to continue")
-
-
-def heal_phase(net, teacher, data, folder: Path, *, steps: int, lr: float, batch_size: int,
-               masks, progress: bool) -> dict:
-    """Heal ``net`` from ``teacher`` on ``data``, checkpointed in ``folder`` (resumed when a
-    checkpoint is there); the record of the phase for ``final.json``."""
-    from dualdrop.train.heal import heal
-
-    t0 = time.perf_counter()
-    out = heal(net, teacher, data, steps=steps, lr=lr, batch_size=batch_size, masks=masks,
-               checkpoint_dir=folder, checkpoint_every=max(1, min(100, steps // 10)),
-               progress=progress)
-    losses = [r["loss"] for r in out.history]
-    net.eval()
-    return {"status": "finished", "steps": out.step, "lr": lr, "batch_size": batch_size,
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
-            "held_masks": len(out.masks), "seconds": time.perf_counter() - t0}
 
 
 def _teacher(args, cfg: dict):
@@ -124,6 +105,7 @@ def run(args) -> int:
     from dualdrop.train import load_run
     from dualdrop.train.checkpoint import atomic_save, atomic_write_json, read_json
     from dualdrop.train.export import MODEL, MODEL_COMPACT
+    from dualdrop.train.heal import heal_in_folder
 
     folder = Path(args.run)
     fix = "give the folder of a finished dualdrop prune run"
@@ -145,9 +127,9 @@ def run(args) -> int:
     data = args.data if args.data is not None else calib
     args.interrupt_hint = (f"the healing is checkpointed in {folder / HEAL_DIR}; run the same "
                            "command again to continue")
-    record = heal_phase(student, teacher, data, folder / HEAL_DIR, steps=args.steps, lr=args.lr,
-                        batch_size=args.batch_size, masks="zeros",
-                        progress=not args.no_progress)
+    record = heal_in_folder(student, teacher, data, folder / HEAL_DIR, steps=args.steps,
+                            lr=args.lr, batch_size=args.batch_size, masks="zeros",
+                            progress=not args.no_progress)
     after = evaluate(student)
     record.update(teacher=str(args.teacher or cfg.get("from")), data=args.data or "calibration",
                   **after)

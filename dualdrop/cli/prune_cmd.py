@@ -93,7 +93,7 @@ def register(subparsers) -> None:
                    "into the consumer's bias")
     p.add_argument("--pattern", default=None, metavar="N:M",
                    help="N:M sparsity in every layer instead of --density, e.g. 2:4 or 4:8")
-    p.add_argument("--allocation", default="uniform",
+    p.add_argument("--allocation", default=None,
                    help="how the density is split over layers: uniform (default), global (one "
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level); "
                    "with --granularity: uniform, flap, penalty")
@@ -233,6 +233,7 @@ def _check_args(args) -> dict:
         if (args.density is None) == (args.pattern is None):
             raise UsageError("give exactly one of --density D and --pattern N:M")
     job = job_of(args, options, alloc_options)     # the method, budget, allocation: checked
+    args.allocation = job.allocation                # the default of its kind, when not given
     if args.model is not None:
         if args.model_class is None:
             raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "
@@ -470,11 +471,11 @@ def prune_run(args) -> dict:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
     if args.heal_steps:
-        from dualdrop.cli.heal_cmd import heal_phase
+        from dualdrop.train.heal import heal_in_folder
 
         args.interrupt_hint = (f"the healing is checkpointed in {out / 'heal'}; run the same "
                                "command again to continue")
-        final["heal"] = heal_phase(net, teacher, args.heal_data or calib, out / "heal",
+        final["heal"] = heal_in_folder(net, teacher, args.heal_data or calib, out / "heal",
                                    steps=args.heal_steps, lr=args.heal_lr,
                                    batch_size=args.heal_batch_size, masks=res.masks,
                                    progress=not args.no_progress)

@@ -20,7 +20,7 @@
   (:func:`plot_comparison`, :func:`comparison_table`, the frontier's and the diagnostics').
 """
 
-from dualdrop.train.engine import FitResult, fit
+from dualdrop.train.engine import EpochHooks, FitResult, fit
 from dualdrop.train.heal import HealResult, heal
 from dualdrop.train.heal_schedule import PruneHealResult, prune_heal
 from dualdrop.train.config import TrainConfig, available_methods, check_method, resolve_hparams
@@ -32,7 +32,7 @@ from dualdrop.train.models import LeNet300100, lenet_300_100
 from dualdrop.train.report import PAPER_TABLE, comparison_table, plot_comparison
 
 __all__ = [
-    "FitResult", "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
+    "EpochHooks", "FitResult", "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
     "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_run", "load_runs",
     "fit", "heal", "HealResult", "prune_heal", "PruneHealResult", "plot_comparison", "resolve_hparams", "run_comparison", "train",
 ]

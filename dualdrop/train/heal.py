@@ -420,6 +420,23 @@ def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, sto
                       {n: m for n, m in _held_names(student, held)})
 
 
+def heal_in_folder(net, teacher, data, folder, *, steps: int, lr: float, batch_size: int,
+                   masks, progress: bool) -> dict:
+    """``heal`` checkpointed in ``folder`` (resumed when a checkpoint is there), for the command
+    line's run folders (``dualdrop prune --heal-steps``, ``dualdrop heal``); the record of the
+    phase for the run's ``final.json``."""
+    t0 = time.perf_counter()
+    out = heal(net, teacher, data, steps=steps, lr=lr, batch_size=batch_size, masks=masks,
+               checkpoint_dir=folder, checkpoint_every=max(1, min(100, steps // 10)),
+               progress=progress)
+    losses = [r["loss"] for r in out.history]
+    net.eval()
+    return {"status": "finished", "steps": out.step, "lr": lr, "batch_size": batch_size,
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+            "held_masks": len(out.masks), "seconds": time.perf_counter() - t0}
+
+
 def _first_batch(source):
     """The first batch of ``source`` without moving its random state."""
     if hasattr(source, "batches"):

@@ -8,7 +8,7 @@ with ``torch.load(weights_only=True)`` (or numpy without pickles); each refusal 
 
 - the class: any importable callable that returns a ``torch.nn.Module`` (a class, or a factory
   function such as ``torchvision.models:resnet18``), called with ``--model-args``; the
-  ``dualdrop`` command searches the current folder first, as ``python -m`` does
+  ``dualdrop`` command also searches the current folder, as ``python -m`` does
   (``dualdrop.cli.cwd_on_path``);
 - the model file: a ``state_dict`` (``torch.save(model.state_dict(), path)``), a module saved
   whole (``torch.save(model, path)``: read with only the classes of a fresh ``--model-class``

@@ -1,6 +1,6 @@
 """``--model-class mynets:MLP`` from the folder holding ``mynets.py``: the installed ``dualdrop``
-command (whose own folder, not the current one, heads ``sys.path``) searches the current folder
-first, as ``python -m`` does, for ``prune --model`` and for ``latency`` on the run it wrote; a
+command (whose own folder, not the current one, heads ``sys.path``) searches the current folder,
+as ``python -m`` does, for ``prune --model`` and for ``latency`` on the run it wrote; a
 module that is not there is refused with where Python looked."""
 
 import os

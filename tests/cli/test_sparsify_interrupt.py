@@ -79,3 +79,29 @@ def test_after_a_checkpoint(tmp_path):
     line = _interrupt(proc)
     assert f"is checkpointed in {out}; continue with: dualdrop sparsify" in line
     assert line.endswith(f"--out {out} --resume"), line
+
+
+def test_ctrl_c_inside_a_finalizer_is_delivered_after_it():
+    """A Ctrl-C that lands in a weakref callback (numba's ``on_disposal``, run by the garbage
+    collector while a command compiles) was printed as "Exception ignored" and swallowed: the
+    command went on and exited 0. It is re-sent once the callback has returned."""
+    import weakref
+
+    from dualdrop.cli import _interrupts_outside_llvm
+
+    class Held:
+        pass
+
+    def on_disposal(ref):
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupts_outside_llvm():
+            held = Held()
+            ref = weakref.ref(held, on_disposal)
+            del held  # the callback runs here, and the interrupt lands inside it
+            end = time.monotonic() + 5.0
+            while time.monotonic() < end:  # the re-sent interrupt arrives here
+                time.sleep(0.001)
+    assert ref() is None and time.monotonic() < end
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

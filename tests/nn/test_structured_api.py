@@ -308,3 +308,21 @@ def test_minilm_layer_if_installed():
     x = calib[0]
     assert torch.allclose(outputs(model, x), outputs(small, x), atol=1e-4)
     assert small.encoder.layer[0].intermediate.dense.out_features == 768
+
+
+def test_the_report_does_not_call_a_pruned_layer_not_pruned():
+    """A row names the layer that reads the pruned units (an FFN's output projection); the same
+    layer's own outputs (the residual stream) stay: the report says which is which."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hf_tiny_models import ids, tiny_bert
+
+    res = prune_structured(tiny_bert(), [{"input_ids": ids(i)} for i in range(2)], "magnitude",
+                           granularity="neuron", target_density=0.7, progress=False)
+    text = res.report.format().splitlines()
+    assert text[1].startswith("input units of")
+    rows = {r["layer"] for r in res.report.layers}
+    both = [ln for ln in text[2:] if ln.split()[0] in rows and "not pruned" in ln]
+    assert both, text  # the case this test is about: a pruned reader whose outputs stay
+    assert all("its output units not pruned: " in ln for ln in both), both

@@ -297,3 +297,41 @@ def test_prune_heal_structured_by_parameters():
                      heal_steps=10, granularity="neuron", progress=False)
     assert sum(p.numel() for p in out.model.parameters()) <= n // 2
     assert out.rounds[0]["target_params"] > n // 2
+
+
+_DP_SCRIPT = """
+import copy, os, sys, torch, torch.nn as nn
+from dualdrop.nn import prune_oneshot
+from dualdrop.train import heal
+torch.manual_seed(0)
+t = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10))
+X = torch.randn(256, 16, generator=torch.Generator().manual_seed(1))
+s = copy.deepcopy(t)
+res = prune_oneshot(s, X, "magnitude", target_density=0.3, progress=False)
+heal(res, t, X, steps=12, batch_size=64, lr=3e-3, progress=False)
+if int(os.environ.get("RANK", "0")) == 0:
+    torch.save(s.state_dict(), sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_heal_as_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "dp.py"
+    script.write_text(_DP_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for cmd, out in (([sys.executable], "one.pt"),
+                     ([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                       "--nproc_per_node", "2"], "two.pt")):
+        proc = subprocess.run([*cmd, str(script), str(tmp_path / out)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    a = torch.load(tmp_path / "one.pt", weights_only=True)
+    b = torch.load(tmp_path / "two.pt", weights_only=True)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)  # the rows split, grads summed

@@ -14,7 +14,7 @@ from dualdrop.nn.oneshot.report import OneShotResult, StructuredResult
 
 
 def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | None = None,
-                  pattern=None, allocation: str = "uniform", *, options: dict | None = None,
+                  pattern=None, allocation: str | None = None, *, options: dict | None = None,
                   refit: bool | None = None, allocation_options: dict | None = None,
                   forward_fn=None, include=None, exclude=None, progress: bool = True,
                   sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
@@ -96,7 +96,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
 
 def prune_structured(model: nn.Module, calib, method, *, granularity,
                      target_density: float | None = None, target_params: int | None = None,
-                     target_speedup: float | None = None, allocation: str = "uniform",
+                     target_speedup: float | None = None, allocation: str | None = None,
                      options: dict | None = None, allocation_options: dict | None = None,
                      bias_compensation: bool = True, target: str = "pruned",
                      forward_fn=None, include=None,

@@ -95,7 +95,8 @@ class Job:
 
 
 def make_job(method=None, target_density: float | None = None, pattern=None,
-             allocation: str = "uniform", *, granularity=None, target_params: int | None = None,
+             allocation: str | None = None, *, granularity=None,
+             target_params: int | None = None,
              target_speedup: float | None = None, options: dict | None = None,
              refit: bool | None = None, allocation_options: dict | None = None, forward_fn=None,
              include=None, exclude=None, progress: bool = True, sequential: str = "auto",
@@ -107,7 +108,8 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
              calibration_sharded: bool = False) -> Job:
     """The :class:`Job` of these arguments (those of ``prune_oneshot``, plus ``target`` of
     ``prune_structured``), every one checked: a ``TypeError`` / ``ValueError`` names a bad one
-    and says what to give instead."""
+    and says what to give instead. ``allocation=None``: ``"uniform"`` for single weights,
+    ``unit_allocation.DEFAULT_ALLOCATION`` for units."""
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
     if forward_fn is not None and not callable(forward_fn):
@@ -156,6 +158,7 @@ def _weights_job(method, target_density, pattern, allocation, options, refit,
                  allocation_options, offload_dir, cache_memory_mb, checkpoint_dir, distributed,
                  common) -> Job:
     method = "sparsegpt" if method is None else method
+    allocation = "uniform" if allocation is None else allocation
     if refit is not None and isinstance(method, OneShotMethod):
         raise ValueError("method is a built OneShotMethod: set refit in its constructor")
     opts = method_options(options, refit)
@@ -181,6 +184,7 @@ def _units_job(method, granularity, target_density, target_params, target_speedu
                options, allocation_options, bias_compensation, target, latency_inputs,
                latency_options, common) -> Job:
     method = "osscar" if method is None else method
+    allocation = unit_allocation.DEFAULT_ALLOCATION if allocation is None else allocation
     meth = get_unit_method(method, **options)
     kinds = check_granularity(granularity)
     budget = unit_budget(target_density, target_params, target_speedup)

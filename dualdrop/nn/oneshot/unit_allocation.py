@@ -40,6 +40,8 @@ from dualdrop.nn.oneshot.methods.structured.penalty import Scaled, UnitPath, res
 from penalties.checks import check_float, check_int
 
 ALLOCATIONS = ("uniform", "flap", "penalty")
+#: the allocation ``prune_structured`` uses when none is given
+DEFAULT_ALLOCATION = "uniform"
 
 #: options of each allocation and their defaults
 ALLOCATION_DEFAULTS = {
