@@ -31,7 +31,8 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     ``StructuredResult``, ``res.compact()`` the smaller model): ``method`` one of its methods
     (default ``"osscar"``), the budget ``target_density`` (of the prunable parameters),
     ``target_params`` or ``target_speedup`` (measured: ``latency_inputs``,
-    ``latency_options``), ``allocation`` ``"uniform"`` / ``"flap"`` / ``"penalty"``,
+    ``latency_options``), ``allocation`` ``"penalty"`` (the default for units) / ``"uniform"``
+    / ``"flap"``,
     ``bias_compensation`` (default True); docs/oneshot.md "Smaller and faster: structured
     one-shot". The arguments of the other kind (``pattern=``, the activation cache on disk,
     ``checkpoint_dir``, ``distributed=True`` for units; the unit budgets for weights) are
@@ -50,7 +51,8 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     - ``target_density``: the fraction kept of the prunable weights of the pruned layers (for
       single weights, every weight of those layers; for units, the producer rows and consumer
       columns of their unit groups), split over them
-      by ``allocation`` (``"uniform"``, ``"global"``, ``"owl"``, ``"penalty"``;
+      by ``allocation`` (``"uniform"``: the default for weights, ``"global"``, ``"owl"``,
+      ``"penalty"``;
       ``allocation_options`` its options, see ``allocation``); or ``pattern="2:4"`` / ``"4:8"``
       (N:M in every layer; allocation must then be uniform).
     - ``options``: the method's options (``refit=True``: least squares on each row's support
@@ -115,12 +117,14 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
       "neuron")``, ``"head+neuron"``).
     - The budget, one of: ``target_density`` (fraction of the prunable parameters kept: the
       units' producer rows and consumer columns), ``target_params`` (parameters of the whole
-      pruned model), ``target_speedup`` (the model's time over the pruned model's, predicted by
-      a latency table measured on ``latency_inputs``, default the first calibration batch;
-      ``latency_options``: ``threads`` (1), ``clock`` (``"wall"``, or ``"cpu"`` on a busy
-      machine), ``rounds`` (5), ``cache`` (True); ``latency_table``).
-    - ``allocation``: ``"uniform"``, ``"flap"`` or ``"penalty"`` (``unit_allocation``);
-      ``allocation_options`` its options.
+      pruned model), ``target_speedup`` (the model's time over the pruned model's on
+      ``latency_inputs``, default the first calibration batch: predicted by a latency table,
+      then measured on the compact model and the allocation corrected until within 5% of the
+      target, or the closest try kept with a warning; ``latency_options``: ``threads`` (1),
+      ``clock`` (``"wall"``, or ``"cpu"`` on a busy machine), ``rounds`` (5), ``cache``
+      (True), ``measure`` (True; False keeps the prediction); ``latency_table``).
+    - ``allocation``: ``"penalty"`` (None: the default, the best measured), ``"uniform"`` or
+      ``"flap"`` (``unit_allocation``); ``allocation_options`` its options.
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
       bias, the kept weights fit on centred inputs (every method; a consumer without a bias
       is pruned without).

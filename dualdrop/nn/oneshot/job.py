@@ -45,7 +45,7 @@ from penalties.checks import check_float, check_int
 CALIB_BATCH = 128
 
 #: the options of the latency table of a ``target_speedup`` budget and their defaults
-LATENCY_DEFAULTS = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True}
+LATENCY_DEFAULTS = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True, "measure": True}
 
 
 @dataclass
@@ -95,8 +95,7 @@ class Job:
 
 
 def make_job(method=None, target_density: float | None = None, pattern=None,
-             allocation: str | None = None, *, granularity=None,
-             target_params: int | None = None,
+             allocation: str | None = None, *, granularity=None, target_params: int | None = None,
              target_speedup: float | None = None, options: dict | None = None,
              refit: bool | None = None, allocation_options: dict | None = None, forward_fn=None,
              include=None, exclude=None, progress: bool = True, sequential: str = "auto",
@@ -279,8 +278,9 @@ def latency_options_of(opts) -> dict:
     if out["threads"] is not None:
         out["threads"] = check_int("latency_options threads", out["threads"], low=1)
     out["rounds"] = check_int("latency_options rounds", out["rounds"], low=1)
-    if not isinstance(out["cache"], bool):
-        raise TypeError("latency_options cache must be True or False")
+    for k in ("cache", "measure"):
+        if not isinstance(out[k], bool):
+            raise TypeError(f"latency_options {k} must be True or False")
     return out
 
 

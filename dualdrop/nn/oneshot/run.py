@@ -240,8 +240,8 @@ def _units(job: Job, model, calib, t_start, rss_start) -> StructuredResult:
     def grams():
         return collect_grams(model, steps, calib, fwd, job.progress, **pipe)
 
-    counts, desc, table = unit_budget_counts(job, model, groups, steps, first, fwd, counter,
-                                             n_params, grams)
+    counts, desc, table, measured = unit_budget_counts(job, model, groups, steps, first, fwd,
+                                                       counter, n_params, grams)
     if job.target == "dense":
         capture_dense_inputs(model, steps, calib, fwd, job.token_mask_fn)
 
@@ -280,7 +280,7 @@ def _units(job: Job, model, calib, t_start, rss_start) -> StructuredResult:
         method=repr(meth), allocation=job.allocation, target=desc, layers=layers,
         skipped=skipped, what="units", params_before=n_params,
         params_after=int(n_params - counter.removed(kept)), prunable=int(counter.prunable()),
-        predicted_speedup=table.speedup(kept) if table else None,
+        predicted_speedup=table.speedup(kept) if table else None, measured_speedup=measured,
         seconds=time.perf_counter() - t_start, peak_mb=peak_rss_mb(), start_mb=rss_start)
     return StructuredResult(model, report, unit_masks(groups), units=units, groups=groups,
                             example_inputs=model_inputs(first) if job.forward_fn is None
