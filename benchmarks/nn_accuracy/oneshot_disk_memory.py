@@ -93,25 +93,33 @@ def _ckpt_bytes(folder) -> int:
                if f.endswith(".safetensors"))
 
 
+def _shape(width) -> dict:
+    """:data:`SHAPE` at another width (FFN 4x, heads of 64)."""
+    return {**SHAPE, "hidden_size": width, "intermediate_size": 4 * width,
+            "num_attention_heads": width // 64, "num_key_value_heads": width // 64}
+
+
 def cmd_run(a):
     done = _done(a.out)
+    shape = _shape(a.width)
     for depth in a.depths:
-        ckpt = os.path.join(a.dir, f"llama-{depth}x{SHAPE['hidden_size']}")
-        cells = [f"{depth}/{SHAPE['hidden_size']}/{mode}/{a.batches}x{a.batch}x{a.seq}"
+        ckpt = os.path.join(a.dir, f"llama-{depth}x{a.width}")
+        cells = [f"{depth}/{a.width}/{mode}/{a.batches}x{a.batch}x{a.seq}"
                  for mode in a.modes]
         if all(c in done for c in cells):
             continue
         if not os.path.exists(os.path.join(ckpt, "model.safetensors.index.json")):
-            write_llama({**SHAPE, "num_hidden_layers": depth}, ckpt, shard_mb=256)
+            write_llama({**shape, "num_hidden_layers": depth}, ckpt, shard_mb=256)
         size = _ckpt_bytes(ckpt)
         for mode, name in zip(a.modes, cells):
             if name in done:
                 continue
             cmd = [sys.executable, __file__, "_cell", "--ckpt", ckpt, "--out-dir",
-                   os.path.join(a.dir, f"pruned-{depth}-{mode}"), "--batches", str(a.batches),
+                   os.path.join(a.dir, f"pruned-{depth}x{a.width}-{mode}"),
+                   "--batches", str(a.batches),
                    "--batch", str(a.batch), "--seq", str(a.seq)]
             if mode == "offload":
-                cmd += ["--offload-dir", os.path.join(a.dir, f"offload-{depth}")]
+                cmd += ["--offload-dir", os.path.join(a.dir, f"offload-{depth}x{a.width}")]
             print("running", name, flush=True)
             env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -119,7 +127,7 @@ def cmd_run(a):
                 print(f"cell {name} failed:\n{p.stderr[-3000:]}", flush=True)
                 continue
             row = json.loads(p.stdout.strip().splitlines()[-1])
-            row.update({"cell": name, "depth": depth, "width": SHAPE["hidden_size"],
+            row.update({"cell": name, "depth": depth, "width": a.width,
                         "mode": mode, "checkpoint_mb": size / 2 ** 20,
                         "date": time.strftime("%Y-%m-%d %H:%M")})
             _append(a.out, row)
@@ -130,12 +138,13 @@ def cmd_run(a):
 
 def cmd_table(a):
     rows = [json.loads(line) for line in open(a.file) if line.strip()]
-    print("| blocks | checkpoint MB | activation cache | peak resident MB | peak anonymous MB "
-          "| peak file-backed MB | CPU s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in sorted(rows, key=lambda r: (r["depth"], r["mode"])):
+    print("| width | blocks | checkpoint MB | activation cache | peak resident MB "
+          "| peak anonymous MB | peak file-backed MB | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in sorted(rows, key=lambda r: (r["width"], r["depth"], r["mode"])):
         mode = "in memory" if r["mode"] == "memory" else "offload_dir, cache_memory_mb=0"
-        print(f"| {r['depth']} | {r['checkpoint_mb']:,.0f} | {mode} | {r['peak_mb']:,.0f} | "
+        print(f"| {r['width']} | {r['depth']} | {r['checkpoint_mb']:,.0f} | {mode} | "
+              f"{r['peak_mb']:,.0f} | "
               f"{r['anon_peak_mb']:,.0f} | {r['file_peak_mb']:,.0f} | {r['cpu']:,.0f} |")
 
 
@@ -144,6 +153,7 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--depths", nargs="+", type=int, default=[8, 24, 48])
+    r.add_argument("--width", type=int, default=SHAPE["hidden_size"])
     r.add_argument("--dir", default="results/oneshot_disk")
     r.add_argument("--out", default="results/oneshot_disk/memory.jsonl")
     r.add_argument("--modes", nargs="+", default=["memory", "offload"],

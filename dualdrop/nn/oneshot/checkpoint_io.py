@@ -5,9 +5,8 @@ checkpoint's safetensors source (``sources.SafetensorsSource``).
 Memory: the process itself (Python, torch, transformers: ~0.5 GB), the weights outside the
 blocks, one block, the activation cache up to ``cache_memory_mb`` (the rest in ``offload_dir``),
 and one stage's Grams and solve (float64, ``in^2`` each), whatever the depth
-(``benchmarks/RESULTS.md``, "One-shot at scale": a Llama-shaped checkpoint of width 1,024 peaks
-at the same memory with 8, 24 or 48 blocks; one of 1.1B parameters, 4.4 GB in float32, at about
-2.3 GB).
+(``benchmarks/RESULTS.md``, "One-shot at scale", peak memory against depth; a Llama-shaped
+checkpoint of 1.1B parameters, 4.4 GB in float32, peaked at about 2.3 GB).
 
 Resume: the run's progress is kept in ``out_dir/.oneshot-progress`` (a finished block's shard is
 written before the block is recorded as done); started again with the same arguments, it
