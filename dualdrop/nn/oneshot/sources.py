@@ -21,8 +21,9 @@ and around the capture (:meth:`~MemorySource.after_capture`,
 serves allocations below its *mmap threshold* from its heap, and raises that threshold (up to
 32 MB) each time a larger mapped block is freed, so a block's Grams, weights and activations
 (1-32 MB each at width 1,024) end up in a heap whose free holes stay resident and fragment a
-little more with every block: the peak crept up by about 2-3 MB per block (measured on a
-Llama-shaped checkpoint, ``benchmarks/RESULTS.md``, "One-shot at scale"). So a
+little more with every block: the peak crept up by about 2 MB per block at width 512 and 20
+MB at width 1,024 (Llama-shaped checkpoints, ``benchmarks/RESULTS.md``, "One-shot at scale"),
+and stood 250 MB higher from the first blocks on. So a
 :class:`SafetensorsSource` fixes the threshold at :data:`MMAP_THRESHOLD` for the process (as
 ``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment would; every tensor of a megabyte or more
 then has its own mapping, unmapped when freed) and gives the heap's free pages back
