@@ -190,7 +190,8 @@ def prune_depth(model: nn.Module, calib, *, target_density: float, metric: str =
     batches (or a tensor of samples, batches of 128) fed by ``forward_fn(model, batch)``.
     ``prune_oneshot(model, calib, metric, target_density=D, granularity="block")`` calls it
     (``refused``: its other arguments, a ``ValueError`` naming any given)."""
-    given = sorted(k for k, v in (refused or {}).items() if v != DEPTH_REFUSES.get(k))
+    given = sorted(k for k, v in (refused or {}).items()
+                   if v is not None and v != DEPTH_REFUSES.get(k))
     if given:
         raise ValueError(f"granularity='block' removes whole blocks by target_density (the "
                          f"fraction of blocks kept) and the metric ({METRICS}, the method "
