@@ -209,7 +209,8 @@ class GroupPenalty(UnitMethod):
     default ``"logsum"``) and its parameters (on RMS-1 group norms; defaults
     :data:`PATH_PARAMS`), ``alpha0`` (the path's first level, 0.05), ``grow`` (its factor per
     step, 2), ``over`` (the path stops at ``over * n_keep`` alive units, 2: the exact greedy
-    takes it from there), ``thr`` (a unit leaves the path below this fraction of the alive
+    takes it from there), ``share`` (or earlier, at ``n_keep`` plus this share of the units to
+    remove, 1: off), ``thr`` (a unit leaves the path below this fraction of the alive
     units' RMS norm, 0.01), ``max_steps`` (100)."""
 
     name = "penalty"
