@@ -38,7 +38,7 @@ from dualdrop.nn.oneshot.walker import default_forward, token_mask
 METRICS = ("cosine", "reconstruction")
 _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
 #: the arguments of ``prune_oneshot`` that depth pruning does not take (refused when given)
-DEPTH_REFUSES = {"pattern": None, "allocation": "uniform", "options": None, "refit": None,
+DEPTH_REFUSES = {"pattern": None, "allocation": None, "options": None, "refit": None,
                  "allocation_options": None, "include": None, "exclude": None,
                  "token_mask_fn": None, "offload_dir": None, "cache_memory_mb": None,
                  "checkpoint_dir": None, "distributed": None, "target_params": None,
