@@ -12,24 +12,27 @@ import numbers
 import numpy as np
 
 from . import checks
+from .checks import ArgumentTypeError
 
 
 def as_real_array(x, name: str, *, allow_inf: bool = False) -> np.ndarray:
-    """Return ``x`` as a float64 ndarray, rejecting non-real dtypes, NaN and (by default) inf."""
+    """Return ``x`` as a float64 ndarray, rejecting non-real dtypes (an
+    :class:`~penalties.checks.ArgumentTypeError`, both a ``TypeError`` and a ``ValueError``), NaN
+    and (by default) inf (``ValueError``), each naming ``name``."""
     if isinstance(x, (str, bytes)) or x is None:
-        raise ValueError(f"{name} must be a real number or an array of real numbers, got {type(x).__name__}")
+        raise ArgumentTypeError(f"{name} must be a real number or an array of real numbers, got {type(x).__name__}")
     try:
         arr = np.asarray(x)
     except ValueError as exc:  # ragged nested sequences
         raise ValueError(f"{name} must be a rectangular array of real numbers; got a ragged "
                          f"nested sequence ({exc})") from None
     if arr.dtype == object:
-        raise ValueError(
+        raise ArgumentTypeError(
             f"{name} must be a numeric array; got an object array (ragged lists or mixed types?). "
             "Pass a numpy float array."
         )
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise ValueError(
+        raise ArgumentTypeError(
             f"{name} must have a real integer or floating dtype, got dtype {arr.dtype}. "
             "Convert it explicitly, e.g. np.asarray(x, dtype=float)."
         )

@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from ._checks import as_real_array
-from .kernels import (L1, LOG2SUM, LOGSUM, LP, MCP, MIXED, SCAD, STANDOUT, T_HEADER, T_M, T_N,
-                      TABLE)
+from ._codes import (L1, LOG2SUM, LOGSUM, LP, MCP, MIXED, SCAD, STANDOUT, T_HEADER, T_M, T_N,
+                     TABLE)
 
 __all__ = ["check_scalar", "check_spec", "check_step", "real_array"]
 

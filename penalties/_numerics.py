@@ -197,9 +197,19 @@ def log_grid(lo, hi, n=801):
     return np.exp(np.linspace(math.log(lo), math.log(hi), n))
 
 
-def check_range(rng, name):
+#: The largest magnitude whose square is a float64 with room to spare (``w^2``, ``t^2 / eta``):
+#: the end of every range of ``w`` the numeric penalties integrate or scan, and the largest
+#: ``|w|`` (times a column norm, for ARD) their formulas take.
+W_MAX = 1e153
+
+
+def check_range(rng, name, *, high_max=None):
+    """A ``(low, high)`` range with ``0 < low < high`` (``high <= high_max`` when given)."""
     if not (isinstance(rng, (tuple, list)) and len(rng) == 2):
         raise ValueError(f"{name} must be a (low, high) pair, got {rng!r}")
     lo = check_param(rng[0], f"{name}[0]", low=0.0)
     hi = check_param(rng[1], f"{name}[1]", low=lo)
+    if high_max is not None and hi > high_max:
+        raise ValueError(f"{name}[1] must be <= {high_max:g}, got {hi:g}: beyond it w^2 is not a "
+                         "float64 number (it overflows at ~1.3e154); rescale the weights instead")
     return lo, hi

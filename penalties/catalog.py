@@ -135,17 +135,13 @@ class SCAD(KernelPenalty):
         return np.where(eta <= lam, eta, mid)
 
 
-def _is_pos_inf(v):
-    """Whether ``v`` is the number ``+inf`` (a bool is not a number here)."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and v == float("inf")
-
-
 class MCP(KernelPenalty):
     """Minimax concave penalty (Zhang 2010), divided by ``lam``; with ``A = a lam``:
 
     ``Omega = |w| - w^2 / (2A)`` for ``|w| <= A``, ``A/2`` beyond; ``eta_hat = A|w| / (A - |w|)``
-    (infinite beyond A); ``f(eta) = A eta / (eta + A)``. ``a = inf`` is the l1 penalty
-    (``Omega = |w|``, ``eta_hat = |w|``, ``f(eta) = eta``), as in skglm and ncvreg's limit.
+    (infinite beyond A); ``f(eta) = A eta / (eta + A)``. As ``a -> inf`` it tends to the l1
+    penalty (``Omega = |w|``, ``eta_hat = |w|``, ``f(eta) = eta``); ``a = inf`` itself is refused,
+    naming :class:`L1`, the penalty it would be.
     """
 
     name = "mcp"
@@ -153,9 +149,11 @@ class MCP(KernelPenalty):
     _code = K.MCP
 
     def __init__(self, a=3.0, lam=1.0):
-        self.a = np.inf if _is_pos_inf(a) else check_param(a, "a", low=0.0)
+        if isinstance(a, numbers.Real) and not isinstance(a, bool) and a == float("inf"):
+            raise ValueError("a must be finite, got inf: MCP with a = inf is the l1 penalty; use "
+                             "penalty 'l1' (penalties.L1()) instead")
+        self.a = check_param(a, "a", low=0.0)
         self.lam = check_param(lam, "lam", low=0.0)
-        self.is_convex = bool(np.isinf(self.a))
 
     def _kernel_params(self):
         return np.array([self.a, self.lam])
@@ -165,6 +163,4 @@ class MCP(KernelPenalty):
 
     def _f(self, eta):
         A = self.a * self.lam
-        if np.isinf(A):
-            return np.asarray(eta, dtype=np.float64)
         return A * eta / (eta + A)

@@ -14,6 +14,12 @@ import math
 import numbers
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type (text, a complex number, an object): a ``TypeError`` by
+    Python's convention, and a ``ValueError`` too, the documented error of ``penalties``' array
+    entry points for any bad input (so either ``except`` clause catches it)."""
+
+
 def check_float(name: str, value, *, low=None, high=None, low_open: bool = False,
                 high_open: bool = False, type_error: type[Exception] = TypeError) -> float:
     """``value`` as a finite float in ``[low, high]`` (ends open where asked)."""

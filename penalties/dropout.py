@@ -225,6 +225,11 @@ def _logistic_pdf(x):
     return e / (1.0 + e) ** 2
 
 
+def _theta(theta) -> np.ndarray:
+    """A gate parameter ``theta = log a`` as a float array: real, may be infinite, never NaN."""
+    return as_real_array(theta, "theta (log alpha)", allow_inf=True)
+
+
 class _HardConcreteMoments:
     """Moments of the hard-concrete gate z as functions of theta = log alpha.
 
@@ -250,8 +255,11 @@ class _HardConcreteMoments:
         self.l0_shift = hc_l0_shift(beta, gamma, zeta)
 
     def all(self, theta):
-        """Return dict of E[z], E[z^2], Var(z) and their theta-derivatives (arrays)."""
-        th = np.asarray(theta, dtype=float)[..., None]
+        """Return dict of E[z], E[z^2], Var(z) and their theta-derivatives (arrays).
+
+        ``theta`` real (``+-inf``: a gate always closed or always open); NaN, text or a complex
+        number is refused naming ``theta``."""
+        th = _theta(theta)[..., None]
         pw = self.wr * _logistic_pdf(self.r - th)
         z, dz = self.z, self.dz
         th0 = th[..., 0]
@@ -271,7 +279,7 @@ class _HardConcreteMoments:
 
     def l0(self, theta):
         """P(z != 0) = sigmoid(theta - beta log(-gamma/zeta))."""
-        return special.expit(np.asarray(theta, dtype=float) - self.l0_shift)
+        return special.expit(_theta(theta) - self.l0_shift)
 
     def envelope(self, theta):
         """(rho = 1/eta~, f = P(z != 0), w~^2 at which theta is optimal)."""
@@ -279,7 +287,7 @@ class _HardConcreteMoments:
         mu, dmu, var, dvar = mo["mean"], mo["dmean"], mo["var"], mo["dvar"]
         rho = var / (mu * mu)
         drho = dvar / (mu * mu) - 2.0 * var * dmu / mu**3
-        x = np.asarray(theta, dtype=float) - self.l0_shift
+        x = _theta(theta) - self.l0_shift
         dpi = _logistic_pdf(x)
         return rho, self.l0(theta), -dpi / drho
 
@@ -375,14 +383,22 @@ class HardConcrete(_TablePenalty):
     def log_alpha_of_eta(self, eta):
         """The gate parameter theta = log a whose eta~ equals ``eta`` (vectorized bisection).
 
-        ``eta`` >= 0 (0 gives -inf, inf gives +inf; NaN or a negative value raises
-        ``ValueError``). Beyond the bisection range both ends are exactly linear in log eta up
-        to exponentially small terms (a closed gate: E[z] and E[z^2] both ~ e^theta, so
-        1/eta~ ~ e^-theta; an open one: 1 - E[z] and Var(z) ~ e^-theta), and are extended so.
+        ``eta`` finite and > 0: ``eta = 0`` is a gate that never opens and ``eta = inf`` one
+        that never closes, whose ``log a`` is not a number (``-inf`` / ``+inf``), so both are
+        refused naming ``eta``, as are NaN and negative values. Beyond the bisection range both
+        ends are exactly linear in log eta up to exponentially small terms (a closed gate: E[z]
+        and E[z^2] both ~ e^theta, so 1/eta~ ~ e^-theta; an open one: 1 - E[z] and Var(z) ~
+        e^-theta), and are extended so.
         """
-        arr = as_real_array(eta, "eta", allow_inf=True)
-        if (arr < 0).any():
-            raise ValueError(f"eta must be >= 0, got {arr[arr < 0].flat[0]!r}")
+        arr = as_real_array(eta, "eta")
+        if (arr <= 0).any():
+            raise ValueError(f"eta must be > 0, got {arr[arr <= 0].flat[0]!r} (eta = 0 is a gate "
+                             "that never opens: log alpha = -inf)")
+        return finish(self._log_alpha(arr), arr)
+
+    @staticmethod
+    def _log_alpha(arr):
+        """:meth:`log_alpha_of_eta` of a checked array, 0 -> -inf and inf -> +inf (for ``f``)."""
         with np.errstate(divide="ignore"):
             log_eta = np.log(arr)
         ends = np.array([HC_THETA_LO - 20.0, HC_THETA_HI + 20.0])
@@ -398,10 +414,10 @@ class HardConcrete(_TablePenalty):
         theta = np.where(inside, 0.5 * (lo + hi),
                          np.where(log_eta <= log_eta_ends[0], ends[0] + (log_eta - log_eta_ends[0]),
                                   ends[1] + (log_eta - log_eta_ends[1])))
-        return finish(theta, arr)
+        return theta
 
     def _f(self, eta):
-        return _HC.l0(self.log_alpha_of_eta(eta))
+        return _HC.l0(self._log_alpha(np.asarray(eta, dtype=np.float64)))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ import numpy as np
 
 from ._checks import as_real_array, check_param, finish
 from ._numerics import (  # noqa: F401 (grid_golden_min, richardson_derivative, numeric_prox: public here)
-    NumericPenalty, call_checked, check_elementwise, check_range, chunked, grid_golden_min,
-    log_grid, numeric_prox, richardson_derivative)
+    W_MAX, NumericPenalty, call_checked, check_elementwise, check_range, chunked,
+    grid_golden_min, log_grid, numeric_prox, richardson_derivative)
 from .base import Penalty
 
 _CHUNK = 1 << 15
@@ -91,13 +91,20 @@ class DualPenalty(NumericPenalty):
         return call_checked(self._fn, eta, "f")
 
     def _solve(self, a):
-        w2 = (a * a)[:, None]
+        # beyond |w| ~ 1.3e154, w^2 is not a float: no eta of the range attains the minimum
+        # (w^2 / eta overflows for every one of them), which the upper-end rules below settle
+        with np.errstate(over="ignore"):
+            w2_all = a * a
+        fits = np.isfinite(w2_all)
+        le, val = np.full(a.shape, self._lhi), np.full(a.shape, np.inf)
+        w2 = w2_all[fits][:, None]
 
         def obj(le):
             eta = np.exp(le)
             return w2 / eta + call_checked(self._fn, eta, "f")
 
-        le, val = grid_golden_min(obj, a.size, self._llo, self._lhi)
+        if np.any(fits):
+            le[fits], val[fits] = grid_golden_min(obj, int(fits.sum()), self._llo, self._lhi)
         if np.any((le <= self._llo + 1e-6) & (a > 0)):
             warnings.warn(
                 f"from_dual: the minimizing eta is at the lower end of eta_range={self.eta_range} for some "
@@ -114,16 +121,20 @@ class DualPenalty(NumericPenalty):
             # the minimizer is at the upper end of eta_range. As f is nondecreasing, the true
             # minimum over eta >= hi is at least f(hi): Omega lies within w^2 / (2 hi) below the
             # value found; beyond rounding, the minimizer lies beyond the range
-            width = a * a / (2.0 * math.exp(self._lhi))
-            bad = top & (width > 1e-7 * np.abs(om))
+            with np.errstate(over="ignore", invalid="ignore"):
+                width = w2_all / (2.0 * math.exp(self._lhi))
+                bad = top & ~((width <= 1e-7 * np.abs(om)) & np.isfinite(w2_all))
             if np.any(bad):
                 w_bad = float(a[bad].min())
+                need = w_bad * w_bad * 1e3
+                fix = (f"build the penalty with a larger eta_range, e.g. from_dual(f, eta_range="
+                       f"({self.eta_range[0]:g}, {max(self.eta_range[1], need):g}))"
+                       if math.isfinite(need) else
+                       "no eta_range reaches it (w^2 is beyond the float64 range): rescale w")
                 raise ValueError(
                     f"Omega at |w| = {w_bad:.6g} needs eta beyond eta_range[1] = "
                     f"{self.eta_range[1]:.6g} (the minimizer of w^2/eta + f(eta) is at its upper "
-                    f"end, and f still grows there: not a capped penalty); build the penalty with a larger eta_range, "
-                    f"e.g. from_dual(f, eta_range=({self.eta_range[0]:g}, "
-                    f"{max(self.eta_range[1], w_bad * w_bad) * 1e3:g}))")
+                    f"end, and f still grows there: not a capped penalty); {fix}")
         eta = np.where(top, np.inf, np.exp(le))  # minimizer at eta -> inf
         return eta, om
 
@@ -183,7 +194,7 @@ class PrimalPenalty(NumericPenalty):
         if not callable(omega):
             raise ValueError("omega must be a vectorized callable w -> Omega(w)")
         self._fn = omega
-        self.w_range = check_range(w_range, "w_range")
+        self.w_range = check_range(w_range, "w_range", high_max=W_MAX)
         self.description = getattr(omega, "__name__", "omega")
         self.name = name
         om0 = float(call_checked(omega, np.zeros(1), "omega")[0])
@@ -265,7 +276,7 @@ class RulePenalty(NumericPenalty):
         if not callable(eta_hat):
             raise ValueError(f"{self._what} must be a vectorized callable of w")
         self._fn = eta_hat
-        self.w_range = check_range(w_range, "w_range")
+        self.w_range = check_range(w_range, "w_range", high_max=W_MAX)
         self.description = getattr(eta_hat, "__name__", self._what)
         self.name = name
         lo, hi = self.w_range
@@ -389,6 +400,8 @@ class RulePenalty(NumericPenalty):
         lo, hi = self.w_range
         wider = (f", e.g. {self.name}(..., w_range=({lo:g}, {10.0 ** math.ceil(math.log10(w) + 1):g}))"
                  if w is not None else "")
+        if w is not None and w > W_MAX / 10:  # no w_range reaches it
+            wider = f" (w_range[1] <= {W_MAX:g}: w^2 must be a float64 number), or rescale w"
         raise ValueError(
             f"{what} beyond w_range[1] = {hi:.6g}, the end of the range {self.name} integrated "
             f"the rule over; build the penalty with a larger w_range{wider}")

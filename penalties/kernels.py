@@ -24,32 +24,13 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import overload
 
+from ._codes import (L1, LOG2SUM, LOGSUM, LP, MCP, MIXED, SCAD, STANDOUT,  # noqa: F401 (public)
+                     T_HEADER, T_M, T_N, T_OMHI, T_OMLO, T_PLO, T_TAIL, T_TAILC, TABLE, TAIL_CAP,
+                     TAIL_LOG, TAIL_POW)
+from ._kernel_checks import check_scalar, check_spec, check_step, real_array
 from ._numba_cache import install as _install_cache
 
 _install_cache()  # compiled kernels go to a per-user cache, never into the installed package
-
-L1 = 1
-LP = 2
-LOGSUM = 3
-LOG2SUM = 4
-SCAD = 5
-MCP = 6
-STANDOUT = 7
-TABLE = 8
-# MIXED wraps another kernel penalty: Omega = c Omega_inner + (r / 2) w^2 (an added ridge term:
-# the elastic net for Omega_inner = |w|, the Mnet of MCP/SCAD); parameter vector
-# [c, r, inner_code, inner_params...] (an inner MIXED is not allowed). The public scalar kernels
-# dispatch it to the plain ones, which are inlined (no call layer, no recursion: numba's cache
-# does not handle recursive functions safely).
-MIXED = 9
-
-# Layout of a TABLE parameter vector (see ``penalties._table``): a header, then n+1 breakpoints in
-# x = log|w|, then n*(m+1) Chebyshev coefficients of y = log Omega, then those of dy/dx.
-T_N, T_M, T_PLO, T_TAIL, T_TAILC, T_OMLO, T_OMHI = range(7)
-T_HEADER = 7
-TAIL_CAP = 0  # Omega constant beyond x_hi (eta_hat = inf)
-TAIL_LOG = 1  # Omega = Omega(w_hi) + c log(|w|/w_hi)
-TAIL_POW = 2  # Omega = Omega(w_hi) (|w|/w_hi)^c
 
 PARALLEL_MIN = 20000  # below this many points the serial loop is faster than spawning threads
 
@@ -146,12 +127,24 @@ def _omega_ratio(code, p, a):
     return _omega(code, p, a) / a
 
 
+@njit(cache=True, inline="always")
+def _unwrap(code, p):
+    """``(code, params)`` of the formulas to evaluate: MIXED's inner penalty, or the penalty
+    itself; both views of ``p`` have the same array type, so the formulas inline once."""
+    if code == MIXED:
+        return int(p[2]), p[3:]
+    return code, p[0:]
+
+
 @njit(cache=True)
 def _omega_scalar(code, p, w):
-    """Omega(w) for the penalty (code, p)."""
+    """Omega(w) for the penalty (code, p). One inlined copy of the formulas serves both a plain
+    code and MIXED's inner one (two copies doubled the compile time of every caller)."""
+    inner, q = _unwrap(code, p)
+    om = _omega(inner, q, w)
     if code == MIXED:
-        return p[0] * _omega(int(p[2]), p[3:], w) + 0.5 * p[1] * w * w
-    return _omega(code, p, w)
+        return p[0] * om + 0.5 * p[1] * w * w
+    return om
 
 
 @njit(cache=True, inline="always")
@@ -199,9 +192,11 @@ def _omega(code, p, w):
 @njit(cache=True)
 def _derivative_scalar(code, p, w):
     """Omega'(w) = w / eta_hat(w); 0 at w = 0 (the minimum-norm subgradient)."""
+    inner, q = _unwrap(code, p)
+    d = _derivative(inner, q, w)
     if code == MIXED:
-        return p[0] * _derivative(int(p[2]), p[3:], w) + p[1] * w
-    return _derivative(code, p, w)
+        return p[0] * d + p[1] * w
+    return d
 
 
 @njit(cache=True, inline="always")
@@ -246,11 +241,12 @@ def _derivative(code, p, w):
 @njit(cache=True)
 def _eta_hat_scalar(code, p, w):
     """The minimizing dual variable eta_hat(w) (may be +inf)."""
+    inner, q = _unwrap(code, p)
+    e = _eta_hat(inner, q, w)
     if code == MIXED:  # w / Omega'(w), with Omega'(w) / w = c / eta_inner + r
-        e = _eta_hat(int(p[2]), p[3:], w)
         den = (p[0] / e if e > 0.0 else (np.inf if p[0] > 0.0 else 0.0)) + p[1]
         return 1.0 / den if den > 0.0 else np.inf
-    return _eta_hat(code, p, w)
+    return e
 
 
 @njit(cache=True, inline="always")
@@ -395,10 +391,11 @@ def _prox_scalar(code, p, v, t):
     MIXED: ``1/2 (x - v)^2 + t c Omega(x) + t r x^2 / 2 = (s/2) (x - v/s)^2 + t c Omega(x) +
     const`` with ``s = 1 + t r``, so the prox is the inner penalty's at ``v / s`` with step
     ``t c / s``."""
+    inner, q = _unwrap(code, p)
     if code == MIXED:
         s = 1.0 + t * p[1]
-        return _prox(int(p[2]), p[3:], v / s, t * p[0] / s)
-    return _prox(code, p, v, t)
+        v, t = v / s, t * p[0] / s
+    return _prox(inner, q, v, t)
 
 
 @njit(cache=True, inline="always")
@@ -562,8 +559,7 @@ def map_kernel(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.n
 # The checked entries: the public names, for Python callers and (through the overloads, without
 # the checks) for jitted ones
 # ----------------------------------------------------------------------------------------------
-# the checks live in their own module (no numba there); it reads this module's codes, defined above
-from ._kernel_checks import check_scalar, check_spec, check_step, real_array  # noqa: E402
+# (the checks live in their own module, without numba, and read the codes of ``_codes``)
 
 
 def omega_scalar(code, params, w):

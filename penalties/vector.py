@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_real_array, check_param
+from ._numerics import W_MAX
 from .base import Penalty
 
 
@@ -105,20 +106,28 @@ class SumPenalty:
         if self.weights is not None and (self.weights < 0).any():
             raise ValueError("weights must be >= 0")
 
+    def _weights_for(self, arr, name):
+        """The weights, checked to give one per entry of ``arr`` (named ``name``)."""
+        if self.weights is not None and self.weights.shape != arr.shape:
+            raise ValueError(f"weights has {self.weights.size} entries (shape "
+                             f"{self.weights.shape}) but {name} has shape {arr.shape}: "
+                             f"give SumPenalty one weight per entry of {name}")
+        return self.weights
+
     def omega(self, w) -> float:
         arr = _as_vector(w)
         om = self.penalty.omega(arr)
-        if self.weights is not None:
-            if self.weights.shape != arr.shape:
-                raise ValueError(f"weights shape {self.weights.shape} does not match w shape {arr.shape}")
-            om = om * self.weights
+        weights = self._weights_for(arr, "w")
+        if weights is not None:
+            om = om * weights
         return float(np.sum(om))
 
     value = omega
 
     def prox(self, v, t=1.0):
         arr = _as_vector(v, "v")
-        tt = t if self.weights is None else np.asarray(t) * self.weights
+        weights = self._weights_for(arr, "v")
+        tt = t if weights is None else as_real_array(t, "t") * weights
         return self.penalty.prox(arr, tt)
 
     def __repr__(self):
@@ -185,8 +194,10 @@ class ARD:
 
     def _eta_live(self, v):
         """The MM iterations on the live columns, in the units of ``v = c w``."""
-        if not np.all(np.isfinite(v)):
-            raise ValueError("w times the norms of the columns of X overflows; rescale w or X")
+        if not np.all(np.abs(v) <= W_MAX):  # v^2 enters the objective: it must be a float
+            raise ValueError(f"w times the norms of the columns of X reaches "
+                             f"{float(np.max(np.abs(v))):.3g}, beyond {W_MAX:g} (its square "
+                             "overflows float64); rescale w or X")
         e = np.abs(v).copy()
         prev = np.inf
         for _ in range(self.max_iter):

@@ -41,9 +41,10 @@ import torch.nn.functional as F
 
 from dualdrop.data import load_dataset
 from dualdrop.nn import default_hparams, sparsify
-from dualdrop.nn.penalty import PenaltyState
+from dualdrop.nn.methods.penalty.method import PenaltyState
 from dualdrop.train.checkpoint import atomic_save, rng_state, set_rng_state, write_history
 from dualdrop.train.diagnose_hook import diagnose_row, due
+from dualdrop.train.engine import train_step
 from dualdrop.train.evaluate import error_rate
 from dualdrop.train.loop import epoch_order, make_adam
 from dualdrop.train.models import build_model
@@ -113,13 +114,8 @@ def run_arm(name: str, noisy: bool, a, data) -> None:
         for b in range(spe):
             idx = order[b * bs:(b + 1) * bs]
             ce_b = F.cross_entropy(model(Xtr[idx]), ytr[idx])
-            loss = ce_b + sp.regularizer(n, value=False)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            step += 1
-            sp.after_step(opt, step, total)
-            sched.step()
+            step = train_step(ce_b, opt, step=step, total_steps=total, sp=sp, scheduler=sched,
+                              n_train=n)  # the engine's step
             ce += float(ce_b.detach()) * len(idx)
         row = {"epoch": epoch + 1, "step": step, "train_loss": ce / n,
                "val_error": error_rate(model, Xva, yva),

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from dualdrop.data import load_digits_dataset
 from dualdrop.diagnostics import depth_regularity, residual_mlp
 from dualdrop.nn import sparsify
+from dualdrop.train.engine import train_step
 
 FIG = Path(__file__).resolve().parent / "figures"
 WIDTH = 16
@@ -81,13 +82,7 @@ def finetune(net, name, X, y, steps, seed):
     n = X.shape[0]
     for step, idx in enumerate(batches(n, 64, steps, seed), 1):
         loss = F.cross_entropy(net(X[idx]), y[idx])
-        if sp is not None:
-            loss = loss + sp.regularizer(n, value=False)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if sp is not None:
-            sp.after_step(opt, step, steps)
+        train_step(loss, opt, step=step - 1, total_steps=steps, sp=sp, n_train=n)  # the engine's
     return sp.density()["total"] if sp is not None else 1.0
 
 

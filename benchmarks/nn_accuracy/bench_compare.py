@@ -31,7 +31,7 @@ import torch
 
 from dualdrop.data import load_dataset
 from dualdrop.train import TrainConfig, train
-from dualdrop.train.compare import DEFAULT_METHODS, run_comparison
+from dualdrop.train.experiments.compare import DEFAULT_METHODS, run_comparison
 
 
 def estimate(methods, data, epochs, threads, seed):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dualdrop.train.compare import PAPER_TABLE  # noqa: E402
+from dualdrop.train.experiments.compare import PAPER_TABLE  # noqa: E402
 
 PUBLISHED = {"sparse VD (Molchanov et al. 2017)": (0.0192, 0.0147)}
 GOALS = ((0.016, 0.015), (0.014, 0.05))  # (test error, fraction nonzero) upper bounds

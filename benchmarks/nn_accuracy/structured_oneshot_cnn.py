@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oneshot_networks import MNISTNet, compact_speedup  # noqa: E402
 
-from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
+from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 
 BUDGETS = ["params:18224", "density:0.2", "density:0.1"]
 

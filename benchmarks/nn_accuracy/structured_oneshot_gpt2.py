@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oneshot_networks import GPT2Net, compact_speedup  # noqa: E402
 
-from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
+from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 
 
 def main(argv=None):

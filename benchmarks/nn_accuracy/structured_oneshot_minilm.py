@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from structured_minilm_data import batches, embed, load_minilm, quality, split  # noqa: E402
 
 from dualdrop.nn._timing import interleaved, torch_threads  # noqa: E402
-from dualdrop.nn.oneshot.structured import prune_structured  # noqa: E402
+from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 
 
 def sort_by_length(tok, sentences):
@@ -144,10 +144,11 @@ def main(argv=None):
 def layer_objectives(args):
     """The consumer objectives of ``args.methods`` on the dense model's Grams (one calibration
     pass over ``--n-calib`` sentences), each layer keeping the units of a finished run."""
-    from dualdrop.nn.oneshot.methods.structured import get_unit_method
+    from dualdrop.nn.oneshot.registry import get_unit_method
     from dualdrop.nn.oneshot.structured import UnitStep, unit_problem
     from dualdrop.nn.oneshot.units import find_units
-    from dualdrop.nn.oneshot.walker import collect, default_forward
+    from dualdrop.nn.oneshot.run import collect_grams
+    from dualdrop.nn.oneshot.walker import default_forward
 
     torch.set_num_threads(args.threads)
     model, tok = load_minilm()
@@ -155,7 +156,7 @@ def layer_objectives(args):
     calib = batches(tok, sort_by_length(tok, calib_s))
     groups, _ = find_units(model, calib[0], default_forward, args.granularity)
     steps = [UnitStep(g) for g in groups]
-    grams = collect(model, steps, calib, default_forward)
+    grams = collect_grams(model, steps, calib, default_forward)
     problems = [unit_problem(s.group, s.weights()[0], grams[s.group.name], True) for s in steps]
     rows = [json.loads(line) for line in open(args.out)]
     seen = set()

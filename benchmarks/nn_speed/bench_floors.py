@@ -71,9 +71,10 @@ from dualdrop.nn import _noise, _numba, sparsify  # noqa: E402
 from dualdrop.nn.methods.hardconcrete import fused as _hc_fused  # noqa: E402
 from dualdrop.nn.methods.penalty import fused as _pen_fused  # noqa: E402
 from dualdrop.nn.methods.vardrop import fused as _vd_fused  # noqa: E402
-from dualdrop.nn._base import linear_op  # noqa: E402
+from dualdrop.nn._layers import linear_op  # noqa: E402
 from dualdrop.nn.registry import REGISTRY, method_class  # noqa: E402
 from penalties.kernels import LOGSUM as _LOGSUM  # noqa: E402
+from dualdrop.train.engine import train_step  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
 from dualdrop.train.models import build_model  # noqa: E402
 
@@ -143,13 +144,15 @@ def make_method(method, args, data, steps_total, fused: bool, ablation: str | No
         try:
             x, y = data.next()
             loss = F.cross_entropy(model(x), y)
-            if keep_reg:
-                loss = loss + sp.regularizer(n, value=False)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            state["step"] += 1
-            sp.after_step(opt, state["step"], steps_total)
+            if keep_reg:  # the engine's step (dualdrop.train.engine.train_step)
+                state["step"] = train_step(loss, opt, step=state["step"],
+                                           total_steps=steps_total, sp=sp, n_train=n)
+            else:  # the same step, the regularizer left out
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                state["step"] += 1
+                sp.after_step(opt, state["step"], steps_total)
         finally:
             _numba.ENABLED = True
 

@@ -21,6 +21,13 @@ mechanics; which units to remove is the one-shot methods' business, docs/oneshot
     OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_hf_compact.py --out results/hf_compact
 
 Writes ``OUT/hf_compact.json`` and the Markdown table ``OUT/hf_compact.md``.
+
+``--shapes B1xT1 B2xT2 ...`` (with one ``--only`` configuration) times instead dense, compact and
+onnxruntime on the compact ONNX file at each batch shape (batch x tokens), the advice of
+docs/inference.md "Which runtime by batch shape" (``OUT/hf_shapes.json``, ``OUT/hf_shapes.md``):
+
+    OMP_NUM_THREADS=1 python3 benchmarks/nn_speed/bench_hf_compact.py --out results/hf_compact \
+        --only "50% of FFN" --shapes 1x16 1x128 8x128 32x32 32x128 --rounds 5
 """
 
 from __future__ import annotations
@@ -144,6 +151,50 @@ def run(label, ffn_keep, head_keep, src: Path, x: dict, rounds: int, clock: str,
     return row
 
 
+def run_shapes(label, ffn_keep, head_keep, src: Path, shapes, rounds: int, clock: str,
+               done: dict, save) -> dict:
+    """Milliseconds per call of dense, compact and onnxruntime-compact at each ``(batch,
+    tokens)`` of ``shapes`` (one ``latency`` call per token count, its batch sizes together);
+    ``done`` holds the token counts already timed (resumable), ``save(done)`` keeps each."""
+    from transformers import BertModel
+
+    from dualdrop.nn import latency
+    model = BertModel.from_pretrained(src).eval()
+    zero_smallest(model, ffn_keep, head_keep)
+    by_tokens: dict[int, list[int]] = {}
+    for b, t in shapes:
+        by_tokens.setdefault(t, []).append(b)
+    g = torch.Generator().manual_seed(0)
+    for t, batches in sorted(by_tokens.items()):
+        if str(t) in done:
+            continue
+        n = max(batches)
+        x = {"input_ids": torch.randint(1000, 30000, (n, t), generator=g),
+             "attention_mask": torch.ones(n, t, dtype=torch.long)}
+        print(f"{label}: {t} tokens, batches {batches} ...", flush=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = latency(model, x, layouts=["dense", "compact", "onnxruntime-compact"],
+                          batch_sizes=tuple(sorted(batches)), threads=1, rounds=rounds,
+                          clock=clock, progress=False)
+        done[str(t)] = rep.rows
+        save(done)
+    return done
+
+
+def shapes_table(done: dict, shapes) -> list[str]:
+    lines = ["| batch x tokens | dense ms | compact ms (x dense) | onnxruntime-compact ms "
+             "(x dense) | fastest |", "| --- | --- | --- | --- | --- |"]
+    for b, t in shapes:
+        rows = {r["layout"]: r for r in done[str(t)] if r["batch"] == b}
+        ms = {k: 1e3 * rows[k]["median_s"] for k in rows}
+        best = min(ms, key=ms.get)
+        lines.append(f"| {b} x {t} | {ms['dense']:.1f} | {ms['compact']:.1f} "
+                     f"({ms['dense'] / ms['compact']:.2f}x) | {ms['onnxruntime-compact']:.1f} "
+                     f"({ms['dense'] / ms['onnxruntime-compact']:.2f}x) | {best} |")
+    return lines
+
+
 def table(rows) -> list[str]:
     head = ("| configuration | params (compact / dense) | compact: s, max diff | saved as, MB | "
             "fresh-process load: s (original's), max diff | "
@@ -170,11 +221,34 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
     ap.add_argument("--only", nargs="*", help="configuration labels to run (default: all)")
+    ap.add_argument("--shapes", nargs="*", default=None, metavar="BxT",
+                    help="time the runtimes at these batch x tokens shapes (one --only label)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     src = minilm_dir(out.parent)
+    if args.shapes is not None:
+        if not args.only or len(args.only) != 1 or args.only[0] not in CONFIGS:
+            ap.error(f"--shapes needs one --only configuration of {sorted(CONFIGS)}")
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
+        path = out / "hf_shapes.json"
+        done = json.loads(path.read_text()) if path.is_file() else {}
+        done = done if done.get("label") == args.only[0] else {"label": args.only[0]}
+
+        def save(d):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(d, indent=1))
+            os.replace(tmp, path)
+
+        run_shapes(args.only[0], *CONFIGS[args.only[0]], src, shapes, args.rounds, args.clock,
+                   done, save)
+        md = [f"{args.only[0]}:", ""] + shapes_table(done, shapes)
+        md += ["", f"1 thread, {args.rounds} interleaved rounds, {args.clock}-time medians; "
+                   f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"]
+        (out / "hf_shapes.md").write_text("\n".join(md) + "\n")
+        print("\n".join(md))
+        return
     g = torch.Generator().manual_seed(0)
     x = {"input_ids": torch.randint(1000, 30000, (32, SEQ), generator=g),
          "attention_mask": torch.ones(32, SEQ, dtype=torch.long)}

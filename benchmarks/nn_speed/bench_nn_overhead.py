@@ -39,6 +39,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dualdrop.nn import METHODS, export_sparse, sparsify  # noqa: E402
+from dualdrop.train.engine import train_step  # noqa: E402
 from dualdrop.train.loop import make_adam  # noqa: E402
 
 # How a step is run. "loop": as dualdrop.train does it (torch's fused Adam where available, the
@@ -81,7 +82,10 @@ def one_epoch(model, sp, opt, value, X, y, batch=128, total_epochs=200, epoch=0)
     for b in range(steps):
         idx = order[b * batch:(b + 1) * batch]
         loss = F.cross_entropy(model(X[idx]), y[idx])
-        if sp is not None:
+        if not value:  # "loop": the engine's step (dualdrop.train.engine.train_step)
+            train_step(loss, opt, step=epoch * steps + b, total_steps=total, sp=sp, n_train=n)
+            continue
+        if sp is not None:  # "plain": the textbook loop
             loss = loss + sp.regularizer(n, value=value)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -128,10 +132,8 @@ def bench_inference(X, y, Xte, densities, repeats, train_steps):
             for s in range(1, train_steps + 1):
                 idx = torch.randint(0, len(y), (128,))
                 loss = F.cross_entropy(model(X[idx]), y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sp.after_step(opt, s, train_steps)
+                train_step(loss, opt, step=s - 1, total_steps=train_steps, sp=sp,
+                           n_train=len(y))  # the engine's step
         model.eval()
         dense = export_sparse(model, "dense")
         csr = export_sparse(model, "csr")

@@ -4,7 +4,9 @@
   ``benchmarks/history/<topic>.md``, with the figures they show); the site publishes them as
   ``benchmarks.md`` and ``benchmarks/history/*.md`` without copying them into ``docs/``. Their
   relative links are rewritten to the site's layout; the history pages are reachable from the
-  results page and left out of the navigation.
+  results page and left out of the navigation. The pages link to the results as the source tree
+  has them (``[Benchmarks](../benchmarks/RESULTS.md#inference)``: a link that works on a forge
+  and in an editor); those links become links to ``benchmarks.md`` in the site.
 - Docstrings are written in reStructuredText-flavoured prose (````code````, ``:func:`name```,
   ``Example::``); the roles are dropped from the rendered pages so that only the code span
   remains, a literal-block marker ``::`` reads as one colon, and the doubled backticks of
@@ -129,6 +131,21 @@ def _link_doc_refs(html: str, page_url: str, docs_dir: Path) -> str:
     for i in range(0, len(parts), 2):
         parts[i] = _DOC_REF.sub(lambda m: _doc_link(m, page_url, docs_dir), parts[i])
     return "".join(parts)
+
+
+# a page's link to the results as the source tree has them (docs/x.md -> ../benchmarks/RESULTS.md,
+# which works on a forge and in an editor); the site publishes that file as benchmarks.md
+_RESULTS_LINK = re.compile(r"\]\(((?:\.\./)+)benchmarks/RESULTS\.md(?=[#)])")
+
+
+def on_page_markdown(markdown, page, config, files):
+    depth = page.file.src_uri.count("/")
+    up = "../" * (depth + 1)  # from the page's folder in docs/ to the repository root
+
+    def site(m):
+        return ("](" + "../" * depth + "benchmarks.md") if m.group(1) == up else m.group(0)
+
+    return _RESULTS_LINK.sub(site, markdown)
 
 
 def on_page_content(html, page, config, files):

@@ -51,6 +51,7 @@ _SUBCOMMANDS = {
     "diagnose": "diagnose_cmd",
     "latency": "latency_cmd",
     "prune": "prune_cmd",
+    "heal": "heal_cmd",
 }
 
 EXIT_USAGE = 2
@@ -132,18 +133,21 @@ def doc_summary(obj) -> str:
     """The first sentence of ``obj``'s docstring, without reST markup (``--list-methods``)."""
     para = " ".join((getattr(obj, "__doc__", None) or "").strip().split("\n\n")[0].split())
     para = para.replace("``", "").replace(" (module docstring)", "")
-    para = para[:re.search(r"(?<=[.!?])\s+(?=[A-Z(])|$", para).start()]
-    return para if len(para) <= 100 else para[:para.rfind(" ", 0, 96)] + " ..."
+    return para[:re.search(r"(?<=[.!?])\s+(?=[A-Z(])|$", para).start()]
 
 
 def method_list(title: str, rows, footer: str = "") -> str:
     """``--list-methods``' text: ``title``, then one ``name  summary`` block per row of
     ``(name, summary, detail)`` (``detail`` on its own line when not empty), then ``footer``."""
+    import textwrap
+
     rows = list(rows)
     w = max(len(r[0]) for r in rows) + 2
     lines = [title]
-    for name, summary, detail in rows:
-        lines.append(f"  {name:<{w}}{summary}")
+    for name, summary, detail in rows:  # whole sentences, wrapped between words at 100 columns
+        lines += textwrap.wrap(summary, 100, initial_indent=f"  {name:<{w}}",
+                               subsequent_indent=" " * (w + 2), break_long_words=False,
+                               break_on_hyphens=False) or [f"  {name}"]
         if detail:
             lines.append(f"  {'':<{w}}{detail}")
     return "\n".join(lines + ([footer] if footer else []))
@@ -219,15 +223,35 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def cwd_on_path() -> None:
+    """Put the current folder on ``sys.path``, as ``python -m`` does: an installed console
+    script has its own folder there instead, and ``--model-class mynets:MLP`` (``prune``,
+    ``latency``, a run rebuilt on its class) must find the ``mynets.py`` of the folder the
+    command runs in. Unlike ``python -m``, last: a file or folder there (a checkout of this
+    project, a ``torch.py``) never hides an installed package or the ``PYTHONPATH``."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv_given = argv
+    cwd_on_path()
     argv = list(sys.argv[1:] if argv is None else argv)
     only = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
-    parser = build_parser(only)
-    try:
+    try:  # importing torch and the subcommand takes seconds: a Ctrl-C there is one line too
+        parser = build_parser(only)
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a refusal (printed) returns its status; --help / --version exit
         return _refused(exc)
+    except KeyboardInterrupt:
+        if _debug():
+            raise
+        print(f"dualdrop{' ' + only if only else ''}: interrupted while starting; nothing was "
+              "saved; run the same command again", file=sys.stderr)
+        if argv_given is None:
+            _leave_process(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
@@ -370,7 +394,10 @@ class _interrupts_outside_llvm:
     numba compiles lazily, so a long command can be interrupted while llvmlite runs Python code
     inside a ctypes callback (where the interrupt is printed and swallowed: the command went on
     and exited 0) or between building an LLVM object and recording its handle. While any frame
-    of the stack is llvmlite's, the interrupt is re-sent 20 ms later instead of raised.
+    of the stack is llvmlite's, the interrupt is re-sent 20 ms later instead of raised. So it is
+    while the innermost frame is a finalizer (``__del__``, a weakref callback such as numba's
+    ``on_disposal``, run by the garbage collector at any point): Python prints an exception
+    raised there as "Exception ignored" and goes on.
     """
 
     RETRY_S = 0.02
@@ -403,8 +430,12 @@ class _interrupts_outside_llvm:
         import _thread
         import threading
 
+        inner = frame.f_code if frame is not None else None
+        finalizer = inner is not None and (
+            inner.co_name in ("__del__", "on_disposal")
+            or inner.co_filename.endswith(("weakref.py", "_weakrefset.py")))
         while frame is not None:
-            if "llvmlite" in frame.f_code.co_filename:
+            if finalizer or "llvmlite" in frame.f_code.co_filename:
                 timer = threading.Timer(self.RETRY_S, _thread.interrupt_main)
                 self._timers.append(timer)
                 timer.start()

@@ -35,6 +35,7 @@ parameters before and after and the units kept per layer.
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 import time
@@ -92,10 +93,10 @@ def register(subparsers) -> None:
                    "into the consumer's bias")
     p.add_argument("--pattern", default=None, metavar="N:M",
                    help="N:M sparsity in every layer instead of --density, e.g. 2:4 or 4:8")
-    p.add_argument("--allocation", default="uniform",
+    p.add_argument("--allocation", default=None,
                    help="how the density is split over layers: uniform (default), global (one "
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level); "
-                   "with --granularity: uniform, flap, penalty")
+                   "with --granularity: penalty (default), uniform, flap")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="a method option (repeatable), e.g. --hp blocksize=64; see "
                    "--list-methods")
@@ -116,6 +117,7 @@ def register(subparsers) -> None:
                    "masks held (Adam, linear decay; default 0)")
     p.add_argument("--lr", type=positive_float, default=1e-4,
                    help="fine-tuning learning rate (default 1e-4)")
+    add_heal_options(p)
     p.add_argument("--data-dir", default=None,
                    help="with --from: the run's data, the MNIST folder it was trained on "
                    "(default: the embedded digits); checked against the run's data fingerprint")
@@ -131,6 +133,23 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run, parser=p, interrupt_hint="the one-shot pruning had not finished "
                    "(nothing of it is saved); run the same command again")
+
+
+def add_heal_options(p) -> None:
+    """``--heal-steps``, ``--heal-data``, ``--heal-lr``, ``--heal-batch-size``: healing by
+    distillation from the dense network after the pruning (``dualdrop.train.heal``)."""
+    p.add_argument("--heal-steps", type=nonneg_int, default=0, metavar="N",
+                   help="then heal the pruned network: N steps of distillation from the dense "
+                   "one (dualdrop.train.heal; masks held, removed units stay removed; default "
+                   "0: no healing)")
+    p.add_argument("--heal-data", default=None, metavar="FILE",
+                   help="unlabeled inputs to heal on: .pt/.npy samples or batches, or "
+                   ".txt/.jsonl text for a model with a tokenizer (default: the calibration "
+                   "data)")
+    p.add_argument("--heal-lr", type=positive_float, default=1e-3,
+                   help="healing learning rate (AdamW, warm-up then cosine decay; default 1e-3)")
+    p.add_argument("--heal-batch-size", type=int_at_least(1), default=128,
+                   help="healing batch size for samples (default 128)")
 
 
 def _typed(value: str):
@@ -166,8 +185,8 @@ def list_methods() -> str:
 
 def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
-    from dualdrop.nn.oneshot.methods.structured import METHODS
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
+    from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
     from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
 
     rows = []
@@ -189,10 +208,6 @@ def _list_unit_methods() -> str:
 
 def _check_args(args) -> dict:
     """Every option that needs no file, checked; the method's and allocation's options."""
-    from dualdrop.nn.oneshot import get_method
-    from dualdrop.nn.oneshot.allocation import check_allocation
-    from dualdrop.nn.oneshot.methods.base import parse_pattern
-
     if (args.source is None) == (args.model is None):
         raise UsageError("give the network to prune: --from RUN (a finished dualdrop sparsify "
                          "run) or --model FILE --model-class MODULE:CLASS --calib FILE")
@@ -201,7 +216,8 @@ def _check_args(args) -> dict:
     options = {k: _typed(v) for k, v in parse_hparams(args.hp).items()}
     if args.refit:
         options["refit"] = True
-    alloc_options = {k: _typed(v) for k, v in parse_hparams(args.allocation_hp).items()}
+    alloc_options = {k: _typed(v) for k, v in parse_hparams(
+        args.allocation_hp, "--allocation-hp", "owl_lambda=0.02").items()}
     if args.granularity is not None:
         _check_structured(args, options, alloc_options)
         args.method = args.method or "osscar"
@@ -214,12 +230,10 @@ def _check_args(args) -> dict:
                                  "neuron|head|channel (single weights take --density or "
                                  "--pattern)", flag)
         args.method = args.method or "sparsegpt"
-        get_method(args.method, **options)                  # the method and its options
         if (args.density is None) == (args.pattern is None):
             raise UsageError("give exactly one of --density D and --pattern N:M")
-        if args.pattern is not None:
-            parse_pattern(args.pattern)
-        check_allocation(args.allocation, alloc_options)
+    job = job_of(args, options, alloc_options)     # the method, budget, allocation: checked
+    args.allocation = job.allocation                # the default of its kind, when not given
     if args.model is not None:
         if args.model_class is None:
             raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "
@@ -238,23 +252,39 @@ def _check_args(args) -> dict:
                          "rebuilds its own network", "--model-class")
     else:
         _calib_count(args)
+    if args.heal_steps and args.finetune_epochs:
+        raise UsageError("choose one recovery: --heal-steps (distillation from the dense "
+                         "network) or --finetune-epochs (the training labels)", "--heal-steps")
+    if args.heal_data is not None and not args.heal_steps:
+        raise UsageError("--heal-data is the data of --heal-steps N; give both", "--heal-data")
     out = out_dir(args.out, create=False)
     if (out / "final.json").exists():
         raise FileExistsError(f"--out {out} already holds a finished run; choose another "
                               "folder or remove it")
     if args.source is not None and out.resolve() == Path(args.source).resolve():
         raise UsageError("--out must differ from --from (the source run stays as it is)")
-    return {"options": options, "allocation_options": alloc_options}
+    return {"options": options, "allocation_options": alloc_options, "job": job}
+
+
+def job_of(args, options: dict, alloc_options: dict):
+    """The one-shot ``Job`` of these arguments: the one ``prune_oneshot`` builds from the same
+    settings (``dualdrop.nn.oneshot.job.make_job``, which checks them)."""
+    from dualdrop.nn.oneshot.job import make_job
+
+    units = {} if args.granularity is None else {
+        "granularity": args.granularity, "target_params": args.target_params,
+        "target_speedup": args.target_speedup,
+        "bias_compensation": not args.no_bias_compensation}
+    return make_job(args.method, args.density, args.pattern, args.allocation, options=options,
+                    allocation_options=alloc_options, exclude=args.exclude,
+                    progress=not args.no_progress, **units)
 
 
 def _check_structured(args, options: dict, alloc_options: dict) -> None:
     """``--granularity``'s method, budget and allocation; the weight-only options refused."""
-    from dualdrop.nn.oneshot.api import check_unit_method
-    from dualdrop.nn.oneshot.methods.structured import get_unit_method
-    from dualdrop.nn.oneshot.unit_allocation import check_allocation
+    from dualdrop.nn.oneshot.job import check_unit_method
 
     check_unit_method(args.method, args.granularity)
-    get_unit_method(args.method or "osscar", **options)
     budgets = [f for f, v in (("--density", args.density), ("--target-params",
                                                              args.target_params),
                               ("--target-speedup", args.target_speedup)) if v is not None]
@@ -267,11 +297,10 @@ def _check_structured(args, options: dict, alloc_options: dict) -> None:
                          budgets[1] if len(budgets) > 1 else "--density")
     if args.target_speedup is not None and args.target_speedup < 1:
         raise UsageError(f"must be at least 1, got {args.target_speedup}", "--target-speedup")
-    check_allocation(args.allocation, alloc_options)
     if args.finetune_epochs:
         raise UsageError("--finetune-epochs is for single weights; a structured run is saved "
-                         "compact (fine-tune load_run(out, layout='compact') in Python)",
-                         "--finetune-epochs")
+                         "compact (heal it: --heal-steps N, or fine-tune load_run(out, "
+                         "layout='compact') in Python)", "--finetune-epochs")
 
 
 def _calib_count(args) -> int | None:
@@ -395,12 +424,17 @@ def prune_run(args) -> dict:
     src = _from_run(args) if args.source is not None else _from_model(args)
     net, calib = src["net"], src["calib"]
     settings = {"method": f"oneshot:{args.method}", **src["record"], "density": args.density,
-                "pattern": args.pattern, "allocation": args.allocation,
+                "pattern": args.pattern, "allocation": checked["job"].allocation,
                 "allocation_options": alloc_options, "options": options,
                 "calib": _calib_count(args) or str(Path(args.calib).resolve()),
                 "seed": args.seed,
                 "exclude": args.exclude, "finetune_epochs": args.finetune_epochs,
                 "lr": args.lr}
+    if args.heal_steps:
+        settings.update(heal_steps=args.heal_steps, heal_lr=args.heal_lr,
+                        heal_batch_size=args.heal_batch_size, heal_data=args.heal_data and str(
+                            Path(args.heal_data).resolve()))
+    teacher = copy.deepcopy(net) if args.heal_steps else None
     if args.granularity is not None:
         settings.update(granularity=args.granularity, target_params=args.target_params,
                         target_speedup=args.target_speedup,
@@ -413,7 +447,7 @@ def prune_run(args) -> dict:
             res, oneshot = _load_oneshot(saved, net)
         else:
             res, oneshot = _prune_once(args, net, calib, checked, src["evaluate"])
-            if args.finetune_epochs:      # kept while the fine-tuning runs
+            if args.finetune_epochs or (args.heal_steps and args.granularity is None):
                 atomic_save({"model": net.state_dict(), "masks": res.masks,
                              "report": res.report.to_dict(), "oneshot": oneshot}, saved)
     except BaseException:                 # refused or interrupted before any work is saved:
@@ -421,7 +455,8 @@ def prune_run(args) -> dict:
             release_run_folder(out, remove_folder=not existed)
         raise
     final = {"status": "finished", "method": f"oneshot:{args.method}", **src["final"],
-             "target": res.report.target, "allocation": args.allocation, "options": options,
+             "target": res.report.target, "allocation": res.report.allocation,
+             "options": options,
              "allocation_options": alloc_options, "calib": settings["calib"],
              "seed": args.seed, **oneshot, "objective": res.report.objectives(),
              "finetune_epochs": args.finetune_epochs}
@@ -432,10 +467,20 @@ def prune_run(args) -> dict:
         rep = res.report
         final.update(granularity=args.granularity, params_before=rep.params_before,
                      params_after=rep.params_after, predicted_speedup=rep.predicted_speedup,
+                     measured_speedup=rep.measured_speedup,
                      units={r["layer"]: [r["kept"], r["units"]] for r in rep.layers})
     if args.finetune_epochs:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
         net = export_sparse(net).eval()
+    if args.heal_steps:
+        from dualdrop.train.heal import heal_in_folder
+
+        args.interrupt_hint = (f"the healing is checkpointed in {out / 'heal'}; run the same "
+                               "command again to continue")
+        final["heal"] = heal_in_folder(net, teacher, args.heal_data or calib, out / "heal",
+                                   steps=args.heal_steps, lr=args.heal_lr,
+                                   batch_size=args.heal_batch_size, masks=res.masks,
+                                   progress=not args.no_progress)
     final.update(src["evaluate"](net))
     atomic_write_json(out / "report.json", res.report.to_dict())
     atomic_save(net.state_dict(), out / "model.pt")
@@ -472,32 +517,24 @@ def _save_compact(res, out: Path) -> dict:
 def _prune_once(args, net, calib, checked: dict, evaluate) -> tuple:
     """``(OneShotResult or StructuredResult, record)``: ``net`` pruned by ``prune_oneshot``,
     the seconds it took and its evaluation."""
-    from dualdrop.nn.oneshot import prune_oneshot
+    from dualdrop.nn.oneshot import run_job
     from dualdrop.train.user_model import calibration_batches
 
     t0 = time.perf_counter()
-    units = {} if args.granularity is None else {
-        "granularity": args.granularity, "target_params": args.target_params,
-        "target_speedup": args.target_speedup,
-        "bias_compensation": not args.no_bias_compensation}
-    res = prune_oneshot(net, calibration_batches(calib), args.method,
-                        target_density=args.density, pattern=args.pattern,
-                        allocation=args.allocation, options=checked["options"],
-                        allocation_options=checked["allocation_options"],
-                        exclude=args.exclude, progress=not args.no_progress, **units)
+    res = run_job(checked["job"], net, calibration_batches(calib))
     return res, {"oneshot_seconds": time.perf_counter() - t0,
                  **{f"{k}_oneshot": v for k, v in evaluate(net).items()}}
 
 
 def _load_oneshot(path: Path, net):
     """The one-shot result an interrupted run saved: loaded into ``net``."""
-    from dualdrop.nn.oneshot.api import OneShotReport, OneShotResult
+    from dualdrop.nn.oneshot.report import OneShotResult, Report
     from dualdrop.train.checkpoint import read_checkpoint
 
     blob = read_checkpoint(path, fix="remove it to prune again",
                            keys=("model", "masks", "report", "oneshot"))
     net.load_state_dict(blob["model"])
-    report = OneShotReport(**{k: v for k, v in blob["report"].items() if k != "density"})
+    report = Report(**{k: v for k, v in blob["report"].items() if k != "density"})
     return OneShotResult(net, report, blob["masks"]), blob["oneshot"]
 
 
@@ -541,9 +578,10 @@ def run(args) -> int:
     seconds = final.get("oneshot_seconds")
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     if "granularity" in final:
-        sp = final["predicted_speedup"]
+        sp, ms = final["predicted_speedup"], final.get("measured_speedup")
         size = (f"parameters {final['params_before']:,} -> {final['params_after']:,}"
-                + (f" (predicted speed-up {sp:.2f}x)" if sp else ""))
+                + (f" (predicted speed-up {sp:.2f}x" + (f", measured {ms:.2f}x" if ms else "")
+                   + ")" if sp else ""))
     else:
         size = f"{final['nonzero_total']:.4f} nonzero"
     print(f"{final['method']} ({final['target']}, allocation {final['allocation']}): "

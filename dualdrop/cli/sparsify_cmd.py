@@ -18,16 +18,17 @@ from dualdrop.cli import (UsageError, doc_summary, fraction, int_at_least, metho
                           nonneg_float, nonneg_int, positive_int)
 
 
-def parse_hparams(items) -> dict:
-    """``["lam=1e-3", "eps=2"]`` -> ``{"lam": "1e-3", "eps": "2"}`` (typed later by the method)."""
+def parse_hparams(items, flag: str = "--hp", example: str = "lam=1e-3") -> dict:
+    """``["lam=1e-3", "eps=2"]`` -> ``{"lam": "1e-3", "eps": "2"}`` (typed later by the method);
+    ``flag`` and ``example`` name the option in messages."""
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"--hp {item!r}: expected NAME=VALUE, e.g. --hp lam=1e-3")
+            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE, e.g. {flag} {example}")
         if key in out:
-            raise ValueError(f"--hp {key} given twice")
+            raise ValueError(f"{flag} {key} given twice")
         out[key] = value
     return out
 

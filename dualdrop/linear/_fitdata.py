@@ -106,13 +106,14 @@ class LeastSquaresData:
                     self.penalty_weights = np.append(penalty_weights, 0.0)
                 self.extra = True
             self.design, self.y = Design(Xt), d * y
-        elif fit_intercept:
-            xbar, ybar = sw @ Xs / n, float(sw @ y) / n
-            self.offset = (xbar, ybar)
-            self.design = Design(np.asfortranarray(Xs - xbar) * d[:, None])
-            self.y = d * (y - ybar)
-        else:
-            self.design = Design(np.asfortranarray(Xs) * d[:, None])
+        else:  # Xs is this fit's own Fortran-ordered copy: centred and weighted in place
+            if fit_intercept:
+                xbar, ybar = sw @ Xs / n, float(sw @ y) / n
+                self.offset = (xbar, ybar)
+                Xs -= xbar
+                y = y - ybar
+            Xs *= d[:, None]
+            self.design = Design(Xs)
             self.y = d * y
 
     def to_solver(self, coef, intercept):

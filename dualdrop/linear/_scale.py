@@ -192,6 +192,21 @@ def surely_in_band(X, sw=None) -> bool:
     return hi * math.sqrt(w_hi) <= BAND and lo * math.sqrt(w_lo) >= 1.0 / BAND
 
 
+def _refuse_subnormal(rms) -> None:
+    """``ValueError`` naming ``X`` for a column whose RMS is a subnormal number (nonzero, below
+    float64's smallest normal ~2.2e-308): its entries carry a few significant digits at most,
+    and its coefficient (of order 1 / RMS) overflows; numpy's overflow warning and infinite
+    coefficients came back."""
+    bad = np.flatnonzero((rms > 0) & (rms < np.finfo(np.float64).tiny))
+    if bad.size:
+        j = int(bad[0])
+        raise ValueError(
+            f"X has subnormal columns ({bad.size}; column {j} has RMS {float(rms[j]):.3g}, below "
+            f"float64's smallest normal number {np.finfo(np.float64).tiny:.3g}): their entries "
+            "keep few significant digits and their coefficients would overflow; multiply X by "
+            "a constant (e.g. 2.0**600) before fitting, which divides the coefficients by it")
+
+
 def plan_scaling(X, sw, scaling: str, y=None) -> Scaling:
     """The :class:`Scaling` of one fit: ``X`` (checked, float64), ``sw`` (weights of mean 1 or
     ``None``), ``scaling`` ("dropout" or "none") and, for least squares, ``y`` (1-D or, for
@@ -205,10 +220,12 @@ def plan_scaling(X, sw, scaling: str, y=None) -> Scaling:
             cy = pow2_near(m)
     if scaling == "dropout":
         rms = col_rms(X, sw)
+        _refuse_subnormal(rms)
         return Scaling(np.where(rms > 0, rms, 1.0), cy, cy, culprit="y")
     if surely_in_band(X, sw):
         return Scaling(np.ones(X.shape[1]), cy, cy, culprit="y" if cy != 1.0 else "X")
     rms = col_rms(X, sw)
+    _refuse_subnormal(rms)
     live = rms[rms > 0]
     cx = 1.0
     if live.size and _outside(live):

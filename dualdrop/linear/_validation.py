@@ -240,7 +240,7 @@ def check_path_data(X, y, *, y_numeric):
         check_finite_target(y_arr)
     else:
         class_labels(y_arr)
-    X = check_array(X, accept_sparse="csc", dtype=np.float64)
+    X = check_array(X, accept_sparse="csc", dtype=np.float64, input_name="X")
     if X.shape[0] != y_arr.shape[0]:
         raise ValueError(f"X has {X.shape[0]} samples but y has {y_arr.shape[0]}; pass one target "
                          "per row of X")

@@ -46,6 +46,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
+from penalties._checks import as_real_array
+
 from . import _penalty
 from ._fitdata import GLMData, LeastSquaresData
 from ._groups import GroupProblem, check_groups
@@ -228,16 +230,16 @@ class SparseLinearBase(BaseEstimator):
         grp = self._group_structure(p)
         if self.penalty_weights is None:
             return None
-        pw = np.asarray(self.penalty_weights, dtype=np.float64)
+        pw = as_real_array(self.penalty_weights, "penalty_weights", allow_inf=True)
         if grp is not None and pw.shape != (grp.n_groups,):
             raise ValueError(f"penalty_weights must have one entry per group ({grp.n_groups}) "
                              f"with groups=, got shape {pw.shape}")
         if grp is None and pw.shape != (p,):
             raise ValueError(f"penalty_weights must have one entry per feature ({p}), got shape "
                              f"{pw.shape}")
-        if np.any(np.isnan(pw)) or np.any(pw < 0):
+        if np.any(pw < 0):
             raise ValueError("penalty_weights must be >= 0 (0: unpenalized, inf: excluded), got "
-                             "negative or NaN entries")
+                             f"{float(pw[pw < 0][0])!r}")
         return pw
 
     def _fit_prepared(self, prep, P=None):

@@ -306,6 +306,9 @@ class SparseHuberRegression(_NamedGLM):
 
 
 _MIN_SMOOTHING = 1e-12  # the smallest smoothing, relative to the scale of y
+# the largest: wider than every residual, the smoothed loss is a quadratic / (2 delta) with no
+# trace of the quantile (its curvature 1/delta underflows the solvers' steps beyond ~1e300)
+_MAX_SMOOTHING = 1e4
 
 
 @_with_init_doc
@@ -366,6 +369,12 @@ class SparseQuantileRegression(_NamedGLM):
                 f"smoothing={self.smoothing!r} is below {_MIN_SMOOTHING:g} times the scale of y "
                 f"({scale:.4g}, 1.4826 times its median absolute deviation): pass smoothing >= "
                 f"{_MIN_SMOOTHING * scale:.3g} (None, the default, is 1e-4 times that scale)")
+        if final > _MAX_SMOOTHING * scale:
+            raise ValueError(
+                f"smoothing={self.smoothing!r} is above {_MAX_SMOOTHING:g} times the scale of y "
+                f"({scale:.4g}): the loss would be quadratic over every residual, not a quantile "
+                f"loss; pass smoothing <= {_MAX_SMOOTHING * scale:.3g} (None, the default, is "
+                "1e-4 times that scale)")
         deltas = [final]
         while deltas[-1] * 10.0 < scale:
             deltas.append(deltas[-1] * 10.0)

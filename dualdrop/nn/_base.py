@@ -490,7 +490,7 @@ class Method:
     #: the frontier's sweep knob ``(hparam, low, high, Knob options)``; None: ``lam`` a decade
     #: either side of its default
     knob: tuple | None = None
-    #: position in ``dualdrop.train.compare``'s default list (None: not in it)
+    #: position in ``dualdrop.train.experiments.compare``'s default list (None: not in it)
     compare_rank: int | None = None
     #: speed floor: the least extra work per step beyond the dense step, in the components of
     #: ``benchmarks/bench_floors.py`` (``r``: neuron gates per step over weights), and the ratio

@@ -29,7 +29,7 @@ import torch.nn as nn
 from dualdrop.nn._base import mask_first_moments
 from dualdrop.nn._graph import (call, check_inputs, dependency_graph, first_line, layer_kind,
                                 torch_pruning, unit_groups)
-from dualdrop.nn._layers import BN
+from dualdrop.nn._layers import BN, n_out
 
 def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
     """The coupled sets of output units of ``model``'s Linear and (ungrouped) convolution
@@ -129,3 +129,57 @@ def hold_norms(holds: list, alive: list, optimizer=None) -> None:
                 keep = torch.ones_like(p, dtype=torch.bool)
                 keep[entries] = False
                 mask_first_moments(optimizer, p, keep)
+
+
+def unit_ties(pairs, coupled) -> tuple[list, list]:
+    """The coupled sets (``dualdrop.nn._coupling.coupled_units``) as indices of ``pairs``
+    (``dualdrop.nn.sparsifier.Sparsifier.ties``; only weights pruned by output units, ``granularity`` neuron groups,
+    take part; plus each attention's heads, :func:`head_ties`) and the BatchNorm entries to
+    hold with them (``Sparsifier.norm_holds``: a set's norms, when every layer writing the set
+    is pruned by output units)."""
+    index = {}
+    for i, (t, st) in enumerate(pairs):
+        groups = getattr(st, "groups", None)
+        if groups is None or groups.kind != "neuron":
+            continue
+        for site in t.sites:
+            if site.tensor_name == "weight" and groups.n_groups == n_out(site.module):
+                index[id(site.module)] = i
+    ties, holds = head_ties(pairs), []
+    for group in coupled:
+        layers = group["layers"]
+        tied = [(index[id(m)], idxs, roots) for m, idxs, roots in layers if id(m) in index]
+        if len(tied) > 1:
+            ties.append(tied)
+        if not tied or len(tied) < len(layers):
+            continue  # a writer that is not pruned by units keeps the set alive
+        for norm, idxs, roots in group["norms"]:
+            writers = []
+            for i, units, unit_roots in tied:
+                at = dict(zip(unit_roots, units))
+                writers.append((i, [at[r] for r in roots]) if all(r in at for r in roots)
+                               else None)
+            if all(w is not None for w in writers):
+                holds.append((norm, idxs, writers, roots))
+    return ties, holds
+
+
+def head_ties(pairs) -> list:
+    """One tie per ``nn.MultiheadAttention`` pruned by heads: head ``h``'s q/k/v rows and its
+    ``out_proj`` columns are one unit (the compact export removes a head when either is dead,
+    so pruning them apart would spend the density on halves of heads that are gone anyway)."""
+    heads = {}
+    for i, (t, st) in enumerate(pairs):
+        groups = getattr(st, "groups", None)
+        if groups is None or groups.kind != "head":
+            continue
+        for site in t.sites:
+            owner = site.module if isinstance(site.module, nn.MultiheadAttention) else site.parent
+            if isinstance(owner, nn.MultiheadAttention):
+                heads.setdefault(id(owner), {})[i] = groups.n_groups
+    ties = []
+    for members in heads.values():
+        if len(members) > 1 and len(set(members.values())) == 1:
+            n = next(iter(members.values()))
+            ties.append([(i, list(range(n)), list(range(n))) for i in members])
+    return ties

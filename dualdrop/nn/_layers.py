@@ -42,6 +42,14 @@ def conv1d_class() -> type | None:
     return cls if isinstance(cls, type) else None
 
 
+def is_pretrained(model) -> bool:
+    """Whether ``model`` is a ``transformers.PreTrainedModel`` (never imports transformers: a
+    model that is one has imported it already)."""
+    tf = sys.modules.get("transformers")
+    cls = getattr(tf, "PreTrainedModel", None) if tf is not None else None
+    return isinstance(cls, type) and isinstance(model, cls)
+
+
 def is_conv1d(module) -> bool:
     """Whether ``module`` is (a subclass of) Hugging Face's ``Conv1D``."""
     cls = conv1d_class()

@@ -59,7 +59,7 @@ from dualdrop.nn._autolayout import choose_csr, layer_inputs, whole_network
 from dualdrop.nn._base import check_choice, check_float, check_int, remove_state_hooks, state_of
 from dualdrop.nn._graph import check_inputs, first_line
 from dualdrop.nn._layers import dense_type, out_in
-from dualdrop.nn.hf.io import route_save_pretrained
+from dualdrop.nn._save_route import route_save_pretrained
 from dualdrop.nn.quantize import check_quantize, quantize_dynamic_int8
 from dualdrop.nn.targets import all_targets, default_weight_names
 

@@ -62,6 +62,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tqdm.auto import tqdm
 
 from dualdrop.nn._base import check_choice, check_int
+from dualdrop.nn._inputs import check_forward, check_model, check_rows
 from dualdrop.nn._graph import (batch_of, call, check_inputs, first_line, output_diff,
                                 tensors, torch_pruning)
 from dualdrop.nn._timing import CLOCKS, interleaved, summary, torch_threads
@@ -360,9 +361,9 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
     machine loaded beyond its cores does not inflate (``dualdrop.nn._timing``). ``eval_data``: ``(X, y)`` tensors, classification error per layout.
     ``progress``: a progress bar. Returns a :class:`LatencyReport`.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_model(model)
     check_inputs(example_inputs)
+    check_rows(example_inputs, "example_inputs")
     chosen, notes = _check_layouts(layouts)
     batches = _check_batches(batch_sizes)
     if threads is not None:
@@ -379,6 +380,7 @@ def latency(model: nn.Module, example_inputs, layouts=None, batch_sizes=(1, 32, 
             raise TypeError("eval_data must be (X, y): two tensors with the same number of rows")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
+    check_forward(model, example_inputs, call, "example_inputs")
     if any(_needs_compact(x) for x in chosen):
         torch_pruning("the compact layouts of the latency report")
     if any(x in _ORT for x in chosen) and not onnxruntime_available():

@@ -41,7 +41,7 @@ import torch.nn as nn
 from torch.nn.utils import parametrize
 
 from dualdrop.nn._layers import dense_type, out_in
-from dualdrop.nn.hf.io import route_save_pretrained
+from dualdrop.nn._save_route import route_save_pretrained
 
 QUANTIZE = ("dynamic-int8",)
 _QMAX = 127.0

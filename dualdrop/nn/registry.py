@@ -95,7 +95,8 @@ def paper_table() -> dict:
 
 
 def compare_defaults() -> tuple[str, ...]:
-    """The methods ``dualdrop.train.compare`` runs by default, in their ``compare_rank`` order."""
+    """The methods ``dualdrop.train.experiments.compare`` runs by default, in their
+    ``compare_rank`` order."""
     ranked = [(cls.compare_rank, name) for name, cls in REGISTRY.items()
               if cls.compare_rank is not None]
     return tuple(name for _, name in sorted(ranked))

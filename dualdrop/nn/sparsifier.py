@@ -15,6 +15,7 @@ strong prior. ``Sparsifier.check_balance`` warns when the regularizer dominates 
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 import weakref
 
@@ -25,14 +26,13 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from dualdrop.nn import density as _density
 from dualdrop.nn import registry as _methods
 from dualdrop.nn._alloc import tune_allocator
-from dualdrop.nn._coupling import coupled_units, hold_norms
+from dualdrop.nn._coupling import coupled_units, head_ties, hold_norms, unit_ties
 from dualdrop.nn._base import check_choice, check_float, check_int, register_state, state_of
 from dualdrop.nn._graph import check_inputs
 from dualdrop.nn._groups import Groups, groups_of
-from dualdrop.nn._layers import n_out
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.export import export_sparse, fold, sparsity_report
-from dualdrop.nn.hf.io import route_save_pretrained
+from dualdrop.nn._save_route import route_save_pretrained
 from dualdrop.nn.targets import all_targets, plain_class, select, unknown_weights
 
 METHODS = _methods.METHODS
@@ -139,7 +139,7 @@ class Sparsifier:
             if kinds and "granularity" not in hparams:  # the states' groups, not the default
                 hparams = {**hparams, "granularity": "head" if "head" in kinds else "neuron"}
         sp = cls(model, _methods.get(method, **hparams), pairs)
-        sp.ties, sp.norm_holds = _ties(pairs, [])
+        sp.ties, sp.norm_holds = unit_ties(pairs, [])
         return sp
 
     @staticmethod
@@ -246,6 +246,10 @@ class Sparsifier:
         with torch.no_grad():
             reg = float(self.regularizer(n_train))
         loss = float(data_loss)
+        if not math.isfinite(loss) or loss < 0:
+            raise ValueError(f"data_loss must be a finite number >= 0 (the data term of the "
+                             f"loss), got {loss!r}: a NaN or infinite loss means the training "
+                             "diverged (lower the learning rate) or the data hold NaN")
         r = reg / loss if loss > 0 else float("inf")
         if r > ratio:
             warnings.warn(
@@ -568,11 +572,11 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
             record.attach(t, state)
             pairs.append((t, state))
         sp = Sparsifier(model, record, pairs, [(t.name, r) for t, r in skipped])
-        sp.ties, sp.norm_holds = _ties(pairs, coupled)
+        sp.ties, sp.norm_holds = unit_ties(pairs, coupled)
         if target_density is not None:
             sp.controller = _density.DensityController(sp, target_density)
         # units tied through example_inputs, beyond the heads attach finds again
-        traced = len(sp.ties) > len(_head_ties(pairs)) or bool(sp.norm_holds)
+        traced = len(sp.ties) > len(head_ties(pairs)) or bool(sp.norm_holds)
         _record_made_with(pairs, record, target_density, traced)
     if foreign:
         flines = "\n".join(f"  {q} ({plain_class(m).__name__}): {r}" for q, m, r in foreign)
@@ -612,57 +616,3 @@ def _check_heads(chosen) -> None:
                      "Conv1D projections, such as Hugging Face's GPT2Attention, is not read as "
                      "heads); use granularity='neuron' (= 'channel': the output units of "
                      "Linear/Conv layers) or 'weight'")
-
-
-def _ties(pairs, coupled) -> tuple[list, list]:
-    """The coupled sets (``dualdrop.nn._coupling.coupled_units``) as indices of ``pairs``
-    (``Sparsifier.ties``; only weights pruned by output units, ``granularity`` neuron groups,
-    take part; plus each attention's heads, :func:`_head_ties`) and the BatchNorm entries to
-    hold with them (``Sparsifier.norm_holds``: a set's norms, when every layer writing the set
-    is pruned by output units)."""
-    index = {}
-    for i, (t, st) in enumerate(pairs):
-        groups = getattr(st, "groups", None)
-        if groups is None or groups.kind != "neuron":
-            continue
-        for site in t.sites:
-            if site.tensor_name == "weight" and groups.n_groups == n_out(site.module):
-                index[id(site.module)] = i
-    ties, holds = _head_ties(pairs), []
-    for group in coupled:
-        layers = group["layers"]
-        tied = [(index[id(m)], idxs, roots) for m, idxs, roots in layers if id(m) in index]
-        if len(tied) > 1:
-            ties.append(tied)
-        if not tied or len(tied) < len(layers):
-            continue  # a writer that is not pruned by units keeps the set alive
-        for norm, idxs, roots in group["norms"]:
-            writers = []
-            for i, units, unit_roots in tied:
-                at = dict(zip(unit_roots, units))
-                writers.append((i, [at[r] for r in roots]) if all(r in at for r in roots)
-                               else None)
-            if all(w is not None for w in writers):
-                holds.append((norm, idxs, writers, roots))
-    return ties, holds
-
-
-def _head_ties(pairs) -> list:
-    """One tie per ``nn.MultiheadAttention`` pruned by heads: head ``h``'s q/k/v rows and its
-    ``out_proj`` columns are one unit (the compact export removes a head when either is dead,
-    so pruning them apart would spend the density on halves of heads that are gone anyway)."""
-    heads = {}
-    for i, (t, st) in enumerate(pairs):
-        groups = getattr(st, "groups", None)
-        if groups is None or groups.kind != "head":
-            continue
-        for site in t.sites:
-            owner = site.module if isinstance(site.module, nn.MultiheadAttention) else site.parent
-            if isinstance(owner, nn.MultiheadAttention):
-                heads.setdefault(id(owner), {})[i] = groups.n_groups
-    ties = []
-    for members in heads.values():
-        if len(members) > 1 and len(set(members.values())) == 1:
-            n = next(iter(members.values()))
-            ties.append([(i, list(range(n)), list(range(n))) for i in members])
-    return ties

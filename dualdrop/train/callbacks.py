@@ -1,7 +1,8 @@
 """Thin callbacks that put a ``Sparsifier`` into PyTorch Lightning and ``transformers.Trainer``.
 
 Both frameworks own the loss, the backward and the optimizer step, so the callback does the two
-things a sparsified run needs around them, once per *optimizer* step (gradient accumulation
+halves of ``dualdrop.train.engine.train_step``'s method work around them (the engine's own
+``regularizer_term`` and ``finish_step``), once per *optimizer* step (gradient accumulation
 included):
 
 - before the step, the gradient of ``sp.regularizer(n_train)`` is added to the parameters'
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from dualdrop.train.engine import finish_step, regularizer_term
 from penalties.checks import check_int
 
 
@@ -36,13 +38,13 @@ def _add_regularizer_grad(sp, n_train: int) -> None:
         if hasattr(st, "take_term"):
             st.take_term()
     with torch.enable_grad():
-        reg = sp.regularizer(n_train, value=False)
+        reg = regularizer_term(sp, n_train)
         if reg.requires_grad:  # AdaProx has none: its penalty acts by the prox in after_step
             reg.backward()
 
 
 def _after(sp, optimizer, step: int, total: int) -> None:
-    sp.after_step(optimizer, min(step, total), total)
+    finish_step(sp, optimizer, min(step, total), total)  # the framework steps the schedule
 
 
 try:  # PyTorch Lightning (the ``lightning`` package)

@@ -28,8 +28,12 @@ from dualdrop.nn._files import atomic_target
 
 
 CHECKPOINT = "checkpoint.pt"
-# 2: RNG states as tensors and plain values (loads with weights_only=True); 1: numpy's tuple
-FORMAT_VERSION = 2
+# 3: the one format of ``dualdrop.train.engine.fit`` (the CLI's runs included): step counters,
+#    the RNG states of every process as a list by rank, the epoch-start states of a checkpoint
+#    taken inside an epoch; 2: the CLI's per-epoch checkpoint (RNG states as tensors and plain
+#    values, loads with weights_only=True); 1: numpy's tuple. ``fit``'s own checkpoints before
+#    format 3 had no "format" entry. Older ones are read and upgraded (:func:`upgrade`).
+FORMAT_VERSION = 3
 
 
 def _plain_rng(numpy_state: tuple, python_state: tuple) -> dict:
@@ -295,13 +299,15 @@ def read_checkpoint(path: str | os.PathLike, fix: str, *, keys=RUN_KEYS) -> dict
         if not (isinstance(ck, dict) and ck.get("format") == 1):
             raise CheckpointError(f"{path} is not a dualdrop checkpoint (it holds numpy arrays); "
                                   f"{fix}") from None
-        ck = dict(ck, format=FORMAT_VERSION, rng=[_rng_from_format1(r) for r in ck["rng"]])
+        ck = dict(ck, format=2, rng=[_rng_from_format1(r) for r in ck["rng"]])
         print(f"note: {path} is an older dualdrop checkpoint (format 1); read with numpy arrays "
-              f"allowed, it is rewritten as format {FORMAT_VERSION} at the next epoch",
+              f"allowed, it is rewritten as format {FORMAT_VERSION} at the next checkpoint",
               file=sys.stderr)
     except Exception as exc:  # zip reader errors (RuntimeError), EOFError, OSError, ...
         msg = f"{path} is truncated or corrupt ({_first_line(exc)}); {fix}"
         raise CheckpointError(msg) from None
+    if isinstance(ck, dict):
+        ck = upgrade(ck, path, fix)
     if not isinstance(ck, dict) or not set(keys) <= set(ck):
         what = (f"a dict with keys {sorted(map(str, ck))[:6]}" if isinstance(ck, dict)
                 else f"a {type(ck).__name__}")
@@ -310,6 +316,37 @@ def read_checkpoint(path: str | os.PathLike, fix: str, *, keys=RUN_KEYS) -> dict
     if "format" in keys and ck["format"] != FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format {ck['format']!r}, this dualdrop "
                               f"reads format {FORMAT_VERSION}; {fix}")
+    return ck
+
+
+#: the entries every format-3 checkpoint has (``dualdrop.train.engine.fit`` writes them; the
+#: CLI's runs add ``config``, ``data_order``, ``init`` and ``arch``)
+STATE_KEYS = ("format", "model", "optimizer", "scheduler", "sparsifier", "step", "epoch",
+              "done_in_epoch", "total_steps", "epoch_rng", "rng", "history")
+
+
+def upgrade(ck: dict, path, fix: str) -> dict:
+    """A checkpoint dict of an older format in the current one (format 3); a dict of a newer or
+    unknown format is refused naming its version (:class:`CheckpointError`).
+
+    Format 2 (the CLI's per-epoch checkpoint): taken at an epoch's end, so ``done_in_epoch`` is
+    0 and there is no epoch-start state; its budget in steps is not recorded (``None``: the
+    run's configuration, compared on resume, fixes it). ``fit``'s checkpoints without a format
+    entry: the RNG states of its one process become a list of one."""
+    version = ck.get("format")
+    if version is None and {"model", "sparsifier", "total_steps", "done_in_epoch"} <= set(ck):
+        # fit's, before format 3 (other files, e.g. heal's, are left as they are)
+        rng, erng = ck.get("rng"), ck.get("epoch_rng")
+        return {**ck, "format": FORMAT_VERSION, "rng": [rng] if rng is not None else None,
+                "epoch_rng": [erng] if erng is not None else None}
+    if version == 2:
+        return {"optimizer": None, "scheduler": None, "sparsifier": None, **ck,
+                "format": FORMAT_VERSION, "done_in_epoch": 0, "epoch_rng": None,
+                "total_steps": ck.get("total_steps")}
+    if version is not None and version != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format {version!r}, this dualdrop reads "
+                              f"formats 1 to {FORMAT_VERSION} (a newer dualdrop wrote it?); "
+                              f"{fix}")
     return ck
 
 

@@ -1,10 +1,10 @@
-"""A training engine for any model and any DataLoader: ``fit``, and the step it shares with the
-CLI's runner: ``train_step``, ``run_epoch``.
+"""The training engine, the one training loop of dualdrop: ``fit`` for any model and any
+DataLoader, and its step, ``train_step`` (and ``run_epoch``, which drives the steps of an epoch).
 
 ``fit(model, method, train_loader, loss_fn, steps=... or epochs=..., target_density=D)`` sparsifies
-``model`` with ``method`` (or takes the ``Sparsifier`` handle that ``sparsify`` returned) and
-trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)`` (``loss_fn`` receives the model
-and one batch, so any batch structure works), calling
+``model`` with ``method`` (or takes the ``Sparsifier`` handle that ``sparsify`` returned; or
+``None``: no method) and trains it on ``loss_fn(model, batch) + sp.regularizer(n_train)``
+(``loss_fn`` receives the model and one batch, so any batch structure works), calling
 ``sp.after_step(optimizer, step, total_steps)`` after every step, so the target-density controller
 and the method's own schedule (``dualdrop.nn.density``) see the whole budget. The optimizer is
 built from ``sp.method_param_groups(lr, total_steps)`` (the budget-aware rate of the method's own
@@ -12,28 +12,32 @@ parameters) by ``optimizer`` (a factory, default ``torch.optim.Adam``); the defa
 the paper's linear decay of the learning rate to 0.
 
 Checkpoints (``checkpoint_dir``): every ``checkpoint_every`` steps and at the end, one file
-``checkpoint.pt`` written to a temporary name and moved into place with ``os.replace`` (a crash
-leaves the previous checkpoint whole); read back with ``torch.load(weights_only=True)``. A
-checkpoint holds the model, optimizer, scheduler and controller state, the step counter, and the
-random state needed to continue *exactly*: torch's global generator (dropout, and the seed a
-DataLoader draws for its shuffle when it has no generator of its own), the loader's own generator
-if it has one, Python's and NumPy's; plus the same generators as they were when the current epoch's
-iterator was made. Resuming restores the epoch-start state, rebuilds the iterator (the same
-order, the same worker seeds), skips the batches already done, then restores the current state:
-the resumed run is bit for bit the uninterrupted one. The method's noise is counter-based and
-lives in the model's state dict (``dualdrop.nn._base.NoiseState``).
+``checkpoint.pt`` (format 3 of ``dualdrop.train.checkpoint``) written to a temporary name and
+moved into place with ``os.replace`` (a crash leaves the previous checkpoint whole); read back
+with ``torch.load(weights_only=True)``. A checkpoint holds the model, optimizer, scheduler and
+controller state, the step counter, and the random state needed to continue *exactly*, of every
+process: torch's global generator (dropout, and the seed a DataLoader draws for its shuffle when
+it has no generator of its own), the loader's own generator if it has one, Python's and NumPy's;
+plus the same generators as they were when the current epoch's iterator was made. Resuming
+restores the epoch-start state, rebuilds the iterator (the same order, the same worker seeds),
+skips the batches already done, then restores the current state: the resumed run is bit for bit
+the uninterrupted one. The method's noise is counter-based and lives in the model's state dict
+(``dualdrop.nn._base.NoiseState``).
 
-One step, one order (:func:`train_step`): regularizer gradient, ``zero_grad``, ``backward``, the
-gradient all-reduce of a data-parallel run, ``optimizer.step()``, then ``sp.after_step`` and only
-then ``scheduler.step()``: a method whose ``after_step`` reads the learning rate (AdaProx's prox,
-``w <- prox_{lr lam}(w)``) must see the rate of the gradient step it completes; the other order
-hands it the *next* step's rate, which is 0 after the last step of a linear decay, so the last
-prox would be skipped. :func:`run_epoch` drives the steps of one epoch (a source of batches, the
-step counter, the progress bar, a per-step hook). The CLI's runner (``dualdrop.train.loop``)
-drives the same two functions on its whole-split tensors; what stays its own is what its outputs
-are made of: per-epoch history rows, its checkpoint format (one per epoch, the data order stored
-as ``(seed, next epoch)`` instead of a loader's generators), the ``lam`` warm-up and the
-diagnostics, which would change those files if they went through ``fit``.
+One step, one order (:func:`train_step`): regularizer gradient (:func:`regularizer_term`),
+``zero_grad``, ``backward``, the gradient all-reduce of a data-parallel run, ``optimizer.step()``,
+then (:func:`finish_step`) ``sp.after_step`` and only then ``scheduler.step()``: a method whose
+``after_step`` reads the learning rate (AdaProx's prox, ``w <- prox_{lr lam}(w)``) must see the
+rate of the gradient step it completes; the other order hands it the *next* step's rate, which
+is 0 after the last step of a linear decay, so the last prox would be skipped. The Lightning and
+``transformers.Trainer`` callbacks (``dualdrop.train.callbacks``) call the two halves around
+their framework's backward and optimizer step.
+
+The CLI's protocol (``dualdrop.train.loop``, ``dualdrop sparsify``) is one configuration of
+``fit``: its whole-split batches as the loader (``set_epoch`` picks the epoch's order), one Adam
+rate, a checkpoint every epoch, ``dist`` for torchrun, and :class:`EpochHooks` for what it adds at
+the epochs' boundaries (the ``lam`` warm-up, its per-epoch history row and diagnostics, its
+configuration in the checkpoint).
 """
 
 from __future__ import annotations
@@ -49,16 +53,13 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from dualdrop.nn import Sparsifier, sparsify
-from dualdrop.nn import registry as _methods
-from dualdrop.nn._graph import first_line
 from dualdrop.nn._undo import undo_on_error
-from dualdrop.nn.density import DensityController, check_density
-from dualdrop.nn.sparsifier import check_materialized, is_sparsified, sparsified_with
-from dualdrop.train.checkpoint import (atomic_save, plain_settings, read_checkpoint, rng_state,
-                                       set_rng_state, settings_diff)
-from penalties.checks import check_float, check_int
-
-CHECKPOINT = "checkpoint.pt"
+from dualdrop.nn.density import DensityController
+from dualdrop.train.checkpoint import (CHECKPOINT, FORMAT_VERSION, STATE_KEYS, atomic_save, plain_settings,
+                                       read_checkpoint, rng_state, set_rng_state, settings_diff)
+from dualdrop.train.evaluate import dense_density
+from dualdrop.train.fit_checks import (_check_checkpoint_dir, _check_fit_args, _check_loss,  # noqa: F401
+                                       _load_fit_checkpoint, _make_optimizer)
 
 
 @dataclass
@@ -104,16 +105,6 @@ def _loader_generator(loader):
     return gen
 
 
-def _n_train(loader, n_train):
-    if n_train is not None:
-        return check_int("n_train", n_train, low=1)
-    try:
-        return len(loader.dataset)
-    except (AttributeError, TypeError):
-        raise ValueError("the loader's dataset has no len(); pass n_train=(number of training "
-                         "examples)") from None
-
-
 def _linear_decay(opt, total_steps):
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / total_steps))
 
@@ -136,18 +127,35 @@ def train_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, *, step: in
         if n_train is None:
             raise ValueError("train_step with a sparsifier needs n_train=(number of training "
                              "examples), the regularizer's scale")
-        loss = loss + sp.regularizer(n_train, value=False) / world
+        loss = loss + regularizer_term(sp, n_train, world)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if allreduce is not None:
         allreduce()
     optimizer.step()
     step += 1
+    finish_step(sp, optimizer, step, total_steps, scheduler)
+    return step
+
+
+def regularizer_term(sp, n_train: int, world: int = 1) -> torch.Tensor:
+    """The first half of a step's method work: ``sp.regularizer(n_train, value=False) / world``,
+    a term of value 0 whose gradient is this process's share of the regularizer's (added to the
+    data loss before ``backward``; the callbacks of ``dualdrop.train.callbacks``, whose frameworks
+    own the loss, back-propagate it alone)."""
+    reg = sp.regularizer(n_train, value=False)
+    return reg / world if world != 1 else reg  # (one autograd node less for one process)
+
+
+def finish_step(sp, optimizer, step: int, total_steps: int, scheduler=None) -> None:
+    """The second half, after ``optimizer.step()``: ``sp.after_step(optimizer, step,
+    total_steps)`` (``step``: the steps finished), then ``scheduler.step()`` (the order of
+    :func:`train_step`'s docstring; the callbacks call it without a scheduler, their framework
+    steps it)."""
     if sp is not None:
         sp.after_step(optimizer, step, total_steps)
     if scheduler is not None:
         scheduler.step()
-    return step
 
 
 @dataclass
@@ -191,10 +199,13 @@ def run_epoch(stepper: Stepper, batches: Iterable, data_loss, step: int, *, bar=
 def _epoch_batches(loader, epoch_rng, done_in_epoch: int, current_rng):
     """The iterator of the current epoch and the RNG state its order comes from.
 
-    A fresh epoch (``epoch_rng`` None) remembers the state it starts from; a resumed one
+    A fresh epoch (``epoch_rng`` None) remembers the state it starts from (restoring
+    ``current_rng`` first when a run resumes at an epoch's start); a resumed one
     restores it, rebuilds the same order (the same worker seeds), skips the ``done_in_epoch``
     batches already trained on and restores ``current_rng``, the state at the interruption."""
     if epoch_rng is None:
+        if current_rng is not None:  # resumed at an epoch's start: the state at its checkpoint
+            _set_rng_state(loader, current_rng)
         epoch_rng = _rng_state(loader)  # before iter(): making the iterator draws from it
         return iter(loader), epoch_rng
     _set_rng_state(loader, epoch_rng)
@@ -206,13 +217,43 @@ def _epoch_batches(loader, epoch_rng, done_in_epoch: int, current_rng):
     return it, epoch_rng
 
 
-def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
+@dataclass
+class EpochHooks:
+    """What a configuration of :func:`fit` adds at the epochs' boundaries (the CLI's protocol,
+    ``dualdrop.train.loop``, uses every one). All optional:
+
+    ``start(epoch)``: before the batches of ``epoch`` (0-based; also when a resumed run
+    continues inside it), e.g. a warm-up of the method's strength that is a function of the
+    epoch alone; ``row(epoch, step) -> dict | None``: after the last batch of epoch ``epoch``
+    (1-based: the epochs finished), the epoch's history row, replacing ``fit``'s validation row
+    (given for every epoch, the last included, and no ``"final"`` row is added); it runs before
+    the epoch's checkpoint, so a row that raises leaves the run at the previous checkpoint;
+    ``extra(epoch, step) -> dict``: entries written into every checkpoint beside ``fit``'s own
+    (the run's configuration, say; ``epoch``: the epochs finished); ``saved(epoch, step)``: after
+    each checkpoint is in place (on rank 0)."""
+
+    start: Callable[[int], None] | None = None
+    row: Callable[[int, int], dict | None] | None = None
+    extra: Callable[[int, int], dict] | None = None
+    saved: Callable[[int, int], None] | None = None
+
+
+def _set_epoch(loader, epoch: int) -> None:
+    """``set_epoch(epoch)`` of the loader and of its sampler where they have one (a
+    ``DistributedSampler`` shuffles by it; the CLI's whole-split batches order by it)."""
+    for obj in (loader, getattr(loader, "sampler", None)):
+        if obj is not None and callable(getattr(obj, "set_epoch", None)):
+            obj.set_epoch(epoch)
+
+
+def fit(model: nn.Module, method: str | Sparsifier | None, train_loader, loss_fn, *,
         steps: int | None = None, epochs: int | None = None, lr: float = 1e-3, optimizer=None,
         scheduler="linear", target_density: float | None = None, hparams: dict | None = None,
         n_train=None,
         val_loader=None, val_fn=None, checkpoint_dir=None, checkpoint_every: int | None = None,
         resume: bool = True, stop_after: int | None = None, log_every: int = 50,
-        progress: bool = True, sparsify_kwargs: dict | None = None) -> FitResult:
+        progress: bool = True, sparsify_kwargs: dict | None = None,
+        hooks: EpochHooks | None = None, dist=None) -> FitResult:
     """Sparsify ``model`` with ``method`` and train it (module docstring).
 
     ``method``: a method name (``dualdrop.nn.METHODS`` or ``"penalty:<name>"``) for a plain
@@ -220,7 +261,9 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
     ``Sparsifier`` that ``sparsify(model, ...)`` returned, used as it is: its method,
     hyperparameters, units coupled through ``example_inputs`` and target-density controller as
     it stands (a second ``fit(model, out.sparsifier, ...)`` fine-tunes with the masks the first
-    one made, its regularizer released). A model that is already sparsified keeps what
+    one made, its regularizer released); or None: the model trained as it is, without a method
+    (the dense baseline; no ``hparams``, ``target_density`` or ``sparsify_kwargs``). A model that
+    is already sparsified keeps what
     ``sparsify`` gave it: ``hparams`` entries that differ from its hyperparameters, and a
     ``target_density`` other than the one it was sparsified with, are refused (a target density
     may be added to a handle or model without one, except for magnitude pruning, whose final
@@ -239,9 +282,19 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
     ``val_loader``); ``checkpoint_dir``: atomic checkpoints every ``checkpoint_every`` steps
     and at the end, resumed from when present and ``resume`` (a checkpoint records the run's
     settings, method, hyperparameters, ``lr``, target density and budget: one of a run with
-    others is refused, not resumed); ``stop_after``: stop after this
+    others is refused, not resumed; a checkpoint due on an epoch's last batch is written after
+    the epoch's end, its history row included); ``stop_after``: stop after this
     many steps of this call (a planned interruption; the checkpoint lets a later call
-    continue); ``log_every``: steps between history rows (0: none).
+    continue; one that falls on an epoch's last batch also waits for the epoch's end);
+    ``log_every``: steps between history rows (0: none). The loader's (and its sampler's)
+    ``set_epoch(epoch)`` is called before each epoch where it has one.
+
+    ``hooks``: an :class:`EpochHooks` (what a protocol adds at the epochs' boundaries).
+    ``dist``: a ``dualdrop.train.distributed.Dist`` for a data-parallel run under ``torchrun``
+    (None: one process): the model is broadcast from rank 0, each process's ``loss_fn`` gives
+    its share of the global batch's mean loss (the gradients are summed over the processes, the
+    regularizer added once), the weights are checked in sync after every epoch, and rank 0
+    writes the checkpoints, which hold every process's random state.
 
     Refusals leave the model as given. Every argument, and a checkpoint to resume from (read
     whole, one-line error when corrupt or truncated), is checked before the model is touched;
@@ -255,43 +308,63 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                            scheduler, target_density, hparams, n_train, val_loader, val_fn,
                            checkpoint_dir, checkpoint_every, resume, stop_after, log_every,
                            progress, sparsify_kwargs)
+    if hooks is not None and not isinstance(hooks, EpochHooks):
+        raise TypeError(f"hooks must be an EpochHooks or None, got {type(hooks).__name__}")
     total, n, plan = args["total"], args["n_train"], args["plan"]
     handle = plan["handle"]
+    hooks = hooks or EpochHooks()
+    world, rank = (dist.world, dist.rank) if dist is not None else (1, 0)
+    main = rank == 0
     hparams, sparsify_kwargs = dict(hparams or {}), dict(sparsify_kwargs or {})
     path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir is not None else None
     ck = None
     if path and resume and os.path.exists(path):
         ck = read_checkpoint(path, keys=_FIT_KEYS, fix="delete it (or pass resume=False, or "
                              "another checkpoint_dir) to train from the start")
-        if ck["total_steps"] != total:
+        if ck["total_steps"] is not None and ck["total_steps"] != total:
             raise ValueError(f"the checkpoint in {checkpoint_dir} is for a budget of "
                              f"{ck['total_steps']} steps, not {total}; use another "
                              "checkpoint_dir or resume=False")
+        if not isinstance(ck["rng"], list) or len(ck["rng"]) != world:
+            raise ValueError(f"the checkpoint in {checkpoint_dir} holds the random states of "
+                             f"{len(ck['rng']) if isinstance(ck['rng'], list) else '?'} "
+                             f"process(es), this run has {world}; resume it with as many "
+                             "processes, or use another checkpoint_dir")
     gen = _loader_generator(train_loader)
+    per_epoch = _len(train_loader)
     # act; until the first optimizer update a failure puts everything back (undo.commit)
     # (a handle given, and its controller, are put back as well)
     with undo_on_error(model, values="all" if ck is not None else "buffers", rng=True,
                        generators=[gen] if gen is not None else [],
                        objects=[handle, getattr(handle, "controller", None)]) as undo:
-        if handle is not None:
+        if plan["dense"]:
+            sp = None
+        elif handle is not None:
             sp = handle
         elif plan["attach"]:
             sp = Sparsifier.attach(model, method, **hparams)
         else:
             sp = sparsify(model, method, target_density=target_density, **sparsify_kwargs,
                           **hparams)
-        if plan["controller"] is not None:
+        if sp is not None and plan["controller"] is not None:
             sp.controller = DensityController(sp, plan["controller"])
-        opt = _make_optimizer(optimizer, sp.method_param_groups(lr, total), sp.method)
-        sp.check_optimizer(opt)
+        if dist is not None:
+            dist.broadcast_module(model)
+        groups = (sp.method_param_groups(lr, total) if sp is not None else
+                  [{"params": [p for p in model.parameters() if p.requires_grad], "lr": lr}])
+        opt = _make_optimizer(optimizer, groups, sp.method if sp is not None else "none")
+        if sp is not None:
+            sp.check_optimizer(opt)
         if scheduler == "linear":
             sched = _linear_decay(opt, total)
         else:
             sched = scheduler(opt, total) if scheduler is not None else None
         step, history = 0, []
         epoch, done_in_epoch, epoch_rng, current_rng = 0, 0, None, None
-        settings = plain_settings({"method": sp.method, "hparams": sp.hparams, "lr": lr,
-                                   "target_density": getattr(sp.controller, "target", None),
+        settings = plain_settings({"method": sp.method if sp is not None else None,
+                                   "hparams": sp.hparams if sp is not None else {}, "lr": lr,
+                                   "target_density": getattr(getattr(sp, "controller", None),
+                                                             "target", None),
                                    "total_steps": total})
         if ck is not None:
             _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp)  # method, shapes
@@ -301,20 +374,31 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                                  f"settings ({detail}); use another checkpoint_dir, its "
                                  "settings, or resume=False")
             step, epoch, done_in_epoch = ck["step"], ck["epoch"], ck["done_in_epoch"]
-            epoch_rng, history = ck["epoch_rng"], list(ck["history"])
-            current_rng = ck["rng"]
+            epoch_rng = ck["epoch_rng"][rank] if ck["epoch_rng"] is not None else None
+            history, current_rng = list(ck["history"]), ck["rng"][rank]
         first_update = opt.register_step_pre_hook(lambda *a: undo.commit())
+        saved_at = [None]
 
         def checkpoint():
-            if path is None:
+            if path is None or saved_at[0] == (step, len(history)):
                 return
-            os.makedirs(checkpoint_dir, exist_ok=True)
-            atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                         "scheduler": sched.state_dict() if sched is not None else None,
-                         "sparsifier": sp.state_dict(), "step": step, "epoch": epoch,
-                         "done_in_epoch": done_in_epoch, "total_steps": total,
-                         "epoch_rng": epoch_rng, "rng": _rng_state(train_loader),
-                         "history": history, "settings": settings}, path)
+            rngs = dist.gather(_rng_state(train_loader)) if dist is not None else [
+                _rng_state(train_loader)]
+            erngs = dist.gather(epoch_rng) if dist is not None else [epoch_rng]
+            if main:
+                os.makedirs(checkpoint_dir, exist_ok=True)
+                extra = hooks.extra(epoch, step) if hooks.extra is not None else {}
+                atomic_save({"format": FORMAT_VERSION, **extra,
+                             "model": model.state_dict(), "optimizer": opt.state_dict(),
+                             "scheduler": sched.state_dict() if sched is not None else None,
+                             "sparsifier": sp.state_dict() if sp is not None else None,
+                             "step": step, "epoch": epoch, "done_in_epoch": done_in_epoch,
+                             "total_steps": total,
+                             "epoch_rng": erngs if epoch_rng is not None else None,
+                             "rng": rngs, "history": history, "settings": settings}, path)
+                if hooks.saved is not None:
+                    hooks.saved(epoch, step)
+            saved_at[0] = (step, len(history))
 
         def validate():
             if val_loader is None:
@@ -334,10 +418,16 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
             return out
 
         bar = None
-        if progress:
-            bar = tqdm(total=total, initial=step, desc=f"fit {sp.method}", leave=False)
-        stepper = Stepper(opt, total, sp=sp, scheduler=sched, n_train=n)
-        ran, last = 0, [math.nan]
+        if progress and main:
+            bar = tqdm(total=total, initial=step, mininterval=1.0, dynamic_ncols=True,
+                       desc=f"fit {sp.method if sp is not None else 'dense'}", leave=False)
+        allreduce = None
+        if dist is not None and world > 1:
+            params = [p for g in opt.param_groups for p in g["params"]]
+            allreduce = lambda: dist.allreduce_grads(params)  # noqa: E731
+        stepper = Stepper(opt, total, sp=sp, scheduler=sched, n_train=n, allreduce=allreduce,
+                          world=world)
+        ran, last, stop = 0, [math.nan], [False]
 
         def data_loss(batch):
             """The batch's loss, refused before its update when it is not a finite scalar."""
@@ -346,19 +436,23 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
             return loss
 
         def after(done: int, loss) -> bool:
-            """Per-step bookkeeping; True ends the steps of this call."""
+            """Per-step bookkeeping; True ends the steps of this call inside an epoch (on an
+            epoch's last batch what is due waits for the epoch's end)."""
             nonlocal step, done_in_epoch, ran
             step, done_in_epoch, ran = done, done_in_epoch + 1, ran + 1
             if bar is not None:
-                bar.set_postfix(loss=f"{last[0]:.4g}")
+                bar.set_postfix(loss=f"{last[0]:.4g}", refresh=False)
             if log_every and step % log_every == 0:
                 history.append({"step": step, "loss": last[0],
-                                "density": sp.density()["total"]})
+                                "density": _density(model, sp)})
+            stop[0] = step >= total or (stop_after is not None and ran >= stop_after)
+            if per_epoch is not None and done_in_epoch == per_epoch:
+                return False  # the epoch ends with this batch: its end comes first
             if step >= total:
                 return True
             if checkpoint_every and step % checkpoint_every == 0:
                 checkpoint()
-            if stop_after is not None and ran >= stop_after:
+            if stop[0]:
                 checkpoint()
                 return True
             return False
@@ -368,6 +462,9 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
             while step < total:
                 if epoch_rng is None:
                     done_in_epoch = 0
+                if hooks.start is not None:
+                    hooks.start(epoch)
+                _set_epoch(train_loader, epoch)
                 batches, epoch_rng = _epoch_batches(train_loader, epoch_rng, done_in_epoch,
                                                     current_rng)
                 current_rng = None
@@ -382,262 +479,45 @@ def fit(model: nn.Module, method: str | Sparsifier, train_loader, loss_fn, *,
                                      "(a DataLoader with drop_last=True needs at least "
                                      "batch_size examples)")
                 epoch, epoch_rng, done_in_epoch = epoch + 1, None, 0
-                if step < total:
+                if hooks.row is not None:
+                    row = hooks.row(epoch, step)
+                    if row is not None:
+                        history.append(row)
+                elif step < total:
                     history.append({"step": step, "epoch": epoch, **validate()})
+                if dist is not None:
+                    dist.check_in_sync(model)
+                if (checkpoint_every and step % checkpoint_every == 0) or (
+                        stop[0] and step < total):
+                    checkpoint()
+                if dist is not None:
+                    dist.barrier()
+                if stop[0]:
+                    break
         finally:
             if bar is not None:
                 bar.close()
             first_update.remove()
     if step < total:  # stopped by stop_after: the checkpoint is written
         return FitResult(sp, step, total, history)
-    history.append({"step": step, "final": True, "density": sp.density()["total"], **validate()})
+    if hooks.row is None:
+        history.append({"step": step, "final": True, "density": _density(model, sp),
+                        **validate()})
     checkpoint()
     return FitResult(sp, step, total, history)
 
 
-#: the entries of a checkpoint of ``fit``
-_FIT_KEYS = ("model", "optimizer", "scheduler", "sparsifier", "step", "epoch", "done_in_epoch",
-             "total_steps", "epoch_rng", "rng", "history")
-
-
-def _check_fit_args(model, method, loss_fn, train_loader, steps, epochs, lr, optimizer,
-                    scheduler, target_density, hparams, n_train, val_loader, val_fn,
-                    checkpoint_dir, checkpoint_every, resume, stop_after, log_every, progress,
-                    sparsify_kwargs) -> dict:
-    """Every argument of :func:`fit` checked before anything acts: TypeError/ValueError naming
-    the argument and the fix. Returns ``{"total": steps of the budget, "n_train": ...,
-    "plan": how the handle is got (:func:`_plan_method`)}``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(method, (str, Sparsifier)):
-        raise TypeError(f"method must be a method name (e.g. 'logsum') or the Sparsifier that "
-                        f"sparsify(model, ...) returned, got {type(method).__name__}")
-    if not callable(loss_fn):
-        raise TypeError("loss_fn must be callable as loss_fn(model, batch) -> scalar loss")
-    if (steps is None) == (epochs is None):
-        raise ValueError("give the budget as exactly one of steps=... or epochs=...")
+def _len(loader):
     try:
-        per_epoch = len(train_loader)
+        return len(loader)
     except TypeError:
-        per_epoch = None
-    if per_epoch == 0:
-        raise ValueError("train_loader is empty (len 0): it yields no batch; give it data (a "
-                         "DataLoader with drop_last=True needs at least batch_size examples)")
-    if steps is None:
-        if per_epoch is None:
-            raise ValueError("train_loader has no len(); give the budget as steps=...")
-        total = check_int("epochs", epochs, low=1) * per_epoch
-    else:
-        total = check_int("steps", steps, low=1)
-    check_float("lr", lr, low=0.0, low_open=True)
-    if optimizer is not None and not callable(optimizer):
-        raise TypeError(f"optimizer must be None (Adam) or a callable(param_groups) -> "
-                        f"torch.optim.Optimizer, got {type(optimizer).__name__}")
-    if not (scheduler is None or scheduler == "linear" or callable(scheduler)):
-        raise ValueError(f"scheduler must be 'linear', None or a callable, got {scheduler!r}")
-    if target_density is not None:
-        check_density(target_density)
-    for name, value in (("hparams", hparams), ("sparsify_kwargs", sparsify_kwargs)):
-        if value is not None and not isinstance(value, dict):
-            raise TypeError(f"{name} must be a dict or None, got {type(value).__name__}")
-    n = _n_train(train_loader, n_train)
-    if val_loader is not None:
-        if not hasattr(val_loader, "__iter__"):
-            raise TypeError(f"val_loader must be an iterable of batches (a DataLoader) or None, "
-                            f"got {type(val_loader).__name__}")
-        if hasattr(val_loader, "__len__") and len(val_loader) == 0:
-            raise ValueError("val_loader is empty (len 0): give it data or leave it out (None)")
-    if val_fn is not None and not callable(val_fn):
-        raise TypeError("val_fn must be None or callable as val_fn(model, val_loader) -> dict")
-    _check_checkpoint_dir(checkpoint_dir)
-    if checkpoint_every is not None:
-        check_int("checkpoint_every", checkpoint_every, low=1)
-    if stop_after is not None:
-        check_int("stop_after", stop_after, low=1)
-    check_int("log_every", log_every, low=0)
-    for name, value in (("resume", resume), ("progress", progress)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {value!r}")
-    check_materialized(model)
-    if is_sparsified(model) and sparsify_kwargs:
-        raise ValueError(f"model is already sparsified, so sparsify_kwargs "
-                         f"{sorted(sparsify_kwargs)} would be ignored; pass a plain model "
-                         "or leave sparsify_kwargs out")
-    plan = _plan_method(model, method, dict(hparams or {}), target_density)
-    return {"total": total, "n_train": n, "plan": plan}
+        return None
 
 
-def _plan_method(model, method, hparams: dict, target_density) -> dict:
-    """How :func:`fit` gets its handle, checked before anything acts: ``{"handle": the
-    Sparsifier given (None: made here), "attach": whether an already sparsified model given by
-    name gets its handle rebuilt (``Sparsifier.attach``), "controller": the target density of a
-    new controller on the handle, or None}`` (``fit``'s docstring says the rules)."""
-    if isinstance(method, Sparsifier):
-        try:
-            method.check_model(model)
-        except ValueError as exc:
-            raise ValueError(f"method: {exc}") from None
-        keys = _methods.default_hparams(method.method)
-        made = {"method": method.method, "coupled": False,
-                "hparams": {k: v for k, v in method.hparams.items() if k in keys},
-                "target_density": getattr(method.controller, "target", None)}
-        plan = {"handle": method, "attach": False}
-        new_controller = method.controller is None
-    else:
-        _methods.method_class(method)  # an unknown name: ValueError naming the choices
-        if not is_sparsified(model):
-            return {"handle": None, "attach": False, "controller": None}
-        try:
-            Sparsifier.check_attach(model, method)
-        except ValueError as exc:
-            raise ValueError(f"model is already sparsified: {exc}; pass the Sparsifier "
-                             "sparsify returned, or a plain model") from None
-        made = sparsified_with(model)
-        plan = {"handle": None, "attach": True}
-        new_controller = True
-        if made is None:  # states made without sparsify's record: what the call gives
-            return {**plan, "controller": target_density}
-        if made["coupled"]:
-            raise ValueError(f"model was sparsified with example_inputs, which coupled units "
-                             f"across layers, and only the Sparsifier sparsify returned holds "
-                             f"them: pass it as method (fit(model, sp, ...)) instead of "
-                             f"{method!r}")
-    _check_same_hparams(made, hparams)
-    target = _planned_target(made, target_density)
-    return {**plan, "controller": target if new_controller else None}
+def _density(model, sp) -> float:
+    """The fraction of nonzero weights (the method's test-time rule; all of them when dense)."""
+    return sp.density()["total"] if sp is not None else dense_density(model)["total"]
 
 
-def _check_same_hparams(made: dict, hparams: dict) -> None:
-    """``hparams`` given for an already sparsified model must be those it has: TypeError for
-    an unknown name, ValueError naming the ones that differ."""
-    if not hparams:
-        return
-    have = made["hparams"]
-    asked = _methods.get(made["method"], **{**have, **hparams}).hparams
-    differ = {k: asked[k] for k in hparams if asked[k] != have.get(k)}
-    if differ:
-        had = {k: have.get(k) for k in differ}
-        raise ValueError(f"hparams {differ} differ from those the model was sparsified with "
-                         f"({had}): an already sparsified model keeps its method's "
-                         "hyperparameters; leave hparams out, or sparsify a plain model with "
-                         "them")
-
-
-def _planned_target(made: dict, target_density):
-    """The target density of the new controller, or None (the rules in ``fit``'s docstring)."""
-    had = made["target_density"]
-    if target_density is None:
-        return had
-    target_density = check_density(target_density)
-    if had is not None:
-        if target_density != had:
-            raise ValueError(f"the model was sparsified with target_density={had:g}, not "
-                             f"{target_density:g}; leave target_density out, or sparsify a "
-                             "plain model with the new one")
-        return had
-    if "lam" not in _methods.default_hparams(made["method"]):
-        raise ValueError(f"{made['method']} has no strength for a target density to drive: its "
-                         f"final sparsity is its hyperparameter sparsity="
-                         f"{made['hparams'].get('sparsity')}, fixed by sparsify; sparsify a "
-                         "plain model with target_density=... (or sparsity=...)")
-    return target_density
-
-
-def _check_checkpoint_dir(checkpoint_dir) -> None:
-    """``checkpoint_dir`` is None or a folder that exists or can be made, and is writable: a
-    bad one is refused now, not after the whole budget has run."""
-    if checkpoint_dir is None:
-        return
-    if not isinstance(checkpoint_dir, (str, os.PathLike)):
-        raise TypeError(f"checkpoint_dir must be a path (str or os.PathLike) or None, got "
-                        f"{type(checkpoint_dir).__name__}")
-    d = os.fspath(checkpoint_dir)
-    if not d:
-        raise ValueError("checkpoint_dir is an empty path; give a folder, or None for no "
-                         "checkpoints")
-    if os.path.exists(d) and not os.path.isdir(d):
-        raise ValueError(f"checkpoint_dir {d!r} is a file, not a folder; give a folder (it is "
-                         "made if missing)")
-    probe = os.path.abspath(d)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise ValueError(f"checkpoint_dir {d!r} cannot be made: {probe!r} is a file")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise PermissionError(f"checkpoint_dir {d!r}: {probe!r} is not writable; choose a folder "
-                              "you can write to")
-
-
-def _make_optimizer(factory, groups, method: str = ""):
-    groups = [{**g, "params": list(g["params"])} for g in groups]
-    if not any(g["params"] for g in groups):
-        raise ValueError(f"the model has no parameter to train: every parameter has "
-                         f"requires_grad=False and method {method!r} adds none of its own; "
-                         "unfreeze the layers to fine-tune (p.requires_grad_(True) for p in "
-                         "model.parameters()), or pass a model with trainable parameters")
-    opt = factory(groups) if factory is not None else torch.optim.Adam(groups)
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must return a torch.optim.Optimizer, got "
-                        f"{type(opt).__name__}")
-    return opt
-
-
-def _check_loss(loss, step: int, training: bool) -> float:
-    """The value of ``loss_fn``'s loss at ``step``; TypeError/ValueError/FloatingPointError
-    before its update when it is not a finite floating-point scalar with a gradient."""
-    if not isinstance(loss, torch.Tensor):
-        raise TypeError(f"loss_fn must return a torch.Tensor (the mean data loss of the batch), "
-                        f"got {type(loss).__name__}")
-    if loss.numel() != 1:
-        raise ValueError(f"loss_fn must return a scalar tensor (the mean data loss of the "
-                         f"batch), got shape {tuple(loss.shape)}; reduce it, e.g. "
-                         "F.cross_entropy(..., reduction='mean') or loss.mean()")
-    if not loss.is_floating_point():
-        raise TypeError(f"loss_fn returned a {loss.dtype} loss: a loss of integers has no "
-                        "gradient, training would follow the regularizer alone; compute it in "
-                        "floating point")
-    if not loss.requires_grad:
-        raise ValueError("loss_fn's loss has no gradient (computed under torch.no_grad(), "
-                         "detached, or from frozen parameters only): training would follow "
-                         "the regularizer alone")
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        where = ("no update was made: the weights are those of the step before"
-                 if training else "the model is left as it was given")
-        raise FloatingPointError(f"the data loss is {value} at step {step}; {where}; lower lr, "
-                                 "or check loss_fn and the data")
-    return value
-
-
-def _load_fit_checkpoint(ck, checkpoint_dir, model, opt, sched, sp) -> None:
-    """Load ``fit``'s checkpoint ``ck`` into the run: checked against the model first (method,
-    keys, shapes), then loaded; ValueError naming what does not fit (the caller undoes)."""
-    fix = "use another checkpoint_dir or resume=False"
-    sd = ck["model"]
-    if not isinstance(sd, dict):
-        raise ValueError(f"the checkpoint in {checkpoint_dir} holds no model state; {fix}")
-    methods = {v.get("method") for k, v in sd.items()
-               if k.endswith("_extra_state") and isinstance(v, dict) and "method" in v}
-    if methods and methods != {sp.method}:
-        raise ValueError(f"the checkpoint in {checkpoint_dir} was written by method(s) "
-                         f"{sorted(map(str, methods))}, this run uses {sp.method!r}; {fix}, or "
-                         f"the checkpoint's method")
-    own = model.state_dict()
-    missing, unexpected = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
-    shapes = [k for k in set(own) & set(sd) if isinstance(own[k], torch.Tensor) and (
-        not isinstance(sd[k], torch.Tensor) or sd[k].shape != own[k].shape)]
-    if missing or unexpected or shapes:
-        what = "; ".join(f"{name} {keys[:3]}{' ...' if len(keys) > 3 else ''}"
-                         for name, keys in (("missing", missing), ("unexpected", unexpected),
-                                            ("other shapes", sorted(shapes))) if keys)
-        raise ValueError(f"the checkpoint in {checkpoint_dir} is of another model ({what}); "
-                         f"{fix}")
-    try:
-        model.load_state_dict(sd)
-        opt.load_state_dict(ck["optimizer"])
-        if sched is not None and ck.get("scheduler") is not None:
-            sched.load_state_dict(ck["scheduler"])
-        sp.load_state_dict(ck["sparsifier"])
-    except (ValueError, TypeError, KeyError, RuntimeError, IndexError) as exc:
-        raise ValueError(f"the checkpoint in {checkpoint_dir} does not fit this run "
-                         f"({first_line(exc)}); {fix}") from None
+#: the entries of a checkpoint of ``fit``
+_FIT_KEYS = STATE_KEYS

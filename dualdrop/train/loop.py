@@ -14,9 +14,11 @@ Outputs in ``TrainConfig.out``:
   evaluation;
 - with ``diagnose_every=K``, the ``diag_*`` columns of every K-th and the last row: noise
   diagnostics on a fixed validation subset (:mod:`dualdrop.train.diagnose_hook`);
-- ``checkpoint.pt`` (:mod:`dualdrop.train.checkpoint`): written atomically after every epoch;
-  ``resume=True`` continues from it *exactly* (same weights, bit for bit, as an uninterrupted
-  run on the same device and world size);
+- ``checkpoint.pt``: ``dualdrop.train.engine.fit``'s checkpoint (one format,
+  :mod:`dualdrop.train.checkpoint`), written atomically after every epoch, with the run's
+  configuration and data-order state beside it; ``resume=True`` continues from it *exactly*
+  (same weights, bit for bit, as an uninterrupted run on the same device and world size);
+  a run folder of an older dualdrop (checkpoint formats 1 and 2) resumes as well;
 - ``model.pt`` (and ``model_csr.pt`` when sparse enough, ``model_compact.pt`` with dead
   units removed when torch-pruning is installed), :mod:`dualdrop.train.export`: the
   trained test-time network as a plain ``state_dict``; ``load_run(out)`` returns it ready to use;
@@ -27,15 +29,12 @@ Data parallel over ``torchrun``: see :mod:`dualdrop.train.distributed`; the per-
 streams differ (seed + rank), the data order does not.
 
 The steps of :func:`train`: resolve the configuration, open the run folder (lock, existing
-checkpoint), build model + method + optimizer + schedule identically on fresh and resumed runs,
-restore the checkpoint, run the epochs (each ends with a checkpoint), write the final report.
-
-The steps themselves are those of the engine that trains any model, ``dualdrop.train.engine``
-(``train_step`` through ``run_epoch``: the regularizer's gradient, the gradient all-reduce, the
-optimizer step, ``after_step``, then the schedule), fed the batches of ``epoch_order``. The
-epochs stay here rather than in ``engine.fit``: ``fit`` checkpoints every N steps with a
-DataLoader's generators and logs per step, while this runner's files (one history row and one
-checkpoint per epoch, the data order stored as ``(seed, next epoch)``) are its published format.
+checkpoint, compared with the configuration), build model + method identically on fresh and
+resumed runs, then train them with ``dualdrop.train.engine.fit``: this protocol is one
+configuration of it (the batches of ``epoch_order`` as the loader, Adam at one rate, the linear
+decay, a checkpoint every epoch, torchrun's all-reduce through ``fit``'s ``dist``, and
+:class:`~dualdrop.train.engine.EpochHooks` for the ``lam`` warm-up, the per-epoch history row
+and diagnostics, and the run's entries in the checkpoint); finally write the report.
 """
 
 from __future__ import annotations
@@ -57,15 +56,11 @@ from torch import nn
 from dualdrop.data import Dataset, load_dataset
 from dualdrop.train.checkpoint import (
     CHECKPOINT,
-    FORMAT_VERSION,
     acquire_lock,
-    atomic_save,
     atomic_write_json,
     jsonable,
     load_checkpoint,
     read_json,
-    rng_state,
-    set_rng_state,
     write_history,
 )
 from dualdrop.train.config import (
@@ -83,7 +78,7 @@ from dualdrop.train.config import (
 )
 from dualdrop.train import diagnose_hook
 from dualdrop.train.distributed import Dist
-from dualdrop.train.engine import Stepper, run_epoch
+from dualdrop.train.engine import EpochHooks, fit
 from dualdrop.train.evaluate import (
     SWEEP_TOLS,
     dense_density,
@@ -128,6 +123,33 @@ def make_adam(params: list, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr)
 
 
+class EpochBatches:
+    """The CLI protocol's training batches as a loader for ``engine.fit``: whole-split tensors
+    ``X``, ``y`` taken in ``epoch_order(n, seed, epoch)`` (``fit`` calls :meth:`set_epoch`
+    before each epoch), ``batch_size`` samples a global batch, each split over the ``world``
+    processes by rank. A batch is ``(X, y, global batch size)``."""
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, seed: int, batch_size: int,
+                 rank: int = 0, world: int = 1):
+        self.X, self.y, self.seed, self.batch_size = X, y, seed, batch_size
+        self.rank, self.world, self.epoch = rank, world, 0
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.y) / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = epoch_order(len(self.y), self.seed, self.epoch).to(self.X.device)
+        bs = self.batch_size
+        for b in range(len(self)):
+            idx = order[b * bs:(b + 1) * bs]
+            n_b = len(idx)
+            idx = idx[self.rank::self.world]
+            yield self.X[idx], self.y[idx], n_b
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during :func:`train`: ``epoch`` is the last epoch whose checkpoint is complete in
     ``out`` (0: none yet); ``resume=True`` continues from it."""
@@ -149,15 +171,13 @@ class _Run:
     run_cfg: dict
     model: nn.Module
     sp: Any  # the Sparsifier, None for the dense baseline
-    params: list
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
     steps_per_epoch: int
     total_steps: int
     init_info: dict | None
     history: list
     start_epoch: int = 0
     saved_epoch: int = 0  # the epoch of the complete checkpoint on disk
+    optimizer: Any = None  # made by engine.fit (through make_adam)
 
     @property
     def out(self) -> Path:
@@ -200,8 +220,8 @@ def _open_checkpoint(cfg: TrainConfig, run_cfg: dict) -> dict | None:
 
 def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, run_cfg: dict,
            ckpt: dict | None) -> _Run:
-    """Model, method, optimizer and schedule: the same construction on fresh and resumed runs
-    (the RNG calls in the same order), then the checkpoint's state when resuming."""
+    """Model and method: the same construction on fresh and resumed runs (the RNG calls in the
+    same order); ``engine.fit`` then makes the optimizer and schedule and loads the checkpoint."""
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     random.seed(cfg.seed)
@@ -226,32 +246,19 @@ def _build(cfg: TrainConfig, lr: float, hp: dict, data: Dataset, dist_: Dist, ru
     sp = (_nn().sparsify(model, cfg.method, target_density=cfg.target_density, **hp, **kw)
           if cfg.method != DENSE else None)
     model.to(dist_.device)
-    dist_.broadcast_module(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_adam(params, lr)
     steps_per_epoch = math.ceil(len(data.y_train) / cfg.batch_size)
     total_steps = steps_per_epoch * cfg.epochs
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: max(0.0, 1.0 - s / total_steps)
-    )
     # per-process noise streams
     torch.manual_seed(cfg.seed + 7919 * (dist_.rank + 1))
     if dist_.device.type == "cuda":
         torch.cuda.manual_seed(cfg.seed + 7919 * (dist_.rank + 1))
     run = _Run(cfg=cfg, lr=lr, hp=hp, data=data, dist=dist_, run_cfg=run_cfg, model=model,
-               sp=sp, params=params, optimizer=optimizer, scheduler=scheduler,
-               steps_per_epoch=steps_per_epoch, total_steps=total_steps, init_info=init_info,
-               history=[])
+               sp=sp, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+               init_info=init_info, history=[])
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        if sp is not None and "sparsifier" in ckpt:
-            sp.load_state_dict(ckpt["sparsifier"])
         run.history = list(ckpt["history"])
         run.start_epoch = run.saved_epoch = int(ckpt["epoch"])
         run.init_info = ckpt.get("init")
-        set_rng_state(ckpt["rng"][dist_.rank], dist_.device)
         if ckpt["data_order"] != {"seed": cfg.seed, "next_epoch": run.start_epoch}:
             raise ValueError(f"{Path(cfg.out) / CHECKPOINT}: inconsistent data-order state")
     return run
@@ -272,59 +279,21 @@ def _coupling_inputs(n_features: int):
     return torch.zeros(2, n_features)
 
 
-def _batches(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor):
-    """The batches of ``epoch`` (0-based) for this process: ``(X, y, global batch size)``.
-
-    The order is ``epoch_order`` (a function of the seed and the epoch alone); each global batch
-    of ``batch_size`` samples is split across the ``world`` processes by rank."""
-    order = epoch_order(run.n_train, run.cfg.seed, epoch).to(run.device)
-    bs, dist_ = run.cfg.batch_size, run.dist
-    for b in range(run.steps_per_epoch):
-        idx = order[b * bs:(b + 1) * bs]
-        n_b = len(idx)
-        idx = idx[dist_.rank::dist_.world]
-        yield Xtr[idx], ytr[idx], n_b
-
-
-def _train_epoch(run: _Run, epoch: int, Xtr: torch.Tensor, ytr: torch.Tensor, bar) -> float:
-    """One pass over the training split (``dualdrop.train.engine.run_epoch``: the step of
-    ``fit``); returns the summed cross-entropy of this process."""
-    cfg, model, sp, dist_ = run.cfg, run.model, run.sp, run.dist
-    # summed on the device: a step reads nothing back to the host (no sync on a GPU)
-    ce_sum_epoch = torch.zeros((), dtype=torch.float64, device=run.device)
-    # a fresh run's first step: warns if the regularizer dominates the data loss
-    check = sp is not None and epoch == 0 and dist_.main and _balance_check_due(cfg)
-
-    def data_loss(batch) -> torch.Tensor:
-        nonlocal check
-        X, y, n_b = batch
-        ce_sum = F.cross_entropy(model(X), y, reduction="sum")
-        ce_sum_epoch.add_(ce_sum.detach())
-        loss = ce_sum / n_b
-        if check:
-            sp.check_balance(float(loss.detach()), run.n_train)
-            check = False
-        return loss
-
-    stepper = Stepper(run.optimizer, run.total_steps, sp=sp, scheduler=run.scheduler,
-                      n_train=run.n_train, allreduce=lambda: dist_.allreduce_grads(run.params),
-                      world=dist_.world)
-    run_epoch(stepper, _batches(run, epoch, Xtr, ytr), data_loss, epoch * run.steps_per_epoch,
-              bar=bar)
-    ce_sum_epoch = float(ce_sum_epoch)
+def _check_finite(run: _Run, epoch: int, ce_sum_epoch: float) -> None:
+    """FloatingPointError after ``epoch`` (0-based) when its loss or a weight is not finite:
+    raised before the epoch's checkpoint, which stays the last finite one."""
     if not math.isfinite(ce_sum_epoch):
         raise FloatingPointError(
             f"training diverged (non-finite loss) in epoch {epoch + 1}; "
             f"lower lr (now {run.lr}) or check the hyperparameters {run.hp}"
         )
-    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    bad = [n for n, p in run.model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise FloatingPointError(
             f"non-finite weights after epoch {epoch + 1} in {', '.join(bad)} (method "
-            f"{cfg.method}, hyperparameters {run.hp}, lr {run.lr}); the run is not checkpointed "
-            "past the last finite epoch: resume from it after fixing the cause"
+            f"{run.cfg.method}, hyperparameters {run.hp}, lr {run.lr}); the run is not "
+            "checkpointed past the last finite epoch: resume from it after fixing the cause"
         )
-    return ce_sum_epoch
 
 
 def _epoch_row(run: _Run, epoch: int, ce_total: float, t_train: float, Xva, yva) -> dict:
@@ -354,63 +323,68 @@ def _epoch_row(run: _Run, epoch: int, ce_total: float, t_train: float, Xva, yva)
     return row
 
 
-def _save(run: _Run, epoch: int) -> None:
-    """Checkpoint after ``epoch`` (0-based) and the history files; RNG states of every rank."""
-    rngs = run.dist.gather(rng_state(run.device))
-    if run.dist.main:
-        state = {
-            "format": FORMAT_VERSION,
-            "config": run.run_cfg,
-            "epoch": epoch + 1,
-            "step": (epoch + 1) * run.steps_per_epoch,
-            "model": run.model.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "scheduler": run.scheduler.state_dict(),
-            **({"sparsifier": run.sp.state_dict()} if run.sp is not None else {}),
-            "rng": rngs,
-            "data_order": {"seed": run.cfg.seed, "next_epoch": epoch + 1},
-            "history": run.history,
-            "init": run.init_info,
-            "arch": architecture(run.data.n_features, run.data.n_classes, run.cfg.model),
-        }
-        atomic_save(state, run.out / CHECKPOINT)
-        run.saved_epoch = epoch + 1
-        write_history(run.out, run.history)
-
-
-def _train_epochs(run: _Run, last: int) -> None:
-    """Epochs ``run.start_epoch + 1 .. last``, each followed by its history row and checkpoint."""
-    cfg = run.cfg
+def _fit(run: _Run, last: int) -> None:
+    """Epochs ``run.start_epoch + 1 .. last`` through ``engine.fit`` (module docstring), each
+    followed by its history row and checkpoint."""
+    cfg, model, sp, dist_ = run.cfg, run.model, run.sp, run.dist
     Xtr, ytr = run.tensors("train")
     Xva, yva = run.tensors("val")
-    bar = None
-    if cfg.progress and run.dist.main:
-        from tqdm.auto import tqdm
+    loader = EpochBatches(Xtr, ytr, cfg.seed, cfg.batch_size, dist_.rank, dist_.world)
+    # the epoch's summed cross-entropy, on the device: a step reads nothing back to the host
+    ce_sum = torch.zeros((), dtype=torch.float64, device=run.device)
+    epoch_state = {"t0": 0.0, "check": False}
 
-        bar = tqdm(total=(last - run.start_epoch) * run.steps_per_epoch, mininterval=1.0,
-                   desc=f"{cfg.method}", unit="step", file=sys.stderr, dynamic_ncols=True)
-    run.model.train()
-    try:
-        for epoch in range(run.start_epoch, last):
-            _ramp_lam(run, epoch)
-            t0 = time.perf_counter()
-            ce_sum = _train_epoch(run, epoch, Xtr, ytr, bar)
-            ce_total = run.dist.sum_floats([ce_sum])[0]
-            row = _epoch_row(run, epoch, ce_total, time.perf_counter() - t0, Xva, yva)
-            if diagnose_hook.due(epoch + 1, cfg.diagnose_every, cfg.epochs) and run.dist.main:
-                row.update(diagnose_hook.diagnose_row(
-                    run.model, run.sp, Xva, yva, samples=cfg.diagnose_samples, seed=cfg.seed,
-                    batch_size=cfg.batch_size, n_train=run.n_train, device=run.device))
-            run.history.append(row)
-            run.dist.check_in_sync(run.model)
-            _save(run, epoch)
-            if bar is not None:
-                bar.set_postfix(epoch=epoch + 1, val_err=f"{row['val_error']:.4f}",
-                                nonzero=f"{row['nonzero_total']:.4f}", refresh=False)
-            run.dist.barrier()
-    finally:  # also on Ctrl-C: the message that follows starts on its own line
-        if bar is not None:
-            bar.close()
+    def loss_fn(model, batch) -> torch.Tensor:
+        X, y, n_b = batch
+        ce = F.cross_entropy(model(X), y, reduction="sum")
+        ce_sum.add_(ce.detach())
+        loss = ce / n_b
+        if epoch_state["check"]:  # a fresh run's first step: a regularizer that dominates
+            sp.check_balance(float(loss.detach()), run.n_train)
+            epoch_state["check"] = False
+        return loss
+
+    def start(epoch: int) -> None:
+        _ramp_lam(run, epoch)
+        ce_sum.zero_()
+        epoch_state["check"] = (sp is not None and epoch == 0 and dist_.main
+                                and _balance_check_due(cfg))
+        epoch_state["t0"] = time.perf_counter()
+
+    def row(epoch: int, step: int) -> dict:
+        seconds = time.perf_counter() - epoch_state["t0"]
+        total = float(ce_sum)
+        _check_finite(run, epoch - 1, total)
+        total = dist_.sum_floats([total])[0]
+        r = _epoch_row(run, epoch - 1, total, seconds, Xva, yva)
+        if diagnose_hook.due(epoch, cfg.diagnose_every, cfg.epochs) and dist_.main:
+            r.update(diagnose_hook.diagnose_row(
+                model, sp, Xva, yva, samples=cfg.diagnose_samples, seed=cfg.seed,
+                batch_size=cfg.batch_size, n_train=run.n_train, device=run.device))
+        run.history.append(r)
+        return r
+
+    def extra(epoch: int, step: int) -> dict:
+        return {"config": run.run_cfg, "data_order": {"seed": cfg.seed, "next_epoch": epoch},
+                "init": run.init_info,
+                "arch": architecture(run.data.n_features, run.data.n_classes, cfg.model)}
+
+    def saved(epoch: int, step: int) -> None:
+        run.saved_epoch = epoch
+        write_history(run.out, run.history)
+
+    def adam(groups):
+        # the paper's protocol: one rate for every parameter (the method's own included), in
+        # the model's order (the order of the optimizer state in older checkpoints)
+        run.optimizer = make_adam([p for p in model.parameters() if p.requires_grad], run.lr)
+        return run.optimizer
+
+    stop = (last - run.start_epoch) * run.steps_per_epoch if last < cfg.epochs else None
+    fit(model, sp, loader, loss_fn, epochs=cfg.epochs, lr=run.lr, optimizer=adam,
+        scheduler="linear", n_train=run.n_train, checkpoint_dir=str(run.out),
+        checkpoint_every=run.steps_per_epoch, resume=True, stop_after=stop, log_every=0,
+        progress=bool(cfg.progress), hooks=EpochHooks(start=start, row=row, extra=extra,
+                                                      saved=saved), dist=dist_)
 
 
 def _ramp_lam(run: _Run, epoch: int) -> None:
@@ -534,7 +508,8 @@ def train(cfg: TrainConfig, data: Dataset | None = None) -> dict:
         try:
             run = _build(cfg, lr, hp, data, dist_, run_cfg, ckpt)
             last = cfg.epochs if cfg.stop_after is None else cfg.stop_after
-            _train_epochs(run, last)
+            if last > run.start_epoch or last >= cfg.epochs:
+                _fit(run, last)
             if last < cfg.epochs:
                 return {"status": "stopped", "epoch": max(last, run.start_epoch),
                         "out": str(out), "history": run.history}

@@ -7,7 +7,9 @@ with ``torch.load(weights_only=True)`` (or numpy without pickles); each refusal 
 ``ValueError`` / ``FileNotFoundError`` naming the option and the fix.
 
 - the class: any importable callable that returns a ``torch.nn.Module`` (a class, or a factory
-  function such as ``torchvision.models:resnet18``), called with ``--model-args``;
+  function such as ``torchvision.models:resnet18``), called with ``--model-args``; the
+  ``dualdrop`` command also searches the current folder, as ``python -m`` does
+  (``dualdrop.cli.cwd_on_path``);
 - the model file: a ``state_dict`` (``torch.save(model.state_dict(), path)``), a module saved
   whole (``torch.save(model, path)``: read with only the classes of a fresh ``--model-class``
   instance allowed, then its weights loaded into that instance), or a
@@ -24,8 +26,10 @@ from __future__ import annotations
 import collections
 import importlib
 import json
+import os
 import pickle
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -51,13 +55,35 @@ def import_model_class(spec: str, option: str = "--model-class"):
         for part in name.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"{option} {spec!r} cannot be imported ({first_line(exc)}); the module "
-                         "must be importable from the current folder or the installed "
-                         "packages") from None
+        raise ValueError(f"{option} {spec!r} cannot be imported ({first_line(exc)}); "
+                         f"{_why_not_imported(mod, exc)}") from None
     if not callable(obj):
         raise ValueError(f"{option} {spec!r} is a {type(obj).__name__}, not a class or a "
                          "function that builds a torch.nn.Module")
     return obj
+
+
+def _why_not_imported(mod: str, exc: Exception) -> str:
+    """What went wrong, as true in this process: the module not found (where Python looked; the
+    current folder named only when it is on ``sys.path``: the ``dualdrop`` command and ``python
+    -m`` put it there, a script run from elsewhere does not), the name missing from the module,
+    or an import error raised by the module's own code."""
+    missing = getattr(exc, "name", None)
+    if isinstance(exc, ModuleNotFoundError) and missing and (
+            mod == missing or mod.startswith(missing + ".")):
+        top = missing.replace(".", "/")
+        cwd = os.getcwd()
+        if any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+            return (f"no {top}.py (nor a package {top}/) in the current folder {cwd}, the "
+                    "PYTHONPATH folders or the installed packages")
+        return (f"no {top}.py (nor a package {top}/) on sys.path (the PYTHONPATH folders and the "
+                f"installed packages), which does not hold the current folder {cwd}: add the "
+                "module's folder to PYTHONPATH, or run the dualdrop command from that folder")
+    found = sys.modules.get(mod)
+    where = getattr(found, "__file__", None) or mod
+    if isinstance(exc, AttributeError) and found is not None:
+        return f"check the name after the ':' against {where}"
+    return f"the error is raised by the code of {mod} or a module it imports; fix it there"
 
 
 def parse_model_args(text, option: str = "--model-args") -> dict:

@@ -81,6 +81,10 @@ def test_list_methods(capsys):
     for name in ("magnitude", "wanda", "sparsegpt", "admm", "logsum", "penalty:<name>"):
         assert f"  {name} " in out
     assert "blocksize=128" in out and "allocations (--allocation): uniform" in out
+    # whole sentences, wrapped between words: no description cut off
+    summaries = [ln for ln in out.splitlines() if ln.startswith("  ") and "--hp" not in ln]
+    assert not [ln for ln in summaries if ln.rstrip().endswith("...")], out
+    assert "Pruning Filters for Efficient ConvNets" in " ".join(out.split())
     rc, out, _ = run(["sparsify", "--list-methods"], capsys)
     assert rc == 0
     for name in ("vardrop-lr", "hardconcrete", "logsum", "penalty:<name>", "none"):

@@ -233,7 +233,7 @@ def test_doc_pages_link_to_pages_instead_of_naming_them_in_code(page):
         if (span.startswith("docs/") and target in pages) or span in _PUBLISHED:
             bad.append(span)
     assert not bad, (f"docs/{page} names {bad} as code: write a link, e.g. "
-                     f"[The duality](theory.md) or [Benchmarks](benchmarks.md)")
+                     f"[The duality](theory.md) or [Benchmarks](../benchmarks/RESULTS.md)")
 
 
 def _prose(text: str) -> str:
@@ -401,3 +401,54 @@ def test_table_rows_have_as_many_cells_as_their_header(page):
         elif _cells(line) != header and not re.fullmatch(r"[\s|:-]+", line):
             bad.append(f"line {no}: {_cells(line)} cells, header {header}")
     assert not bad, f"docs/{page}: rows split by a pipe ($\\lvert w\\rvert, \\|): {bad[:5]}"
+
+
+# ------------------------------------------------- links that work in the sources and the site
+
+def _github_slug(heading: str) -> str:
+    """The anchor a forge (GitHub) gives a Markdown heading: lowercased, markup and punctuation
+    but hyphens and underscores dropped, spaces made hyphens (the site's slugify agrees on the
+    headings the docs link to)."""
+    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return {_github_slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", text,
+                                                          flags=re.M)}
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+def test_relative_links_resolve_in_the_source_tree(page):
+    """A link read on a forge or in an editor opens its file and section: every relative link
+    of a page names a file that exists beside it (``../benchmarks/RESULTS.md`` for the results,
+    which the site publishes as ``benchmarks.md``) and an anchor among that file's headings."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    if text.lstrip().startswith("--8<--"):
+        return  # a page made of an included file
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    text = re.sub(r"`[^`\n]+`", "", text)
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:|^#|^/", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (DOCS / page).parent / path
+        if path.endswith("/") or not path or not dest.resolve().exists():
+            bad.append(target)
+        elif anchor and path.endswith(".md") and anchor not in _anchors(dest):
+            bad.append(target)
+    assert not bad, f"docs/{page}: links that do not resolve from the source file: {bad}"
+
+
+def test_results_links_become_site_links():
+    hook = _hook_module("site")
+
+    class Page:
+        class file:
+            src_uri = "inference.md"
+
+    md = "[B](../benchmarks/RESULTS.md#inference) and [R](../benchmarks/RESULTS.md) [x](x.md)"
+    out = hook.on_page_markdown(md, Page, {}, None)
+    assert out == "[B](benchmarks.md#inference) and [R](benchmarks.md) [x](x.md)"

@@ -15,8 +15,8 @@ from dualdrop.nn.methods.penalty import fused as PF
 from dualdrop.nn.methods.vardrop import fused as VDF
 import fused_test_only as TO
 from dualdrop.nn import _noise as N
-from dualdrop.nn.hardconcrete import _HardConcreteSample
-from dualdrop.nn.vardrop import _LRVariance, kl_approx
+from dualdrop.nn.methods.hardconcrete.method import _HardConcreteSample
+from dualdrop.nn.methods.vardrop.method import _LRVariance, kl_approx
 
 F64 = torch.float64
 KEY = N.make_key(7, 3, 11)
@@ -379,7 +379,7 @@ def test_adaptive_prox_matches_the_catalog_eta_hat(kind, params):
 
 @pytest.mark.parametrize("quadratic", [False, True])
 def test_eta_trick_objective_gradcheck_and_matches_the_torch_function(quadratic):
-    from dualdrop.nn.penalty import _EtaTrickObjective
+    from dualdrop.nn.methods.penalty.method import _EtaTrickObjective
 
     torch.manual_seed(10)
     w = torch.randn(5, 6, dtype=F64, requires_grad=True)
@@ -399,7 +399,7 @@ def test_eta_trick_objective_gradcheck_and_matches_the_torch_function(quadratic)
 def test_eta_trick_hook_adds_the_torch_functions_gradients_in_place(quadratic, dtype):
     """The hook's in-place gradients equal autograd's through ``_EtaTrickObjective`` (p.grad None
     or not, the term twice, no data gradient, torch.autograd.grad, removed)."""
-    from dualdrop.nn.penalty import _EtaTrickObjective
+    from dualdrop.nn.methods.penalty.method import _EtaTrickObjective
 
     torch.manual_seed(12)
     w = torch.nn.Parameter(torch.randn(6, 5, dtype=dtype))
@@ -505,7 +505,7 @@ def test_functions_reject_other_dtypes_and_mixed_dtypes():
 def test_penalty_grad_matches_the_torch_form_of_the_penalty_state(method):
     from dualdrop.nn import sparsify
     from dualdrop.nn._base import original_of, state_of
-    from dualdrop.nn.penalty import penalty_value
+    from dualdrop.nn.methods.penalty.method import penalty_value
 
     torch.manual_seed(12)
     model = torch.nn.Sequential(torch.nn.Linear(30, 20))
@@ -521,7 +521,7 @@ def test_penalty_grad_matches_the_torch_form_of_the_penalty_state(method):
 def test_adaprox_step_takes_the_loop_and_matches_its_torch_form(monkeypatch):
     from dualdrop.nn import sparsify
     from dualdrop.nn._base import original_of, state_of
-    from dualdrop.nn.penalty import adaprox_step
+    from dualdrop.nn.methods.penalty.method import adaprox_step
 
     torch.manual_seed(13)
     model = torch.nn.Sequential(torch.nn.Linear(30, 20))

@@ -275,7 +275,7 @@ def test_same_lam_same_per_weight_penalty(h):
     pruned one, for every method: the KL of vardrop (log a = -4: 2.0 nats), the gate-open
     probability of hard-concrete, log(1 + |w|/eps) of LogSum (at |w| = eps(e - 1): 1)."""
     from dualdrop.nn._base import original_of
-    from dualdrop.nn.vardrop import kl_approx
+    from dualdrop.nn.methods.vardrop.method import kl_approx
 
     lin = nn.Linear(5, 4)
     sp = sparsify(nn.Sequential(lin), "vardrop", lam=0.5)

@@ -11,10 +11,10 @@ from torch.func import functional_call
 import penalties
 from dualdrop.nn import sparsify
 from dualdrop.nn._base import original_of, state_of
-from dualdrop.nn.hardconcrete import HardConcreteState
-from dualdrop.nn.magnitude import target_sparsity
-from dualdrop.nn.penalty import abs_threshold, logsum_dual, penalty_value
-from dualdrop.nn.vardrop import kl_approx
+from dualdrop.nn.methods.hardconcrete.method import HardConcreteState
+from dualdrop.nn.methods.magnitude import target_sparsity
+from dualdrop.nn.methods.penalty.method import abs_threshold, logsum_dual, penalty_value
+from dualdrop.nn.methods.vardrop.method import kl_approx
 from nn_tiny_models import same_noise
 
 
@@ -474,7 +474,7 @@ def test_adaprox_step_uses_adam_step_size():
                                           ("scad", {"a": 3.7, "lam": 0.2})])
 def test_torch_forms_match_penalties(name, params):
     """The torch speed path reproduces the penalties object (omega, derivative, eta_hat)."""
-    from dualdrop.nn.penalty import TORCH_FORMS, torch_form
+    from dualdrop.nn.methods.penalty.method import TORCH_FORMS, torch_form
 
     P = penalties.get(name, **params)
     assert torch_form(P) == name

@@ -8,7 +8,7 @@ import torch
 
 from dualdrop.nn import prune_oneshot
 from dualdrop.nn.oneshot.registry import get_method
-from dualdrop.nn.oneshot.structured import StructuredResult, prune_structured
+from dualdrop.nn.oneshot import StructuredResult, prune_structured
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch_pruning")

@@ -6,10 +6,12 @@ import itertools
 import numpy as np
 import pytest
 
-from dualdrop.nn.oneshot.methods.structured import (METHODS, UnitProblem, available,
-                                                    get_unit_method)
+from dualdrop.nn.oneshot.methods.structured import METHODS, UnitProblem
+from dualdrop.nn.oneshot.registry import get_unit_method
+from dualdrop.nn.oneshot.registry import unit_methods as available
 from dualdrop.nn.oneshot.methods.structured import _kept
 from dualdrop.nn.oneshot.methods.structured.base import objective, refit
+from dualdrop.nn.oneshot.methods.structured.problem import as_mask
 
 ALL = ["magnitude", "wanda-sp", "flap", "ziplm", "osscar", "logsum", "mcp", "penalty:l1",
        "penalty:scad"]
@@ -88,7 +90,7 @@ def test_exact_moves_match_refits():
         f.update({S: v * E for S, v in brute(pr, 2, damp=0.0).items()})
         f.update({S: v * E for S, v in brute(pr, 4, damp=0.0).items()})
         S = (0, 2, 4)
-        st = _kept._State(pr, 0.0, _kept._as_mask(S, 6))
+        st = _kept._State(pr, 0.0, as_mask(S, 6))
         assert st.error() == pytest.approx(f[S], rel=1e-8)
         for g, c in zip(S, st.removal_costs(S)):
             assert c == pytest.approx(f[tuple(u for u in S if u != g)] - f[S], rel=1e-6,
@@ -200,3 +202,27 @@ def test_dense_target_refit_is_least_squares_on_the_dense_output():
         r = Y - d @ np.linalg.lstsq(d, Y, rcond=None)[0]
         assert objective(pr, refit(pr, T, 0.0)) == pytest.approx(
             (r ** 2).sum() / (Yc ** 2).sum(), rel=1e-7)
+
+
+def test_dropout_path_step_is_the_eta_trick_ridge():
+    """One step of the group penalty's path is the ridge of the eta-trick: at the trained norms
+    ``t``, ``(Gs + alpha diag(1 / eta_hat(t))) U^T = Gs U0^T`` (float64 here, by a plain solve),
+    and the path's start is the units of largest norm of that solve."""
+    import penalties
+    from dualdrop.nn.oneshot.methods.structured.penalty import PATH_PARAMS, Scaled, dropout_path
+
+    for m in (1, 3):
+        pr, _ = make_problem(seed=5, n_units=12, m=m, free=1)
+        sc = Scaled(pr)
+        P = penalties.get("logsum", **PATH_PARAMS["logsum"])
+        alpha = 0.3
+        t = np.array([np.linalg.norm(sc.U0[:, c]) for c in sc.groups[:sc.n]])
+        ridge = np.zeros(sc.Gs.shape[0])
+        for g in range(sc.n):
+            ridge[sc.groups[g]] = alpha / P.eta_hat(t[g])
+        UT = np.linalg.solve(sc.Gs + np.diag(ridge), sc.Gs @ sc.U0.T)
+        norms = np.array([np.linalg.norm(UT[c]) for c in sc.groups[:sc.n]])
+        start, steps, a = dropout_path(sc, P, 4, alpha0=alpha, grow=2.0, over=1.5, thr=0.0,
+                                       max_steps=1)
+        assert steps == 1 and a == alpha
+        assert set(start.tolist()) == set(np.argsort(-norms)[:6].tolist())

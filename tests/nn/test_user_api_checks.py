@@ -17,7 +17,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 from dualdrop.nn import METHODS, export_sparse, sparsify, sparsity_report, state_of
 from dualdrop.nn import _table
-from dualdrop.nn.penalty import penalty_value
+from dualdrop.nn.methods.penalty.method import penalty_value
 
 TABLED = ["vardrop_exact", "hardconcrete", "vardrop"]
 

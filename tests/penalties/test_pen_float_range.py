@@ -147,9 +147,18 @@ def test_hardconcrete_log_alpha_of_eta_inverts_eta_everywhere():
     np.testing.assert_allclose(got[inside], theta[inside], atol=1e-8)
     # beyond the bisection range: linear in log eta (no silent clip at the range's ends)
     assert np.all(np.diff(hc.log_alpha_of_eta(np.logspace(-300, 300, 50))) > 0)
-    assert hc.log_alpha_of_eta(0.0) == -np.inf and hc.log_alpha_of_eta(np.inf) == np.inf
-    with pytest.raises(ValueError, match="eta must be >= 0"):
-        hc.log_alpha_of_eta(-1.0)
+    # eta = 0 and eta = inf are gates that never open / never close: no number is log alpha
+    for bad, match in ((0.0, "eta must be > 0.*never opens"), (np.inf, "eta contains inf"),
+                       (-1.0, "eta must be > 0")):
+        with pytest.raises(ValueError, match=match):
+            hc.log_alpha_of_eta(bad)
+    assert hc.f(np.array([1e-300, 1e300])).tolist() == pytest.approx([0.0, 1.0], abs=1e-12)
+    # the gate's moments refuse NaN naming theta; +-inf are the closed and open gates
+    with pytest.raises(ValueError, match="theta .log alpha. contains NaN"):
+        hc.moments.all(np.nan)
+    with pytest.raises(ValueError, match="theta .log alpha. contains NaN"):
+        hc.moments.envelope([0.0, np.nan])
+    assert hc.moments.l0(np.array([-np.inf, np.inf])).tolist() == [0.0, 1.0]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,7 +31,11 @@ def _cli(folder, out, *extra):
 def test_checkpoint_is_weights_only(tmp_path, tiny_data):
     train(_cfg(tmp_path, epochs=1), data=tiny_data)
     ck = torch.load(tmp_path / "run" / "checkpoint.pt", map_location="cpu", weights_only=True)
-    assert ck["format"] == FORMAT_VERSION == 2
+    assert ck["format"] == FORMAT_VERSION == 3
+    # one format: engine.fit's entries, and the run's beside them
+    assert {"step", "done_in_epoch", "total_steps", "epoch_rng", "settings", "config",
+            "data_order", "arch"} <= set(ck)
+    assert ck["done_in_epoch"] == 0 and ck["epoch_rng"] is None and len(ck["rng"]) == 1
     assert isinstance(ck["rng"][0]["numpy"]["key"], torch.Tensor)
 
 
@@ -105,14 +109,14 @@ def test_ctrl_c_prints_resume_command(tmp_path, tiny_mnist, capsys, monkeypatch)
     import dualdrop.train.loop as loop
 
     folder, _ = tiny_mnist
-    real = loop._train_epoch
+    real = loop._ramp_lam  # called as each epoch starts
 
     def interrupted(run, epoch, *a, **k):
         if epoch == 1:
             raise KeyboardInterrupt
         return real(run, epoch, *a, **k)
 
-    monkeypatch.setattr(loop, "_train_epoch", interrupted)
+    monkeypatch.setattr(loop, "_ramp_lam", interrupted)
     out = tmp_path / "run"
     assert cli_main(_cli(folder, out, "--lr=3e-3")) == 130
     err = capsys.readouterr().err.strip().splitlines()
@@ -121,7 +125,7 @@ def test_ctrl_c_prints_resume_command(tmp_path, tiny_mnist, capsys, monkeypatch)
     assert cmd.startswith("dualdrop sparsify ") and cmd.endswith(" --resume")
     assert not (out / ".lock").exists() and not list(out.glob(".*.tmp"))
     assert torch.load(out / "checkpoint.pt", weights_only=True)["epoch"] == 1
-    monkeypatch.setattr(loop, "_train_epoch", real)
+    monkeypatch.setattr(loop, "_ramp_lam", real)
     assert cli_main(shlex.split(cmd)[1:]) == 0
     assert cli_main(_cli(folder, tmp_path / "whole", "--lr=3e-3")) == 0
     done = json.loads((out / "final.json").read_text())
@@ -155,3 +159,24 @@ def test_a_hyperparameter_added_later_keeps_old_runs_resumable(tmp_path, tiny_da
     with pytest.raises(ValueError, match="dual"):
         train(TrainConfig(method="eta-trick", out=str(out), epochs=2, seed=0, progress=False,
                           threads=1, resume=True, hparams={"dual": "released"}), data=tiny_data)
+
+
+def test_one_format_older_ones_upgraded_and_a_newer_one_refused_naming_it(tmp_path):
+    from dualdrop.train.checkpoint import CheckpointError, read_checkpoint, upgrade
+
+    # engine.fit's checkpoints before the one format: no "format", one process's RNG states
+    old_fit = {"model": {}, "optimizer": {}, "scheduler": None, "sparsifier": {}, "step": 3,
+               "epoch": 0, "done_in_epoch": 3, "total_steps": 9, "epoch_rng": {"torch": 1},
+               "rng": {"torch": 2}, "history": []}
+    up = upgrade(old_fit, "x", "fix")
+    assert up["format"] == FORMAT_VERSION and up["rng"] == [{"torch": 2}]
+    assert up["epoch_rng"] == [{"torch": 1}] and up["step"] == 3
+    # the CLI's per-epoch format 2: at an epoch's end, its budget fixed by its configuration
+    up = upgrade({"format": 2, "model": {}, "optimizer": {}, "scheduler": {}, "epoch": 2,
+                  "step": 8, "rng": [{}], "history": [], "config": {}}, "x", "fix")
+    assert up["done_in_epoch"] == 0 and up["epoch_rng"] is None and up["total_steps"] is None
+    assert up["sparsifier"] is None and up["format"] == FORMAT_VERSION
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"format": 7, "model": {}, "config": {}, "epoch": 1}, path)
+    with pytest.raises(CheckpointError, match="checkpoint format 7.* reads formats 1 to 3"):
+        read_checkpoint(path, fix="delete it")

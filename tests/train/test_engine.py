@@ -217,3 +217,60 @@ def test_adaprox_last_prox_uses_the_learning_rate_of_its_step():
     for k, v in got.items():
         assert torch.equal(v, right.state_dict()[k]), k
     assert any(not torch.equal(v, wrong.state_dict()[k]) for k, v in got.items())
+
+
+class _EpochLoader:
+    """A loader with ``set_epoch``: its order is a function of the epoch alone."""
+
+    def __init__(self, data, bs=8):
+        self.data, self.bs, self.epoch, self.seen = data, bs, 0, []
+
+    def __len__(self):
+        return -(-len(self.data) // self.bs)
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self.seen.append(epoch)
+
+    def __iter__(self):
+        order = torch.randperm(len(self.data), generator=torch.Generator().manual_seed(self.epoch))
+        for b in range(len(self)):
+            idx = order[b * self.bs:(b + 1) * self.bs]
+            yield self.data[idx]
+
+
+def test_a_protocol_through_hooks_and_no_method_resumes_bit_for_bit(tmp_path):
+    """fit(method=None) with EpochHooks, as the CLI's protocol uses it: set_epoch before every
+    epoch, start / row / extra / saved at the boundaries, a stop due on an epoch's last batch
+    waiting for its row and checkpoint, and the resumed run equal to the uninterrupted one."""
+    from dualdrop.train.engine import EpochHooks
+
+    def run(folder, stop=None):
+        torch.manual_seed(0)
+        model = SmallCNN()
+        loader = _EpochLoader(_cnn_data())
+        log = []
+        hooks = EpochHooks(start=lambda e: log.append(("start", e)),
+                           row=lambda e, s: {"epoch": e, "step": s,
+                                             "w": float(model.fc.weight.detach().sum())},
+                           extra=lambda e, s: {"mine": e},
+                           saved=lambda e, s: log.append(("saved", e, s)))
+        out = fit(model, None, loader, _ce, epochs=3, checkpoint_dir=folder,
+                  checkpoint_every=len(loader), stop_after=stop, log_every=0, progress=False,
+                  hooks=hooks)
+        return model, out, log, loader
+
+    whole, out, log, loader = run(tmp_path / "a")
+    assert loader.seen == [0, 1, 2] and out.sparsifier is None and out.finished
+    assert [r["epoch"] for r in out.history] == [1, 2, 3]  # the rows only, no "final" row
+    assert log[:2] == [("start", 0), ("saved", 1, 6)]
+    _, part, _, _ = run(tmp_path / "b", stop=6)  # the stop falls on epoch 1's last batch
+    assert part.step == 6 and [r["epoch"] for r in part.history] == [1]
+    ck = torch.load(tmp_path / "b" / CHECKPOINT, weights_only=True)
+    assert ck["mine"] == 1 and ck["epoch"] == 1 and ck["done_in_epoch"] == 0
+    resumed, out2, _, loader2 = run(tmp_path / "b")
+    assert loader2.seen == [1, 2] and out2.history == out.history
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="method=None .* hparams"):
+        fit(SmallCNN(), None, loader, _ce, steps=2, hparams={"lam": 1.0})

@@ -46,8 +46,11 @@ import torch.nn as nn
 
 from dualdrop.nn._graph import call, first_line, output_diff
 from dualdrop.nn._layers import is_conv1d, out_in
+from dualdrop.nn._save_route import route_save_pretrained
+from dualdrop.nn.export import CSRLinear, export_sparse
 from dualdrop.nn.hf import families as fam_
 from dualdrop.nn.hf.families import Block
+from dualdrop.nn.quantize import Int8DynamicLinear
 
 
 def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = True):
@@ -57,9 +60,6 @@ def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = 
     is not changed. ``example_inputs``: one forward run's inputs (a dict is passed as keywords,
     e.g. ``{"input_ids": ids}``), on which both models are compared when ``verify``.
     ``dualdrop.nn.compact`` calls this for Hugging Face models."""
-    from dualdrop.nn.export import CSRLinear, export_sparse
-    from dualdrop.nn.quantize import Int8DynamicLinear
-
     fam = fam_.family(model)
     if fam is None:
         raise TypeError(f"{type(model).__name__} is not a Hugging Face model with BERT-, GPT-2- "
@@ -83,7 +83,6 @@ def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = 
     if want is not None and output_diff(want, _outputs(dense, example_inputs)) > 1e-4:
         raise RuntimeError("compact export changed the model's outputs on example_inputs; this "
                            'is a bug, please report it; use layout="dense" meanwhile')
-    from dualdrop.nn.hf.io import route_save_pretrained
     return route_save_pretrained(dense.eval())
 
 

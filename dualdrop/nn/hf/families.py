@@ -25,13 +25,12 @@ uninitialized, to be loaded), and :func:`set_heads` the attributes its attention
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 
-from dualdrop.nn._layers import is_conv1d
+from dualdrop.nn._layers import is_conv1d, is_pretrained
 
 # the per-layer widths recorded for a compact model, in this order
 WIDTH_KEYS = ("intermediate_size", "num_attention_heads", "num_key_value_heads")
@@ -55,13 +54,6 @@ class Block:
     o: nn.Module
     head_dim: int
     names: dict = field(default_factory=dict)   # role -> module name in the model
-
-
-def is_pretrained(model) -> bool:
-    """Whether ``model`` is a ``transformers.PreTrainedModel`` (never imports transformers)."""
-    tf = sys.modules.get("transformers")
-    cls = getattr(tf, "PreTrainedModel", None) if tf is not None else None
-    return isinstance(cls, type) and isinstance(model, cls)
 
 
 def family(model) -> str | None:

@@ -32,6 +32,12 @@ a name ``from_pretrained`` does not look for (it raises "no file named model.saf
 instead of giving wrong outputs, and ``model.save_pretrained(dir)`` on such a model refuses,
 naming :func:`save_pretrained` / :func:`load_pretrained`.
 
+What the config cannot say is recorded under ``"dualdrop"`` in ``config.json``: a submodule
+left out at construction (``BertModel(config, add_pooling_layer=False)``, the way sentence
+encoders are loaded, has no ``pooler``) is listed as ``left_out``, and :func:`load_pretrained`
+builds the class and leaves it out again, so the loaded model is the saved one (transformers'
+own ``from_pretrained`` builds it freshly initialized: it reads no such entry).
+
 Every file is written into a temporary folder beside ``dir``, checked (read back), then moved
 into ``dir`` (``config.json`` last); the weights of an earlier save there (``model*.safetensors``,
 ``pytorch_model*.bin``, ``dualdrop_model.safetensors``) are replaced, other files (a tokenizer)
@@ -56,7 +62,11 @@ import torch.nn as nn
 
 from dualdrop.nn._graph import first_line
 from dualdrop.nn._layers import is_conv1d, is_dense, out_in
+from dualdrop.nn._save_route import route_save_pretrained, set_saver
+from dualdrop.nn.export import CSRLinear, export_sparse
 from dualdrop.nn.hf import families as fam_
+from dualdrop.nn.quantize import Int8DynamicLinear
+from dualdrop.nn.sparsifier import is_sparsified
 
 FORMAT = "dualdrop-pretrained"
 KEY = "dualdrop"                       # the config.json entry
@@ -71,49 +81,34 @@ _LOADERS = ("save it with dualdrop.nn.save_pretrained(model, dir) and load it wi
 
 # ------------------------------------------------------------------------ the routed method
 
-class _RoutedSave:
-    """``model.save_pretrained`` of a model dualdrop handed out: the transformers method where
-    it is right, :func:`save_pretrained` where the model needs it, a ``ValueError`` naming it
-    where transformers could not load the result (module docstring)."""
-
-    __slots__ = ("model",)
-
-    def __init__(self, model):
-        self.model = model
-
-    def __call__(self, save_directory, *args, **kwargs):
-        model = self.model
-        cls_save = type(model).save_pretrained
-        if kwargs.get("state_dict") is not None:
-            if _sparsified(model):
-                raise ValueError("save_pretrained(state_dict=...) of a sparsified model: its "
-                                 "state_dict holds the method's training state, which a "
-                                 "transformers checkpoint cannot; call "
-                                 "model.save_pretrained(dir) without state_dict to save the "
-                                 "pruned weights, and torch.save(model.state_dict()) for a "
-                                 "training checkpoint")
-            return cls_save(model, save_directory, *args, **kwargs)
-        plan = _plan(model)
-        if not plan.native and not plan.unsavable:
-            raise ValueError(f"transformers' save_pretrained cannot write this "
-                             f"{type(model).__name__}: {plan.why}; {_LOADERS}")
-        if plan.native and not (plan.sparsified or plan.csr or plan.config is not model.config):
-            return cls_save(model, save_directory, *args, **kwargs)
-        if args:
-            raise TypeError("save_pretrained of a pruned model takes its options by name")
-        return _save(plan, _check_target(save_directory, kwargs), kwargs)
-
-    def __repr__(self):
-        return f"<save_pretrained of {type(self.model).__name__}, routed by dualdrop>"
+def _routed_save(model, save_directory, args, kwargs):
+    """``model.save_pretrained`` of a model dualdrop handed out (``dualdrop.nn._save_route``):
+    the transformers method where it is right, :func:`save_pretrained` where the model needs it,
+    a ``ValueError`` naming it where transformers could not load the result (module
+    docstring)."""
+    cls_save = type(model).save_pretrained
+    if kwargs.get("state_dict") is not None:
+        if _sparsified(model):
+            raise ValueError("save_pretrained(state_dict=...) of a sparsified model: its "
+                             "state_dict holds the method's training state, which a "
+                             "transformers checkpoint cannot; call "
+                             "model.save_pretrained(dir) without state_dict to save the "
+                             "pruned weights, and torch.save(model.state_dict()) for a "
+                             "training checkpoint")
+        return cls_save(model, save_directory, *args, **kwargs)
+    plan = _plan(model)
+    if not plan.native and not plan.unsavable:
+        raise ValueError(f"transformers' save_pretrained cannot write this "
+                         f"{type(model).__name__}: {plan.why}; {_LOADERS}")
+    if plan.native and not (plan.sparsified or plan.csr or plan.left_out
+                            or plan.config is not model.config):
+        return cls_save(model, save_directory, *args, **kwargs)
+    if args:
+        raise TypeError("save_pretrained of a pruned model takes its options by name")
+    return _save(plan, _check_target(save_directory, kwargs), kwargs)
 
 
-def route_save_pretrained(model):
-    """Route ``model.save_pretrained`` through dualdrop (an instance attribute; no-op for a
-    model that is not a Hugging Face ``PreTrainedModel``). Returns ``model``."""
-    if fam_.is_pretrained(model) and not isinstance(model.__dict__.get("save_pretrained"),
-                                                    _RoutedSave):
-        model.__dict__["save_pretrained"] = _RoutedSave(model)
-    return model
+set_saver(_routed_save)
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -130,20 +125,18 @@ class _Plan:
     native: bool = True
     why: str = ""                     # why transformers cannot load it
     unsavable: str = ""               # why dualdrop cannot save it either
+    left_out: list = field(default_factory=list)   # submodules left out at construction
 
 
 def _sparsified(model) -> bool:
-    from dualdrop.nn.sparsifier import is_sparsified
     return is_sparsified(model)
 
 
 def _plan(model) -> _Plan:
-    from dualdrop.nn.export import CSRLinear, export_sparse
-    from dualdrop.nn.quantize import Int8DynamicLinear
-
     sparsified = _sparsified(model)
     plain = export_sparse(model, "dense") if sparsified else model
     plan = _Plan(plain, plain.config, fam_.family(plain), sparsified)
+    plan.left_out = _left_out(plain)
     plan.csr = [n for n, m in plain.named_modules() if isinstance(m, CSRLinear)]
     plan.int8 = [n for n, m in plain.named_modules() if isinstance(m, Int8DynamicLinear)]
     skip = plan.csr + plan.int8
@@ -172,6 +165,39 @@ def _plan(model) -> _Plan:
             "Linear layers without their scales (the float export, export_sparse(model, "
             "\"dense\"), is a transformers checkpoint)")
     return plan
+
+
+def _left_out(model) -> list[str]:
+    """The submodules that ``type(model)(model.config)`` has and ``model`` was built without:
+    an attribute left None at construction (``BertModel(config, add_pooling_layer=False)``'s
+    ``pooler``), which the config cannot say. Recorded in ``config.json`` so that
+    :func:`load_pretrained` rebuilds the model without them."""
+    with torch.device("meta"):
+        probe = type(model)(model.config)
+    have = dict(model.named_modules())
+    out = []
+    for name, _ in probe.named_modules():
+        if not name or name in have or any(name.startswith(o + ".") for o in out):
+            continue
+        parent, _, attr = name.rpartition(".")
+        if parent in have and getattr(have[parent], attr, False) is None:
+            out.append(name)
+    return out
+
+
+def _leave_out(model, names, where) -> None:
+    """Set the submodules ``names`` of a freshly built model to None, as they were saved."""
+    for name in names:
+        parent, _, attr = name.rpartition(".")
+        try:
+            owner = model.get_submodule(parent) if parent else model
+        except AttributeError:
+            owner = None
+        if owner is None or not isinstance(getattr(owner, attr, None), nn.Module):
+            raise ValueError(f"{where}/config.json lists {name!r} as left out of the model, "
+                             f"and {type(model).__name__} has no such submodule; save the model "
+                             "again with dualdrop.nn.save_pretrained")
+        setattr(owner, attr, None)
 
 
 def _span(layer_widths) -> str:
@@ -235,9 +261,11 @@ def _save(plan, target: Path, kwargs) -> str:
     try:
         sd = _state_dict(plan)
         meta = {"format": FORMAT, "version": 1, "family": plan.fam, "csr": plan.csr}
+        if plan.left_out:
+            meta["left_out"] = plan.left_out
         if plan.native:
             _write_native(plan, tmp, sd if plan.csr else None, kwargs)
-            if plan.csr:
+            if plan.csr or plan.left_out:
                 _add_key(tmp / "config.json", meta)
         else:
             meta.update(int8=plan.int8, layers=plan.layers, weights=WEIGHTS)
@@ -363,7 +391,12 @@ def load_pretrained(save_directory: str | os.PathLike, *, model_class=None, **kw
     cls = _model_class(raw, model_class, where, transformers)
     meta = _check_meta(raw.get(KEY), where)
     if meta is None or meta.get("weights") is None:
-        model = cls.from_pretrained(str(d), **kwargs)
+        if meta is not None and meta["left_out"]:
+            # transformers builds (and announces as newly initialized) what was left out
+            model = _quietly(lambda: cls.from_pretrained(str(d), **kwargs))
+            _leave_out(model, meta["left_out"], where)
+        else:
+            model = cls.from_pretrained(str(d), **kwargs)
         if KEY in getattr(model.config, "__dict__", {}):
             delattr(model.config, KEY)
     else:
@@ -401,6 +434,7 @@ def _check_meta(meta, where):
         return None
     ok = (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("version") == 1
           and _names(meta.get("csr", [])) and _names(meta.get("int8", []))
+          and _names(meta.get("left_out", []))
           and meta.get("weights") in (None, WEIGHTS)
           and isinstance(meta.get("tied", {}), dict)
           and all(isinstance(k, str) and isinstance(v, str) for k, v in
@@ -408,14 +442,12 @@ def _check_meta(meta, where):
     if not ok:
         raise ValueError(f"{where}/config.json has a malformed {KEY!r} entry; save the model "
                          "again with dualdrop.nn.save_pretrained")
-    return {"csr": [], "int8": [], "tied": {}, "layers": None, **meta}
+    return {"csr": [], "int8": [], "tied": {}, "layers": None, "left_out": [], **meta}
 
 
 def _load_dualdrop(d: Path, cls, meta, where):
     from safetensors import safe_open
     from safetensors.torch import load_file
-
-    from dualdrop.nn.quantize import Int8DynamicLinear
 
     path = d / WEIGHTS
     try:
@@ -433,6 +465,7 @@ def _load_dualdrop(d: Path, cls, meta, where):
     if KEY in config.__dict__:
         delattr(config, KEY)
     model = _build(cls, config)
+    _leave_out(model, meta["left_out"], where)
     fam = fam_.family(model)
     if meta["layers"] is not None:
         if fam is None:
@@ -480,6 +513,17 @@ def _load_dualdrop(d: Path, cls, meta, where):
     return model
 
 
+def _quietly(fn):
+    """``fn()`` with transformers' logging at errors only."""
+    from transformers.utils import logging as hf_logging
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return fn()
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def _build(cls, config):
     """``cls(config)`` without initializing the weights the file fills."""
     try:
@@ -496,7 +540,6 @@ def _build(cls, config):
 
 
 def _to_csr(model, names, where) -> None:
-    from dualdrop.nn.export import CSRLinear
     for name in names:
         try:
             m = model.get_submodule(name)

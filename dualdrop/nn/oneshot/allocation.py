@@ -25,11 +25,12 @@ budget below the sum of the floors shrinks them in proportion.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
 from dualdrop.nn._base import layer_floor
-from dualdrop.nn.oneshot.methods.base import LayerProblem, split_count
+from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, split_count
 from penalties.checks import check_float
 
 from dualdrop.nn.oneshot.methods.penalty import allocate_penalty
@@ -68,7 +69,7 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
     density = check_float("density", density, low=0.0, high=1.0, low_open=True)
     opts = check_allocation(kind, opts)
     sizes = [p.W0.numel() for p in problems]
-    total = round(density * sum(sizes))
+    total = kept_total(density, sum(sizes))
     if kind == "uniform":
         return {p.name: c for p, c in zip(problems, split_count(total, sizes))}
     floors = [min(n, max(layer_floor(p.W0, n, MIN_LAYER_DENSITY), 1))
@@ -85,6 +86,37 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
     spread = [2 * opts["owl_lambda"] * (v - lo) / (hi - lo) if hi > lo else 0.0 for v in lod]
     counts = densities_to_counts(spread, sizes, floors, total)
     return {p.name: c for p, c in zip(problems, counts)}
+
+
+def kept_total(density: float, total: int) -> int:
+    """The one density-to-count rule: ``round(density * total)`` weights kept of ``total``
+    (the prunable weights of the pruned layers). A layer it leaves with no weight is raised to
+    one weight per output row, with a warning (:func:`raise_empty_layers`)."""
+    return round(density * total)
+
+
+def uniform_counts(density: float, sizes: dict[str, int]) -> dict[str, int]:
+    """``allocate(..., "uniform")`` from the layers' sizes alone (``{name: weights}``): one
+    rounded total (:func:`kept_total`) split over the layers in proportion, exactly."""
+    total = kept_total(density, sum(sizes.values()))
+    return dict(zip(sizes, split_count(total, list(sizes.values()))))
+
+
+def raise_empty_layers(budgets: dict, shapes: dict, stacklevel: int = 3) -> dict:
+    """A density budget that rounds a layer down to no weight at all is raised to one weight
+    per output row of it (an emptied layer cuts the network), with a warning naming it;
+    ``shapes``: ``{name: (out, in)}``; ``stacklevel``: the warning's, at the user's call.
+    Every density budget of single weights goes through
+    here (from memory or from disk)."""
+    emptied = [n for n, b in budgets.items() if b.n_keep == 0 and shapes[n][0] * shapes[n][1]]
+    if emptied:
+        for n in emptied:
+            budgets[n] = Budget(n_keep=min(shapes[n][0], shapes[n][0] * shapes[n][1]))
+        warnings.warn(f"the budget rounds {len(emptied)} layer(s) to no weight at all, which "
+                      f"would cut the network: {emptied[:5]}{' ...' if len(emptied) > 5 else ''}"
+                      " keep one weight per output row instead (raise target_density to keep "
+                      "more)", UserWarning, stacklevel=stacklevel)
+    return budgets
 
 
 def outlier_ratio(W0: torch.Tensor, G: torch.Tensor, m: float) -> float:

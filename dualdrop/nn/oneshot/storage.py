@@ -62,9 +62,6 @@ class ActivationCache:
             t = torch.load(self._path(i), weights_only=True)
         return t if device is None else t.to(device)
 
-    def indices(self) -> list[int]:
-        return sorted(set(self.mem) | self.on_disk)
-
     def close(self) -> None:
         self.mem.clear()
         self.bytes = 0

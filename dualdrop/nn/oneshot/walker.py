@@ -34,7 +34,6 @@ off (``config.use_cache``); all of it is restored afterwards.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -90,25 +89,6 @@ def token_mask(batch, token_mask_fn=None):
         if isinstance(mask, torch.Tensor) and mask.dim() == 2:
             return mask.bool()
     return None
-
-
-def describe_batch(batch) -> str:
-    """A calibration batch in a few words: its tensors' shapes, dtypes and devices."""
-    def one(t):
-        if isinstance(t, torch.Tensor):
-            return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')} on {t.device}"
-        return type(t).__name__
-    if isinstance(batch, dict):
-        return "a dict: " + ", ".join(f"{k}: {one(v)}" for k, v in list(batch.items())[:6])
-    if isinstance(batch, (tuple, list)):
-        return f"a {type(batch).__name__}: " + ", ".join(one(t) for t in batch[:6])
-    return "a tensor " + one(batch) if isinstance(batch, torch.Tensor) else one(batch)
-
-
-def _dtype(model) -> str:
-    for p in model.parameters():
-        return str(p.dtype).replace("torch.", "")
-    return "no parameters"
 
 
 def _describe(x) -> str:
@@ -244,11 +224,6 @@ class GramAccumulator:
     def release(self) -> None:
         self.sums, self.rows, self._G = {}, {}, {}
 
-    # distributed: the sums of every rank (dualdrop.nn.oneshot.distributed)
-    def tensors(self) -> list:
-        return [(k, self.sums[k]) for k in sorted(self.sums, key=repr)]
-
-
 #: column blocks of the Gram products: a wide layer's ``X^T X`` is summed on its upper block
 #: triangle only (about half the multiply-adds of the full product; :func:`add_gram`)
 GRAM_BLOCK = 512
@@ -296,105 +271,6 @@ def hook_steps(steps: list[Step], acc: GramAccumulator, stop_after: int | None,
     return handles
 
 
-def run_pass(model, calib, forward_fn, hooks_setup: Callable[[], list], counters: list,
-             acc: GramAccumulator | None = None, token_mask_fn=None, batches=None) -> int:
-    """One pass over ``calib`` (or its batches of index in ``batches``) with the hooks
-    ``hooks_setup()`` registers (removed after); returns the number of batches fed."""
-    handles = hooks_setup()
-    fed = 0
-    try:
-        for b, batch in enumerate(calib):
-            if batches is not None and b not in batches:
-                continue
-            for c in counters:
-                c[0] = 0
-            if acc is not None:
-                acc.new_batch(token_mask(batch, token_mask_fn))
-            try:
-                forward_fn(model, batch)
-            except _Stop:
-                pass
-            fed += 1
-    finally:
-        for h in handles:
-            h.remove()
-    if fed == 0 and batches is None:
-        raise ValueError("calib gave no batch")
-    return fed
-
-
-def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list[Step], dict]:
-    """``(ordered, unreached, calls)``: the steps in the order the forward first calls them (an
-    attention's input step before its output step), those no forward call reached, and how often
-    each step's module is called per forward; one forward on the first calibration batch."""
-    first: dict[int, int] = {}
-    calls: dict[int, int] = {}
-    order = [0]
-    modules = {id(s.module): s.module for s in steps}
-
-    def make(mid):
-        def hook(module, args, kwargs):
-            if mid not in first:
-                first[mid] = order[0]
-                order[0] += 1
-            calls[mid] = calls.get(mid, 0) + 1
-        return hook
-
-    handles = [m.register_forward_pre_hook(make(mid), with_kwargs=True)
-               for mid, m in modules.items()]
-    try:
-        batch = next(iter(calib), None)
-        if batch is None:
-            raise ValueError("calib gave no batch")
-        with calibration_mode(model):
-            try:
-                forward_fn(model, batch)
-            except Exception as e:  # noqa: BLE001 - the user's data or forward_fn: one message
-                raise ValueError(
-                    f"the model's forward failed on the first calibration batch "
-                    f"({describe_batch(batch)}; the model is on {_device(model)}, "
-                    f"{_dtype(model)}): {type(e).__name__}: {str(e)[:300]}. Check calib's "
-                    "shape, dtype and device, or pass forward_fn(model, batch) to say how a "
-                    "batch is fed") from e
-    finally:
-        for h in handles:
-            h.remove()
-    return order_steps(steps, first, calls)
-
-
-def order_steps(steps, first: dict, calls: dict):
-    """``(reached in call order, unreached, calls of the reached)`` from the first-call order
-    and the call counts of the steps' modules (``id(module)`` keys)."""
-    kind_rank = {"mha_in": 0, "mha_out": 1}
-    reached = [s for s in steps if id(s.module) in first]
-    reached.sort(key=lambda s: (first[id(s.module)], kind_rank.get(s.kind, 0)))
-    unreached = [s for s in steps if id(s.module) not in first]
-    return reached, unreached, {id(s.module): calls[id(s.module)] for s in reached}
-
-
-def collect(model, steps: list[Step], calib, forward_fn, token_mask_fn=None,
-            precision: str = "auto") -> dict[str, torch.Tensor]:
-    """Every problem's Gram on the model as it is (all steps hooked at once, one full pass):
-    what a non-uniform allocation measures on the dense model."""
-    accs = [GramAccumulator([s], precision=precision) for s in steps]
-    counter = [0]
-
-    class _All:  # one new_batch for every accumulator
-        def new_batch(self, mask):
-            for a in accs:
-                a.new_batch(mask)
-
-    def setup():
-        return [h for s, a in zip(steps, accs) for h in hook_steps([s], a, None, counter)]
-
-    with calibration_mode(model):
-        run_pass(model, calib, forward_fn, setup, [counter], _All(), token_mask_fn)
-    out = {}
-    for s, a in zip(steps, accs):
-        out.update(zip(s.names, a.grams(0)))
-    return out
-
-
 def _status_mb(field: str) -> float | None:
     try:
         with open("/proc/self/status") as f:
@@ -430,24 +306,3 @@ def peak_rss_mb() -> float:
     if resource is None:
         return 0.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def walk(model, steps: list[Step], calib, forward_fn, calls: dict | None,
-         prune_step: Callable[[Step, list, list], tuple], progress: bool = True,
-         desc: str = "one-shot", **options) -> list[dict]:
-    """Prune ``steps`` in forward order, each on the inputs that come through the steps pruned
-    before it; ``prune_step(step, W0s, Gs) -> (Ws, seconds)`` prunes one step's problems (``Ws``
-    ``None``: the step is left as it is). Returns the report's rows, one per problem: layer,
-    kind, shape, rows of ``X`` (samples, tokens or patches), kept weights, density, layer
-    objective, seconds (the step's share of its calibration pass, plus its solve), the stage's
-    Gram memory and the peak memory so far (the process's resident set on the CPU, allocated
-    memory on a GPU), in MB.
-
-    ``options`` go to :func:`dualdrop.nn.oneshot.pipeline.run` (``sequential``, ``blocks``,
-    ``token_mask_fn``, ``offload_dir``, ``cache_memory_mb``, ``gram_precision``,
-    ``checkpoint_dir``, ...); ``calls`` is accepted for compatibility (the pipeline traces the
-    calls itself)."""
-    from dualdrop.nn.oneshot.pipeline import run
-
-    return run(model, steps, calib, forward_fn, prune_step, progress=progress, desc=desc,
-               **options).rows

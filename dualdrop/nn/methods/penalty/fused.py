@@ -97,7 +97,7 @@ def _penalty_slope_add(w, kind, scale, p0, p1, grad):
 def _penalty_args(kind: str, params: dict):
     if kind not in PENALTY_KINDS:
         raise ValueError(f"kind must be one of {sorted(PENALTY_KINDS)}, got {kind!r}; other "
-                         "penalties go through dualdrop.nn.penalty's generic path")
+                         "penalties go through dualdrop.nn.methods.penalty.method's generic path")
     names = {"l1": (), "logsum": ("eps",), "mcp": ("a", "lam"), "scad": ("a", "lam")}[kind]
     missing = [n for n in names if n not in params]
     if missing:
@@ -108,7 +108,7 @@ def _penalty_args(kind: str, params: dict):
 
 def _penalty_dense(w, kind, lam, params) -> torch.Tensor:
     """``lam Omega'(w)`` as torch expressions (other devices): the closed forms of
-    ``dualdrop.nn.penalty.TORCH_FORMS``."""
+    ``dualdrop.nn.methods.penalty.method.TORCH_FORMS``."""
     wd = w.detach()
     return TORCH_FORMS[kind].deriv(wd, wd.abs(), params) * lam
 
@@ -399,8 +399,8 @@ def eta_trick_grad_term(w, log_ratio, lam: float, eps: float, c: float,
 
 def eta_trick_objective(w, log_ratio, lam: float, eps: float, c: float,
                         quadratic: bool = False, need_value: bool = True) -> torch.Tensor:
-    """The eta-trick's regularizer as ``dualdrop.nn.penalty`` defines it, with ``eta = lam
-    e^p`` (``p = log_ratio``): ``lam/2 [sum w^2/eta + sum f(eta)] + D(p)``, ``f`` the LogSum dual
+    """The eta-trick's regularizer as ``dualdrop.nn.methods.penalty.method`` defines it, with
+    ``eta = lam e^p`` (``p = log_ratio``): ``lam/2 [sum w^2/eta + sum f(eta)] + D(p)``, ``f`` the LogSum dual
     and the decay ``D = lam c/2 sum p`` (linear) or ``c/2 sum (p + log lam)^2`` (quadratic). The
     gradients cost one torch exp pass forward and one loop backward; the value (log passes) is
     computed only when ``need_value``, else 0 with the same gradient."""

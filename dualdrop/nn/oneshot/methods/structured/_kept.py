@@ -27,23 +27,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import UnitProblem, solve_psd
-
-#: a swap is applied when it lowers the error by more than this fraction of the layer's energy
-SWAP_TOL = 1e-9
-#: an addition is scored only for a unit whose Schur complement is above this fraction of its
-#: inputs' own variance: one nearly in the span of the kept inputs (always so when the
-#: calibration tokens are fewer than the inputs) has its gain scored by rounding
-SWAP_FLOOR = 1e-5
-
-
-def unit_matrix(columns) -> np.ndarray | None:
-    """The units' columns as an ``(n, m)`` array when every unit has ``m`` columns, else None."""
-    sizes = {len(c) for c in columns}
-    if len(sizes) != 1:
-        return None
-    return np.stack([np.asarray(c, np.int64) for c in columns])
-
+from ._swaps import column_swap_search
+from .problem import (SWAP_FLOOR, SWAP_TOL, UnitProblem, as_mask, inverse_psd, solve_psd,
+                      unit_matrix)
 
 def damped(problem: UnitProblem, damp: float) -> np.ndarray:
     """The damped Gram ``A + lambda I`` of ``problem.terms(damp)``."""
@@ -63,7 +49,7 @@ def greedy_path(problem: UnitProblem, n_keep: int, damp: float = 0.01, start=Non
     a compiled loop (``_greedy_columns``)."""
     A, B, _ = problem.terms(damp)
     p = A.shape[0]
-    alive = np.ones(problem.n_units, bool) if start is None else _as_mask(start, problem.n_units)
+    alive = np.ones(problem.n_units, bool) if start is None else as_mask(start, problem.n_units)
     S = problem.kept_columns(np.flatnonzero(alive))
     H = np.zeros((p, p))
     H[np.ix_(S, S)] = inverse_psd(A[np.ix_(S, S)])
@@ -160,31 +146,10 @@ def _greedy_columns(H, W, cand, n_remove, costs):
     return out
 
 
-def inverse_psd(M: np.ndarray) -> np.ndarray:
-    """``M^-1`` of a symmetric positive definite ``M`` (LAPACK ``potrf`` / ``potri``), by
-    :func:`base.solve_psd` if that fails."""
-    from scipy.linalg import lapack
-
-    if M.shape[0] == 0:
-        return np.zeros((0, 0))
-    L, info = lapack.dpotrf(M, lower=1)
-    if info == 0:
-        Hi, info = lapack.dpotri(L, lower=1)
-        if info == 0:
-            return np.tril(Hi) + np.tril(Hi, -1).T
-    return solve_psd(M, np.eye(M.shape[0]))
-
-
 def _removal_cost(W, H, c) -> float:
     c = np.asarray(c)
     Wg = W[:, c]
     return float(np.sum(Wg * solve_psd(H[np.ix_(c, c)], Wg.T).T))
-
-
-def _as_mask(kept, n):
-    m = np.zeros(n, bool)
-    m[np.asarray(kept, np.int64)] = True
-    return m
 
 
 class _State:
@@ -242,7 +207,7 @@ class _State:
 def fix_count(problem: UnitProblem, kept, n_keep: int, damp: float = 1e-6) -> np.ndarray:
     """``kept`` brought to ``n_keep`` units by exact greedy moves: removals by
     :func:`backward_greedy` from ``kept``, or the best addition, one at a time."""
-    mask = _as_mask(kept, problem.n_units)
+    mask = as_mask(kept, problem.n_units)
     if mask.sum() > n_keep:
         return backward_greedy(problem, n_keep, damp, start=np.flatnonzero(mask))
     while mask.sum() < n_keep:
@@ -308,12 +273,10 @@ def swap_search(problem: UnitProblem, kept, max_swaps: int = 200, damp: float = 
     ``max_swaps``); returns ``(kept, swaps)``. Units of one column use the rank-one updates of
     ``_swaps`` (pairs among ``candidates`` cheapest removals and best additions first)."""
     A, B, c0 = problem.terms(damp)
-    mask = _as_mask(kept, problem.n_units)
+    mask = as_mask(kept, problem.n_units)
     energy = max(c0, 1e-300)
     U = unit_matrix(problem.columns)
     if U is not None and U.shape[1] == 1:
-        from ._swaps import column_swap_search
-
         free = problem.free
         S = np.concatenate([U[mask, 0], free]) if free.size else U[mask, 0]
         n_fixed = free.size

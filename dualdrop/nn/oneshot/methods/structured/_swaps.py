@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kept import SWAP_FLOOR, SWAP_TOL, inverse_psd
+from .problem import SWAP_FLOOR, SWAP_TOL, inverse_psd
 
 REFRESH = 64
 

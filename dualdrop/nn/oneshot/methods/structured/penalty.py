@@ -1,25 +1,37 @@
-"""The duality's structured pruner: a penalty on the norms of the units' consumer columns.
+"""The duality's structured pruner: adaptive dropout on a consumer's input units.
 
 By the eta-trick duality (LeJeune, Javadi & Baraniuk, NeurIPS 2021), adaptive dropout on a
-consumer's *input units* (one rate per neuron, head or channel, shared by its columns) while the
-layer reconstructs its trained output is least squares plus the dropout's effective penalty on
-each unit's group norm::
+consumer's *input units* (one rate per neuron, head or channel, shared by its columns and by
+every output row) while the layer reconstructs its trained output is least squares plus the
+dropout's effective penalty on each unit's group norm::
 
-    min_U  1/2 tr((U - U0) Gs (U - U0)^T) + alpha sum_g v_g Omega(||U[:, c_g]||_F)
+    min_U  1/2 tr((U - U0) Gs (U - U0)^T) + alpha sum_g Omega(||U[:, c_g]||_F)
 
 in scale-free coordinates (``Gs = D^-1 A D^-1`` the unit-diagonal Gram, ``u_rj = d_j w_rj / s``,
 ``s`` making the group norms of ``U0`` of RMS 1, so one parameter of ``Omega`` means the same on
-every layer). It is solved by the Gram-form block coordinate descent of ``dualdrop.linear``
-(``solvers.gram_bcd``: the group prox of ``dualdrop.linear._groups``), ``alpha`` running down a
-geometric path from ``alpha_max`` (no unit kept), each fit warm-started at the previous one (the
-continuation that lets a nonconvex penalty find a good set), until at least ``n_keep`` units
-are nonzero; the last bracket is bisected in ``log alpha`` to a fit within ``slack`` of the
-budget. Exact greedy moves then land on ``n_keep`` units (``_kept.fix_count``), the kept set is
-polished by exact swaps (``polish``, on by default) and the kept weights are refit.
+every layer). Read the other way, the eta-trick writes ``Omega(t) = min_eta t^2 / (2 eta) +
+f(eta) / 2``: at fixed ``eta`` the problem is a ridge with one weight ``alpha / eta_g`` per
+unit, the same for every output row, so one reweighting step is one ``p x p`` solve for the
+whole layer::
 
-:func:`unit_path_counts` gives a layer's kept units along ``alpha``: the ``"penalty"``
-allocation shares one level across layers (``alpha_l = level * energy_l``, the unit prices as
-``v_g``).
+    (Gs + alpha diag(1 / eta)) U^T = Gs U0^T,        eta_g = eta_hat(||U[:, c_g]||)
+
+(``eta_hat`` the penalty's optimal dual variable; a unit at ``eta_g = 0`` has dropped out). The
+method runs these steps along a geometric path of ``alpha`` (from ``alpha0``, times ``grow``
+per step), each step on the units still alive: a unit whose norm falls below ``thr`` times the
+RMS of the alive ones leaves the system, so the solves shrink as the path goes (float32
+Cholesky: the path only ranks the units, it never gives the final weights). The path stops when
+at most ``over * n_keep`` units are alive, and those (the ``over * n_keep`` largest norms of the
+last step) are the start of the exact part: the backward greedy of Optimal Brain Surgeon moves
+(``_kept.backward_greedy``: each removal the one that raises the refit error least) down to
+``n_keep``, then exact swaps while one lowers the refit error (``polish``, on by default, as
+OSSCAR's local search), then the refit. On all-MiniLM-L6-v2 this costs less CPU than OSSCAR's
+greedy from every unit (benchmarks/RESULTS.md, "Structured one-shot").
+
+:class:`UnitPath` gives a layer's kept units along ``alpha`` by the Gram-form block coordinate
+descent of ``dualdrop.linear`` (exact zeros, warm starts): the ``"penalty"`` allocation with a
+catalog penalty shares one level across layers with it (``alpha_l = level * energy_l``, the unit
+prices as the groups' weights).
 """
 
 from __future__ import annotations
@@ -32,15 +44,22 @@ import penalties
 from dualdrop.linear.solvers.gram_bcd import gram_group_alpha_max, gram_group_cd
 from penalties.checks import check_float, check_int
 
-from ._kept import fix_count
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+from ._kept import backward_greedy
 from .base import UnitMethod, UnitProblem, quad, refit
 
-#: parameters of the penalties on RMS-1 group norms (what a user passes overrides them)
+#: parameters of the penalties on RMS-1 group norms for the allocation's block-CD path (what a
+#: user passes overrides them)
 DEFAULT_PARAMS = {"logsum": {"eps": 1.0}, "mcp": {"a": 1.0, "lam": 1.0}}
+#: the same for the method's reweighted path: a sharper log-sum (``eps`` a tenth of the RMS
+#: group norm) ranks the units closer to the exact greedy's order (benchmarks/RESULTS.md)
+PATH_PARAMS = {"logsum": {"eps": 0.1}, "mcp": {"a": 1.0, "lam": 1.0}}
 
 
-def resolve(name: str, params: dict | None):
-    P = penalties.get(name, **{**DEFAULT_PARAMS.get(name, {}), **(params or {})})
+def resolve(name: str, params: dict | None, defaults: dict | None = None):
+    base = (DEFAULT_PARAMS if defaults is None else defaults).get(name, {})
+    P = penalties.get(name, **{**base, **(params or {})})
     if getattr(P, "kernel_spec", lambda: None)() is None:
         raise ValueError(f"penalty={name!r} has no compiled kernel; use a separable catalog "
                          "penalty (every name of penalties.available() but 'hard_threshold')")
@@ -120,19 +139,78 @@ class UnitPath:
         return U_lo, a_lo
 
 
+def dropout_path(sc: Scaled, P, n_keep: int, *, alpha0: float, grow: float, over: float,
+                 thr: float, max_steps: int):
+    """The reweighted ridge path of the module docstring on ``sc``: ``(start, steps, alpha)``,
+    ``start`` the units the exact part begins from (``min(n, max(n_keep, ceil(over *
+    n_keep)))`` of them)."""
+    n = sc.n
+    size = min(n, max(n_keep, math.ceil(over * n_keep)))
+    if size >= n:
+        return np.arange(n), 0, 0.0
+    cols = [sc.groups[g] for g in range(n)]
+    free = np.concatenate([np.zeros(0, np.int64)] + sc.groups[n:])
+    G32 = sc.Gs.astype(np.float32)
+    RHS = (sc.Gs @ sc.U0.T).astype(np.float32)
+    unit_sq = np.array([float((sc.U0[:, c] ** 2).sum()) for c in cols])
+    t = np.sqrt(unit_sq)
+    alive = np.flatnonzero(sc.live[[c[0] for c in cols]] & (t > 0))
+    if alive.size <= size:                       # dead inputs: the rest by norm
+        return np.sort(np.argsort(-t, kind="stable")[:size]), 0, 0.0
+    alpha = alpha0
+    for step in range(1, max_steps + 1):
+        idx = np.concatenate([cols[g] for g in alive] + [free])
+        sizes = np.array([cols[g].size for g in alive])
+        eta = np.asarray(P.eta_hat(t[alive]), np.float64)
+        # a unit at eta ~ 0 has all but dropped out: a ridge of 1e20 holds it at 0 in float32
+        weight = np.minimum(alpha / np.maximum(eta, 1e-300), 1e20)
+        ridge = np.concatenate([np.repeat(weight, sizes), np.zeros(free.size)])
+        UT = _ridge_solve(G32[np.ix_(idx, idx)], ridge, RHS[idx])
+        sq = (UT.astype(np.float64) ** 2).sum(1)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        ta = np.sqrt(np.add.reduceat(sq[:sizes.sum()], starts[:-1]))
+        t[alive] = ta
+        survive = ta > thr * math.sqrt(float(np.mean(ta ** 2)))
+        if survive.sum() <= size or step == max_steps:
+            order = np.argsort(-ta, kind="stable")[:size]
+            return np.sort(alive[order]), step, alpha
+        alive = alive[survive]
+        alpha *= grow
+    raise AssertionError("unreachable")
+
+
+def _ridge_solve(M, ridge, rhs):
+    """``(M + diag(ridge))^-1 rhs`` in float32 by Cholesky (a relative jitter for inputs that
+    no unit penalizes; float64 with a larger one if that fails)."""
+    n = M.shape[0]
+    jitter = 1e-6 * max(float(np.trace(M)) / max(n, 1), 1e-30)
+    for dtype, j in ((np.float32, jitter), (np.float64, 1e3 * jitter)):
+        A = M.astype(dtype, copy=True)
+        A[np.diag_indices(n)] += (ridge + j).astype(dtype)
+        try:
+            c = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+            out = cho_solve(c, rhs.astype(dtype), check_finite=False)
+            if np.isfinite(out).all():
+                return out
+        except LinAlgError:
+            pass
+    return np.linalg.lstsq(M.astype(np.float64) + np.diag(ridge), rhs.astype(np.float64),
+                           rcond=None)[0]
+
+
 class GroupPenalty(UnitMethod):
     """``penalty:<name>``: the module docstring's method. Options: ``penalty`` (a catalog name,
     default ``"logsum"``) and its parameters (on RMS-1 group norms; defaults
-    :data:`DEFAULT_PARAMS`), ``tol`` (of the block CD along the path, 1e-3), ``ratio``
-    (``alpha`` factor between path fits, 0.6), ``slack`` (how far above the budget the path may
-    stop before the exact moves, 0.05), ``max_refine`` (bisection steps, 12), ``max_epochs``
-    (passes per fit, 200)."""
+    :data:`PATH_PARAMS`), ``alpha0`` (the path's first level, 0.05), ``grow`` (its factor per
+    step, 2), ``over`` (the path stops at ``over * n_keep`` alive units, 2: the exact greedy
+    takes it from there), ``thr`` (a unit leaves the path below this fraction of the alive
+    units' RMS norm, 0.01), ``max_steps`` (100)."""
 
     name = "penalty"
     penalty_name = "logsum"
     common = {"polish": True}
-    defaults = {"penalty": None, "penalty_params": None, "tol": 1e-3, "ratio": 0.6,
-                "slack": 0.05, "max_refine": 12, "max_epochs": 200}
+    defaults = {"penalty": None, "penalty_params": None, "alpha0": 0.05, "grow": 2.0,
+                "over": 2.0, "thr": 1e-2, "max_steps": 100}
 
     def __init__(self, **options):
         own = set(self.defaults) | {"refit", "polish", "max_swaps", "refit_damp"}
@@ -151,13 +229,12 @@ class GroupPenalty(UnitMethod):
             raise TypeError(f"penalty must be a catalog name, got {type(opts['penalty']).__name__}")
         if opts["penalty_params"] is not None and not isinstance(opts["penalty_params"], dict):
             raise TypeError("penalty_params must be a dict of the penalty's parameters")
-        self.P = resolve(opts["penalty"], opts["penalty_params"])
-        opts["tol"] = check_float("tol", opts["tol"], low=0.0, low_open=True)
-        opts["ratio"] = check_float("ratio", opts["ratio"], low=0.0, high=1.0, low_open=True,
-                                    high_open=True)
-        opts["slack"] = check_float("slack", opts["slack"], low=0.0)
-        opts["max_refine"] = check_int("max_refine", opts["max_refine"], low=0)
-        opts["max_epochs"] = check_int("max_epochs", opts["max_epochs"], low=1)
+        self.P = resolve(opts["penalty"], opts["penalty_params"], PATH_PARAMS)
+        opts["alpha0"] = check_float("alpha0", opts["alpha0"], low=0.0, low_open=True)
+        opts["grow"] = check_float("grow", opts["grow"], low=1.0, low_open=True)
+        opts["over"] = check_float("over", opts["over"], low=1.0)
+        opts["thr"] = check_float("thr", opts["thr"], low=0.0, high=1.0, high_open=True)
+        opts["max_steps"] = check_int("max_steps", opts["max_steps"], low=1)
         if not opts["refit"]:
             raise ValueError(f"structured {self.name!r} lands on the budget by exact moves "
                              "scored with the refit; refit=False is not available")
@@ -166,11 +243,11 @@ class GroupPenalty(UnitMethod):
     def _select(self, problem: UnitProblem, n_keep: int) -> np.ndarray:
         o = self.options
         sc = Scaled(problem)
-        path = UnitPath(sc, self.P, o["tol"], o["max_epochs"])
-        U, alpha = path.to_count(n_keep, o["ratio"], o["slack"], o["max_refine"])
-        kept = sc.kept(U)
-        self.info = {"alpha": float(alpha), "fits": path.fits, "path_kept": int(kept.size)}
-        return fix_count(problem, kept, n_keep, o["refit_damp"])
+        start, steps, alpha = dropout_path(sc, self.P, n_keep, alpha0=o["alpha0"],
+                                           grow=o["grow"], over=o["over"], thr=o["thr"],
+                                           max_steps=o["max_steps"])
+        self.info = {"alpha": float(alpha), "steps": steps, "path_kept": int(start.size)}
+        return backward_greedy(problem, n_keep, o["refit_damp"], start=start)
 
 
 class GroupLogSum(GroupPenalty):

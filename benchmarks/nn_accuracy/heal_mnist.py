@@ -1,0 +1,176 @@
+"""MNIST networks pruned once, then healed by distillation from the dense network, against the
+same epochs of training with the labels from the pruned start.
+
+The reference networks of the one-shot benchmarks (``oneshot_references.sh``): LeNet-300-100
+(20 epochs) and LeNet-5-Caffe (10 epochs). Cells:
+
+- ``lenet300``: unstructured, ``prune_oneshot`` from 1,024 training images at 5% of the weights
+  (``admm``, ``allocation="penalty"``: the best 5% cell of the one-shot table) and at 2:4
+  (``sparsegpt``), the masks held through the training;
+- ``lenet5``: by channel and neuron (``prune_structured(..., granularity=("channel", "neuron"),
+  method="ziplm", allocation="uniform", target_params=18224)``: the widths of the training-based
+  row of RESULTS "Structured sparsity", 18,224 parameters and 138,600 MACs), the compact model
+  trained.
+
+Each pruned network is then trained for ``--epochs`` epochs of the 48,000 training images
+(batch 128) two ways, every learning rate of ``--lrs``, the rate of each way chosen on the
+validation split:
+
+- ``heal``: ``dualdrop.train.heal(pruned, dense, train images)``: KL to the dense network's
+  logits (temperature 2), AdamW with 5% warm-up and a cosine decay; the images only, no label;
+- ``labels``: cross-entropy on the labels, the same optimizer, schedule and steps (``heal``'s
+  loop with the teacher replaced by the labels, so nothing differs but the target).
+
+Recorded per cell: validation and test error, whether every mask is unchanged, the CPU seconds.
+One JSON line per cell to ``--out`` (resumable); ``--tables`` prints the table. ::
+
+    python3 benchmarks/nn_accuracy/heal_mnist.py --net lenet300 \\
+        --ref results/oneshot/ref/lenet300 --data-dir ../shared/mnist --out results/heal/mnist.jsonl
+    python3 benchmarks/nn_accuracy/heal_mnist.py --tables --out results/heal/mnist.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from oneshot_networks import MNISTNet  # noqa: E402
+
+from dualdrop.nn import prune_oneshot  # noqa: E402
+from dualdrop.nn.oneshot import prune_structured  # noqa: E402
+from dualdrop.train import heal  # noqa: E402
+
+CELLS = {"lenet300": ["0.05", "2:4"], "lenet5": ["params:18224"]}
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _Labels(nn.Module):
+    """A 'teacher' that returns the one-hot labels of a batch as logits scaled so that the KL
+    at temperature 1 is the cross-entropy: the batch carries ``(images, labels)`` and the
+    forward reads the labels (the ``labels`` way: heal's loop, the labels as the target)."""
+
+    def forward(self, y):
+        return torch.log(F.one_hot(y, 10).float().clamp_min(1e-30))
+
+
+def pruned(net, spec, target):
+    dense = net.load().eval()
+    m = copy.deepcopy(dense)
+    if spec == "lenet5":
+        res = prune_structured(m, list(net.calib.split(128)), "ziplm",
+                               granularity=("channel", "neuron"), allocation="uniform",
+                               target_params=int(target.split(":")[1]), progress=False)
+        return dense, res.compact(net.Xte[:128]), None
+    kw = {"pattern": target} if ":" in target else {"target_density": float(target)}
+    method, alloc = ("sparsegpt", "uniform") if ":" in target else ("admm", "penalty")
+    res = prune_oneshot(m, net.calib, method, allocation=alloc, progress=False, **kw)
+    return dense, m, res.masks
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--net", choices=list(CELLS), default="lenet300")
+    ap.add_argument("--ref", default=None)
+    ap.add_argument("--data-dir", default="../shared/mnist")
+    ap.add_argument("--targets", nargs="+", default=None)
+    ap.add_argument("--ways", nargs="+", default=["heal", "labels"])
+    ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3])
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=2.0, help="heal's KL temperature")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--calib", type=int, default=1024)
+    ap.add_argument("--out", default="results/heal/mnist.jsonl")
+    ap.add_argument("--tables", action="store_true")
+    args = ap.parse_args(argv)
+    if args.tables:
+        return tables(args.out)
+    torch.set_num_threads(1)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    done = {json.loads(line)["key"] for line in open(args.out)} if os.path.exists(args.out) \
+        else set()
+    net = MNISTNet(Path(args.ref or f"results/oneshot/ref/{args.net}"), args.data_dir, args.calib)
+    for target in args.targets or CELLS[args.net]:
+        base = None
+        for way in args.ways:
+            for lr in args.lrs:
+                key = json.dumps([args.net, target, way, lr, args.epochs, args.calib]
+                                 + ([args.temperature, args.batch_size]
+                                    if (args.temperature, args.batch_size) != (2.0, 128) else []))
+                if key in done:
+                    continue
+                if base is None:
+                    base = pruned(net, args.net, target)
+                dense, student, masks = (base[0], copy.deepcopy(base[1]),
+                                         copy.deepcopy(base[2]))
+                before = net.errors(student)
+                c0 = cpu()
+                if way == "heal":
+                    heal(student, dense, net.Xtr, epochs=args.epochs,
+                         batch_size=args.batch_size, lr=lr, masks=masks, loss="kl",
+                         temperature=args.temperature, progress=False)
+                else:
+                    pairs = list(zip(net.Xtr.split(args.batch_size),
+                                     net.ytr.split(args.batch_size)))
+                    heal(student, _Labels(), pairs, epochs=args.epochs, lr=lr, masks=masks,
+                         loss="kl", temperature=1.0, forward_fn=_feed, progress=False)
+                secs = cpu() - c0
+                after = net.errors(student)
+                kept = None
+                if masks is not None:
+                    named = dict(student.named_parameters())
+                    kept = all(torch.equal(named[n].detach() != 0, m) for n, m in masks.items())
+                row = {"key": key, "net": args.net, "target": target, "way": way, "lr": lr,
+                       "epochs": args.epochs, "temperature": args.temperature,
+                       "batch_size": args.batch_size, "val_before": before["val"],
+                       "test_before": before["test"], "val": after["val"], "test": after["test"],
+                       "masks_unchanged": kept, "cpu_s": secs,
+                       "params": sum(int((p != 0).sum()) for p in student.parameters()),
+                       "dense_test": net.errors(dense)["test"], "load": os.getloadavg()[0]}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+
+
+def _feed(model, batch):
+    """The ``labels`` way's forward: images to the student, labels to the label 'teacher'."""
+    x, y = batch
+    return model(y) if isinstance(model, _Labels) else model(x)
+
+
+def tables(path):
+    rows = [json.loads(line) for line in open(path)]
+    best = {}
+    for r in rows:
+        k = (r["net"], r["target"], r["way"], r["epochs"], r.get("batch_size", 128))
+        if k not in best or r["val"] < best[k]["val"]:
+            best[k] = r
+    print("| network | target | training | epochs | batch | lr, T (by validation) | test before "
+          "| test after | masks unchanged | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for k in sorted(best):
+        r = best[k]
+        t = "" if r["way"] == "labels" else f", T={r.get('temperature', 2.0):g}"
+        print(f"| {r['net']} | {r['target']} | {r['way']} | {r['epochs']} | "
+              f"{r.get('batch_size', 128)} | {r['lr']:g}{t} | "
+              f"{100 * r['test_before']:.2f}% | {100 * r['test']:.2f}% | "
+              f"{'' if r['masks_unchanged'] is None else r['masks_unchanged']} | "
+              f"{r['cpu_s']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
