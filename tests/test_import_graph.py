@@ -22,12 +22,6 @@ MAX_LINES = 650
 #: cycles still present while their owners finish breaking them (each one named; a new cycle, or
 #: one of these grown by another module, fails the test). Remove an entry when its cycle is gone.
 ALLOWED_CYCLES: set[frozenset[str]] = {
-    # the structured unit methods' base and its kept-set / swap helpers
-    frozenset({"dualdrop.nn.oneshot.methods.structured.base",
-               "dualdrop.nn.oneshot.methods.structured._kept",
-               "dualdrop.nn.oneshot.methods.structured._swaps"}),
-    # the numba kernels and their checks
-    frozenset({"penalties.kernels", "penalties._kernel_checks"}),
     # penalties.curves builds a penalty by name with the catalog's get() in penalties/__init__
     frozenset({"penalties", "penalties.curves"}),
 }

@@ -93,10 +93,10 @@ def register(subparsers) -> None:
                    "into the consumer's bias")
     p.add_argument("--pattern", default=None, metavar="N:M",
                    help="N:M sparsity in every layer instead of --density, e.g. 2:4 or 4:8")
-    p.add_argument("--allocation", default="uniform",
+    p.add_argument("--allocation", default=None,
                    help="how the density is split over layers: uniform (default), global (one "
                    "magnitude threshold), owl (outlier-weighted), penalty (one penalty level); "
-                   "with --granularity: uniform, flap, penalty")
+                   "with --granularity: penalty (default), uniform, flap")
     p.add_argument("--hp", action="append", default=[], metavar="NAME=VALUE",
                    help="a method option (repeatable), e.g. --hp blocksize=64; see "
                    "--list-methods")
@@ -233,6 +233,7 @@ def _check_args(args) -> dict:
         if (args.density is None) == (args.pattern is None):
             raise UsageError("give exactly one of --density D and --pattern N:M")
     job = job_of(args, options, alloc_options)     # the method, budget, allocation: checked
+    args.allocation = job.allocation                # the default of its kind, when not given
     if args.model is not None:
         if args.model_class is None:
             raise UsageError("--model needs --model-class MODULE:CLASS, the class to rebuild the "
@@ -423,7 +424,7 @@ def prune_run(args) -> dict:
     src = _from_run(args) if args.source is not None else _from_model(args)
     net, calib = src["net"], src["calib"]
     settings = {"method": f"oneshot:{args.method}", **src["record"], "density": args.density,
-                "pattern": args.pattern, "allocation": args.allocation,
+                "pattern": args.pattern, "allocation": checked["job"].allocation,
                 "allocation_options": alloc_options, "options": options,
                 "calib": _calib_count(args) or str(Path(args.calib).resolve()),
                 "seed": args.seed,
@@ -454,7 +455,8 @@ def prune_run(args) -> dict:
             release_run_folder(out, remove_folder=not existed)
         raise
     final = {"status": "finished", "method": f"oneshot:{args.method}", **src["final"],
-             "target": res.report.target, "allocation": args.allocation, "options": options,
+             "target": res.report.target, "allocation": res.report.allocation,
+             "options": options,
              "allocation_options": alloc_options, "calib": settings["calib"],
              "seed": args.seed, **oneshot, "objective": res.report.objectives(),
              "finetune_epochs": args.finetune_epochs}
@@ -465,6 +467,7 @@ def prune_run(args) -> dict:
         rep = res.report
         final.update(granularity=args.granularity, params_before=rep.params_before,
                      params_after=rep.params_after, predicted_speedup=rep.predicted_speedup,
+                     measured_speedup=rep.measured_speedup,
                      units={r["layer"]: [r["kept"], r["units"]] for r in rep.layers})
     if args.finetune_epochs:
         final["finetune_seconds"] = _finetune(args, net, res, src["train"], out)
@@ -575,9 +578,10 @@ def run(args) -> int:
     seconds = final.get("oneshot_seconds")
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     if "granularity" in final:
-        sp = final["predicted_speedup"]
+        sp, ms = final["predicted_speedup"], final.get("measured_speedup")
         size = (f"parameters {final['params_before']:,} -> {final['params_after']:,}"
-                + (f" (predicted speed-up {sp:.2f}x)" if sp else ""))
+                + (f" (predicted speed-up {sp:.2f}x" + (f", measured {ms:.2f}x" if ms else "")
+                   + ")" if sp else ""))
     else:
         size = f"{final['nonzero_total']:.4f} nonzero"
     print(f"{final['method']} ({final['target']}, allocation {final['allocation']}): "

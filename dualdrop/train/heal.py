@@ -218,10 +218,12 @@ class _Run:
                     isinstance(i, int) and 0 <= i < len(tb) for i in self.map):
                 raise ValueError(f"block_map must give a teacher block (0..{len(tb) - 1}) for "
                                  f"each of the student's {len(sb)} blocks, got {block_map!r}")
-            for who, chain in (("s", sb), ("t", [tb[i] for i in self.map])):
-                for m in chain:
-                    self.hooks.append(m.register_forward_hook(
-                        lambda mod, a, out, who=who: self.captured[who].append(L.hidden_of(out))))
+            for m in sb:  # the student's blocks run in order
+                self.hooks.append(m.register_forward_hook(
+                    lambda mod, a, out: self.captured["s"].append(L.hidden_of(out))))
+            for i in sorted(set(self.map)):  # the teacher's, kept by index: block_map's order
+                self.hooks.append(tb[i].register_forward_hook(
+                    lambda mod, a, out, i=i: self.captured["t"].append((i, L.hidden_of(out)))))
 
     def close(self):
         for h in self.hooks:
@@ -252,7 +254,8 @@ class _Run:
         mask = token_mask(batch)
         out = {k: v.to(dev) for k, v in (L.targets_of(names, x, mask) if names else
                                           {"out": x.float()}).items()}
-        out["blocks"] = [h.float().to(dev) for h in self.captured["t"]]
+        by_index = dict(self.captured["t"])
+        out["blocks"] = [by_index[i].float().to(dev) for i in self.map] if self.map else []
         self.captured["t"] = []
         if self.cache_on and key is not None:
             if not self.cache:

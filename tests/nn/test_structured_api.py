@@ -113,7 +113,7 @@ def test_bert_heads_and_neurons_compact_equals_masked(method):
     model, calib = tiny_bert(), bert_calib()
     dense = copy.deepcopy(model)
     res = prune_structured(model, calib, method, granularity=("head", "neuron"),
-                           target_density=0.5, progress=False)
+                           target_density=0.5, allocation="uniform", progress=False)
     assert res.report.params_after < res.report.params_before
     assert sum(len(v) for k, v in res.units.items() if "attention" in k) == 4  # 2 of 4 each
     small = res.compact()
@@ -161,7 +161,7 @@ def test_multihead_attention_and_cnn_compact():
     model = MHANet().eval()
     calib = [torch.randn(4, 6, 16) for _ in range(3)]
     res = prune_structured(model, calib, "osscar", granularity=("head", "neuron"),
-                           target_density=0.5, progress=False)
+                           target_density=0.5, allocation="uniform", progress=False)
     small = res.compact()
     x = torch.randn(3, 6, 16)
     assert torch.allclose(outputs(model, x), outputs(small, x), atol=1e-5)
@@ -169,7 +169,7 @@ def test_multihead_attention_and_cnn_compact():
     cnn = small_cnn()
     calib = [torch.randn(8, 3, 16, 16) for _ in range(3)]
     res = prune_structured(cnn, calib, "osscar", granularity=("channel", "neuron"),
-                           target_density=0.5, progress=False)
+                           target_density=0.5, allocation="uniform", progress=False)
     small = res.compact()
     x = torch.randn(2, 3, 16, 16)
     assert torch.allclose(outputs(cnn, x), outputs(small, x), atol=1e-5)
@@ -216,7 +216,7 @@ def test_target_speedup_uses_a_cached_latency_table(tmp_path, monkeypatch):
               "attention_mask": torch.ones(8, 16, dtype=torch.long)}
     res = prune_structured(model, bert_calib(), "flap", granularity=("head", "neuron"),
                            target_speedup=1.3, latency_inputs=inputs,
-                           latency_options={"rounds": 2}, progress=False)
+                           latency_options={"rounds": 2, "measure": False}, progress=False)
     assert res.report.predicted_speedup >= 1.3
     files = list((tmp_path / "latency").glob("*.json"))
     assert len(files) == 1
@@ -227,7 +227,7 @@ def test_target_speedup_uses_a_cached_latency_table(tmp_path, monkeypatch):
     # a second call reads the table (no new file, the same numbers)
     res2 = prune_structured(tiny_bert(), bert_calib(), "flap", granularity=("head", "neuron"),
                             target_speedup=1.3, latency_inputs=inputs,
-                            latency_options={"rounds": 2}, progress=False)
+                            latency_options={"rounds": 2, "measure": False}, progress=False)
     assert res2.latency.dense == table.dense
     assert len(list((tmp_path / "latency").glob("*.json"))) == 1
     assert len(calls) == n_calls                                # nothing measured again

@@ -106,6 +106,8 @@ def test_refusals_leave_both_models_as_given(tmp_path):
             heal(res.model, teacher, X, **{"steps": 5, **kw}, progress=False)
     with pytest.raises(ValueError, match="tokenizer"):
         heal(res.model, teacher, ["some text"], steps=5, progress=False)
+    with pytest.raises(ValueError, match="empty"):
+        heal(res.model, teacher, ["a text", "  "], tokenizer=_Tok(), steps=5, progress=False)
     with pytest.raises(TypeError, match="one-pass"):
         heal(res.model, teacher, (x for x in [X]), steps=5, progress=False)
     with pytest.raises(ValueError, match="teacher is the student"):
@@ -226,7 +228,7 @@ def test_encoder_losses_and_block_matching_with_projection():
         return float(F.cosine_similarity(a, b, -1).mean())
 
     before = cos()
-    out = heal(student, teacher, X, steps=80, lr=1e-2, block_weight=0.5, block_map=[1, 3],
+    out = heal(student, teacher, X, steps=80, lr=1e-2, block_weight=0.5, block_map=[3, 1],
                batch_size=16, progress=False)
     assert out.losses == "auto" and cos() > before and cos() > 0.9
     with pytest.raises(ValueError, match="block_map"):
@@ -335,3 +337,17 @@ def test_torchrun_two_processes_heal_as_one(tmp_path):
     a = torch.load(tmp_path / "one.pt", weights_only=True)
     b = torch.load(tmp_path / "two.pt", weights_only=True)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)  # the rows split, grads summed
+
+
+def test_block_map_pairs_each_student_block_with_its_teacher_block():
+    teacher = _Encoder(3)
+    X = torch.randn(16, 5, 6, generator=torch.Generator().manual_seed(0))
+
+    def first_loss(block_map):
+        out = heal(copy.deepcopy(teacher), teacher, X, steps=1, lr=1e-9, loss="mse",
+                   block_weight=1.0, block_map=block_map, log_every=1, warmup=0,
+                   progress=False)
+        return out.history[0]["loss"]
+
+    assert first_loss([0, 1, 2]) == pytest.approx(0.0, abs=1e-10)  # each block onto itself
+    assert first_loss([2, 1, 0]) > 1e-3  # reversed: blocks 0 and 2 compared across

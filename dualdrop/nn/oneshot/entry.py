@@ -14,7 +14,7 @@ from dualdrop.nn.oneshot.report import OneShotResult, StructuredResult
 
 
 def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | None = None,
-                  pattern=None, allocation: str = "uniform", *, options: dict | None = None,
+                  pattern=None, allocation: str | None = None, *, options: dict | None = None,
                   refit: bool | None = None, allocation_options: dict | None = None,
                   forward_fn=None, include=None, exclude=None, progress: bool = True,
                   sequential: str = "auto", blocks=None, token_mask_fn=None, offload_dir=None,
@@ -22,7 +22,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
                   checkpoint_dir=None, distributed: bool | None = None, granularity=None,
                   target_params: int | None = None, target_speedup: float | None = None,
                   bias_compensation: bool | None = None, latency_inputs=None,
-                  latency_options: dict | None = None):
+                  latency_options: dict | None = None, calibration_sharded: bool = False):
     """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
 
     ``granularity=None`` (or ``"weight"``) prunes single weights (below); ``"neuron"``,
@@ -31,7 +31,8 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     ``StructuredResult``, ``res.compact()`` the smaller model): ``method`` one of its methods
     (default ``"osscar"``), the budget ``target_density`` (of the prunable parameters),
     ``target_params`` or ``target_speedup`` (measured: ``latency_inputs``,
-    ``latency_options``), ``allocation`` ``"uniform"`` / ``"flap"`` / ``"penalty"``,
+    ``latency_options``), ``allocation`` ``"penalty"`` (the default for units) / ``"uniform"``
+    / ``"flap"``,
     ``bias_compensation`` (default True); docs/oneshot.md "Smaller and faster: structured
     one-shot". The arguments of the other kind (``pattern=``, the activation cache on disk,
     ``checkpoint_dir``, ``distributed=True`` for units; the unit budgets for weights) are
@@ -50,7 +51,8 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     - ``target_density``: the fraction kept of the prunable weights of the pruned layers (for
       single weights, every weight of those layers; for units, the producer rows and consumer
       columns of their unit groups), split over them
-      by ``allocation`` (``"uniform"``, ``"global"``, ``"owl"``, ``"penalty"``;
+      by ``allocation`` (``"uniform"``: the default for weights, ``"global"``, ``"owl"``,
+      ``"penalty"``;
       ``allocation_options`` its options, see ``allocation``); or ``pattern="2:4"`` / ``"4:8"``
       (N:M in every layer; allocation must then be uniform).
     - ``options``: the method's options (``refit=True``: least squares on each row's support
@@ -70,7 +72,10 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     - ``distributed``: under ``torchrun`` (``None``: whenever a process group of two or more
       ranks is initialized) the calibration batches are split over the ranks, the Grams summed
       and a stage's layers solved on different ranks (``distributed``); every rank ends with the
-      same pruned model.
+      same pruned model. Every rank must be given every batch (the ranks compare their batches
+      before the first pass and refuse differing ones); ``calibration_sharded=True`` says that
+      each rank holds its own shard instead (a ``DistributedSampler``'s): each rank then feeds
+      all of its batches.
 
     Returns a :class:`OneShotResult`: the model (exact zeros), the ``Report`` (``report``)
     and the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
@@ -87,13 +92,13 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
                    cache_memory_mb=cache_memory_mb, gram_precision=gram_precision,
                    checkpoint_dir=checkpoint_dir, distributed=distributed,
                    bias_compensation=bias_compensation, latency_inputs=latency_inputs,
-                   latency_options=latency_options)
+                   latency_options=latency_options, calibration_sharded=calibration_sharded)
     return _run.run(job, model, calib)
 
 
 def prune_structured(model: nn.Module, calib, method, *, granularity,
                      target_density: float | None = None, target_params: int | None = None,
-                     target_speedup: float | None = None, allocation: str = "uniform",
+                     target_speedup: float | None = None, allocation: str | None = None,
                      options: dict | None = None, allocation_options: dict | None = None,
                      bias_compensation: bool = True, target: str = "pruned",
                      forward_fn=None, include=None,
@@ -112,12 +117,14 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
       "neuron")``, ``"head+neuron"``).
     - The budget, one of: ``target_density`` (fraction of the prunable parameters kept: the
       units' producer rows and consumer columns), ``target_params`` (parameters of the whole
-      pruned model), ``target_speedup`` (the model's time over the pruned model's, predicted by
-      a latency table measured on ``latency_inputs``, default the first calibration batch;
-      ``latency_options``: ``threads`` (1), ``clock`` (``"wall"``, or ``"cpu"`` on a busy
-      machine), ``rounds`` (5), ``cache`` (True); ``latency_table``).
-    - ``allocation``: ``"uniform"``, ``"flap"`` or ``"penalty"`` (``unit_allocation``);
-      ``allocation_options`` its options.
+      pruned model), ``target_speedup`` (the model's time over the pruned model's on
+      ``latency_inputs``, default the first calibration batch: predicted by a latency table,
+      then measured on the compact model and the allocation corrected until within 5% of the
+      target, or the closest try kept with a warning; ``latency_options``: ``threads`` (1),
+      ``clock`` (``"wall"``, or ``"cpu"`` on a busy machine), ``rounds`` (5), ``cache``
+      (True), ``measure`` (True; False keeps the prediction); ``latency_table``).
+    - ``allocation``: ``"penalty"`` (None: the default, the best measured), ``"uniform"`` or
+      ``"flap"`` (``unit_allocation``); ``allocation_options`` its options.
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
       bias, the kept weights fit on centred inputs (every method; a consumer without a bias
       is pruned without).

@@ -45,7 +45,7 @@ from penalties.checks import check_float, check_int
 CALIB_BATCH = 128
 
 #: the options of the latency table of a ``target_speedup`` budget and their defaults
-LATENCY_DEFAULTS = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True}
+LATENCY_DEFAULTS = {"threads": 1, "clock": "wall", "rounds": 5, "cache": True, "measure": True}
 
 
 @dataclass
@@ -76,6 +76,7 @@ class Job:
     gram_precision: str = "auto"
     checkpoint_dir: object = None
     distributed: bool | None = None
+    calibration_sharded: bool = False
     bias_compensation: bool | None = None
     target: str | None = None
     latency_options: dict | None = None
@@ -94,7 +95,7 @@ class Job:
 
 
 def make_job(method=None, target_density: float | None = None, pattern=None,
-             allocation: str = "uniform", *, granularity=None, target_params: int | None = None,
+             allocation: str | None = None, *, granularity=None, target_params: int | None = None,
              target_speedup: float | None = None, options: dict | None = None,
              refit: bool | None = None, allocation_options: dict | None = None, forward_fn=None,
              include=None, exclude=None, progress: bool = True, sequential: str = "auto",
@@ -102,17 +103,23 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
              cache_memory_mb: float | None = None, gram_precision: str = "auto",
              checkpoint_dir=None, distributed: bool | None = None,
              bias_compensation: bool | None = None, target: str | None = None,
-             latency_inputs=None, latency_options: dict | None = None) -> Job:
+             latency_inputs=None, latency_options: dict | None = None,
+             calibration_sharded: bool = False) -> Job:
     """The :class:`Job` of these arguments (those of ``prune_oneshot``, plus ``target`` of
     ``prune_structured``), every one checked: a ``TypeError`` / ``ValueError`` names a bad one
-    and says what to give instead."""
+    and says what to give instead. ``allocation=None``: ``"uniform"`` for single weights,
+    ``unit_allocation.DEFAULT_ALLOCATION`` for units."""
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
     if forward_fn is not None and not callable(forward_fn):
         raise TypeError("forward_fn must be callable as forward_fn(model, batch)")
     common = dict(include=include, exclude=exclude, forward_fn=forward_fn,
                   token_mask_fn=token_mask_fn, progress=progress, sequential=sequential,
-                  blocks=blocks, gram_precision=gram_precision)
+                  blocks=blocks, gram_precision=gram_precision,
+                  calibration_sharded=calibration_sharded)
+    if not isinstance(calibration_sharded, bool):
+        raise TypeError(f"calibration_sharded must be True or False, got "
+                        f"{calibration_sharded!r}")
     if granularity is None or granularity == "weight":
         for name, v in (("target_params", target_params), ("target_speedup", target_speedup),
                         ("bias_compensation", bias_compensation), ("target", target),
@@ -136,9 +143,9 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
             raise ValueError(f"{name}= is not available for structured pruning "
                              f"(granularity={g!r}): drop it (the activations are kept in "
                              "memory, block by block)")
-    if distributed:
-        raise ValueError(f"distributed=True is not available for structured pruning "
-                         f"(granularity={g!r}); leave it None or False")
+    if distributed or calibration_sharded:
+        raise ValueError(f"distributed=True and calibration_sharded=True are not available "
+                         f"for structured pruning (granularity={g!r}); leave them unset")
     return _units_job(method, granularity, target_density, target_params, target_speedup,
                       allocation, method_options(options, refit), allocation_options,
                       True if bias_compensation is None else bias_compensation,
@@ -150,6 +157,7 @@ def _weights_job(method, target_density, pattern, allocation, options, refit,
                  allocation_options, offload_dir, cache_memory_mb, checkpoint_dir, distributed,
                  common) -> Job:
     method = "sparsegpt" if method is None else method
+    allocation = "uniform" if allocation is None else allocation
     if refit is not None and isinstance(method, OneShotMethod):
         raise ValueError("method is a built OneShotMethod: set refit in its constructor")
     opts = method_options(options, refit)
@@ -175,6 +183,7 @@ def _units_job(method, granularity, target_density, target_params, target_speedu
                options, allocation_options, bias_compensation, target, latency_inputs,
                latency_options, common) -> Job:
     method = "osscar" if method is None else method
+    allocation = unit_allocation.DEFAULT_ALLOCATION if allocation is None else allocation
     meth = get_unit_method(method, **options)
     kinds = check_granularity(granularity)
     budget = unit_budget(target_density, target_params, target_speedup)
@@ -269,8 +278,9 @@ def latency_options_of(opts) -> dict:
     if out["threads"] is not None:
         out["threads"] = check_int("latency_options threads", out["threads"], low=1)
     out["rounds"] = check_int("latency_options rounds", out["rounds"], low=1)
-    if not isinstance(out["cache"], bool):
-        raise TypeError("latency_options cache must be True or False")
+    for k in ("cache", "measure"):
+        if not isinstance(out[k], bool):
+            raise TypeError(f"latency_options {k} must be True or False")
     return out
 
 

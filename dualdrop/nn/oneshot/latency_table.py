@@ -18,12 +18,23 @@ process's CPU time (``clock="cpu"``). The table is built once
 per machine, model shapes, thread count and torch version, and cached as JSON under
 ``$DUALDROP_CACHE_DIR`` (default ``~/.cache/dualdrop``)``/latency/`` (written to a temporary
 name, then moved into place).
+
+**Measured, then corrected.** The prediction sums parts timed alone; the whole compact model
+may save more (or less) than they do, and more so at other batch shapes. So a
+``target_speedup`` budget is checked on the model itself (:func:`meet_measured`): the
+allocation's counts are applied to a copy (which units of a layer go does not change its time),
+the copy is compacted (``dualdrop.nn.compact``) and timed against the model on the same inputs
+(:func:`measured_speedup`), and the speed-up the allocation aims for is corrected (a secant on
+``log`` asked against ``log`` measured) until the measured one is within ``tol`` (5%) of the
+target, or the closest of at most ``max_rounds`` (4) tries is kept and said.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import math
 import os
 import platform
 import tempfile
@@ -36,6 +47,7 @@ from torch import nn
 
 from dualdrop.nn._layers import conv1d_class, is_conv1d
 from dualdrop.nn._timing import interleaved, torch_threads
+from dualdrop.nn.compact import compact
 
 VERSION = 2   # 2: the finer grid of ``k`` (tables of version 1 are measured again)
 
@@ -291,3 +303,73 @@ def _write(path: str, blob: dict) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def measured_speedup(model, groups, counts: dict, inputs, forward_fn, *, threads: int | None = 1,
+                     clock: str = "wall", rounds: int = 5) -> float:
+    """The model's time over that of its compact copy keeping ``counts[name]`` units of each
+    group (the last ones of each group removed: the time does not depend on which), on
+    ``inputs``, interleaved rounds, medians (module docstring). ``model`` is left as it is."""
+    small, copies = copy.deepcopy((model, groups))
+    for g in copies:
+        if counts[g.name] < g.n_units:
+            g.zero_parts(range(counts[g.name], g.n_units))
+    small = compact(small.eval(), inputs, verify=False)
+    with torch_threads(threads), torch.no_grad():
+        t = interleaved({"model": lambda: forward_fn(model, inputs),
+                         "compact": lambda: forward_fn(small, inputs)},
+                        rounds=rounds, warmup=1, clock=clock)
+    return float(np.median(t["model"]) / max(float(np.median(t["compact"])), 1e-12))
+
+
+@dataclass
+class SpeedupFit:
+    """What :func:`meet_measured` found: the ``counts`` kept, their ``predicted`` and
+    ``measured`` speed-ups, whether the measured one is within the tolerance (``met``), and
+    every try as ``(asked, predicted, measured)``."""
+
+    counts: dict
+    predicted: float
+    measured: float
+    met: bool
+    tries: list
+
+
+def meet_measured(target: float, allocate, predict, measure, *, tol: float = 0.05,
+                  max_rounds: int = 4) -> SpeedupFit:
+    """Counts whose *measured* speed-up is within ``tol`` of ``target`` (module docstring):
+    ``allocate(s)`` the counts of an allocation aiming at the predicted speed-up ``s`` (a
+    ``ValueError`` when no allocation reaches it), ``predict(counts)`` their predicted speed-up,
+    ``measure(counts)`` their measured one. The first try asks for ``target`` itself; each next
+    one corrects the asked speed-up by the secant of the last two tries in ``log``-``log`` (by
+    the ratio target / measured after one try); the closest try is returned."""
+    asked, tries, best = float(target), [], None
+    for _ in range(max_rounds):
+        try:
+            counts = allocate(asked)
+        except ValueError:
+            break                          # asked beyond one unit per layer: keep the closest
+        if best is not None and counts == best.counts:
+            break
+        meas, pred = float(measure(counts)), float(predict(counts))
+        tries.append((asked, pred, meas))
+        fit = SpeedupFit(dict(counts), pred, meas, abs(meas / target - 1) <= tol, tries)
+        if best is None or abs(math.log(meas / target)) < abs(math.log(best.measured / target)):
+            best = fit
+        if fit.met:
+            break
+        step = 1.0
+        if len(tries) >= 2:
+            (a0, _, m0), (a1, _, m1) = tries[-2], tries[-1]
+            if a0 != a1 and m0 > 0 and m1 > 0 and m0 != m1:
+                slope = math.log(m1 / m0) / math.log(a1 / a0)
+                step = slope if slope > 0.1 else 1.0
+        new = max(1.0, math.exp(math.log(asked) + math.log(target / meas) / step))
+        if abs(new - asked) <= 1e-6 * asked:
+            break
+        asked = new
+    if best is None:
+        raise ValueError(f"no allocation reaches a predicted speed-up of {target:g}x")
+    best.tries = tries
+    return best
+

@@ -37,8 +37,8 @@ class Report:
     when the call began: the model, the data, the libraries; ``peak_mb - start_mb`` is what
     pruning added), ``density`` (the fraction kept of the prunable weights of the pruned
     layers, the set ``target_density`` counts); for units also the model's parameters before
-    and after, the prunable ones (``prunable``) and the predicted speed-up of a latency
-    table."""
+    and after, the prunable ones (``prunable``), and the speed-up a latency table predicted
+    and the one measured on the compact model (``measured_speedup``, when measured)."""
 
     method: str
     allocation: str
@@ -54,6 +54,7 @@ class Report:
     params_after: int = 0
     prunable: int = 0
     predicted_speedup: float | None = None
+    measured_speedup: float | None = None
 
     @property
     def density(self) -> float:
@@ -75,7 +76,8 @@ class Report:
                "skipped": [list(s) for s in self.skipped]}
         if self.what == "units":
             out.update(params_before=self.params_before, params_after=self.params_after,
-                       prunable=self.prunable, predicted_speedup=self.predicted_speedup)
+                       prunable=self.prunable, predicted_speedup=self.predicted_speedup,
+                       measured_speedup=self.measured_speedup)
         else:
             out["pipeline"] = dict(self.pipeline)
         return out
@@ -105,6 +107,8 @@ class Report:
     def _format_units(self) -> str:
         sp = (f", predicted speed-up {self.predicted_speedup:.2f}x"
               if self.predicted_speedup else "")
+        if self.measured_speedup:
+            sp += f", measured {self.measured_speedup:.2f}x"
         head = (f"structured one-shot {self.method}, {self.target}, allocation "
                 f"{self.allocation}: parameters {self.params_before:,} -> "
                 f"{self.params_after:,}{sp}, {self.seconds:.1f} s")

@@ -24,10 +24,11 @@ import numpy as np
 import torch
 
 from dualdrop.nn._layers import is_conv1d
-from dualdrop.nn.oneshot.latency_table import LatencyTable, build_table
+from dualdrop.nn.oneshot.latency_table import (LatencyTable, build_table, measured_speedup,
+                                               meet_measured)
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.structured import UnitProblem
-from dualdrop.nn.oneshot.unit_allocation import CostModel, allocate_units
+from dualdrop.nn.oneshot.unit_allocation import CostModel, allocate_units, lopsided
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup
 from dualdrop.nn.oneshot.walker import calibration_mode, default_forward, token_mask
 
@@ -173,9 +174,10 @@ def model_inputs(batch):
 
 def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCount,
                        n_params: int, grams) -> tuple[dict, str, LatencyTable | None]:
-    """``(counts, description, latency table)``: the units each consumer keeps under the
-    job's budget (``unit_allocation``), the budget in words, and the latency table of a
-    ``target_speedup`` budget. ``grams()`` gives the dense model's Grams (asked for only by
+    """``(counts, description, latency table, measured speed-up)``: the units each consumer
+    keeps under the job's budget (``unit_allocation``), the budget in words, the latency table
+    of a ``target_speedup`` budget and the compact model's measured speed-up (the counts
+    corrected toward it: ``latency_table.meet_measured``; None unless measured). ``grams()`` gives the dense model's Grams (asked for only by
     the allocations that measure the layers: ``flap``, ``penalty``).
 
     The budget is a ceiling on a cost of the kept units: the parameters of the whole model
@@ -190,8 +192,8 @@ def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCoun
         lat_in = model_inputs(first) if job.latency_inputs is None else job.latency_inputs
         lat_fwd = (lambda m, x: fwd(m, x)) if job.latency_inputs is None \
             and job.forward_fn is not None else (lambda m, x: default_forward(m, x))
-        table = build_table(model, groups, lat_in, lat_fwd, progress=job.progress,
-                            **job.latency_options)
+        lat_opts = {k: v for k, v in job.latency_options.items() if k != "measure"}
+        table = build_table(model, groups, lat_in, lat_fwd, progress=job.progress, **lat_opts)
         cost = CostModel(names, sizes, table.predicted, what="seconds")
         budget = table.dense / bval
         prices = {g.name: np.full(g.n_units, (table.part(g.name, g.n_units)
@@ -219,7 +221,26 @@ def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCoun
         del G
     counts = allocate_units(job.allocation, cost, budget, problems, prices,
                             **job.allocation_options)
-    return counts, desc, table
+    measured = None
+    if table is not None and job.latency_options["measure"]:
+        fit = meet_measured(
+            bval, lambda s: counts if s == bval else allocate_units(
+                job.allocation, cost, table.dense / s, problems, prices,
+                **job.allocation_options),
+            table.speedup, lambda c: measured_speedup(
+                model, groups, c, lat_in, lat_fwd, threads=lat_opts["threads"],
+                clock=lat_opts["clock"], rounds=lat_opts["rounds"]))
+        counts, measured = fit.counts, fit.measured
+        if not fit.met:
+            warnings.warn(f"target_speedup={bval:g}: the closest measured speed-up is "
+                          f"{fit.measured:.2f}x (predicted {fit.predicted:.2f}x; tries asked / "
+                          "predicted / measured: " + ", ".join(
+                              f"{a:.2f}/{p:.2f}/{m:.2f}" for a, p, m in fit.tries) + ")",
+                          UserWarning, stacklevel=4)
+    note = lopsided(counts, dict(zip(names, sizes)), {g.name: g.kind for g in groups})
+    if note:
+        warnings.warn(note, UserWarning, stacklevel=4)
+    return counts, desc, table, measured
 
 
 def unit_masks(groups) -> dict:

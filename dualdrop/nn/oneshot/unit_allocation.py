@@ -23,8 +23,13 @@ at least one unit per consumer and returns the largest counts it finds under the
   penalty ``alpha_l = level * energy_l`` (weights the unit prices) runs on every layer's Gram
   (``methods.structured.penalty``): the level runs down a geometric path, every layer's fit
   warm-started, until the kept units' cost reaches the budget, and the last bracket is
-  bisected. ``normalize="energy"`` (default) compares the layers' errors relative to their
-  output energy, ``"none"`` as they are (consumers that write into one residual stream).
+  bisected. ``normalize="none"`` (default) compares the layers' errors as they are (what
+  adds up when consumers write into one residual stream), ``"energy"`` relative to each
+  layer's output energy (on all-MiniLM-L6-v2 this kept every head and emptied an FFN, and lost
+  to ``"none"`` by 2.7 points of cosine on held-apart text: benchmarks/RESULTS.md).
+
+``"penalty"`` is the default (:data:`DEFAULT_ALLOCATION`): the best measured setting on
+all-MiniLM-L6-v2, GPT-2 and LeNet-5 (benchmarks/RESULTS.md, "Structured one-shot").
 """
 
 from __future__ import annotations
@@ -40,13 +45,16 @@ from dualdrop.nn.oneshot.methods.structured.penalty import Scaled, UnitPath, res
 from penalties.checks import check_float, check_int
 
 ALLOCATIONS = ("uniform", "flap", "penalty")
+#: the allocation ``prune_structured`` uses when none is given: the best of the measured
+#: tables (benchmarks/RESULTS.md, "Structured one-shot")
+DEFAULT_ALLOCATION = "penalty"
 
 #: options of each allocation and their defaults
 ALLOCATION_DEFAULTS = {
     "uniform": {},
     "flap": {},
     "penalty": {"penalty": "l0", "penalty_params": None, "ratio": 0.7, "tol": 3e-3,
-                "max_epochs": 50, "refine": 8, "damp": 1e-3, "normalize": "energy"},
+                "max_epochs": 50, "refine": 8, "damp": 1e-3, "normalize": "none"},
 }
 
 
@@ -110,6 +118,32 @@ def allocate_units(kind: str, cost: CostModel, budget: float, problems=None, pri
     if kind == "flap":
         return _flap(cost, budget, problems)
     return _penalty(cost, budget, problems, prices, **opts)
+
+
+#: a layer keeping at most this fraction of its units is "nearly emptied" (:func:`lopsided`)
+EMPTIED = 0.1
+
+
+def lopsided(counts: dict, sizes: dict, kinds: dict) -> str | None:
+    """A warning when the budget was spent badly: every unit of one kind kept (every head)
+    while a layer of another kind keeps at most :data:`EMPTIED` of its units (an FFN nearly
+    emptied); the model then pays the whole budget on one kind of unit, which the measured
+    tables of docs/oneshot.md found the worst use of it. None when the counts are even."""
+    by_kind: dict = {}
+    for n, k in kinds.items():
+        by_kind.setdefault(k, []).append(n)
+    full = [k for k, ns in by_kind.items() if all(counts[n] >= sizes[n] for n in ns)]
+    for k in full:
+        starved = [n for kk, ns in by_kind.items() if kk != k for n in ns
+                   if counts[n] <= EMPTIED * sizes[n]]
+        if starved:
+            shown = ", ".join(f"{n} keeps {counts[n]}/{sizes[n]}" for n in starved[:3])
+            return (f"the allocation kept every {k} while {len(starved)} layer(s) of other "
+                    f"units are nearly emptied ({shown}{', ...' if len(starved) > 3 else ''})"
+                    "; such a model is usually much worse than an even one: try "
+                    "allocation='uniform', or allocation='penalty' with allocation_options="
+                    "{'normalize': 'none'}")
+    return None
 
 
 def _uniform(cost, budget):
