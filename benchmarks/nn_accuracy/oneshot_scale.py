@@ -132,9 +132,9 @@ def cell_llama(a):
                                   offload_dir=a.offload_dir, cache_memory_mb=a.cache_mb,
                                   exclude=a.exclude or None, **_target_kwargs(a.target))
     return {"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0,
-            "peak_mb": rep["peak_mb"], "start_mb": rep["start_mb"], "density": rep["density"],
-            "block_seconds": [b["seconds"] for b in rep["block_info"]],
-            "block_peak_mb": [b["peak_mb"] for b in rep["block_info"]],
+            "peak_mb": rep.peak_mb, "start_mb": rep.start_mb, "density": rep.density,
+            "block_seconds": [b["seconds"] for b in rep.pipeline["block_info"]],
+            "block_peak_mb": [b["peak_mb"] for b in rep.pipeline["block_info"]],
             "tokens": a.batches * a.batch * a.seq, "load": _load()}
 
 
@@ -247,27 +247,32 @@ def cmd_dist(a):
 
 
 def cmd_llama_write(a):
-    """A random Llama-shaped checkpoint, written shard by shard (never whole in memory)."""
+    write_llama(LLAMA_1B, a.dir)
+
+
+def write_llama(config: dict, folder, shard_mb=512):
+    """A random Llama-shaped checkpoint of ``LlamaConfig(**config)`` in ``folder``, written
+    shard by shard (never whole in memory)."""
     import torch
     import transformers
     from accelerate import init_empty_weights
     from safetensors.torch import save_file
 
-    cfg = transformers.LlamaConfig(**LLAMA_1B)
+    cfg = transformers.LlamaConfig(**config)
     with init_empty_weights():
         model = transformers.LlamaForCausalLM(cfg)
-    os.makedirs(a.dir, exist_ok=True)
+    os.makedirs(folder, exist_ok=True)
     cfg.architectures = ["LlamaForCausalLM"]
-    cfg.save_pretrained(a.dir)
+    cfg.save_pretrained(folder)
     g = torch.Generator().manual_seed(0)
-    shards, weight_map, total, cur = {}, {}, 0, {}
+    weight_map, total, cur = {}, 0, {}
     names = [(n, p.shape) for n, p in model.named_parameters()]
     n_params = sum(int(torch.Size(s).numel()) for _, s in names)
-    print(f"{n_params / 1e9:.2f}B parameters, {4 * n_params / 2**30:.1f} GiB in float32")
+    print(f"{n_params / 1e9:.2f}B parameters, {4 * n_params / 2**30:.2f} GiB in float32")
 
     def flush(k):
         name = f"model-{k:05d}.safetensors"
-        save_file(cur, os.path.join(a.dir, name), metadata={"format": "pt"})
+        save_file(cur, os.path.join(folder, name), metadata={"format": "pt"})
         for n in cur:
             weight_map[n] = name
         cur.clear()
@@ -280,14 +285,15 @@ def cmd_llama_write(a):
             t = torch.randn(shape, generator=g) * 0.02
         cur[n] = t
         total += t.numel() * 4
-        if sum(v.numel() for v in cur.values()) * 4 > 512 * 2**20:
+        if sum(v.numel() for v in cur.values()) * 4 > shard_mb * 2**20:
             flush(k)
             k += 1
     if cur:
         flush(k)
-    with open(os.path.join(a.dir, "model.safetensors.index.json"), "w") as f:
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
-    print("written", a.dir)
+    print("written", folder)
+    return total
 
 
 def cmd_llama(a):

@@ -154,7 +154,7 @@ def test_a_density_that_keeps_no_weight_is_said_from_memory_and_from_disk(tmp_pa
     with pytest.warns(UserWarning, match="no weight at all"):
         report = prune_oneshot_from_disk(tmp_path / "src", calib, "magnitude", tmp_path / "out",
                                          target_density=1e-9, progress=False)
-    assert all(r["kept"] == r["shape"][0] for r in report["layers"])
+    assert all(r["kept"] == r["shape"][0] for r in report.layers)
 
 
 @pytest.mark.parametrize("make,why", [

@@ -291,7 +291,7 @@ def test_pruning_from_disk_equals_pruning_in_memory(make, tmp_path):
     prune_oneshot(ref, calib, "sparsegpt", target_density=0.5, progress=False)
     report = prune_oneshot_from_disk(tmp_path / "src", calib, "sparsegpt", tmp_path / "out",
                                      target_density=0.5, progress=False, cache_memory_mb=0)
-    assert report["density"] == pytest.approx(0.5, abs=1e-3)
+    assert report.density == pytest.approx(0.5, abs=1e-3)
     back = type(model).from_pretrained(tmp_path / "out")
     assert max_diff(ref, back) == 0.0
     assert not (tmp_path / "out" / ".oneshot-progress").exists()
@@ -369,9 +369,17 @@ DIST_SCRIPT = textwrap.dedent("""
     model = transformers.LlamaForCausalLM(cfg)
     g = torch.Generator().manual_seed(1)
     calib = [{"input_ids": torch.randint(0, 100, (4, 16), generator=g)} for _ in range(5)]
-    res = prune_oneshot(model, calib, sys.argv[2], target_density=0.5, progress=False)
     rank = dist.get_rank() if on else 0
-    torch.save({"state": model.state_dict(), "rows": res.report.layers},
+    refused = ""
+    if on and sys.argv[3:] == ["shards"]:  # each rank its own shard, as a DistributedSampler
+        calib = calib[rank::dist.get_world_size()]
+        try:
+            prune_oneshot(model, calib, sys.argv[2], target_density=0.5, progress=False)
+        except ValueError as e:
+            refused = str(e)
+    res = prune_oneshot(model, calib, sys.argv[2], target_density=0.5, progress=False,
+                        calibration_sharded=bool(refused))
+    torch.save({"state": model.state_dict(), "rows": res.report.layers, "refused": refused},
                f"{sys.argv[1]}.{rank}.pt")
     if on:
         dist.destroy_process_group()
@@ -379,8 +387,12 @@ DIST_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["sparsegpt", "admm"])
-def test_two_gloo_processes_prune_as_one(tmp_path, method):
+@pytest.mark.parametrize("method, shards", [("sparsegpt", ""), ("admm", ""),
+                                            ("sparsegpt", "shards")])
+def test_two_gloo_processes_prune_as_one(tmp_path, method, shards):
+    """Every rank given every batch, or (``shards``) each rank its own shard: refused without
+    ``calibration_sharded=True`` (the ranks compare their batches), pruned as one process
+    with it."""
     script = tmp_path / "dist.py"
     script.write_text(DIST_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -388,12 +400,18 @@ def test_two_gloo_processes_prune_as_one(tmp_path, method):
                          capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", "29533", str(script), str(tmp_path / "two"), method],
+                          "--master_port", "29533", str(script), str(tmp_path / "two"), method,
+                          *([shards] if shards else [])],
                          env=env, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stderr[-2000:]
     ref = torch.load(tmp_path / "one.0.pt", weights_only=True)
     for rank in (0, 1):
         got = torch.load(tmp_path / f"two.{rank}.pt", weights_only=True)
+        if shards:
+            assert "give every rank every batch" in got["refused"]
+            assert "rank 0: 3 batches" in got["refused"] and "rank 1: 2 batches" in got["refused"]
+        else:
+            assert got["refused"] == ""
         for k, v in ref["state"].items():
             assert torch.allclose(v, got["state"][k], rtol=1e-5, atol=1e-6), (rank, k)
         assert [r["layer"] for r in got["rows"]] == [r["layer"] for r in ref["rows"]]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from dualdrop.nn.oneshot.pipeline import _get, _hidden_of, _hidden_slot, _like
+from dualdrop.nn.oneshot.blocks import hidden_of, hidden_slot, shaped_like, slot_get
 from dualdrop.nn.oneshot.walker import default_forward, token_mask
 
 METRICS = ("cosine", "reconstruction")
@@ -104,7 +104,7 @@ def _main_tensor(out) -> torch.Tensor:
         v = out.get(key) if isinstance(out, dict) else getattr(out, key, None)
         if isinstance(v, torch.Tensor):
             return v
-    return _hidden_of(out)
+    return hidden_of(out)
 
 
 @torch.no_grad()
@@ -132,13 +132,13 @@ def _cosine(model, chain, calib, fwd) -> list[float]:
 
     def pre(i):
         def hook(mod, args, kwargs):
-            slot = _hidden_slot(args, kwargs)
-            state[i] = None if slot is None else _get(args, kwargs, slot)
+            slot = hidden_slot(args, kwargs)
+            state[i] = None if slot is None else slot_get(args, kwargs, slot)
         return hook
 
     def post(i):
         def hook(mod, args, kwargs, out):
-            x, y = state.pop(i, None), _hidden_of(out)
+            x, y = state.pop(i, None), hidden_of(out)
             if x is None or not isinstance(y, torch.Tensor) or x.shape != y.shape:
                 raise ValueError(f"block {i}'s input and output hidden states differ in shape "
                                  "(or none was found): not a residual block; use "
@@ -171,8 +171,8 @@ def _reconstruction(model, chain, calib, fwd) -> list[float]:
     scores = []
     for b in chain:
         def skip(mod, args, kwargs, out):
-            slot = _hidden_slot(args, kwargs)
-            return _like(out, _get(args, kwargs, slot))
+            slot = hidden_slot(args, kwargs)
+            return shaped_like(out, slot_get(args, kwargs, slot))
         h = b.register_forward_hook(skip, with_kwargs=True)
         try:
             err = sum(float(((_main_tensor(fwd(model, batch)).double() - y) ** 2).sum())
@@ -190,7 +190,8 @@ def prune_depth(model: nn.Module, calib, *, target_density: float, metric: str =
     batches (or a tensor of samples, batches of 128) fed by ``forward_fn(model, batch)``.
     ``prune_oneshot(model, calib, metric, target_density=D, granularity="block")`` calls it
     (``refused``: its other arguments, a ``ValueError`` naming any given)."""
-    given = sorted(k for k, v in (refused or {}).items() if v != DEPTH_REFUSES.get(k))
+    given = sorted(k for k, v in (refused or {}).items()
+                   if v is not None and v != DEPTH_REFUSES.get(k))
     if given:
         raise ValueError(f"granularity='block' removes whole blocks by target_density (the "
                          f"fraction of blocks kept) and the metric ({METRICS}, the method "

@@ -22,7 +22,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
                   checkpoint_dir=None, distributed: bool | None = None, granularity=None,
                   target_params: int | None = None, target_speedup: float | None = None,
                   bias_compensation: bool | None = None, latency_inputs=None,
-                  latency_options: dict | None = None):
+                  latency_options: dict | None = None, calibration_sharded: bool = False):
     """Prune the trained ``model`` once, in place, from the calibration data ``calib``.
 
     ``granularity=None`` (or ``"weight"``) prunes single weights (below); ``"neuron"``,
@@ -72,7 +72,10 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
     - ``distributed``: under ``torchrun`` (``None``: whenever a process group of two or more
       ranks is initialized) the calibration batches are split over the ranks, the Grams summed
       and a stage's layers solved on different ranks (``distributed``); every rank ends with the
-      same pruned model.
+      same pruned model. Every rank must be given every batch (the ranks compare their batches
+      before the first pass and refuse differing ones); ``calibration_sharded=True`` says that
+      each rank holds its own shard instead (a ``DistributedSampler``'s): each rank then feeds
+      all of its batches.
 
     Returns a :class:`OneShotResult`: the model (exact zeros), the ``Report`` (``report``)
     and the masks, from which ``fit`` / ``sparsify`` fine-tune with the masks held.
@@ -89,7 +92,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
                    cache_memory_mb=cache_memory_mb, gram_precision=gram_precision,
                    checkpoint_dir=checkpoint_dir, distributed=distributed,
                    bias_compensation=bias_compensation, latency_inputs=latency_inputs,
-                   latency_options=latency_options)
+                   latency_options=latency_options, calibration_sharded=calibration_sharded)
     return _run.run(job, model, calib)
 
 

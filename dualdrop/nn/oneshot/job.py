@@ -76,6 +76,7 @@ class Job:
     gram_precision: str = "auto"
     checkpoint_dir: object = None
     distributed: bool | None = None
+    calibration_sharded: bool = False
     bias_compensation: bool | None = None
     target: str | None = None
     latency_options: dict | None = None
@@ -102,7 +103,8 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
              cache_memory_mb: float | None = None, gram_precision: str = "auto",
              checkpoint_dir=None, distributed: bool | None = None,
              bias_compensation: bool | None = None, target: str | None = None,
-             latency_inputs=None, latency_options: dict | None = None) -> Job:
+             latency_inputs=None, latency_options: dict | None = None,
+             calibration_sharded: bool = False) -> Job:
     """The :class:`Job` of these arguments (those of ``prune_oneshot``, plus ``target`` of
     ``prune_structured``), every one checked: a ``TypeError`` / ``ValueError`` names a bad one
     and says what to give instead. ``allocation=None``: ``"uniform"`` for single weights,
@@ -113,7 +115,11 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
         raise TypeError("forward_fn must be callable as forward_fn(model, batch)")
     common = dict(include=include, exclude=exclude, forward_fn=forward_fn,
                   token_mask_fn=token_mask_fn, progress=progress, sequential=sequential,
-                  blocks=blocks, gram_precision=gram_precision)
+                  blocks=blocks, gram_precision=gram_precision,
+                  calibration_sharded=calibration_sharded)
+    if not isinstance(calibration_sharded, bool):
+        raise TypeError(f"calibration_sharded must be True or False, got "
+                        f"{calibration_sharded!r}")
     if granularity is None or granularity == "weight":
         for name, v in (("target_params", target_params), ("target_speedup", target_speedup),
                         ("bias_compensation", bias_compensation), ("target", target),
@@ -137,9 +143,9 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
             raise ValueError(f"{name}= is not available for structured pruning "
                              f"(granularity={g!r}): drop it (the activations are kept in "
                              "memory, block by block)")
-    if distributed:
-        raise ValueError(f"distributed=True is not available for structured pruning "
-                         f"(granularity={g!r}); leave it None or False")
+    if distributed or calibration_sharded:
+        raise ValueError(f"distributed=True and calibration_sharded=True are not available "
+                         f"for structured pruning (granularity={g!r}); leave them unset")
     return _units_job(method, granularity, target_density, target_params, target_speedup,
                       allocation, method_options(options, refit), allocation_options,
                       True if bias_compensation is None else bias_compensation,

@@ -8,7 +8,7 @@ number of layer evaluations that grows with the square of the depth. The field's
 *blocks* (the decoder layers of a transformer), keep the hidden states that enter the current
 block in an *activation cache*, and run only that block over the cache:
 
-1. **Blocks.** ``blocks=None`` finds them: among the model's ``nn.ModuleList`` /
+1. **Blocks** (``blocks``). ``blocks=None`` finds them: among the model's ``nn.ModuleList`` /
    ``nn.Sequential`` containers, the one with the most children holding prunable layers whose
    children form a *chain* on a calibration batch: each called once per forward, in order, the
    hidden state entering child ``k + 1`` being (the first element of) child ``k``'s output, with
@@ -35,11 +35,18 @@ The result equals that of the layer-by-layer walk (each layer sees exactly the i
 see there), at a cost of about ``1 + (stages - 1) / 2 + 1/n_batches`` block forwards per block
 (GPT-2's four stages: about 2.5 block forwards) plus the Grams.
 
-**Memory.** The model (or, from disk, the current block: ``checkpoint_io``), the activation
+**Where the weights live** is the pipeline's *source* (``sources``): the model in memory, or a
+checkpoint read and written block by block (``SafetensorsSource``: the source loads a block
+before its first pass, writes it once pruned and frees it before the next).
+
+**Memory.** The model (or, from disk, the current block), the activation
 cache (one hidden state per calibration batch: ``tokens x width x 4`` bytes; in memory up to
 ``cache_memory_mb``, then in files under ``offload_dir``), the stage's Grams (float64,
 ``in^2`` each; layers reading one input share theirs) and one batch's activations inside one
 block.
+
+**Several processes** (``distributed``): the ranks' calibration batches are compared before
+anything runs, split over the ranks (or each rank's own shard), the Grams summed.
 
 **Resume.** With ``checkpoint_dir``, the pruned weights of each finished segment (prologue,
 each block, epilogue) and its report rows are written there (each file to a temporary name,
@@ -51,18 +58,21 @@ outputs pass).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from dualdrop.nn._inputs import forward_failed
+from dualdrop.nn.oneshot.blocks import (BlockPlan, SwapForward, hidden_of, plan_blocks, shaped_like,
+                                        slot_get, slot_put)
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.base import layer_objective
+from dualdrop.nn.oneshot.sources import MemorySource
 from dualdrop.nn.oneshot.storage import ActivationCache, Resume
 from dualdrop.nn.oneshot.walker import (GramAccumulator, _Stop, _device, calibration_mode,
-                                        hook_steps, order_steps, peak_rss_mb, token_mask)
+                                        hook_steps, peak_rss_mb, token_mask)
 
 SEQUENTIAL = ("auto", "block", "layer")
 
@@ -95,12 +105,12 @@ class PipelineResult:
 # planning
 
 
-def _stages(steps: list[Step], run) -> tuple[list[Stage], list[Step]]:
-    """Trace ``run()`` (one forward; a ``_Stop`` ends it) with hooks on the steps' modules:
-    the stages of the reached steps in call order (consecutive steps that read one tensor
-    object, each called once, share a stage) and the unreached steps."""
+def _record(steps: list[Step], run):
+    """Run ``run()`` (one forward; a ``_Stop`` ends it) with pre-hooks on the steps' modules:
+    ``(reached, unreached, calls, keys)``, the reached steps in the order the forward first
+    calls them (an attention's input step before its output step), how often each reached
+    module is called and the tensor it first reads (``id(module)`` keys)."""
     first, calls, keys = {}, {}, {}
-    order = [0]
     modules = {}
     for s in steps:
         modules.setdefault(id(s.module), (s.module, s))
@@ -108,8 +118,7 @@ def _stages(steps: list[Step], run) -> tuple[list[Stage], list[Step]]:
     def make(mid, step):
         def hook(module, args, kwargs):
             if mid not in first:
-                first[mid] = order[0]
-                order[0] += 1
+                first[mid] = len(first)
                 keys[mid] = step.input_key(args, kwargs)
             calls[mid] = calls.get(mid, 0) + 1
         return hook
@@ -123,7 +132,35 @@ def _stages(steps: list[Step], run) -> tuple[list[Stage], list[Step]]:
     finally:
         for h in handles:
             h.remove()
-    reached, unreached, calls = order_steps(steps, first, calls)
+    kind_rank = {"mha_in": 0, "mha_out": 1}
+    reached = [s for s in steps if id(s.module) in first]
+    reached.sort(key=lambda s: (first[id(s.module)], kind_rank.get(s.kind, 0)))
+    unreached = [s for s in steps if id(s.module) not in first]
+    return reached, unreached, {id(s.module): calls[id(s.module)] for s in reached}, keys
+
+
+def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list[Step], dict]:
+    """``(ordered, unreached, calls)``: the steps in the order the forward first calls them,
+    those no forward call reached, and how often each step's module is called per forward
+    (``id(module)`` keys); one forward of the first calibration batch, its failure named."""
+    batch = next(iter(calib), None)
+    if batch is None:
+        raise ValueError("calib gave no batch")
+
+    def forward():
+        with calibration_mode(model):
+            try:
+                forward_fn(model, batch)
+            except Exception as e:  # noqa: BLE001 - the user's data or forward_fn: one message
+                raise forward_failed(e, model, batch, "the first calibration batch") from e
+
+    return _record(steps, forward)[:3]
+
+
+def _stages(steps: list[Step], run) -> tuple[list[Stage], list[Step]]:
+    """The stages of the steps ``run()`` reaches, in call order (consecutive steps that read
+    one tensor object, each called once, share a stage), and the unreached steps."""
+    reached, unreached, calls, keys = _record(steps, run)
     stages: list[Stage] = []
     for s in reached:
         mid = id(s.module)
@@ -139,248 +176,6 @@ def _stages(steps: list[Step], run) -> tuple[list[Stage], list[Step]]:
     for st in stages:
         st.key = None
     return stages, unreached
-
-
-def find_blocks(model: nn.Module, steps: list[Step], blocks=None) -> list[tuple[str, list]]:
-    """Candidate chains of blocks, best first: ``(label, [(name, module), ...])``.
-
-    ``blocks``: ``None`` (every ``ModuleList`` / ``Sequential`` with two or more children that
-    hold prunable layers, most such children first), a container's name, or a list of module
-    names (the blocks, in forward order)."""
-    named = dict(model.named_modules())
-    if blocks is not None:
-        if isinstance(blocks, str):
-            box = named.get(blocks)
-            if box is None:
-                raise ValueError(f"blocks={blocks!r} names no module of the model; give the "
-                                 "name of the container of its blocks, e.g. 'transformer.h' "
-                                 "or 'model.layers'")
-            if not isinstance(box, (nn.ModuleList, nn.Sequential)) or len(box) < 1:
-                raise ValueError(f"blocks={blocks!r} is a {type(box).__name__}, not a "
-                                 "ModuleList or Sequential of blocks; give a container or a "
-                                 "list of block names")
-            chain = [(f"{blocks}.{c}" if blocks else c, m) for c, m in box.named_children()]
-            return [(blocks, chain)]
-        if (not isinstance(blocks, (list, tuple)) or not blocks
-                or not all(isinstance(b, str) for b in blocks)):
-            raise TypeError("blocks must be None, a container's name or a list of module "
-                            f"names, got {blocks!r}")
-        missing = [b for b in blocks if b not in named]
-        if missing:
-            raise ValueError(f"blocks: {missing} name no module of the model")
-        return [(f"{blocks[0]}..{blocks[-1]}", [(b, named[b]) for b in blocks])]
-    step_mods = {id(s.module) for s in steps}
-    cands = []
-    for name, m in model.named_modules():
-        if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 2:
-            chain = [(f"{name}.{c}" if name else c, child) for c, child in m.named_children()]
-            holding = sum(any(id(x) in step_mods for x in child.modules()) for _, child in chain)
-            if holding >= 2:
-                cands.append((holding, name or "(model)", chain))
-    cands.sort(key=lambda c: -c[0])
-    return [(label, chain) for _, label, chain in cands]
-
-
-def _hidden_slot(args, kwargs):
-    """Where a block's hidden state comes in: ``("arg", 0)`` or ``("kw", name)``."""
-    if args and isinstance(args[0], torch.Tensor):
-        return ("arg", 0)
-    for name in ("hidden_states", "x", "input", "src", "tgt"):
-        if isinstance(kwargs.get(name), torch.Tensor):
-            return ("kw", name)
-    for name, v in kwargs.items():
-        if isinstance(v, torch.Tensor):
-            return ("kw", name)
-    return None
-
-
-def _get(args, kwargs, slot):
-    kind, where = slot
-    if kind == "arg":
-        return args[where] if len(args) > where else None
-    return kwargs.get(where)
-
-
-def _put(args, kwargs, slot, value):
-    kind, where = slot
-    if kind == "arg":
-        return (*args[:where], value, *args[where + 1:]), kwargs
-    return args, {**kwargs, where: value}
-
-
-def _hidden_of(out):
-    """The hidden state in a block's output: the output, or its first element."""
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)) and out:
-        return out[0]
-    if isinstance(out, Mapping) and out:
-        return next(iter(out.values()))
-    return None
-
-
-def _like(template, hidden):
-    """An output shaped as ``template`` (a block's real output) with ``hidden`` in its place."""
-    if isinstance(template, torch.Tensor):
-        return hidden
-    if hasattr(template, "_fields"):  # a namedtuple
-        return template._replace(**{template._fields[0]: hidden})
-    if isinstance(template, tuple):
-        return (hidden, *template[1:])
-    if isinstance(template, list):
-        return [hidden, *template[1:]]
-    if isinstance(template, Mapping):
-        out = template.__class__(template) if not hasattr(template, "to_tuple") else \
-            template.__class__(**template)
-        out[next(iter(template.keys()))] = hidden
-        return out
-    return hidden
-
-
-class _Swap:
-    """Replace the blocks' ``forward`` (instance attributes; the class's method and any hooks
-    untouched) and put them back."""
-
-    def __init__(self, chain, make):
-        self.chain, self.make, self.saved = chain, make, []
-
-    def __enter__(self):
-        for k, (_, blk) in enumerate(self.chain):
-            self.saved.append(blk.__dict__.get("forward"))
-            blk.forward = self.make(k)
-        return self
-
-    def __exit__(self, *exc):
-        for (_, blk), old in zip(self.chain, self.saved):
-            if old is None:
-                blk.__dict__.pop("forward", None)
-            else:
-                blk.forward = old
-        return False
-
-
-class _NotAChain(Exception):
-    pass
-
-
-@dataclass
-class BlockPlan:
-    label: str
-    chain: list
-    slot: tuple
-    template: object
-    prologue: list
-    inner: list      # per block: its steps
-    epilogue: list
-    unreached: list
-
-
-def plan_blocks(model, steps, first_batch, forward_fn, blocks=None, loader=None):
-    """The :class:`BlockPlan` of the first candidate chain that holds on ``first_batch``, or
-    ``None`` (with the reasons) when none does."""
-    reasons = []
-    for label, chain in find_blocks(model, steps, blocks):
-        try:
-            return _check_chain(model, steps, label, chain, first_batch, forward_fn, loader), []
-        except _NotAChain as e:
-            reasons.append(f"{label}: {e}")
-    return None, reasons
-
-
-def _check_chain(model, steps, label, chain, batch, forward_fn, loader):
-    blocks = [blk for _, blk in chain]
-    # the first block's call, without running it
-    seen = {}
-
-    def grab(module, args, kwargs):
-        seen["call"] = (args, kwargs)
-        raise _Stop
-
-    h = blocks[0].register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        forward_fn(model, batch)
-    except _Stop:
-        pass
-    finally:
-        h.remove()
-    if "call" not in seen:
-        raise _NotAChain(f"{chain[0][0]} is not called by the forward")
-    args0, kwargs0 = seen["call"]
-    slot = _hidden_slot(args0, kwargs0)
-    if slot is None:
-        raise _NotAChain(f"{chain[0][0]} takes no tensor")
-    if loader is not None:
-        loader.load(0, blocks[0])
-    try:
-        template = blocks[0](*args0, **kwargs0)
-    finally:
-        if loader is not None:
-            loader.release(0, blocks[0], write=False)
-    if not isinstance(_hidden_of(template), torch.Tensor):
-        raise _NotAChain(f"{chain[0][0]} returns no tensor")
-    # every block replaced by a recorder: a chain, and where the other layers are called
-    n = len(blocks)
-    counts = [0] * n
-    last = [None]
-    where: dict[int, list] = {}
-    pos = [-1]  # -1 before the blocks, k inside/after block k
-    broken = []
-
-    def make(k):
-        def fwd(*args, **kwargs):
-            hid = _get(args, kwargs, slot)
-            if not isinstance(hid, torch.Tensor):
-                broken.append(f"{chain[k][0]} gets no hidden state where the first block "
-                              f"gets it ({slot[0]} {slot[1]!r})")
-            elif k > 0 and hid is not last[0]:
-                broken.append(f"the hidden state entering {chain[k][0]} is not the output of "
-                              f"{chain[k - 1][0]} (something happens between them)")
-            elif counts[k] or k != pos[0] + 1:
-                broken.append(f"{chain[k][0]} is not called once, after {chain[k - 1][0]}"
-                              if k else f"{chain[0][0]} is called more than once")
-            counts[k] += 1
-            pos[0] = k
-            last[0] = hid
-            return _like(template, hid)
-        return fwd
-
-    in_block = {}
-    for k, blk in enumerate(blocks):
-        for m in blk.modules():
-            in_block[id(m)] = k
-    outside = [s for s in steps if id(s.module) not in in_block]
-    handles = []
-    for s in steps:
-        def hook(module, a, kw, s=s):
-            where.setdefault(id(s.module), []).append(pos[0])
-        handles.append(s.module.register_forward_pre_hook(hook, with_kwargs=True))
-    try:
-        with _Swap(chain, make):
-            forward_fn(model, batch)
-    finally:
-        for hd in handles:
-            hd.remove()
-    if broken:
-        raise _NotAChain(broken[0])
-    if counts != [1] * n:
-        raise _NotAChain("not every block is called once per forward")
-    prologue, epilogue, unreached = [], [], []
-    for s in outside:
-        w = where.get(id(s.module))
-        if not w:
-            unreached.append(s)
-        elif all(p == -1 for p in w):
-            prologue.append(s)
-        elif all(p == n - 1 for p in w):
-            epilogue.append(s)
-        else:
-            raise _NotAChain(f"{s.names[0]} is called between the blocks")
-    for s in steps:
-        if id(s.module) in in_block and id(s.module) in where:
-            raise _NotAChain(f"{s.names[0]} (inside {chain[in_block[id(s.module)]][0]}) is "
-                             "also called outside its block")
-    inner = [[s for s in steps if in_block.get(id(s.module)) == k] for k in range(n)]
-    return BlockPlan(label, chain, slot, template, prologue, inner, epilogue, unreached)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -484,17 +279,20 @@ class _Runner:
 def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=True,
         desc="one-shot", sequential="auto", blocks=None, token_mask_fn=None, offload_dir=None,
         cache_memory_mb=None, gram_precision="auto", checkpoint_dir=None, fingerprint=None,
-        loader=None, dist=None, resume=None) -> PipelineResult:
+        source=None, dist=None, resume=None) -> PipelineResult:
     """Prune ``steps`` of ``model`` in forward order (module docstring); ``prune_step(step, W0s,
     Gs) -> (Ws, seconds)``. Returns a :class:`PipelineResult`.
 
     ``sequential``: ``"auto"`` (blocks when a chain of them is found, else the whole model),
     ``"block"`` (blocks, or a ``ValueError`` saying why not), ``"layer"`` (the whole model:
-    one partial forward per stage). ``loader``: the from-disk path's block loader
-    (``checkpoint_io``); ``dist``: the distributed context (``distributed``)."""
+    one partial forward per stage). ``source``: where the weights live (``sources``; default
+    the model in memory); ``dist``: the distributed context (``distributed``)."""
     if sequential not in SEQUENTIAL:
         raise ValueError(f"sequential={sequential!r}; expected one of {list(SEQUENTIAL)}")
+    if dist is not None:  # every rank every batch, or calibration_sharded said
+        dist.check_calibration(calib)
     result = PipelineResult()
+    source = MemorySource() if source is None else source
     if resume is None and checkpoint_dir is not None:
         resume = Resume(checkpoint_dir, fingerprint or {})
     bar = tqdm(total=len(steps), desc=desc, unit="layer", leave=False) if progress else None
@@ -520,14 +318,14 @@ def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=Tru
             if first is None:
                 raise ValueError("calib gave no batch")
             plan, reasons = (None, []) if sequential == "layer" else plan_blocks(
-                model, steps, first, forward_fn, blocks, loader)
+                model, steps, first, forward_fn, blocks, source)
             if plan is None:
                 if sequential == "block" or blocks is not None:
                     raise ValueError("sequential='block': no chain of blocks found ("
                                      + ("; ".join(reasons) or "no ModuleList or Sequential "
                                         "holds two or more prunable layers")
                                      + "); pass blocks=[...] or sequential='layer'")
-                if loader is not None:
+                if source.needs_blocks:
                     raise ValueError("pruning from disk needs the model's blocks; "
                                      + "; ".join(reasons))
                 result.rows = runner.segment(
@@ -539,7 +337,7 @@ def run(model, steps: list[Step], calib, forward_fn, prune_step, *, progress=Tru
             result.mode, result.blocks = "block", plan.label
             result.rows, result.block_info = _run_blocks(
                 model, plan, calib, forward_fn, runner, model_feeds, mine, token_mask_fn,
-                offload_dir, cache_memory_mb, loader, first)
+                offload_dir, cache_memory_mb, source, first)
             result.unreached = runner.unreached + plan.unreached
             return result
     finally:
@@ -559,13 +357,13 @@ class _Replay:
 
         def fwd(*args, **kwargs):
             if k == last:
-                return _like(self.plan.template, self.cache.get(self.current))
-            return _like(self.plan.template, _get(args, kwargs, self.plan.slot))
+                return shaped_like(self.plan.template, self.cache.get(self.current))
+            return shaped_like(self.plan.template, slot_get(args, kwargs, self.plan.slot))
         return fwd
 
 
 def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, mine,
-                token_mask_fn, offload_dir, cache_memory_mb, loader, first):
+                token_mask_fn, offload_dir, cache_memory_mb, source, first):
     rows, info = [], []
     chain, slot = plan.chain, plan.slot
     blocks = [blk for _, blk in chain]
@@ -594,18 +392,18 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
 
         def make(k):
             def fwd(*args, **kwargs):
-                hid = _get(args, kwargs, slot)
-                a, kw = _put(args, kwargs, slot, None)
+                hid = slot_get(args, kwargs, slot)
+                a, kw = slot_put(args, kwargs, slot, None)
                 statics[current[0]][k] = (a, kw)
                 if k == 0:
                     cache.set(current[0], hid)
                 if k == len(blocks) - 1:
                     raise _Stop
-                return _like(plan.template, hid)
+                return shaped_like(plan.template, hid)
             return fwd
 
         first_mine = []
-        with _Swap(chain, make):
+        with SwapForward(chain, make):
             for b, batch in enumerate(calib):
                 if not mine(b):
                     continue
@@ -624,19 +422,17 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
         order = sorted(statics)
         if not order:
             raise ValueError("this process got no calibration batch")
-        if loader is not None:
-            loader.after_capture()  # the weights outside the blocks are not needed until the end
+        source.after_capture()  # until the epilogue only the blocks run
 
         def call(k, b):
             a, kw = statics[b][k]
             dev = _first_device(blocks[k])
-            a, kw = _put(a, kw, slot, cache.get(b, dev))
+            a, kw = slot_put(a, kw, slot, cache.get(b, dev))
             return blocks[k](*a, **kw)
 
         for k, (bname, blk) in enumerate(chain):
             t0 = time.perf_counter()
-            if loader is not None:
-                loader.load(k, blk)
+            source.load(k, blk)
             inner = plan.inner[k]
             if inner:
                 def stages_of(k=k, inner=inner):
@@ -644,25 +440,22 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
 
                 def feeds_of(k=k):
                     return ((masks[b], (lambda b=b: call(k, b))) for b in order)
-                on_pruned = None if loader is None else (lambda k=k, blk=blk: loader.save(k, blk))
-                rows += runner.segment(f"block-{k:04d}", inner, stages_of, feeds_of, on_pruned)
+                rows += runner.segment(f"block-{k:04d}", inner, stages_of, feeds_of,
+                                       lambda k=k, blk=blk: source.pruned(k, blk))
             for b in order:  # the block's outputs are the next block's inputs
-                out = _hidden_of(call(k, b))
+                out = hidden_of(call(k, b))
                 if not isinstance(out, torch.Tensor):
                     raise ValueError(f"{bname} returned no tensor on batch {b}")
                 cache.set(b, out)
-            if loader is not None:
-                loader.release(k, blk, write=True)
-                _trim()
+            source.release(k, blk)
             info.append({"block": bname, "seconds": time.perf_counter() - t0,
                          "peak_mb": peak_rss_mb()})
 
         # epilogue: the blocks return the cached final hidden states at once
-        if loader is not None:
-            loader.before_epilogue()
+        source.before_epilogue()
         if plan.epilogue:
             replay = _Replay(plan, cache)
-            with _Swap(chain, replay.make):
+            with SwapForward(chain, replay.make):
                 def epilogue_stages():
                     replay.current = order[0]
                     return _stages(plan.epilogue, lambda: forward_fn(model, first_mine[0]))
@@ -671,17 +464,6 @@ def _run_blocks(model, plan: BlockPlan, calib, forward_fn, runner, model_feeds, 
     finally:
         cache.close()
     return rows, info
-
-
-def _trim() -> None:
-    """Give the memory freed with a block back to the system (glibc keeps large freed blocks
-    in its heap otherwise, and the resident set only grows)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _first_device(module: nn.Module):

@@ -33,14 +33,14 @@ from dualdrop.nn.oneshot.distributed import context as dist_context
 from dualdrop.nn.oneshot.job import Job, check_batches, check_calib
 from dualdrop.nn.oneshot.layers import Step, discover
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, layer_objective
-from dualdrop.nn.oneshot.pipeline import run as run_pipeline
+from dualdrop.nn.oneshot.pipeline import run as run_pipeline, trace
 from dualdrop.nn.oneshot.report import OneShotResult, Report, StructuredResult
 from dualdrop.nn.oneshot.structured import (UnitStep, capture_dense_inputs, model_inputs,
                                             unit_budget_counts, unit_masks, unit_problem,
                                             warn_skipped_units)
 from dualdrop.nn.oneshot.units import ParamCount, find_units
 from dualdrop.nn.oneshot.walker import (calibration_mode, default_forward, peak_rss_mb,
-                                        reset_peak_memory, trace)
+                                        reset_peak_memory)
 
 _UNREACHED = "not called by the forward of a calibration batch"
 
@@ -132,7 +132,7 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
     pipe = {"sequential": job.sequential, "blocks": job.blocks,
             "token_mask_fn": job.token_mask_fn, "offload_dir": job.offload_dir,
             "cache_memory_mb": job.cache_memory_mb, "gram_precision": job.gram_precision,
-            "dist": dist_context(job.distributed)}
+            "dist": dist_context(job.distributed, job.calibration_sharded)}
     kind, value = job.budget
     steps, skipped = discover(model, job.include, job.exclude)
     if kind == "pattern":

@@ -43,7 +43,6 @@ try:
 except ImportError:  # not on Windows
     resource = None
 
-from dualdrop.nn._inputs import forward_failed
 from dualdrop.nn.oneshot.layers import Step
 
 PRECISIONS = ("auto", "float32", "float64")
@@ -270,50 +269,6 @@ def hook_steps(steps: list[Step], acc: GramAccumulator, stop_after: int | None,
                 raise _Stop
         handles.append(step.module.register_forward_pre_hook(hook, with_kwargs=True))
     return handles
-
-
-def trace(model, steps: list[Step], calib, forward_fn) -> tuple[list[Step], list[Step], dict]:
-    """``(ordered, unreached, calls)``: the steps in the order the forward first calls them (an
-    attention's input step before its output step), those no forward call reached, and how often
-    each step's module is called per forward; one forward on the first calibration batch."""
-    first: dict[int, int] = {}
-    calls: dict[int, int] = {}
-    order = [0]
-    modules = {id(s.module): s.module for s in steps}
-
-    def make(mid):
-        def hook(module, args, kwargs):
-            if mid not in first:
-                first[mid] = order[0]
-                order[0] += 1
-            calls[mid] = calls.get(mid, 0) + 1
-        return hook
-
-    handles = [m.register_forward_pre_hook(make(mid), with_kwargs=True)
-               for mid, m in modules.items()]
-    try:
-        batch = next(iter(calib), None)
-        if batch is None:
-            raise ValueError("calib gave no batch")
-        with calibration_mode(model):
-            try:
-                forward_fn(model, batch)
-            except Exception as e:  # noqa: BLE001 - the user's data or forward_fn: one message
-                raise forward_failed(e, model, batch, "the first calibration batch") from e
-    finally:
-        for h in handles:
-            h.remove()
-    return order_steps(steps, first, calls)
-
-
-def order_steps(steps, first: dict, calls: dict):
-    """``(reached in call order, unreached, calls of the reached)`` from the first-call order
-    and the call counts of the steps' modules (``id(module)`` keys)."""
-    kind_rank = {"mha_in": 0, "mha_out": 1}
-    reached = [s for s in steps if id(s.module) in first]
-    reached.sort(key=lambda s: (first[id(s.module)], kind_rank.get(s.kind, 0)))
-    unreached = [s for s in steps if id(s.module) not in first]
-    return reached, unreached, {id(s.module): calls[id(s.module)] for s in reached}
 
 
 def _status_mb(field: str) -> float | None:
