@@ -23,11 +23,15 @@ serves allocations below its *mmap threshold* from its heap, and raises that thr
 (1-32 MB each at width 1,024) end up in a heap whose free holes stay resident and fragment a
 little more with every block: the peak crept up by about 2 MB per block at width 512 and 20
 MB at width 1,024 (Llama-shaped checkpoints, ``benchmarks/RESULTS.md``, "One-shot at scale"),
-and stood 250 MB higher from the first blocks on. So a
+and stood about 200 MB higher from the first block on (width 1,024). So a
 :class:`SafetensorsSource` fixes the threshold at :data:`MMAP_THRESHOLD` for the process (as
 ``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment would; every tensor of a megabyte or more
 then has its own mapping, unmapped when freed) and gives the heap's free pages back
-(``malloc_trim``) after each block. Elsewhere than glibc both are skipped.
+(``malloc_trim``) after each block. The price is CPU time: each such tensor's pages are mapped
+and zeroed afresh (measured: about a quarter more CPU time at width 512, where the blocks' work
+is small). A ``MALLOC_MMAP_THRESHOLD_`` set in the environment is left as it is (set it, e.g.
+to 33554432, to trade that memory back for the CPU time). Elsewhere than glibc both are
+skipped.
 """
 
 from __future__ import annotations
@@ -259,7 +263,8 @@ class SafetensorsSource(MemorySource):
         """The blocks (``(name, module)`` in forward order), the steps to prune, the run's
         resume record (a finished block's weights are read back from its shard); the weights
         outside the blocks are read, glibc's mmap threshold fixed (module docstring)."""
-        _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # the user's own choice stands
+            _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         self.prefix = [name for name, _ in chain]
         pre = tuple(p + "." for p in self.prefix)
         self.outside = [n for n in self.t.params if not n.startswith(pre)]
