@@ -27,7 +27,8 @@ and stood about 200 MB higher from the first block on (width 1,024). So a
 :class:`SafetensorsSource` fixes the threshold at :data:`MMAP_THRESHOLD` for the process (as
 ``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment would; every tensor of a megabyte or more
 then has its own mapping, unmapped when freed) and gives the heap's free pages back
-(``malloc_trim``) after each block. The price is CPU time: each such tensor's pages are mapped
+(``malloc_trim``) after each block, once the tensors held by reference cycles (the frames of
+a pass its hooks stopped) are collected. The price is CPU time: each such tensor's pages are mapped
 and zeroed afresh (measured: about a quarter more CPU time at width 512, where the blocks' work
 is small). A ``MALLOC_MMAP_THRESHOLD_`` set in the environment is left as it is (set it, e.g.
 to 33554432, to trade that memory back for the CPU time). Elsewhere than glibc both are
@@ -37,6 +38,7 @@ skipped.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import shutil
@@ -304,7 +306,10 @@ class SafetensorsSource(MemorySource):
         if write and k not in self.saved:
             self.pruned(k, block)  # a block without prunable layers: written as read
         self.t.release(self._names(k))
-        _malloc("malloc_trim", 0)  # the freed heap pages back to the system
+        # tensors held only by reference cycles (the frames of a pass stopped by an exception)
+        # freed now rather than at the collector's next turn, then the heap's free pages back
+        gc.collect()
+        _malloc("malloc_trim", 0)
 
     def after_capture(self):
         """The weights outside the blocks that no layer of the prologue pruned go back to
