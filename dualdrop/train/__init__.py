@@ -34,5 +34,6 @@ from dualdrop.train.report import PAPER_TABLE, comparison_table, plot_comparison
 __all__ = [
     "EpochHooks", "FitResult", "PAPER_TABLE", "LeNet300100", "TrainConfig", "available_methods", "check_method",
     "comparison_table", "epoch_order", "error_rate", "lenet_300_100", "load_run", "load_runs",
-    "fit", "heal", "HealResult", "prune_heal", "PruneHealResult", "plot_comparison", "resolve_hparams", "run_comparison", "train",
+    "fit", "heal", "HealResult", "prune_heal", "PruneHealResult", "plot_comparison",
+    "resolve_hparams", "run_comparison", "train",
 ]

@@ -11,9 +11,10 @@ resume exactly:
 - a list of strings with a ``tokenizer`` (any callable of Hugging Face's tokenizer interface):
   padded batches of ``batch_size``, truncated to ``max_length`` tokens;
 - a DataLoader, or any iterable that can be iterated again each epoch;
-- a file: ``.txt`` (one text a line), ``.jsonl`` (one JSON string or ``{"text": ...}`` a line),
-  both with a ``tokenizer``; ``.npy`` (an array of samples, read without pickle); ``.pt`` (a
-  tensor, a list of batches or a dict of tensors, read with ``torch.load(weights_only=True)``).
+- a file: ``.txt`` (one text a line; blank lines are not texts), ``.jsonl`` (one JSON string
+  or ``{"text": ...}`` a line), both with a ``tokenizer``; ``.npy`` (an array of samples, read
+  without pickle); ``.pt`` (a tensor, a list of batches or a dict of tensors, read with
+  ``torch.load(weights_only=True)``).
 
 A source held in memory (every form but a DataLoader) is a :class:`BatchList`: its batches are
 fixed, only their order changes from epoch to epoch (drawn from its own generator), so the
@@ -137,9 +138,10 @@ def tokenize(texts: list, tokenizer, batch_size: int, max_length: int) -> list:
     if tokenizer is None:
         raise ValueError("data is text: pass tokenizer=... (the student's tokenizer) to turn "
                          "it into token ids")
-    texts = [t for t in texts if t.strip()]
-    if not texts:
-        raise ValueError("data holds no text (every line is empty)")
+    blank = [i for i, t in enumerate(texts) if not t.strip()]
+    if blank:
+        raise ValueError(f"data: text {blank[0]} (of {len(blank)} blank ones) is empty; give "
+                         "texts with words in them")
     out = []
     for i in range(0, len(texts), batch_size):
         enc = tokenizer(texts[i:i + batch_size], padding=True, truncation=True,

@@ -106,6 +106,8 @@ def test_refusals_leave_both_models_as_given(tmp_path):
             heal(res.model, teacher, X, **{"steps": 5, **kw}, progress=False)
     with pytest.raises(ValueError, match="tokenizer"):
         heal(res.model, teacher, ["some text"], steps=5, progress=False)
+    with pytest.raises(ValueError, match="empty"):
+        heal(res.model, teacher, ["a text", "  "], tokenizer=_Tok(), steps=5, progress=False)
     with pytest.raises(TypeError, match="one-pass"):
         heal(res.model, teacher, (x for x in [X]), steps=5, progress=False)
     with pytest.raises(ValueError, match="teacher is the student"):
