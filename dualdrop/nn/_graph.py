@@ -18,6 +18,24 @@ from dualdrop.nn._undo import undo_on_error
 
 INSTALL_HINT = 'pip install "dualdrop[structured]"'
 
+#: autograd nodes (names without the trailing version digit) that map each feature on its own:
+#: a unit passing through them stays one unit (elementwise maps, hand-written activations such
+#: as GPT-2's tanh GELU, pooling over positions). What the compact export (``compact``) and the
+#: one-shot unit groups (``oneshot.units``) both let a unit pass.
+PER_ENTRY = frozenset({
+    "ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "SiluBackward",
+    "LeakyReluBackward", "EluBackward", "HardtanhBackward", "HardswishBackward",
+    "HardsigmoidBackward", "SoftplusBackward", "MishBackward", "ClampBackward",
+    "ClampMinBackward", "ClampMaxBackward", "NegBackward", "CloneBackward", "AliasBackward",
+    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward",
+    "ExpBackward", "LogBackward", "SqrtBackward", "RsqrtBackward", "ErfBackward",
+    "AbsBackward", "ReciprocalBackward",
+    "MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward",
+    "MaxPool3DWithIndicesBackward", "AvgPool2DBackward", "AvgPool3DBackward",
+    "AdaptiveAvgPool2DBackward", "AdaptiveAvgPool3DBackward",
+    "AdaptiveMaxPool2DBackward", "AdaptiveMaxPool3DBackward",
+})
+
 
 def torch_pruning(purpose: str):
     """The ``torch_pruning`` module; ImportError naming the extra if it is not installed."""

@@ -70,8 +70,8 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from dualdrop.nn import export as _export
-from dualdrop.nn._graph import (call, check_inputs, dependency_graph, first_line, layer_kind,
-                                tensors, torch_pruning, unit_groups)
+from dualdrop.nn._graph import (PER_ENTRY, call, check_inputs, dependency_graph, first_line,
+                                layer_kind, tensors, torch_pruning, unit_groups)
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
 from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
@@ -86,21 +86,6 @@ from dualdrop.nn.hf.families import widths as hf_widths
 
 FORMAT = "dualdrop-compact"
 
-# autograd nodes (names without the trailing version digit) that act entry by entry, or per
-# channel over positions: a constant unit stays a constant through them
-_PER_ENTRY = {
-    "ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "SiluBackward",
-    "LeakyReluBackward", "EluBackward", "HardtanhBackward", "HardswishBackward",
-    "HardsigmoidBackward", "SoftplusBackward", "MishBackward", "ClampBackward",
-    "ClampMinBackward", "ClampMaxBackward", "NegBackward", "CloneBackward", "AliasBackward",
-    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward",
-    "ExpBackward", "LogBackward", "SqrtBackward", "RsqrtBackward", "ErfBackward",
-    "AbsBackward", "ReciprocalBackward",  # hand-written activations (GPT-2's tanh GELU)
-    "MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward",
-    "MaxPool3DWithIndicesBackward", "AvgPool2DBackward", "AvgPool3DBackward",
-    "AdaptiveAvgPool2DBackward", "AdaptiveAvgPool3DBackward",
-    "AdaptiveMaxPool2DBackward", "AdaptiveMaxPool3DBackward",
-}
 _BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"}
 
 
@@ -272,7 +257,7 @@ def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozen
             if name in ("AddmmBackward", "MmBackward"):
                 inner.append(node.grad_fn)  # checked below: a consumer's own product?
                 continue
-            if name not in _PER_ENTRY and not _spatial_mean(node.grad_fn, name):
+            if name not in PER_ENTRY and not _spatial_mean(node.grad_fn, name):
                 return None
             if name in _BINARY and node.grad_fn not in number_ops and any(
                     f is None for f, _ in node.grad_fn.next_functions):

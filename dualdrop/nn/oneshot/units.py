@@ -35,26 +35,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from dualdrop.nn._graph import dependency_graph, layer_kind, torch_pruning
+from dualdrop.nn._graph import PER_ENTRY, dependency_graph, layer_kind, torch_pruning
 from dualdrop.nn._layers import BN, is_conv1d, n_in, n_out
 from dualdrop.nn.oneshot.layers import Step, discover
 
 GRANULARITIES = ("neuron", "head", "channel")
 
-# elementwise autograd nodes a unit may pass through on its way to its one consumer (names
-# without the trailing version digit): per-entry maps, the layers' own products and reshapes
-_PASS = {
-    "ReluBackward", "GeluBackward", "TanhBackward", "SigmoidBackward", "SiluBackward",
-    "LeakyReluBackward", "EluBackward", "HardtanhBackward", "HardswishBackward",
-    "HardsigmoidBackward", "SoftplusBackward", "MishBackward", "ClampBackward",
-    "ClampMinBackward", "ClampMaxBackward", "NegBackward", "CloneBackward", "AliasBackward",
-    "AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward", "ExpBackward",
-    "LogBackward", "SqrtBackward", "RsqrtBackward", "ErfBackward", "AbsBackward",
-    "ReciprocalBackward", "MaxPool1DWithIndicesBackward", "MaxPool2DWithIndicesBackward",
-    "AvgPool2DBackward", "AdaptiveAvgPool2DBackward", "AdaptiveMaxPool2DBackward",
+# autograd nodes a unit may pass through on its way to its one consumer (names without the
+# trailing version digit): the per-entry maps (``_graph.PER_ENTRY``, as the compact export), the
+# layers' own products and reshapes, dropout, and a mean over positions only (checked)
+_PASS = PER_ENTRY | {
     "AddmmBackward", "MmBackward", "TBackward", "ViewBackward", "UnsafeViewBackward",
     "ReshapeAliasBackward", "TransposeBackward", "PermuteBackward", "NativeDropoutBackward",
-    "MeanBackward",  # a mean over positions only (checked)
+    "MeanBackward",
 }
 
 _HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
