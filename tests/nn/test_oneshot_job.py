@@ -195,3 +195,11 @@ def test_the_cli_names_the_allocation_option_flag(tmp_path):
     with pytest.raises(ValueError, match="unknown option.*for allocation='owl'"):
         _cli_job(tmp_path, ["--density", "0.5", "--allocation", "owl",
                             "--allocation-hp", "m=3"])
+
+
+@pytest.mark.parametrize("threads,exc", [("a", TypeError), (0, ValueError), (1.5, TypeError)])
+def test_onnx_model_names_a_bad_threads(threads, exc, tmp_path):
+    from dualdrop.nn.onnx import OnnxModel
+
+    with pytest.raises(exc, match="threads must be"):   # before the file is read
+        OnnxModel(tmp_path / "model.onnx", threads=threads)
