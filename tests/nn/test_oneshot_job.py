@@ -1,6 +1,8 @@
 """The one-shot front door: one Job from the library and the CLI, one run, one report, and the bad
 inputs refused before the model is touched."""
 
+import os
+import sys
 import warnings
 
 import pytest
@@ -203,3 +205,12 @@ def test_onnx_model_names_a_bad_threads(threads, exc, tmp_path):
 
     with pytest.raises(exc, match="threads must be"):   # before the file is read
         OnnxModel(tmp_path / "model.onnx", threads=threads)
+
+
+def test_save_compact_to_an_unwritable_folder_is_named():
+    from dualdrop.nn import save_compact
+
+    if not (sys.platform.startswith("linux") and os.path.isdir("/sys")):
+        pytest.skip("needs a folder where no file can be made (Linux's /sys)")
+    with pytest.raises(PermissionError, match="'/sys' cannot be written"):
+        save_compact(_mlp(), "/sys/model.pt")
