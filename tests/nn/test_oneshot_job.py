@@ -214,3 +214,14 @@ def test_save_compact_to_an_unwritable_folder_is_named():
         pytest.skip("needs a folder where no file can be made (Linux's /sys)")
     with pytest.raises(PermissionError, match="'/sys' cannot be written"):
         save_compact(_mlp(), "/sys/model.pt")
+
+
+def test_linear_density_refuses_a_nan_weight():
+    from dualdrop.nn import linear_density
+
+    net = _mlp()
+    assert linear_density(net) == 1.0
+    with torch.no_grad():
+        net[2].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"\['2'\] hold NaN"):
+        linear_density(net)
