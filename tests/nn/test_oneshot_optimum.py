@@ -125,7 +125,7 @@ def test_penalty_family_and_options():
     with pytest.raises(ValueError, match="compiled kernel"):
         get_method("penalty:hard_threshold", k=3)
     with pytest.raises(ValueError, match="needs refit"):
-        get_method("mcp", refit=False)
+        get_method("mcp", refit=False, polish=True)
     with pytest.raises(ValueError, match="schedule"):
         get_method("admm", schedule="fast")
     with pytest.raises(TypeError, match="start"):

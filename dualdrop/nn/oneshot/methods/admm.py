@@ -17,7 +17,8 @@ it as ``U = D`` with ``D in C`` and runs scaled ADMM with a growing penalty para
 (``V`` the scaled dual; when ``rho`` grows, ``V`` is divided by the same factor so the dual
 ``rho V`` is unchanged). As ``rho`` grows, ``U`` is pulled onto ``D`` and the support of ``D``
 freezes; the support found is then refit by least squares (ALPS uses preconditioned conjugate
-gradients for this step; here each row's system is solved exactly, ``base.refit_on_support``).
+gradients for this step; here each row's system is solved exactly by Cholesky,
+``_layer.ScaledLayer.refit_rows``, and the refit that scores a run's support is the one returned).
 Boža ("Fast and Effective Weight Update for Pruned Large Language Models", 2024) uses the same
 ADMM weight update, with the inverse ``(Gs + rho I)^-1`` precomputed.
 
@@ -86,13 +87,15 @@ def _project(Z, sl, k, budget):
 
 def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, growth=1.02,
                  rho_every=3, patience=20, max_iter=1000, coordinates="scaled", start="top",
-                 precision="float64", callback=None):
+                 precision="float64", callback=None, shrink=None):
     """Run ADMM (module docstring) on ``sl`` in the ``coordinates`` ``"scaled"`` (``u``) or
     ``"weights"`` (``w``), from ``start`` (``"top"``: the layer's largest ``|u0|``; ``"wanda"``:
     each row's), the matrix products in ``precision``; returns ``(mask, D, info)``: the live
     support ``(R, q)``, ADMM's last projected point ``D`` (scaled, on that support) and
     ``{"iterations", "rho", "seconds", "stopped"}``. ``callback(t, mask, U)`` runs after each
-    iteration."""
+    iteration. ``shrink(Z, mask, rho)``, if given, returns the D-step (0 off ``mask``; the
+    projection keeps ``Z`` itself on it, a penalty's prox shrinks it:
+    ``penalty.split_support``)."""
     t0 = time.perf_counter()
     k = sl.live_target(budget)
     dtype = np.float32 if precision == "float32" else np.float64
@@ -104,9 +107,11 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     else:
         to_w = None
         U0, Gl, rho_unit = sl.U0, sl.Gs, 1.0
-    lam, Q = np.linalg.eigh(Gl)
-    lam = np.clip(lam, 0.0, None).astype(dtype)
-    Q = Q.astype(dtype)
+    key = ("eigh", coordinates, dtype)
+    if key not in sl.cache:  # one eigendecomposition per coordinate system, shared by runs
+        lam, Q = np.linalg.eigh(Gl)
+        sl.cache[key] = (np.clip(lam, 0.0, None).astype(dtype), Q.astype(dtype))
+    lam, Q = sl.cache[key]
     A = ((U0 @ Q) * lam).astype(dtype)  # G u0_r in the eigenbasis, every row
     if start == "wanda":  # each row's best |w| ||x_j|| (= |u0|), the count split evenly
         mask = _row_top(sl.U0, k, sl, budget)
@@ -129,7 +134,7 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
         new = _project(Z, sl, k, budget)
         changes = int(np.count_nonzero(new != mask)) // 2
         mask = new
-        D = np.where(mask, Z, 0.0)
+        D = np.where(mask, Z, 0.0) if shrink is None else shrink(Z, mask, rho)
         V = Z - D
         if callback is not None:
             callback(t, mask, U)
@@ -185,19 +190,25 @@ RUNS = {"scaled": {"start": "top", "growth": 1.02, "max_iter": 1000},
 
 def pick_better(sl: ScaledLayer, budget: Budget, runs):
     """The better of several ADMM results ``(mask, D, info)`` by the least-squares error of
-    their supports (:meth:`ScaledLayer.row_errors`): row by row for a pattern (the rows are
+    their supports (:meth:`ScaledLayer.refit_rows`): row by row for a pattern (the rows are
     independent there), the whole layer otherwise (one count shared by the rows). Returns
-    ``(mask, D, index of the run that won the most rows)``."""
-    rows = range(sl.R)
-    errs = np.array([sl.row_errors([np.flatnonzero(m[r]) for r in rows], rows)
-                     for m, _, _ in runs])
+    ``(mask, U, D, index of the run that won the most rows)``, ``U`` the support's
+    least-squares weights (scaled), the refit the scores came from, ``D`` the runs' own values
+    there."""
+    seen = {}  # runs that ended on the same support share its refit
+    for m, _, _ in runs:
+        if m.tobytes() not in seen:
+            seen[m.tobytes()] = sl.refit_rows(m)
+    fits = [seen[m.tobytes()] for m, _, _ in runs]
+    errs = np.array([e for _, e in fits])
     if budget.pattern is None:
         best = int(np.argmin(errs.sum(axis=1)))
-        return runs[best][0], runs[best][1], best
+        return runs[best][0], fits[best][0], runs[best][1], best
     pick = np.argmin(errs, axis=0)  # ties to the first run
     mask = np.stack([runs[i][0][r] for r, i in enumerate(pick)])
+    U = np.stack([fits[i][0][r] for r, i in enumerate(pick)])
     D = np.stack([runs[i][1][r] for r, i in enumerate(pick)])
-    return mask, D, int(np.bincount(pick, minlength=len(runs)).argmax())
+    return mask, U, D, int(np.bincount(pick, minlength=len(runs)).argmax())
 
 
 class ADMM(OneShotMethod):
@@ -218,6 +229,7 @@ class ADMM(OneShotMethod):
     ``"full"``, ``"swaps"``: the support polish of ``polish.py`` after it)."""
 
     name = "admm"
+    refits_itself = True
     defaults = {"coordinates": "both", "schedule": "slow", "rho0": 0.1, "growth": None,
                 "rho_every": 3, "patience": 20, "max_iter": None, "start": None,
                 "precision": "float32", "refit": True, "polish": False}
@@ -259,15 +271,16 @@ class ADMM(OneShotMethod):
                 growth=o["growth"] or run["growth"], rho_every=o["rho_every"],
                 patience=o["patience"], max_iter=max_iter, coordinates=c,
                 start=o["start"] or run["start"], precision=o["precision"]))
-        if len(runs) > 1:
-            mask, D, won = pick_better(sl, budget, runs)
+        if len(runs) > 1 or (o["refit"] and not o["polish"]):
+            mask, U, D, won = pick_better(sl, budget, runs)
         else:
             (mask, D, _), won = runs[0], 0
         self.info = {**runs[won][2], "runs": {c: r[2] for c, r in zip(coords, runs)},
                      "kept": coords[won]}
-        if o["polish"]:
-            mask = polish_support(sl, mask, budget, o["polish"])
         if not o["refit"]:
             return sl.finish(mask, budget, values=D, refit=False)
-        # prune() refits (refit=True): the support and the dead weights the budget needs
-        return sl.finish(mask, budget, refit=False)
+        if o["polish"]:
+            return sl.finish(polish_support(sl, mask, budget, o["polish"]), budget)
+        # the least squares on the support that scored it (the dead weights the budget needs
+        # keep their trained values: they do not reach the output)
+        return sl.finish(mask, budget, values=U, refit=False)

@@ -231,6 +231,9 @@ class OneShotMethod:
 
     name: str = ""
     defaults: dict = {}
+    #: ``_prune`` returns the least-squares refit of its support itself when ``refit=True``
+    #: (it scored the support by that refit): ``prune`` does not solve it again
+    refits_itself: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -275,7 +278,7 @@ class OneShotMethod:
             raise RuntimeError(f"one-shot method {self.name!r} returned "
                                f"{getattr(W, 'shape', type(W))}, expected {tuple(W0.shape)}")
         W = W.to(torch.float64)
-        if self.options["refit"]:
+        if self.options["refit"] and not self.refits_itself:
             W = refit_on_support(W0, W, G)
         if not budget.met_by(W):
             raise RuntimeError(f"one-shot method {self.name!r} broke its budget {budget} "
