@@ -28,7 +28,6 @@ ALLOWED_CYCLES: set[frozenset[str]] = {
 
 #: files still over the limit while their owners split them: path -> lines they may not exceed
 ALLOWED_LONG: dict[str, int] = {
-    "dualdrop/nn/oneshot/methods/_moves.py": 732,
     "dualdrop/nn/oneshot/pipeline.py": 698,
 }
 

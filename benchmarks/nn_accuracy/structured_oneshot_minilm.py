@@ -78,7 +78,11 @@ def main(argv=None):
     ap.add_argument("--layer-objectives", action="store_true",
                     help="per consumer layer, every --methods on the dense model's Gram at the "
                          "unit counts of each --out row of --allocations (penalty) and "
-                         "--speedups: the objectives side by side")
+                         "--speedups (or at each --fractions of every consumer's units): the "
+                         "objectives side by side, each method's relative to the first's")
+    ap.add_argument("--fractions", nargs="+", type=float, default=None,
+                    help="with --layer-objectives: every consumer keeps these fractions of its "
+                         "units instead of a run's counts")
     args = ap.parse_args(argv)
     if args.tables:
         print_tables(args.out)
@@ -158,27 +162,44 @@ def layer_objectives(args):
     steps = [UnitStep(g) for g in groups]
     grams = collect_grams(model, steps, calib, default_forward)
     problems = [unit_problem(s.group, s.weights()[0], grams[s.group.name], True) for s in steps]
-    rows = [json.loads(line) for line in open(args.out)]
-    seen = set()
-    for r in rows:
-        if r["allocation"] not in args.allocations or _speedup(r) not in args.speedups:
-            continue
-        counts = {x["layer"]: x["kept"] for x in r["layers"]}
-        if json.dumps(counts, sort_keys=True) in seen:   # the same units as a row before
-            continue
-        seen.add(json.dumps(counts, sort_keys=True))
-        print(f"### the units of {r['method']} {r['allocation']} {r['allocation_options']} "
-              f"{_speedup(r)}x: objective on the dense model's Gram (CPU seconds)")
+    tables = []
+    if args.fractions:
+        tables = [(f"{f:g} of every consumer's units",
+                   {pr.name: max(1, round(f * pr.n_units)) for pr in problems})
+                  for f in args.fractions]
+    else:
+        seen = set()
+        for r in (json.loads(line) for line in open(args.out)):
+            if r["allocation"] not in args.allocations or _speedup(r) not in args.speedups:
+                continue
+            counts = {x["layer"]: x["kept"] for x in r["layers"]}
+            if json.dumps(counts, sort_keys=True) in seen:   # the same units as a row before
+                continue
+            seen.add(json.dumps(counts, sort_keys=True))
+            tables.append((f"the units of {r['method']} {r['allocation']} "
+                           f"{r['allocation_options']} {_speedup(r)}x", counts))
+    for title, counts in tables:
+        print(f"### {title}: objective on the dense model's Gram (CPU seconds; after the "
+              f"first, the change against it)")
         print("| layer | kept | " + " | ".join(args.methods) + " |")
         print("| --- | --- | " + " | ".join("---" for _ in args.methods) + " |")
+        total = [0.0] * len(args.methods)
         for pr in problems:
             k = counts[pr.name]
-            cells = []
-            for m in args.methods:
+            if k >= pr.n_units:
+                continue
+            cells, first = [], None
+            for i, m in enumerate(args.methods):
                 c0 = time.process_time()
                 sol = get_unit_method(m).solve(pr, k)
-                cells.append(f"{sol.objective:.5f} ({time.process_time() - c0:.1f})")
+                sec = time.process_time() - c0
+                total[i] += sec
+                rel = "" if first is None or first <= 0 else \
+                    f", {100 * (sol.objective / first - 1):+.3f}%"
+                first = sol.objective if first is None else first
+                cells.append(f"{sol.objective:.6g} ({sec:.2f} s{rel})")
             print(f"| {pr.name} | {k}/{pr.n_units} | " + " | ".join(cells) + " |", flush=True)
+        print("| total CPU s | | " + " | ".join(f"{t:.1f}" for t in total) + " |", flush=True)
 
 
 def print_tables(path):

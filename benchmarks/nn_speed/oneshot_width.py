@@ -175,7 +175,8 @@ def table(cells, layers, methods) -> str:
                 elif c.get("skipped"):
                     cols.append(f"skipped ({c['skipped']})")
                 else:
-                    cols.append(f"{c['objective']:.5f} / {c['cpu']:.1f}")
+                    t = f"{c['cpu']:.2f}" if c["cpu"] < 1 else f"{c['cpu']:.1f}"
+                    cols.append(f"{c['objective']:.3g} / {t}")
             lines.append(f"| {layer} ({shape[0]} x {shape[1]}), {b} | " + " | ".join(cols) + " |")
     return "\n".join(lines) + "\n\nEach cell: layer objective / process CPU seconds (one thread).\n"
 

@@ -212,7 +212,7 @@ def test_dropout_path_step_is_the_eta_trick_ridge():
     from dualdrop.nn.oneshot.methods.structured.penalty import PATH_PARAMS, Scaled, dropout_path
 
     for m in (1, 3):
-        pr, _ = make_problem(seed=5, n_units=12, m=m, free=1)
+        pr, _ = make_problem(seed=5, n_units=70, m=m, free=1, n=600)
         sc = Scaled(pr)
         P = penalties.get("logsum", **PATH_PARAMS["logsum"])
         alpha = 0.3
@@ -222,7 +222,7 @@ def test_dropout_path_step_is_the_eta_trick_ridge():
             ridge[sc.groups[g]] = alpha / P.eta_hat(t[g])
         UT = np.linalg.solve(sc.Gs + np.diag(ridge), sc.Gs @ sc.U0.T)
         norms = np.array([np.linalg.norm(UT[c]) for c in sc.groups[:sc.n]])
-        start, steps, a = dropout_path(sc, P, 4, alpha0=alpha, grow=2.0, over=1.5, thr=0.0,
+        start, steps, a = dropout_path(sc, P, 20, alpha0=alpha, grow=2.0, over=1.5, thr=0.0,
                                        max_steps=1)
         assert steps == 1 and a == alpha
-        assert set(start.tolist()) == set(np.argsort(-norms)[:6].tolist())
+        assert set(start.tolist()) == set(np.argsort(-norms)[:30].tolist())

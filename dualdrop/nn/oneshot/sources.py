@@ -23,16 +23,21 @@ serves allocations below its *mmap threshold* from its heap, and raises that thr
 (1-32 MB each at width 1,024) end up in a heap whose free holes stay resident and fragment a
 little more with every block: the peak crept up by about 2 MB per block at width 512 and 20
 MB at width 1,024 (Llama-shaped checkpoints, ``benchmarks/RESULTS.md``, "One-shot at scale"),
-and stood 250 MB higher from the first blocks on. So a
+and stood about 200 MB higher from the first block on (width 1,024). So a
 :class:`SafetensorsSource` fixes the threshold at :data:`MMAP_THRESHOLD` for the process (as
 ``MALLOC_MMAP_THRESHOLD_=1048576`` in the environment would; every tensor of a megabyte or more
 then has its own mapping, unmapped when freed) and gives the heap's free pages back
-(``malloc_trim``) after each block. Elsewhere than glibc both are skipped.
+(``malloc_trim``) after each block, once the cyclic garbage is collected. The price is CPU time: each such tensor's pages are mapped
+and zeroed afresh (measured: about a quarter more CPU time at width 512, where the blocks' work
+is small). A ``MALLOC_MMAP_THRESHOLD_`` set in the environment is left as it is (set it, e.g.
+to 33554432, to trade that memory back for the CPU time). Elsewhere than glibc both are
+skipped.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import shutil
@@ -47,7 +52,9 @@ SINGLE = "model.safetensors"
 REST = "model-rest.safetensors"
 #: glibc's mmap threshold while pruning from disk: allocations from 1 MiB get their own mapping
 MMAP_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+#: and its trim threshold: free memory above this at the heap's top is given back at once
+TRIM_THRESHOLD = 128 << 10
+_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD = -3, -1  # mallopt's parameter numbers (malloc.h)
 
 
 class MemorySource:
@@ -259,7 +266,11 @@ class SafetensorsSource(MemorySource):
         """The blocks (``(name, module)`` in forward order), the steps to prune, the run's
         resume record (a finished block's weights are read back from its shard); the weights
         outside the blocks are read, glibc's mmap threshold fixed (module docstring)."""
-        _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # the user's own choice stands
+            _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+            # the trim threshold back to glibc's default (the dynamic threshold had raised it
+            # with the mmap threshold, up to 64 MB kept at the heap's top)
+            _malloc("mallopt", _M_TRIM_THRESHOLD, TRIM_THRESHOLD)
         self.prefix = [name for name, _ in chain]
         pre = tuple(p + "." for p in self.prefix)
         self.outside = [n for n in self.t.params if not n.startswith(pre)]
@@ -299,7 +310,10 @@ class SafetensorsSource(MemorySource):
         if write and k not in self.saved:
             self.pruned(k, block)  # a block without prunable layers: written as read
         self.t.release(self._names(k))
-        _malloc("malloc_trim", 0)  # the freed heap pages back to the system
+        # whatever the cyclic collector holds freed now rather than at its next turn, then the
+        # heap's free pages back
+        gc.collect()
+        _malloc("malloc_trim", 0)
 
     def after_capture(self):
         """The weights outside the blocks that no layer of the prologue pruned go back to

@@ -59,7 +59,9 @@ class ActivationCache:
     def get(self, i: int, device=None) -> torch.Tensor:
         t = self.mem.get(i)
         if t is None:
-            t = torch.load(self._path(i), weights_only=True)
+            # mapped from the file, not copied into the heap: what the cache keeps in files
+            # stays out of the process's anonymous memory, batch after batch
+            t = torch.load(self._path(i), weights_only=True, mmap=True)
         return t if device is None else t.to(device)
 
     def close(self) -> None:

@@ -121,7 +121,7 @@ def allocate_units(kind: str, cost: CostModel, budget: float, problems=None, pri
 
 
 #: a layer keeping at most this fraction of its units is "nearly emptied" (:func:`lopsided`)
-EMPTIED = 0.1
+EMPTIED = 0.15
 
 
 def lopsided(counts: dict, sizes: dict, kinds: dict) -> str | None:

@@ -25,6 +25,16 @@ density; with the polish every group then starts from the ``N`` largest weights 
 (:func:`nm_start`) and is polished by swaps inside groups, without it every group is brought to
 exactly ``N`` nonzeros by exact greedy moves.
 
+**At width** (``solver="auto"`` on layers with at least :data:`WIDE` outputs and live inputs,
+or ``solver="split"``): the path's per-row fits cost too much there (a 384 x 1,536 layer at 50%:
+26 CPU minutes), and the same problem is split over every row at once instead
+(:func:`split_support`): ADMM's iteration (``admm``: one eigendecomposition of the Gram, two
+``(R x q) (q x q)`` float32 products per iteration, stopped when the support settles) with the
+penalty's compiled prox on the kept entries as the D-step, its level continued along the
+iterations down to ADMM's projection, run beside ADMM's two runs; the support of least
+least-squares error is kept and returned refit (in float64). Its objective is never above
+``admm``'s, at about 1.5-2x its time (benchmarks/RESULTS.md, "One-shot at width").
+
 **Penalty level across layers** (:func:`level_curve`, ``allocation="penalty"``). Written with
 the layer's relative error ``e = E(W) / E(0)``, the layer problem is ``min e / 2 + level sum
 Omega(u)`` with ``alpha = level * sum_r u0_r^T Gs u0_r`` (the layer's output energy in these

@@ -1,0 +1,319 @@
+"""The compiled row kernels of the support polish (``polish.py``): a row's least-squares state
+and the exact single moves on it (build, removal, addition, swap), each scored with the rest of
+the row refit. The searches built from them (swap loops, 2-for-2 replacements, the size ladder)
+are in ``_moves``.
+
+A row's state: support ``S[:s]`` (positions of live inputs), ``H[:s, :s] = (Gd_SS)^-1``, ``u[:s]``
+its refit weights, ``g = Gd u - b`` and ``c`` (Schur complements) over all inputs (0 on the
+support), ``inS`` the support as a mask; during swaps also ``MT[:s] = H Gd_{S,:}`` (the rows
+``m_i = Gd_{:,S} H e_i`` of the swap search, kept up to date by each swap). The formulas (Optimal
+Brain Surgeon removals, Schur-complement additions, swaps, 2-for-2 replacements) are derived in
+``polish.py``'s docstring; ``Gd`` is the unit-diagonal Gram plus ``polish.RIDGE``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+# The kernels may reorder sums (vectorized loops) but keep NaN and inf semantics: NaN is how a
+# refused move is reported. numpy's error model: no zero-division checks inside the loops.
+_kernel = njit(cache=True, error_model="numpy",
+               fastmath={"nsz", "arcp", "contract", "reassoc"})
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled row kernels (the state: the module docstring)
+
+
+@_kernel
+def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
+    """The state of support ``S[:s]`` from scratch (the Schur complements ``c`` only with
+    ``want_c`` or ``has_mt``: they cost ``O(p s^2)``, the rest ``O(s^3 + p s)``); returns
+    ``f = 1/2 (u - u0)^T Gd (u - u0)``."""
+    p = Gd.shape[0]
+    inS[:] = False
+    for k in range(p):
+        g[k] = -b[k]
+        c[k] = Gd[k, k]
+    if s == 0:
+        return 0.5 * c0
+    idx = S[:s].copy()
+    GSS = np.empty((s, s))
+    for a in range(s):
+        for d in range(s):
+            GSS[a, d] = Gd[idx[a], idx[d]]
+    Hs = np.linalg.inv(GSS)
+    fb = 0.0
+    for a in range(s):
+        acc = 0.0
+        for d in range(s):
+            h = 0.5 * (Hs[a, d] + Hs[d, a])
+            H[a, d] = h
+            acc += h * b[idx[d]]
+        u[a] = acc
+        fb += b[idx[a]] * acc
+    for a in range(s):
+        ua = u[a]
+        Ra = Gd[idx[a]]
+        for k in range(p):
+            g[k] += ua * Ra[k]
+    for a in range(s):
+        inS[idx[a]] = True
+        g[idx[a]] = 0.0
+    if has_mt:
+        _fill_mt(Gd, S, s, H, MT, c, inS)
+    elif want_c:
+        _fill_mt(Gd, S, s, H, np.empty((s, p)), c, inS)
+    else:
+        for k in range(p):
+            if inS[k]:
+                c[k] = 0.0
+    return 0.5 * (c0 - fb)
+
+
+@_kernel
+def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
+    """Remove the support input at position ``i`` (the rest refit; the last position moves to
+    ``i``; ``MT`` updated when ``has_mt``). Returns the rise of f."""
+    p = Gd.shape[0]
+    Hii = H[i, i]
+    coef = u[i] / Hii
+    hi = H[:s, i].copy()
+    if has_mt:
+        v = MT[i].copy()
+    else:
+        v = np.zeros(p)  # Gd_{:,S} H e_i
+        for a in range(s):
+            ha = hi[a]
+            Ra = Gd[S[a]]
+            for k in range(p):
+                v[k] += ha * Ra[k]
+    df = 0.5 * u[i] * coef
+    for k in range(p):
+        g[k] -= coef * v[k]
+        c[k] += v[k] * v[k] / Hii
+    for a in range(s):
+        u[a] -= coef * hi[a]
+    if has_mt:
+        for a in range(s):
+            if a != i:
+                fa = hi[a] / Hii
+                Ma = MT[a]
+                for k in range(p):
+                    Ma[k] -= fa * v[k]
+    for a in range(s):
+        fa = hi[a] / Hii
+        for d in range(s):
+            H[a, d] -= fa * hi[d]
+    j = S[i]
+    last = s - 1
+    if i != last:
+        S[i] = S[last]
+        u[i] = u[last]
+        for d in range(s):
+            H[i, d] = H[last, d]
+        for d in range(s):
+            H[d, i] = H[d, last]
+        if has_mt:
+            MT[i] = MT[last]
+    s -= 1
+    inS[j] = False
+    for a in range(s):
+        g[S[a]] = 0.0
+        c[S[a]] = 0.0
+    c[j] = 1.0 / Hii
+    return df
+
+
+@_kernel
+def _settle(S, s, g, c):
+    """After a move: the support's own gradients and Schur complements are 0, and round-off
+    below 0 in the others' complements is clipped."""
+    for a in range(s):
+        g[S[a]] = 0.0
+        c[S[a]] = 0.0
+    for q in range(c.shape[0]):
+        if c[q] < 0.0:
+            c[q] = 0.0
+
+
+@_kernel
+def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
+    """Add input ``k`` at position ``s`` (the support refit; ``MT`` updated when ``has_mt``,
+    which then needs a row ``s``). Returns the change of f (<= 0), or NaN, changing nothing but
+    ``c[k] = 0``, when the Schur complement of ``k`` is below ``floor``."""
+    p = Gd.shape[0]
+    h = np.zeros(s)  # H Gd_{S,k}
+    if has_mt:
+        for a in range(s):
+            h[a] = MT[a, k]
+    else:
+        for a in range(s):
+            acc = 0.0
+            for d in range(s):
+                acc += H[a, d] * Gd[S[d], k]
+            h[a] = acc
+    sc = Gd[k, k]
+    for a in range(s):
+        sc -= Gd[S[a], k] * h[a]
+    if not sc > floor:
+        c[k] = 0.0
+        return np.nan  # refused: nothing changed
+    cvec = Gd[k].copy()
+    for a in range(s):
+        ha = h[a]
+        Ra = Gd[S[a]]
+        for q in range(p):
+            cvec[q] -= ha * Ra[q]
+    for q in range(p):
+        cvec[q] /= sc
+    gk = g[k]
+    delta = -gk / sc
+    df = -0.5 * gk * gk / sc
+    for q in range(p):
+        g[q] += delta * sc * cvec[q]
+        c[q] -= sc * cvec[q] * cvec[q]
+    for a in range(s):
+        u[a] -= delta * h[a]
+    u[s] = delta
+    for a in range(s):
+        fa = h[a] / sc
+        for d in range(s):
+            H[a, d] += fa * h[d]
+        H[a, s] = -fa
+        H[s, a] = -fa
+    H[s, s] = 1.0 / sc
+    if has_mt:
+        for a in range(s):
+            ha = h[a]
+            Ma = MT[a]
+            for q in range(p):
+                Ma[q] -= ha * cvec[q]
+        MT[s] = cvec
+    S[s] = k
+    s += 1
+    inS[k] = True
+    _settle(S, s, g, c)
+    return df
+
+
+@_kernel
+def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
+    """Remove the input at position ``i`` and add input ``k`` in its place, the support refit:
+    :func:`_remove` then :func:`_add` fused, so that ``MT`` is swept once (plus one read of the
+    support's rows of ``Gd``), the new input taking position ``i``. Returns the change of f, or
+    NaN (nothing changed but ``c[k] = 0``) when the Schur complement of ``k`` without input
+    ``i`` is below ``floor``."""
+    p = Gd.shape[0]
+    Hii = H[i, i]
+    coef = u[i] / Hii
+    v = MT[i].copy()
+    hi = H[:s, i].copy()
+    j = S[i]
+    # after the removal: h' = MT'[:, k], the Schur complement of k, its gradient
+    hp = np.empty(s)
+    vk = v[k]
+    for a in range(s):
+        hp[a] = MT[a, k] - hi[a] / Hii * vk
+    hp[i] = 0.0
+    sc = Gd[k, k]  # exactly, not from the maintained c: Gd_kk - Gd_{S',k} . h'
+    for a in range(s):
+        if a != i:
+            sc -= Gd[S[a], k] * hp[a]
+    if not sc > floor:
+        c[k] = 0.0
+        return np.nan
+    gk = g[k] - coef * vk
+    delta = -gk / sc
+    df = 0.5 * u[i] * coef - 0.5 * gk * gk / sc
+    # cvec = (Gd[k] - Gd[:, S'] h') / sc
+    cvec = Gd[k].copy()
+    for a in range(s):
+        if a == i:
+            continue
+        ha = hp[a]
+        Ra = Gd[S[a]]
+        for q in range(p):
+            cvec[q] -= ha * Ra[q]
+    for q in range(p):
+        cvec[q] /= sc
+    # gradient and Schur complements: removal, then addition
+    for q in range(p):
+        gq = g[q] - coef * v[q]
+        cq = c[q] + v[q] * v[q] / Hii
+        g[q] = gq + delta * sc * cvec[q]
+        c[q] = cq - sc * cvec[q] * cvec[q]
+    # one sweep over MT
+    for a in range(s):
+        if a == i:
+            continue
+        fa = hi[a] / Hii
+        ha = hp[a]
+        Ma = MT[a]
+        for q in range(p):
+            Ma[q] -= fa * v[q] + ha * cvec[q]
+    MT[i] = cvec
+    for a in range(s):
+        if a != i:
+            u[a] -= coef * hi[a] + delta * hp[a]
+    u[i] = delta
+    for a in range(s):
+        if a == i:
+            continue
+        fa = hi[a] / Hii
+        ga = hp[a] / sc
+        for d in range(s):
+            if d != i:
+                H[a, d] += ga * hp[d] - fa * hi[d]
+        H[a, i] = -ga
+        H[i, a] = -ga
+    H[i, i] = 1.0 / sc
+    S[i] = k
+    inS[j] = False
+    inS[k] = True
+    _settle(S, s, g, c)
+    return df
+
+
+@_kernel
+def _fill_mt(Gd, S, s, H, MT, c, inS):
+    """``MT[:s] = H Gd_{S,:}`` (the rows ``m_a`` of the swap search) and the Schur complements
+    ``c = diag(Gd) - sum_a MT[a] * Gd[S_a]`` from them (``inS`` must mark ``S[:s]``). Only the
+    columns outside the support are multiplied out: on it ``H Gd_SS = I``, so ``MT[a, S_d]``
+    is 1 for ``d = a`` and 0 otherwise, and ``c`` is 0 (half the product at 2:4)."""
+    p = Gd.shape[0]
+    n = 0
+    for k in range(p):
+        if not inS[k]:
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    n = 0
+    for k in range(p):
+        c[k] = 0.0
+        if not inS[k]:
+            out[n] = k
+            c[k] = Gd[k, k]
+            n += 1
+    if s == 0:
+        return
+    rows = np.empty((s, n))
+    for a in range(s):
+        Ra = Gd[S[a]]
+        for t in range(n):
+            rows[a, t] = Ra[out[t]]
+    M = H[:s, :s].copy() @ rows  # (s, n)
+    for a in range(s):
+        Ma = MT[a]
+        for d in range(s):
+            Ma[S[d]] = 0.0
+        Ma[S[a]] = 1.0
+        Mr = M[a]
+        Ra = rows[a]
+        for t in range(n):
+            Ma[out[t]] = Mr[t]
+            c[out[t]] -= Mr[t] * Ra[t]
+    for k in range(p):
+        if c[k] < 0.0:
+            c[k] = 0.0
