@@ -33,7 +33,7 @@ or ``solver="split"``): the path's per-row fits cost too much there (a 384 x 1,5
 penalty's compiled prox on the kept entries as the D-step, its level continued along the
 iterations down to ADMM's projection, run beside ADMM's two runs; the support of least
 least-squares error is kept and returned refit (in float64). Its objective is never above
-``admm``'s, at about 1.5-2x its time (benchmarks/RESULTS.md, "One-shot at width").
+``admm``'s, at about 1.4-1.7x its time (benchmarks/RESULTS.md, "One-shot at width").
 
 **Penalty level across layers** (:func:`level_curve`, ``allocation="penalty"``). Written with
 the layer's relative error ``e = E(W) / E(0)``, the layer problem is ``min e / 2 + level sum
