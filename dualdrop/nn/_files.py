@@ -16,8 +16,9 @@ from pathlib import Path
 
 
 def writable_file(path, what: str = "path") -> Path:
-    """``path`` as a file to write: refused now (one line naming ``what``) when it is a folder
-    or its folder does not exist, not after the work that produces it."""
+    """``path`` as a file to write: refused now (one line naming ``what``) when it is a folder,
+    its folder does not exist or cannot be written (a file is created there and removed, as the
+    save will), not after the work that produces it."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise TypeError(f"{what} must be a file path (str or os.PathLike), got {path!r}")
     p = Path(path)
@@ -27,6 +28,14 @@ def writable_file(path, what: str = "path") -> Path:
     if not p.parent.is_dir():
         raise FileNotFoundError(f"{what} {str(p)!r}: no such folder {str(p.parent)!r}; create "
                                 "it first")
+    probe = p.with_name(f".{p.name}.{os.getpid()}.probe")
+    try:
+        with open(probe, "xb"):
+            pass
+    except OSError as exc:
+        raise PermissionError(f"{what} {str(p)!r}: its folder {str(p.parent)!r} cannot be "
+                              f"written ({exc.strerror}); choose a writable folder") from None
+    probe.unlink(missing_ok=True)
     return p
 
 

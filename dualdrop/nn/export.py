@@ -270,12 +270,19 @@ def _is_tied(model, param):
 
 def linear_density(model: nn.Module) -> float:
     """Fraction of nonzero weights over the dense layers (``nn.Linear``, Hugging Face's
-    ``Conv1D``) of ``model`` (1.0 if none)."""
+    ``Conv1D``) of ``model`` (1.0 if none); a ``ValueError`` naming the layers whose weights hold
+    NaN or infinite values (a NaN is not a zero, and would count as a kept weight)."""
     nnz = tot = 0
-    for m in model.modules():
+    bad = []
+    for name, m in model.named_modules():
         if dense_type(m):
+            if not bool(torch.isfinite(m.weight).all()):
+                bad.append(name)
             nnz += int(torch.count_nonzero(m.weight))
             tot += m.weight.numel()
+    if bad:
+        raise ValueError(f"the weights of {bad[:5]} hold NaN or infinite values: their density "
+                         "is not defined (the model diverged or was loaded wrong)")
     return nnz / tot if tot else 1.0
 
 

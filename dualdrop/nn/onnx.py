@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from dualdrop.nn._base import check_int
 from dualdrop.nn._files import writable_file
 from dualdrop.nn._graph import batch_of, check_inputs, first_line, output_diff, tensors
 from dualdrop.nn.export import export_sparse
@@ -239,6 +240,8 @@ class OnnxModel:
     keywords by the file's input names); returns a tensor, or a tuple for several outputs."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = 1):
+        if threads is not None:
+            threads = check_int("threads", threads, low=1)
         ort = _require("onnxruntime", "running an ONNX file")
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: no such ONNX file")

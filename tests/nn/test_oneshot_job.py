@@ -1,6 +1,8 @@
 """The one-shot front door: one Job from the library and the CLI, one run, one report, and the bad
 inputs refused before the model is touched."""
 
+import os
+import sys
 import warnings
 
 import pytest
@@ -195,3 +197,31 @@ def test_the_cli_names_the_allocation_option_flag(tmp_path):
     with pytest.raises(ValueError, match="unknown option.*for allocation='owl'"):
         _cli_job(tmp_path, ["--density", "0.5", "--allocation", "owl",
                             "--allocation-hp", "m=3"])
+
+
+@pytest.mark.parametrize("threads,exc", [("a", TypeError), (0, ValueError), (1.5, TypeError)])
+def test_onnx_model_names_a_bad_threads(threads, exc, tmp_path):
+    from dualdrop.nn.onnx import OnnxModel
+
+    with pytest.raises(exc, match="threads must be"):   # before the file is read
+        OnnxModel(tmp_path / "model.onnx", threads=threads)
+
+
+def test_save_compact_to_an_unwritable_folder_is_named():
+    from dualdrop.nn import save_compact
+
+    if not (sys.platform.startswith("linux") and os.path.isdir("/sys")):
+        pytest.skip("needs a folder where no file can be made (Linux's /sys)")
+    with pytest.raises(PermissionError, match="'/sys' cannot be written"):
+        save_compact(_mlp(), "/sys/model.pt")
+
+
+def test_linear_density_refuses_a_nan_weight():
+    from dualdrop.nn import linear_density
+
+    net = _mlp()
+    assert linear_density(net) == 1.0
+    with torch.no_grad():
+        net[2].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"\['2'\] hold NaN"):
+        linear_density(net)

@@ -244,12 +244,15 @@ def add_gram(S: torch.Tensor, x: torch.Tensor) -> None:
 
 
 def symmetric_gram(S: torch.Tensor) -> torch.Tensor:
-    """The full Gram from a sum of :func:`add_gram` (a new tensor; ``S`` is consumed)."""
+    """The full Gram from a sum of :func:`add_gram` (a new tensor; ``S`` is consumed), exactly
+    symmetric: a BLAS ``X^T X`` need not be (its two triangles may be summed in different
+    orders), and the solvers factor the Gram as symmetric, so both triangles are averaged.
+    Where the product was symmetric already, ``(a + a) / 2 = a`` leaves it bit for bit."""
     n = S.shape[0]
-    if n < 2 * GRAM_BLOCK:
-        return S
     G = S + S.T
     del S
+    if n < 2 * GRAM_BLOCK:
+        return G.mul_(0.5)
     for i in range(0, n, GRAM_BLOCK):  # the diagonal blocks were full products: counted twice
         G[i:i + GRAM_BLOCK, i:i + GRAM_BLOCK] *= 0.5
     return G

@@ -25,6 +25,16 @@ density; with the polish every group then starts from the ``N`` largest weights 
 (:func:`nm_start`) and is polished by swaps inside groups, without it every group is brought to
 exactly ``N`` nonzeros by exact greedy moves.
 
+**At width** (``solver="auto"`` on layers with at least :data:`WIDE` outputs and live inputs,
+or ``solver="split"``): the path's per-row fits cost too much there (a 384 x 1,536 layer at 50%:
+26 CPU minutes), and the same problem is split over every row at once instead
+(:func:`split_support`): ADMM's iteration (``admm``: one eigendecomposition of the Gram, two
+``(R x q) (q x q)`` float32 products per iteration, stopped when the support settles) with the
+penalty's compiled prox on the kept entries as the D-step, its level continued along the
+iterations down to ADMM's projection, run beside ADMM's two runs; the support of least
+least-squares error is kept and returned refit (in float64). Its objective is never above
+``admm``'s, at about 1.4-1.7x its time (benchmarks/RESULTS.md, "One-shot at width").
+
 **Penalty level across layers** (:func:`level_curve`, ``allocation="penalty"``). Written with
 the layer's relative error ``e = E(W) / E(0)``, the layer problem is ``min e / 2 + level sum
 Omega(u)`` with ``alpha = level * sum_r u0_r^T Gs u0_r`` (the layer's output energy in these
@@ -42,6 +52,7 @@ import time
 
 import numpy as np
 import torch
+from numba import njit
 
 import penalties
 from dualdrop.linear._jit import zero_threshold
@@ -76,7 +87,7 @@ WIDE = 384
 # alone keeps the budget, and the prox is skipped once its step has decayed below NEGLIGIBLE
 # times the first (the kept entries are then Z itself: ADMM's projection)
 LEVEL, NEGLIGIBLE = 0.3, 1e-3
-TABLE = 512  # points of the prox's table per iteration (linear interpolation between them)
+TABLE = 2048  # points of the prox's table per iteration (linear interpolation between them)
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
 # passes overrides them.
@@ -241,6 +252,27 @@ def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=Tr
     return U, search.mask(), info
 
 
+@njit(cache=True, fastmath={"contract"})
+def _table_prox(Z, mask, lo, scale, vals, out):
+    """``out = sign(z) table(|z|)`` on ``mask``, 0 elsewhere: linear interpolation in the prox's
+    table ``vals`` at the evenly spaced points ``lo + i / scale`` (one pass, no temporaries)."""
+    n = vals.size
+    for r in range(Z.shape[0]):
+        for j in range(Z.shape[1]):
+            if not mask[r, j]:
+                out[r, j] = 0.0
+                continue
+            z = Z[r, j]
+            x = (abs(z) - lo) * scale
+            if x < 0.0:
+                x = 0.0
+            elif x > n - 1:
+                x = n - 1
+            i = min(int(x), n - 2)
+            v = vals[i] + (x - i) * (vals[i + 1] - vals[i])
+            out[r, j] = v if z >= 0 else -v
+
+
 def _prox_step(P, level):
     """The D-step values of the splitting's penalty run (``admm_support``'s ``shrink``): the
     kept entries' prox at the step ``alpha / rho``, ``alpha`` fixed at the first iteration to
@@ -262,19 +294,17 @@ def _prox_step(P, level):
             return np.where(mask, Z, 0.0)
         # the prox is odd and, above its zero threshold (every kept |z| is: the first step is
         # below the one whose threshold is the budget's), smooth and increasing in |z|:
-        # tabulated at TABLE points of a geometric grid per iteration and interpolated
-        # linearly, not evaluated per weight
+        # tabulated at TABLE evenly spaced points per iteration and interpolated linearly,
+        # not evaluated per weight
         lo = float(A[mask].min())
         hi = float(A.max())
         if not hi > lo > 0:
             return np.where(mask, Z, 0.0)
-        grid = np.geomspace(lo, hi, TABLE)
+        grid = np.linspace(lo, hi, TABLE)
         vals = _map("prox", code, params, grid, np.float64(t)).astype(Z.dtype)
-        pos = np.log(np.maximum(A, lo) / Z.dtype.type(lo)) * Z.dtype.type((TABLE - 1) / math.log(hi / lo))
-        i = np.minimum(pos.astype(np.int64), TABLE - 2)
-        f = np.minimum(pos - i, 1.0)
-        val = vals[i] + f * (vals[i + 1] - vals[i])
-        return np.where(mask, np.copysign(val, Z), 0.0).astype(Z.dtype)
+        out = np.empty_like(Z)
+        _table_prox(Z, mask, Z.dtype.type(lo), Z.dtype.type((TABLE - 1) / (hi - lo)), vals, out)
+        return out
     return shrink
 
 
@@ -366,7 +396,8 @@ class Penalty(OneShotMethod):
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.KERNELS, *(_polish.KERNELS if self.options["refit"] else ()))
+        return (*gram_cd.KERNELS, _table_prox,
+                *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:
         """The solver ``solver="auto"`` picks for the layer ``sl`` (class docstring)."""
