@@ -164,7 +164,7 @@ INTERRUPTS = [  # (argv, module, attribute that does the work, what the line mus
      "dualdrop.train.experiments.frontier", "run_frontier", "same command"),
     ("diagnose {d}/norun --out {d}/dgi", "dualdrop.cli.diagnose_cmd", "load_training_network",
      "again"),
-    ("prune --from {d}/norun --density 0.5 --out {d}/pri", "dualdrop.nn.oneshot", "get_method",
+    ("prune --from {d}/norun --density 0.5 --out {d}/pri", "dualdrop.nn.oneshot.job", "make_job",
      "again"),
 ]
 

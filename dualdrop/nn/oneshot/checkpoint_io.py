@@ -29,7 +29,7 @@ from dualdrop.nn.oneshot.blocks import find_blocks
 from dualdrop.nn.oneshot.pipeline import run as run_pipeline
 from dualdrop.nn.oneshot.registry import get_method
 from dualdrop.nn.oneshot.report import Report
-from dualdrop.nn.oneshot.run import first_use_notice
+from dualdrop.nn.oneshot.run import first_use_notice, weight_prune_step
 from dualdrop.nn.oneshot.sources import SafetensorsCheckpoint, SafetensorsSource, write_json
 from dualdrop.nn.oneshot.storage import Resume
 from dualdrop.nn.oneshot.walker import default_forward, peak_rss_mb, reset_peak_memory
@@ -111,13 +111,7 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
     source.start(chain, steps, resume)  # reads the weights outside the blocks
     fwd = forward_fn or default_forward
 
-    def prune_step(step, W0s, Gs):
-        Ws, secs = [], []
-        for name, W0, G in zip(step.names, W0s, Gs):
-            t0 = time.perf_counter()
-            Ws.append(meth.prune(W0, G, budgets[name]))
-            secs.append(time.perf_counter() - t0)
-        return Ws, secs
+    prune_step = weight_prune_step(meth, budgets)
 
     first_use_notice(meth, "uniform")
     res = run_pipeline(model, steps, calib, fwd, prune_step, progress=progress,

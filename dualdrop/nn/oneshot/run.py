@@ -90,6 +90,20 @@ def _skipped_text(skipped) -> str:
             + (" ..." if len(skipped) > 6 else "")) if skipped else ""
 
 
+def weight_prune_step(meth, budgets: dict):
+    """The pipeline's step for weights: each layer of a stage pruned by ``meth`` to its budget
+    (``budgets[name]``) from its dense weight and Gram; returns the weights and the seconds each
+    took. One home for the memory and the from-disk paths."""
+    def prune_step(step: Step, W0s, Gs):
+        Ws, secs = [], []
+        for name, W0, G in zip(step.names, W0s, Gs):
+            t0 = time.perf_counter()
+            Ws.append(meth.prune(W0, G, budgets[name]))
+            secs.append(time.perf_counter() - t0)
+        return Ws, secs
+    return prune_step
+
+
 def first_use_notice(meth, allocation) -> None:
     """Say so on stderr when the method's numba kernels compile now (up to a minute or two on
     the first use after an install): a progress bar standing still looks like a hang."""
@@ -168,13 +182,7 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
                                                for n, W in zip(s.names, s.weights())},
                                      stacklevel=5)
 
-    def prune_step(step: Step, W0s, Gs):
-        Ws, secs = [], []
-        for name, W0, G in zip(step.names, W0s, Gs):
-            t0 = time.perf_counter()
-            Ws.append(meth.prune(W0, G, budgets[name]))
-            secs.append(time.perf_counter() - t0)
-        return Ws, secs
+    prune_step = weight_prune_step(meth, budgets)
 
     first_use_notice(meth, job.allocation)
     fingerprint = {"method": repr(meth), "target": job.describe, "allocation": job.allocation,
