@@ -399,11 +399,13 @@ def test_two_gloo_processes_prune_as_one(tmp_path, method, shards):
     one = subprocess.run([sys.executable, str(script), str(tmp_path / "one"), method], env=env,
                          capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", "29533", str(script), str(tmp_path / "two"), method,
+    # --standalone: a free port for each run (a fixed port collides when xdist runs two of
+    # these cases at once)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node", "2", str(script), str(tmp_path / "two"), method,
                           *([shards] if shards else [])],
                          env=env, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.returncode == 0, two.stderr[-6000:]
     ref = torch.load(tmp_path / "one.0.pt", weights_only=True)
     for rank in (0, 1):
         got = torch.load(tmp_path / f"two.{rank}.pt", weights_only=True)
