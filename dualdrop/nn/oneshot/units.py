@@ -13,6 +13,10 @@ A *unit* is a set of features that one layer (the *consumer*) reads and nothing 
   head's columns of GPT-2's fused ``c_attn``; the head's rows of ``nn.MultiheadAttention``'s
   ``in_proj_weight``), and the ``d`` columns of the output projection that read its context.
 
+``granularity="neuron"`` and ``"channel"`` are one word (as in training, ``dualdrop.nn._groups``):
+either takes the output units of Linear and convolution layers alike; a group, and its report
+row, is labelled by its producer (``neuron`` for a Linear, ``channel`` for a convolution).
+
 Pruning a unit is a problem of the consumer alone: its input Gram over the calibration data
 decides which input groups to keep, and the producer's rows of a removed unit are then dead
 (nothing reads them) and are zeroed with it. Which features form units comes from the model's
@@ -28,7 +32,6 @@ from the attention module (``nn.MultiheadAttention``, or a module with ``num_hea
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,10 +39,9 @@ import torch
 from torch import nn
 
 from dualdrop.nn._graph import FEATURE_MAPS, layer_kind, positions_mean, trace
+from dualdrop.nn._groups import check_unit_granularity
 from dualdrop.nn._layers import BN, is_conv1d, n_in, n_out
 from dualdrop.nn.oneshot.layers import Step, discover
-
-GRANULARITIES = ("neuron", "head", "channel")
 
 _HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
 _WIDTH_ATTRS = ("attention_head_size", "head_dim")
@@ -160,23 +162,6 @@ def _entry_params(part: Part) -> int:
     return per + (m.bias is not None)
 
 
-def check_granularity(granularity) -> tuple[str, ...]:
-    """``"neuron"``, ``"head"``, ``"channel"``, or several of them (a tuple/list, or a string
-    joined by ``+`` or ``,``) as a tuple; ``ValueError`` naming the argument otherwise."""
-    if isinstance(granularity, str):
-        items = [g.strip() for g in re.split(r"[+,]", granularity)]
-    elif isinstance(granularity, (tuple, list)):
-        items = list(granularity)
-    else:
-        raise TypeError(f"granularity must be one of {list(GRANULARITIES)} or several of them "
-                        f"(e.g. ('head', 'neuron')), got {type(granularity).__name__}")
-    bad = [g for g in items if g not in GRANULARITIES]
-    if bad or not items:
-        raise ValueError(f"granularity={granularity!r}; expected one of {list(GRANULARITIES)} "
-                         "or several of them, e.g. ('head', 'neuron') or 'head+neuron'")
-    return tuple(dict.fromkeys(items))
-
-
 # ---- discovery -----------------------------------------------------------------------------------
 
 def _first_attr(m, names):
@@ -238,7 +223,7 @@ def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
     those kinds whose units cannot be pruned. ``example`` is one calibration batch, fed as
     ``forward_fn(model, example)``; ``include`` / ``exclude``: fnmatch patterns on the names of
     a group's layers (consumer or producers)."""
-    kinds = check_granularity(granularity)
+    kinds = check_unit_granularity(granularity)
     steps, _ = discover(model)
     by_module = {(id(s.module), s.kind): s for s in steps}
     names = {id(m): n for n, m in model.named_modules()}
@@ -259,7 +244,7 @@ def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
                 skipped.append((n, g))
             elif _selected(g.names(), include, exclude):
                 groups.append(g)
-    needs_graph = "neuron" in kinds or "channel" in kinds or (
+    needs_graph = "neuron" in kinds or (
         "head" in kinds and any(not isinstance(m, nn.MultiheadAttention)
                                 for _, m in attentions.values()))
     if needs_graph:
@@ -352,9 +337,9 @@ def _plain_group(us, by_module, names, kinds):
     None if it is not of a wanted kind."""
     root = us.root
     rname = names.get(id(root), type(root).__name__)
-    kind = "channel" if layer_kind(root) == "conv" else "neuron"
-    if kind not in kinds:
+    if "neuron" not in kinds:   # "channel" is "neuron": both a Linear's and a conv's units
         return None
+    kind = "channel" if layer_kind(root) == "conv" else "neuron"   # the row's label
     for x in us.members:
         if x.role == "norm" and (type(x.module) not in BN or not x.module.track_running_stats):
             return None, (rname, "a BatchNorm without running statistics on its outputs")
