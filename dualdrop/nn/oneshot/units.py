@@ -35,20 +35,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from dualdrop.nn._graph import PER_ENTRY, dependency_graph, layer_kind, torch_pruning
+from dualdrop.nn._graph import FEATURE_MAPS, layer_kind, positions_mean, trace
 from dualdrop.nn._layers import BN, is_conv1d, n_in, n_out
 from dualdrop.nn.oneshot.layers import Step, discover
 
 GRANULARITIES = ("neuron", "head", "channel")
-
-# autograd nodes a unit may pass through on its way to its one consumer (names without the
-# trailing version digit): the per-entry maps (``_graph.PER_ENTRY``, as the compact export), the
-# layers' own products and reshapes, dropout, and a mean over positions only (checked)
-_PASS = PER_ENTRY | {
-    "AddmmBackward", "MmBackward", "TBackward", "ViewBackward", "UnsafeViewBackward",
-    "ReshapeAliasBackward", "TransposeBackward", "PermuteBackward", "NativeDropoutBackward",
-    "MeanBackward",
-}
 
 _HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
 _WIDTH_ATTRS = ("attention_head_size", "head_dim")
@@ -301,66 +292,35 @@ def _mha_group(name, m: nn.MultiheadAttention, by_module):
                      [Part(f"{name}.in_proj", m, "mha_in", rows)], attention=m, head_dim=d)
 
 
-def _elementwise_name(node) -> str:
-    return re.sub(r"\d+$", "", str(getattr(node.module, "_grad_fn", "")))
-
-
 def _graph_groups(model, example, forward_fn, kinds, by_module, names, attentions):
-    """Yield ``(UnitGroup, None)`` or ``(None, (layer, reason))`` from Torch-Pruning's
-    dependency graph of ``model`` on ``example``."""
-    tp = torch_pruning("structured one-shot pruning")
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    was = model.training
-    model.eval()
-    try:
-        for p, _ in flags:
-            p.requires_grad_(True)
-        with torch.enable_grad():
-            dg = dependency_graph(tp, model, example, forward_fn)
-        proj_of = {}   # projection module -> attention it belongs to
-        for mid, (n, m) in attentions.items():
-            info = hf_attention(m)
-            if info is not None:
-                for _, x, _ in info[2]:
-                    proj_of[id(x)] = (n, m, info)
-        visited = set()
-        for m in list(dg.module2node):
-            if layer_kind(m) not in ("linear", "conv") or id(m) in visited:
-                continue
-            fn = dg.get_pruner_of_module(m).prune_out_channels
-            group = dg.get_pruning_group(m, fn, list(range(n_out(m))))
-            outs = [it for it in group if dg.is_out_channel_pruning_fn(it.dep.handler)
-                    and layer_kind(it.dep.target.module) in ("linear", "conv")]
-            for it in outs:
-                visited.add(id(it.dep.target.module))
-            att = next((proj_of[id(it.dep.target.module)] for it in outs
-                        if id(it.dep.target.module) in proj_of), None)
-            if att is not None:
-                if "head" in kinds:
-                    yield _hf_head_group(att, group, dg, by_module, names)
-                continue
-            res = _plain_group(m, group, dg, tp, by_module, names, kinds)
-            if res is not None:
-                yield res
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-        model.train(was)
+    """Yield ``(UnitGroup, None)`` or ``(None, (layer, reason))`` from the dependency graph of
+    ``model`` on ``example`` (``dualdrop.nn._graph``)."""
+    graph = trace(model, example, forward_fn, "structured one-shot pruning")
+    proj_of = {}   # projection module -> attention it belongs to
+    for mid, (n, m) in attentions.items():
+        info = hf_attention(m)
+        if info is not None:
+            for _, x, _ in info[2]:
+                proj_of[id(x)] = (n, m, info)
+    for us in graph.unit_sets():
+        att = next((proj_of[id(x.module)] for x in us.of("rows") if id(x.module) in proj_of),
+                   None)
+        if att is not None:
+            if "head" in kinds:
+                yield _hf_head_group(att, us, by_module, names)
+            continue
+        res = _plain_group(us, by_module, names, kinds)
+        if res is not None:
+            yield res
 
 
-def _consumers(group, dg):
-    return [it for it in group if not dg.is_out_channel_pruning_fn(it.dep.handler)
-            and layer_kind(it.dep.target.module) in ("linear", "conv")]
-
-
-def _hf_head_group(att, group, dg, by_module, names):
+def _hf_head_group(att, us, by_module, names):
     aname, m, (H, d, projs) = att
     if _kv_heads_differ(m):
         return None, (aname, "grouped-query attention (fewer key/value heads): heads are not "
                              "pruned")
-    cons = [it for it in _consumers(group, dg)
-            if it.dep.target.module not in {x for _, x, _ in projs}]
-    mods = {id(it.dep.target.module): it.dep.target.module for it in cons}
+    mods = {id(x.module): x.module for x in us.of("cols")
+            if x.module not in {p for _, p, _ in projs}}
     if len(mods) != 1:
         return None, (aname, f"its heads are read by {len(mods)} layers, not one output "
                              "projection")
@@ -382,93 +342,62 @@ def _hf_head_group(att, group, dg, by_module, names):
                      head_dim=d), None
 
 
-def _plain_group(root, group, dg, tp, by_module, names, kinds):
+#: why a unit set stops at a member of these roles (what it reaches instead of one consumer)
+_STOPS = {"layernorm": "its outputs reach a LayerNorm (the residual stream)",
+          "output": "its outputs are the model's outputs"}
+
+
+def _plain_group(us, by_module, names, kinds):
     """A neuron or channel group, or ``(None, reason)`` if its features are not units, or
     None if it is not of a wanted kind."""
-    ops = tp.ops
+    root = us.root
     rname = names.get(id(root), type(root).__name__)
     kind = "channel" if layer_kind(root) == "conv" else "neuron"
     if kind not in kinds:
         return None
-    outs, ins, norms = [], [], []
-    for it in group:
-        node = it.dep.target
-        mod = node.module
-        t = node.type
-        if dg.is_out_channel_pruning_fn(it.dep.handler) and layer_kind(mod) in ("linear",
-                                                                              "conv"):
-            outs.append(it)
-        elif layer_kind(mod) in ("linear", "conv"):
-            ins.append(it)
-        elif t == ops.OPTYPE.BN:
-            if type(mod) not in BN or not mod.track_running_stats:
-                return None, (rname, "a BatchNorm without running statistics on its outputs")
-            norms.append(it)
-        elif t == ops.OPTYPE.ELEMENTWISE:
-            if not node.inputs:
-                continue
-            name = _elementwise_name(node)
-            if name not in _PASS:
-                return None, (rname, f"its outputs go through {name or 'an operation'} "
+    for x in us.members:
+        if x.role == "norm" and (type(x.module) not in BN or not x.module.track_running_stats):
+            return None, (rname, "a BatchNorm without running statistics on its outputs")
+        if x.role == "op":
+            if x.op not in FEATURE_MAPS:
+                return None, (rname, f"its outputs go through {x.op or 'an operation'} "
                                      "(mixes features)")
-            if name == "MeanBackward" and not _positions_mean(node.grad_fn):
+            if x.op == "MeanBackward" and not positions_mean(x.node.grad_fn):
                 return None, (rname, "its outputs are averaged over features")
-        elif t in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT, ops.OPTYPE.SLICE):
-            continue
-        elif t == ops.OPTYPE.LN:
-            return None, (rname, "its outputs reach a LayerNorm (the residual stream)")
-        elif t == ops.OPTYPE.OUTPUT:
-            return None, (rname, "its outputs are the model's outputs")
-        else:
-            return None, (rname, f"its outputs reach a {t.name.lower()} node")
-    cmods = {id(it.dep.target.module): it for it in ins}
+        elif x.role in _STOPS:
+            return None, (rname, _STOPS[x.role])
+        elif x.role not in ("rows", "cols", "norm", "weight", "shape"):
+            return None, (rname, f"its outputs reach a {x.node.type.name.lower()} node")
+    outs, ins, norms = us.of("rows"), us.of("cols"), us.of("norm")
+    cmods = {id(x.module): x for x in ins}
     if not cmods:
         return None, (rname, "no layer reads its outputs (the model's output)")
     if len(cmods) != 1:
         return None, (rname, f"its outputs are read by {len(cmods)} layers, not one")
     (cit,) = cmods.values()
-    cm = cit.dep.target.module
+    cm = cit.module
     ck = "conv" if layer_kind(cm) == "conv" else ("hf_conv1d" if is_conv1d(cm) else "linear")
     step = by_module.get((id(cm), ck))
     if step is None:
         return None, (rname, f"its consumer {names.get(id(cm))} is not a prunable layer")
-    if any(layer_kind(it.dep.target.module) == "conv" and it.dep.target.module.groups != 1
-           for it in outs + ins):
-        return None, (rname, "a grouped convolution")
-    width = 1 + max(max(it.root_idxs, default=-1) for it in outs)
+    width = 1 + max(max(x.roots, default=-1) for x in outs)
     K = int(np.prod(cm.kernel_size)) if ck == "conv" else 1
     cols = [[] for _ in range(width)]
-    for i, r in zip(cit.idxs, cit.root_idxs):
+    for i, r in zip(cit.idxs, cit.roots):
         cols[r].extend(range(i * K, (i + 1) * K))
     live = [u for u in range(width) if cols[u]]
     parts = []
-    for it in outs:
-        idx = [[] for _ in range(width)]
-        for i, r in zip(it.idxs, it.root_idxs):
-            idx[r].append(i)
-        mod = it.dep.target.module
-        parts.append(Part(names.get(id(mod), ""), mod, "rows",
-                          [np.asarray(idx[u], np.int64) for u in live]))
-    for it in norms:
-        idx = [[] for _ in range(width)]
-        for i, r in zip(it.idxs, it.root_idxs):
-            idx[r].append(i)
-        mod = it.dep.target.module
-        parts.append(Part(names.get(id(mod), ""), mod, "bn",
-                          [np.asarray(idx[u], np.int64) for u in live]))
+    for role, members in (("rows", outs), ("bn", norms)):
+        for x in members:
+            idx = [[] for _ in range(width)]
+            for i, r in zip(x.idxs, x.roots):
+                idx[r].append(i)
+            parts.append(Part(names.get(id(x.module), ""), x.module, role,
+                              [np.asarray(idx[u], np.int64) for u in live]))
     if not live:
         return None, (rname, "no unit reaches its consumer")
     return UnitGroup(names[id(cm)], kind, step, [np.asarray(cols[u], np.int64) for u in live],
                      parts), None
-
-
-def _positions_mean(grad_fn) -> bool:
-    try:
-        dims = list(grad_fn._saved_dim)
-        ndim = len(grad_fn._saved_self_sym_sizes)
-    except (AttributeError, RuntimeError):
-        return False
-    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
 
 
 class ParamCount:
