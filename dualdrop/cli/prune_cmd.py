@@ -167,7 +167,7 @@ def _typed(value: str):
 
 def list_methods() -> str:
     """``--list-methods``: each one-shot method, what it does, its options; the allocations."""
-    from dualdrop.nn.oneshot.allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.allocation.weights import ALLOCATIONS
     from dualdrop.nn.oneshot.registry import METHODS
 
     rows = []
@@ -187,7 +187,7 @@ def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
     from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
-    from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.allocation.units import ALLOCATIONS
 
     rows = []
     for name, cls in METHODS.items():

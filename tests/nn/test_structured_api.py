@@ -204,7 +204,7 @@ def test_target_speedup_uses_a_cached_latency_table(tmp_path, monkeypatch):
     """The table is measured once and read back; the timer is a deterministic stand-in (a tiny
     BERT's measured parts are mostly fixed overhead, so a real 1.3x can be out of reach on a
     loaded machine): each part costs 0.1 s at all its units, linear in the units kept."""
-    from dualdrop.nn.oneshot import latency_table
+    from dualdrop.nn.oneshot.allocation import latency as latency_table
 
     calls = []
 

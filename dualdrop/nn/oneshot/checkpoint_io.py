@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 
-from dualdrop.nn.oneshot.allocation import raise_empty_layers, uniform_counts
+from dualdrop.nn.oneshot.allocation.weights import raise_empty_layers, uniform_counts
 from dualdrop.nn.oneshot.job import check_calib, check_pipeline_options, weight_budget
 from dualdrop.nn.oneshot.layers import discover
 from dualdrop.nn.oneshot.methods.base import Budget

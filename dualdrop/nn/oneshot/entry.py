@@ -122,9 +122,9 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
       then measured on the compact model and the allocation corrected until within 5% of the
       target, or the closest try kept with a warning; ``latency_options``: ``threads`` (1),
       ``clock`` (``"wall"``, or ``"cpu"`` on a busy machine), ``rounds`` (5), ``cache``
-      (True), ``measure`` (True; False keeps the prediction); ``latency_table``).
+      (True), ``measure`` (True; False keeps the prediction); ``allocation.latency``).
     - ``allocation``: ``"penalty"`` (None: the default, the best measured), ``"uniform"`` or
-      ``"flap"`` (``unit_allocation``); ``allocation_options`` its options.
+      ``"flap"`` (``allocation.units``); ``allocation_options`` its options.
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
       bias, the kept weights fit on centred inputs (every method; a consumer without a bias
       is pruned without).

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import torch
 
 from dualdrop.nn._groups import check_unit_granularity
-from dualdrop.nn.oneshot import allocation as weight_allocation
-from dualdrop.nn.oneshot import unit_allocation
+from dualdrop.nn.oneshot.allocation import units as unit_allocation
+from dualdrop.nn.oneshot.allocation import weights as weight_allocation
 from dualdrop.nn.oneshot.methods.base import OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.pipeline import SEQUENTIAL
 from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
@@ -108,7 +108,7 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
     """The :class:`Job` of these arguments (those of ``prune_oneshot``, plus ``target`` of
     ``prune_structured``), every one checked: a ``TypeError`` / ``ValueError`` names a bad one
     and says what to give instead. ``allocation=None``: ``"uniform"`` for single weights,
-    ``unit_allocation.DEFAULT_ALLOCATION`` for units."""
+    ``allocation.units.DEFAULT_ALLOCATION`` for units."""
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
     if forward_fn is not None and not callable(forward_fn):

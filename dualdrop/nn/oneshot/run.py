@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dualdrop.nn._inputs import check_model, forward_failed
-from dualdrop.nn.oneshot.allocation import allocate, raise_empty_layers
+from dualdrop.nn.oneshot.allocation.weights import allocate, raise_empty_layers
 from dualdrop.nn.oneshot.distributed import context as dist_context
 from dualdrop.nn.oneshot.job import Job, check_batches, check_calib
 from dualdrop.nn.oneshot.layers import Step, discover

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from dualdrop.nn._layers import is_conv1d
-from dualdrop.nn.oneshot.latency_table import build_table, measured_speedup, meet_measured
+from dualdrop.nn.oneshot.allocation.latency import build_table, measured_speedup, meet_measured
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.structured import UnitProblem
-from dualdrop.nn.oneshot.unit_allocation import CostModel, allocate_units, lopsided
+from dualdrop.nn.oneshot.allocation.units import CostModel, allocate_units, lopsided
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup
 from dualdrop.nn.oneshot.walker import calibration_mode, default_forward, token_mask
 
@@ -174,9 +174,9 @@ def model_inputs(batch):
 def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCount,
                        n_params: int, grams) -> tuple:
     """``(counts, description, latency table, measured speed-up)``: the units each consumer
-    keeps under the job's budget (``unit_allocation``), the budget in words, the latency table
+    keeps under the job's budget (``allocation.units``), the budget in words, the latency table
     of a ``target_speedup`` budget and the compact model's measured speed-up (the counts
-    corrected toward it: ``latency_table.meet_measured``; None unless measured). ``grams()``
+    corrected toward it: ``allocation.latency.meet_measured``; None unless measured). ``grams()``
     gives the dense model's Grams (asked for only by the allocations that measure the layers:
     ``flap``, ``penalty``).
 
