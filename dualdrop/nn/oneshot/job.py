@@ -38,7 +38,7 @@ from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
 from dualdrop.nn.oneshot.registry import (UNIT_METHODS, get_method, get_unit_method,
                                           unit_methods)
 from dualdrop.nn.oneshot.units import check_granularity
-from dualdrop.nn.oneshot.walker import PRECISIONS
+from dualdrop.nn.oneshot.calibration import PRECISIONS
 from penalties.checks import check_float, check_int
 
 #: rows per calibration batch when ``calib`` is one tensor
