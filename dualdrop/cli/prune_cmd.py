@@ -383,7 +383,7 @@ def _output_change(net, calib, n: int = 256):
     import torch
 
     from dualdrop.nn._graph import tensors
-    from dualdrop.nn.oneshot.walker import default_forward
+    from dualdrop.nn.oneshot.calibration import default_forward
     from dualdrop.train.user_model import calibration_batches
 
     batches = calibration_batches(calib, 64)[: max(1, n // 64)]

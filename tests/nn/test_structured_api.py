@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from dualdrop.nn.oneshot import prune_structured
 from dualdrop.nn.oneshot.units import find_units
-from dualdrop.nn.oneshot.walker import default_forward
+from dualdrop.nn.oneshot.calibration import default_forward
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch_pruning")

@@ -32,7 +32,8 @@ from dualdrop.nn.oneshot.report import Report
 from dualdrop.nn.oneshot.run import first_use_notice, weight_prune_step
 from dualdrop.nn.oneshot.sources import SafetensorsCheckpoint, SafetensorsSource, write_json
 from dualdrop.nn.oneshot.storage import Resume
-from dualdrop.nn.oneshot.walker import default_forward, peak_rss_mb, reset_peak_memory
+from dualdrop.nn._memory import peak_rss_mb, reset_peak_memory
+from dualdrop.nn.oneshot.calibration import default_forward
 
 __all__ = ["prune_oneshot_from_disk", "SafetensorsCheckpoint"]
 

@@ -46,7 +46,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
 
     - ``calib``: a tensor of samples (batches of 128 along dim 0), a list of batches or a
       DataLoader (read once per layer: it must give the same samples every time);
-      ``forward_fn(model, batch)`` feeds one batch (default: ``walker.default_forward``: a
+      ``forward_fn(model, batch)`` feeds one batch (default: ``calibration.default_forward``: a
       tuple batch as ``model(batch[0])``).
     - ``target_density``: the fraction kept of the prunable weights of the pruned layers (for
       single weights, every weight of those layers; for units, the producer rows and consumer

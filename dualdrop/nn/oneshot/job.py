@@ -33,12 +33,12 @@ import torch
 from dualdrop.nn._groups import check_unit_granularity
 from dualdrop.nn.oneshot.allocation import units as unit_allocation
 from dualdrop.nn.oneshot.allocation import weights as weight_allocation
+from dualdrop.nn.oneshot.calibration import PRECISIONS
 from dualdrop.nn.oneshot.methods.base import OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.pipeline import SEQUENTIAL
 from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
 from dualdrop.nn.oneshot.registry import (UNIT_METHODS, get_method, get_unit_method,
                                           unit_methods)
-from dualdrop.nn.oneshot.walker import PRECISIONS
 from penalties.checks import check_float, check_int
 
 #: rows per calibration batch when ``calib`` is one tensor

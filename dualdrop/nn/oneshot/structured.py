@@ -29,7 +29,7 @@ from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.structured import UnitProblem
 from dualdrop.nn.oneshot.allocation.units import CostModel, allocate_units, lopsided
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup
-from dualdrop.nn.oneshot.walker import calibration_mode, default_forward, token_mask
+from dualdrop.nn.oneshot.calibration import calibration_mode, default_forward, token_mask
 
 
 class UnitStep(Step):
@@ -41,7 +41,7 @@ class UnitStep(Step):
     rows per calibration batch, in order) the inputs are ``[x, 1, x_d]`` and the weight
     ``[0, b0, W0]``, so that the weight times the inputs is the dense model's output on the
     same tokens: the Gram holds every moment the problem needs (``methods.structured.base``),
-    and the walker's layer objective is the error against the dense output."""
+    and the pipeline's layer objective is the error against the dense output."""
 
     def __init__(self, group: UnitGroup):
         base = group.step
