@@ -114,7 +114,9 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
       (summed) or ``callable(student_out, teacher_out, batch) -> scalar`` on the outputs' main
       tensors (``heal_losses``); ``block_weight``: the weight of per-block hidden-state matching
       (0: off), ``blocks`` the container of the blocks (found when None, e.g.
-      ``"encoder.layer"``), ``block_map`` the teacher block of each student block.
+      ``"encoder.layer"``) or a list of module names (e.g. an MLP's ``["fc1", "fc2"]``: their
+      outputs matched, listed in forward order), ``block_map`` the teacher block of each
+      student block.
     - ``lr``, ``weight_decay``, ``warmup`` (steps, or a fraction of the budget when < 1),
       ``clip`` (max gradient norm; None: no clipping); ``train_mode``: dropout and BatchNorm
       updates on (default off: the student fits the teacher's eval-mode function).

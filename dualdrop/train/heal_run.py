@@ -211,8 +211,16 @@ class HealRun:
 
 
 def _blocks(model, blocks, who) -> list:
-    """The chain of blocks of ``model`` (``depth.block_chain``: the container ``blocks``
-    names, or its largest ModuleList)."""
+    """The chain of blocks of ``model``: the modules ``blocks`` lists by name (a network
+    without a container of blocks: the hidden layers of an MLP, say), or
+    ``depth.block_chain``'s (the container ``blocks`` names, or the largest ModuleList)."""
+    if isinstance(blocks, (list, tuple)):
+        named = dict(model.named_modules())
+        missing = [b for b in blocks if not isinstance(b, str) or b not in named]
+        if missing or not blocks:
+            raise ValueError(f"blocks: the {who} has no module {missing[0]!r}" if missing else
+                             "blocks is an empty list; name the modules whose outputs to match")
+        return [named[b] for b in blocks]
     try:
         return list(block_chain(model, blocks)[1])
     except ValueError as exc:
