@@ -171,7 +171,7 @@ def _typed(value: str):
 
 def list_methods() -> str:
     """``--list-methods``: each one-shot method, what it does, its options; the allocations."""
-    from dualdrop.nn.oneshot.allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.allocation.weights import ALLOCATIONS
     from dualdrop.nn.oneshot.registry import METHODS
 
     rows = []
@@ -191,7 +191,7 @@ def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
     from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
-    from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.allocation.units import ALLOCATIONS
 
     rows = []
     for name, cls in METHODS.items():
@@ -411,7 +411,7 @@ def _output_change(net, calib, n: int = 256):
     import torch
 
     from dualdrop.nn._graph import tensors
-    from dualdrop.nn.oneshot.walker import default_forward
+    from dualdrop.nn.oneshot.calibration import default_forward
     from dualdrop.train.user_model import calibration_batches
 
     batches = calibration_batches(calib, 64)[: max(1, n // 64)]

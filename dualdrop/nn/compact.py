@@ -70,8 +70,8 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from dualdrop.nn import export as _export
-from dualdrop.nn._graph import (PER_ENTRY, call, check_inputs, dependency_graph, first_line,
-                                layer_kind, tensors, torch_pruning, unit_groups)
+from dualdrop.nn._graph import (BINARY, PER_ENTRY, call, check_inputs, first_line, layer_kind,
+                                positions_mean, tensors, torch_pruning, trace)
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
 from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
@@ -85,9 +85,6 @@ from dualdrop.nn.hf.families import resize as resize_hf
 from dualdrop.nn.hf.families import widths as hf_widths
 
 FORMAT = "dualdrop-compact"
-
-_BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"}
-
 
 def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Module:
     """A new plain module computing what ``model`` computes in eval mode, dead units removed.
@@ -111,11 +108,11 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
         raise TypeError(f"verify must be True or False, got {verify!r}")
     if hf_family(model) is not None:   # a Hugging Face transformer: by its blocks
         return compact_pretrained(model, example_inputs, verify=verify)
-    tp = torch_pruning("compact export")
+    torch_pruning("compact export")   # the missing extra named before any work
     dense = export_sparse(model, layout="dense")
     ref = copy.deepcopy(dense) if verify else None
     trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
-    out = _compact_plain(dense, example_inputs, tp)
+    out = _compact_plain(dense, example_inputs)
     remove_dead_heads(out)
     for n, p in out.named_parameters():
         p.requires_grad_(trainable.get(n, True))
@@ -153,7 +150,7 @@ def _columns(x, m, kind, idxs):
 
 
 @torch.no_grad()
-def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
+def _compact_plain(net: nn.Module, example_inputs) -> nn.Module:
     """Remove dead units of the plain module ``net`` in place (see :func:`compact`)."""
     net.eval()
     shared = _shared_params(net)
@@ -178,8 +175,6 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
             h.remove()
 
     # 2. the dependency graph (Torch-Pruning traces autograd on a forward run)
-    for p in net.parameters():
-        p.requires_grad_(True)
     outputs = set()  # a layer whose output is the model's output has no output node after it
     numbers = _NumberOps()  # binary ops with a Python number (``1.0 + tanh(u)``): per entry
 
@@ -190,8 +185,7 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         return out
 
     try:
-        with torch.enable_grad():
-            dg = dependency_graph(tp, net, example_inputs, forward)
+        graph = trace(net, example_inputs, forward, "compact export")
     except Exception as exc:
         raise ValueError("compact export: torch-pruning cannot trace this model's dependency "
                          f"graph ({type(exc).__name__}: {first_line(exc)}); export it with "
@@ -201,11 +195,10 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
 
     # 3. per group: which indices may go, and the bias folds that make removing them exact
     plans = []
-    for m, fn, width, group in unit_groups(dg, tp):
-        if any(item.dep.target.grad_fn in outputs and dg.is_out_channel_pruning_fn(
-                item.dep.handler) for item in group):
+    for us in graph.unit_sets():
+        if any(x.node.grad_fn in outputs and x.out for x in us.members):
             continue  # the model's output keeps its width
-        plan = _plan(group, m, fn, width, tp, dg, seen, calls, shared, numbers.nodes)
+        plan = _plan(us, seen, calls, shared, numbers.nodes)
         if plan is not None:
             plans.append(plan)
 
@@ -214,58 +207,51 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         for layer, delta in folds:
             layer.bias.add_(delta.to(layer.bias.dtype))
     for root, fn, idxs, folds in plans:
-        dg.get_pruning_group(root, fn, idxs).prune()
+        graph.prune(root, fn, idxs)
     for p in net.parameters():
         p.requires_grad_(False)
     return net
 
 
-def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozenset()):
-    """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one group, or None if none go."""
-    ops = tp.ops
+def _plan(us, seen, calls, shared, number_ops=frozenset()):
+    """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one unit set (``_graph.UnitSet``),
+    or None if none go."""
+    width = us.width
     dead = [True] * width
     consumers, inner = [], []
-    for item in group:
-        node, handler = item.dep.target, item.dep.handler
-        m = node.module
+    for x in us.members:
+        m = x.module
         if isinstance(m, nn.Module) and calls.get(m, 0) > 1:
             return None  # a layer used twice: one node, two roles
-        if node.type in (ops.OPTYPE.LINEAR, ops.OPTYPE.CONV, ops.OPTYPE.DEPTHWISE_CONV) or (
-                node.type == ops.OPTYPE.CUSTOMIZED and is_conv1d(m)):
+        if x.role in ("rows", "cols", "depthwise", "layer"):
             kind = layer_kind(m)
             if kind not in ("linear", "conv", "depthwise") or any(
                     id(p) in shared for p in m.parameters(recurse=False)):
                 return None
-            if kind == "depthwise" or dg.is_out_channel_pruning_fn(handler):
-                if max(item.idxs, default=0) >= n_out(m):
+            if x.role != "cols":
+                if max(x.idxs, default=0) >= n_out(m):
                     return None  # a broadcast partner (one unit against many): not a unit map
                 zero = _zero_rows(m)
-                for idx, r in zip(item.idxs, item.root_idxs):
+                for idx, r in zip(x.idxs, x.roots):
                     dead[r] = dead[r] and zero[idx]
             else:
-                in_dim = n_in(m)
-                if m not in seen or max(item.idxs, default=0) >= in_dim:
+                if m not in seen or max(x.idxs, default=0) >= n_in(m):
                     return None
-                consumers.append((m, kind, list(item.idxs), list(item.root_idxs)))
-        elif node.type == ops.OPTYPE.BN:
+                consumers.append((m, kind, x.idxs, x.roots))
+        elif x.role == "norm":
             if type(m) not in BN or not m.track_running_stats:
                 return None
-        elif node.type == ops.OPTYPE.ELEMENTWISE:
-            if not node.inputs:
-                continue  # on a weight's own path (the transpose inside F.linear), not the data
-            name = re.sub(r"\d+$", "", str(m._grad_fn))
-            if name in ("AddmmBackward", "MmBackward"):
-                inner.append(node.grad_fn)  # checked below: a consumer's own product?
+        elif x.role == "op":
+            if x.op in ("AddmmBackward", "MmBackward"):
+                inner.append(x.node.grad_fn)  # checked below: a consumer's own product?
                 continue
-            if name not in PER_ENTRY and not _spatial_mean(node.grad_fn, name):
+            if x.op not in PER_ENTRY and not (x.op == "MeanBackward"
+                                              and positions_mean(x.node.grad_fn)):
                 return None
-            if name in _BINARY and node.grad_fn not in number_ops and any(
-                    f is None for f, _ in node.grad_fn.next_functions):
+            if x.op in BINARY and x.node.grad_fn not in number_ops and any(
+                    f is None for f, _ in x.node.grad_fn.next_functions):
                 return None  # combined with a tensor outside the graph (e.g. the raw input)
-        elif node.type in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT,
-                           ops.OPTYPE.SLICE):
-            continue
-        else:  # model output, LayerNorm, attention, embedding, parameters, ...
+        elif x.role not in ("weight", "shape"):  # output, LayerNorm, attention, embedding, ...
             return None
     # unread: every layer reading the unit ignores it (zero column), e.g. input-unit gates
     unread = [bool(consumers)] * width
@@ -312,7 +298,7 @@ def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozen
         if kind == "conv":
             w = w.flatten(2).sum(2)
         folds.append((m, w @ vals))
-    return root, fn, gone, folds
+    return us.root, us.prune_fn, gone, folds
 
 
 class _NumberOps(TorchFunctionMode):
@@ -345,19 +331,6 @@ def _product_of(grad_fn, weights) -> bool:
             if leaf is not None and id(getattr(leaf, "variable", None)) in weights:
                 return True
     return False
-
-
-def _spatial_mean(grad_fn, name) -> bool:
-    """A mean over positions only (dims 2, 3, ... of a ``(batch, channel, ...)`` tensor), as
-    ``nn.AdaptiveAvgPool2d(1)`` or ``x.mean((2, 3))`` computes: a constant channel stays one."""
-    if name != "MeanBackward":
-        return False
-    try:
-        dims = list(grad_fn._saved_dim)
-        ndim = len(grad_fn._saved_self_sym_sizes)
-    except (AttributeError, RuntimeError):
-        return False
-    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
 
 
 def _shared_params(net):

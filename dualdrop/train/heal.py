@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.oneshot.report import OneShotResult, StructuredResult
 from dualdrop.nn.oneshot.depth import DepthResult
-from dualdrop.nn.oneshot.walker import default_forward
+from dualdrop.nn.oneshot.calibration import default_forward
 from dualdrop.train import heal_losses as L
 from dualdrop.train.checkpoint import atomic_save, plain_settings, read_checkpoint, settings_diff
 from dualdrop.train.distributed import Dist

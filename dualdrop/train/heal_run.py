@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn.oneshot.depth import block_chain
-from dualdrop.nn.oneshot.walker import token_mask
+from dualdrop.nn.oneshot.calibration import token_mask
 from dualdrop.train import heal_losses as L
 from dualdrop.train.checkpoint import atomic_save, atomic_write_json
 

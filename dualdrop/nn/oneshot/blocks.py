@@ -19,7 +19,7 @@ from torch import nn
 
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.sources import MemorySource
-from dualdrop.nn.oneshot.walker import _Stop
+from dualdrop.nn.oneshot.calibration import _Stop
 
 def find_blocks(model: nn.Module, steps: list[Step], blocks=None) -> list[tuple[str, list]]:
     """Candidate chains of blocks, best first: ``(label, [(name, module), ...])``.

@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 
-from dualdrop.nn.oneshot.allocation import raise_empty_layers, uniform_counts
+from dualdrop.nn.oneshot.allocation.weights import raise_empty_layers, uniform_counts
 from dualdrop.nn.oneshot.job import check_calib, check_pipeline_options, weight_budget
 from dualdrop.nn.oneshot.layers import discover
 from dualdrop.nn.oneshot.methods.base import Budget
@@ -32,7 +32,8 @@ from dualdrop.nn.oneshot.report import Report
 from dualdrop.nn.oneshot.run import first_use_notice, weight_prune_step
 from dualdrop.nn.oneshot.sources import SafetensorsCheckpoint, SafetensorsSource, write_json
 from dualdrop.nn.oneshot.storage import Resume
-from dualdrop.nn.oneshot.walker import default_forward, peak_rss_mb, reset_peak_memory
+from dualdrop.nn._memory import peak_rss_mb, reset_peak_memory
+from dualdrop.nn.oneshot.calibration import default_forward
 
 __all__ = ["prune_oneshot_from_disk", "SafetensorsCheckpoint"]
 

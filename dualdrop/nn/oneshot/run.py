@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dualdrop.nn._inputs import check_model, forward_failed
-from dualdrop.nn.oneshot.allocation import allocate, raise_empty_layers
+from dualdrop.nn.oneshot.allocation.weights import allocate, raise_empty_layers
 from dualdrop.nn.oneshot.distributed import context as dist_context
 from dualdrop.nn.oneshot.job import Job, check_batches, check_calib
 from dualdrop.nn.oneshot.layers import Step, discover
@@ -39,8 +39,8 @@ from dualdrop.nn.oneshot.structured import (UnitStep, capture_dense_inputs, mode
                                             unit_budget_counts, unit_masks, unit_problem,
                                             warn_skipped_units)
 from dualdrop.nn.oneshot.units import ParamCount, find_units
-from dualdrop.nn.oneshot.walker import (calibration_mode, default_forward, peak_rss_mb,
-                                        reset_peak_memory)
+from dualdrop.nn._memory import peak_rss_mb, reset_peak_memory
+from dualdrop.nn.oneshot.calibration import calibration_mode, default_forward
 
 _UNREACHED = "not called by the forward of a calibration batch"
 

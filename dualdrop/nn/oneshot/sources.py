@@ -36,7 +36,6 @@ skipped.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import os
@@ -45,6 +44,7 @@ import shutil
 import torch
 from torch import nn
 
+from dualdrop.nn._memory import set_malloc, trim_heap
 from dualdrop.nn.oneshot.storage import Resume
 
 INDEX = "model.safetensors.index.json"
@@ -54,7 +54,6 @@ REST = "model-rest.safetensors"
 MMAP_THRESHOLD = 1 << 20
 #: and its trim threshold: free memory above this at the heap's top is given back at once
 TRIM_THRESHOLD = 128 << 10
-_M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD = -3, -1  # mallopt's parameter numbers (malloc.h)
 
 
 class MemorySource:
@@ -267,10 +266,9 @@ class SafetensorsSource(MemorySource):
         resume record (a finished block's weights are read back from its shard); the weights
         outside the blocks are read, glibc's mmap threshold fixed (module docstring)."""
         if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # the user's own choice stands
-            _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
             # the trim threshold back to glibc's default (the dynamic threshold had raised it
             # with the mmap threshold, up to 64 MB kept at the heap's top)
-            _malloc("mallopt", _M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            set_malloc(MMAP_THRESHOLD, TRIM_THRESHOLD)
         self.prefix = [name for name, _ in chain]
         pre = tuple(p + "." for p in self.prefix)
         self.outside = [n for n in self.t.params if not n.startswith(pre)]
@@ -313,7 +311,7 @@ class SafetensorsSource(MemorySource):
         # whatever the cyclic collector holds freed now rather than at its next turn, then the
         # heap's free pages back
         gc.collect()
-        _malloc("malloc_trim", 0)
+        trim_heap()
 
     def after_capture(self):
         """The weights outside the blocks that no layer of the prologue pruned go back to
@@ -349,14 +347,6 @@ class SafetensorsSource(MemorySource):
             if os.path.isfile(src) and not f.endswith((".safetensors", ".bin", ".pt", ".pth")) \
                     and f != INDEX:
                 shutil.copyfile(src, os.path.join(self.out, f))
-
-
-def _malloc(name: str, *args) -> None:
-    """Call glibc's ``name(*args)`` (``mallopt``, ``malloc_trim``); nothing elsewhere."""
-    try:
-        getattr(ctypes.CDLL("libc.so.6"), name)(*args)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def write_json(path, obj) -> None:
