@@ -45,6 +45,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn._graph import call, first_line, output_diff
+from dualdrop.nn._heads import head_index, zero_heads
 from dualdrop.nn._layers import is_conv1d, out_in
 from dualdrop.nn._save_route import route_save_pretrained
 from dualdrop.nn.export import CSRLinear, export_sparse
@@ -172,8 +173,7 @@ def _compact_heads(b: Block) -> list:
     group = H // KV
     (wq, bq), (wk, bk), (wv, bv) = _qkv(b)
     wo = out_in(b.o)
-    out_dead = [bool((wo[:, h * d:(h + 1) * d] == 0).all()) for h in range(H)]
-    v_dead = [bool((wv[j * d:(j + 1) * d] == 0).all()) for j in range(KV)]
+    out_dead, v_dead = zero_heads(wo, H, d, 1), zero_heads(wv, KV, d, 0)
     dead = [out_dead[h] or v_dead[h // group] for h in range(H)]
     # a key/value head goes with all its query heads; kept groups keep the same count
     live = [[h for h in range(j * group, (j + 1) * group) if not dead[h]] for j in range(KV)]
@@ -192,12 +192,12 @@ def _compact_heads(b: Block) -> list:
     for h in gone:
         if not out_dead[h] and bv is not None:
             j = h // group
-            cols += range(h * d, (h + 1) * d)
-            const.append(bv[j * d:(j + 1) * d].detach())
+            cols += head_index([h], d).tolist()
+            const.append(bv.narrow(0, j * d, d).detach())
     if cols and not _fold(b.o, cols, torch.cat(const)):
         return [b.names["attention"]]
-    rows_q = _head_rows(q_keep, d)
-    rows_kv = _head_rows(kv_keep, d)
+    rows_q = torch.as_tensor(head_index(q_keep, d))
+    rows_kv = torch.as_tensor(head_index(kv_keep, d))
     if b.fused is not None:
         n = out_in(b.fused).shape[0] // 3
         _take(b.fused, rows=torch.cat([rows_q, rows_q + n, rows_q + 2 * n]))
@@ -208,10 +208,6 @@ def _compact_heads(b: Block) -> list:
     _take(b.o, cols=rows_q)
     fam_.set_heads(b, len(q_keep), len(kv_keep))
     return []
-
-
-def _head_rows(heads, d) -> torch.Tensor:
-    return torch.cat([torch.arange(h * d, (h + 1) * d) for h in heads])
 
 
 def express_in_config(model, fam: str | None = None) -> bool:

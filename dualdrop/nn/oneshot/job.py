@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dualdrop.nn._groups import check_unit_granularity
 from dualdrop.nn.oneshot.allocation import units as unit_allocation
 from dualdrop.nn.oneshot.allocation import weights as weight_allocation
+from dualdrop.nn.oneshot.calibration import PRECISIONS
 from dualdrop.nn.oneshot.methods.base import OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.pipeline import SEQUENTIAL
 from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
 from dualdrop.nn.oneshot.registry import (UNIT_METHODS, get_method, get_unit_method,
                                           unit_methods)
-from dualdrop.nn.oneshot.units import check_granularity
-from dualdrop.nn.oneshot.calibration import PRECISIONS
 from penalties.checks import check_float, check_int
 
 #: rows per calibration batch when ``calib`` is one tensor
@@ -218,7 +218,7 @@ def _units_job(method, granularity, target_density, target_params, target_speedu
     method = "osscar" if method is None else method
     allocation = unit_allocation.DEFAULT_ALLOCATION if allocation is None else allocation
     meth = get_unit_method(method, **options)
-    kinds = check_granularity(granularity)
+    kinds = check_unit_granularity(granularity)
     budget = unit_budget(target_density, target_params, target_speedup)
     alloc_opts = unit_allocation.check_allocation(allocation, allocation_options)
     lat_opts = latency_options_of(latency_options)
@@ -256,7 +256,8 @@ def method_options(options, refit) -> dict:
 def check_unit_method(method, granularity) -> str:
     """Refuse a method of single weights with ``granularity`` (checked too); the granularity
     as one string for messages."""
-    g = "+".join(check_granularity(granularity))
+    kinds = check_unit_granularity(granularity)
+    g = granularity if isinstance(granularity, str) else "+".join(kinds)
     if isinstance(method, OneShotMethod):
         raise ValueError(f"method is a {type(method).__name__}, a method for single weights; "
                          f"with granularity={g!r} give one of {unit_methods()} (or a "

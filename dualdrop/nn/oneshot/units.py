@@ -13,6 +13,10 @@ A *unit* is a set of features that one layer (the *consumer*) reads and nothing 
   head's columns of GPT-2's fused ``c_attn``; the head's rows of ``nn.MultiheadAttention``'s
   ``in_proj_weight``), and the ``d`` columns of the output projection that read its context.
 
+``granularity="neuron"`` and ``"channel"`` are one word (as in training, ``dualdrop.nn._groups``):
+either takes the output units of Linear and convolution layers alike; a group, and its report
+row, is labelled by its producer (``neuron`` for a Linear, ``channel`` for a convolution).
+
 Pruning a unit is a problem of the consumer alone: its input Gram over the calibration data
 decides which input groups to keep, and the producer's rows of a removed unit are then dead
 (nothing reads them) and are zeroed with it. Which features form units comes from the model's
@@ -22,13 +26,13 @@ consumers coupled to them; a set of features is a unit set when exactly one laye
 no LayerNorm, residual stream, attention score or model output does. Attention heads are found
 from the attention module (``nn.MultiheadAttention``, or a module with ``num_heads`` /
 ``num_attention_heads`` and a head width, and query/key/value projections or a fused
-``c_attn``), their consumer from the same graph.
+``c_attn``: ``dualdrop.nn._heads``, the one home of head discovery and geometry), their consumer
+from the same graph.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,16 +40,10 @@ import torch
 from torch import nn
 
 from dualdrop.nn._graph import FEATURE_MAPS, layer_kind, positions_mean, trace
-from dualdrop.nn._layers import BN, is_conv1d, n_in, n_out
+from dualdrop.nn._groups import check_unit_granularity
+from dualdrop.nn._heads import head_index, hf_attention, kv_heads_differ
+from dualdrop.nn._layers import BN, is_conv1d, n_in
 from dualdrop.nn.oneshot.layers import Step, discover
-
-GRANULARITIES = ("neuron", "head", "channel")
-
-_HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
-_WIDTH_ATTRS = ("attention_head_size", "head_dim")
-_QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
-_FUSED_NAMES = ("c_attn", "qkv_proj", "Wqkv", "qkv")
-
 
 @dataclass
 class Part:
@@ -160,67 +158,7 @@ def _entry_params(part: Part) -> int:
     return per + (m.bias is not None)
 
 
-def check_granularity(granularity) -> tuple[str, ...]:
-    """``"neuron"``, ``"head"``, ``"channel"``, or several of them (a tuple/list, or a string
-    joined by ``+`` or ``,``) as a tuple; ``ValueError`` naming the argument otherwise."""
-    if isinstance(granularity, str):
-        items = [g.strip() for g in re.split(r"[+,]", granularity)]
-    elif isinstance(granularity, (tuple, list)):
-        items = list(granularity)
-    else:
-        raise TypeError(f"granularity must be one of {list(GRANULARITIES)} or several of them "
-                        f"(e.g. ('head', 'neuron')), got {type(granularity).__name__}")
-    bad = [g for g in items if g not in GRANULARITIES]
-    if bad or not items:
-        raise ValueError(f"granularity={granularity!r}; expected one of {list(GRANULARITIES)} "
-                         "or several of them, e.g. ('head', 'neuron') or 'head+neuron'")
-    return tuple(dict.fromkeys(items))
-
-
 # ---- discovery -----------------------------------------------------------------------------------
-
-def _first_attr(m, names):
-    for n in names:
-        v = getattr(m, n, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-def hf_attention(m: nn.Module):
-    """``(H, d, projections)`` of a Hugging Face style attention module (``projections``:
-    ``[(name, module, offset)]`` of the query, key and value projections, ``offset`` the first
-    output feature of each in a fused projection), or None."""
-    if isinstance(m, nn.MultiheadAttention):
-        return None
-    H = _first_attr(m, _HEADS_ATTRS)
-    d = _first_attr(m, _WIDTH_ATTRS)
-    if H is None:
-        return None
-    children = dict(m.named_children())
-    for names in _QKV_NAMES:
-        mods = [children.get(n) for n in names]
-        if all(x is not None and layer_kind(x) == "linear" for x in mods):
-            d = d or n_out(mods[0]) // H
-            if all(n_out(x) == H * d for x in mods):
-                return H, d, [(n, x, 0) for n, x in zip(names, mods)]
-            return None
-    for n in _FUSED_NAMES:
-        x = children.get(n)
-        if x is not None and layer_kind(x) == "linear" and n_out(x) % 3 == 0:
-            E = n_out(x) // 3
-            d = d or E // H
-            if H * d == E:
-                return H, d, [(n, x, 0), (n, x, E), (n, x, 2 * E)]
-    return None
-
-
-def _kv_heads_differ(m) -> bool:
-    kv = getattr(m, "num_key_value_heads", None) or getattr(getattr(m, "config", None),
-                                                          "num_key_value_heads", None)
-    H = _first_attr(m, _HEADS_ATTRS)
-    return isinstance(kv, int) and H is not None and kv != H
-
 
 def _selected(names, include, exclude) -> bool:
     def hit(items):
@@ -238,7 +176,7 @@ def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
     those kinds whose units cannot be pruned. ``example`` is one calibration batch, fed as
     ``forward_fn(model, example)``; ``include`` / ``exclude``: fnmatch patterns on the names of
     a group's layers (consumer or producers)."""
-    kinds = check_granularity(granularity)
+    kinds = check_unit_granularity(granularity)
     steps, _ = discover(model)
     by_module = {(id(s.module), s.kind): s for s in steps}
     names = {id(m): n for n, m in model.named_modules()}
@@ -259,7 +197,7 @@ def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
                 skipped.append((n, g))
             elif _selected(g.names(), include, exclude):
                 groups.append(g)
-    needs_graph = "neuron" in kinds or "channel" in kinds or (
+    needs_graph = "neuron" in kinds or (
         "head" in kinds and any(not isinstance(m, nn.MultiheadAttention)
                                 for _, m in attentions.values()))
     if needs_graph:
@@ -285,9 +223,8 @@ def _mha_group(name, m: nn.MultiheadAttention, by_module):
         return "add_bias_kv / add_zero_attn: a head's output depends on more than its rows"
     H, E = m.num_heads, m.embed_dim
     d = E // H
-    cols = [np.arange(h * d, (h + 1) * d) for h in range(H)]
-    rows = [np.concatenate([k * E + np.arange(h * d, (h + 1) * d) for k in range(3)])
-            for h in range(H)]
+    cols = [head_index([h], d) for h in range(H)]
+    rows = [head_index([h], d, (0, E, 2 * E)) for h in range(H)]
     return UnitGroup(f"{name}.out_proj", "head", step, cols,
                      [Part(f"{name}.in_proj", m, "mha_in", rows)], attention=m, head_dim=d)
 
@@ -316,7 +253,7 @@ def _graph_groups(model, example, forward_fn, kinds, by_module, names, attention
 
 def _hf_head_group(att, us, by_module, names):
     aname, m, (H, d, projs) = att
-    if _kv_heads_differ(m):
+    if kv_heads_differ(m):
         return None, (aname, "grouped-query attention (fewer key/value heads): heads are not "
                              "pruned")
     mods = {id(x.module): x.module for x in us.of("cols")
@@ -329,14 +266,14 @@ def _hf_head_group(att, us, by_module, names):
     step = by_module.get((id(cm), kind))
     if step is None or n_in(cm) != H * d:
         return None, (aname, "its output projection is not a prunable layer of H * d inputs")
-    cols = [np.arange(h * d, (h + 1) * d) for h in range(H)]
+    cols = [head_index([h], d) for h in range(H)]
     parts = {}
     for pname, x, off in projs:
         key = id(x)
         if key not in parts:
             parts[key] = Part(f"{aname}.{pname}", x, "rows", [np.zeros(0, np.int64)] * H)
         part = parts[key]
-        part.index = [np.concatenate([part.index[h], off + np.arange(h * d, (h + 1) * d)])
+        part.index = [np.concatenate([part.index[h], head_index([h], d, (off,))])
                       for h in range(H)]
     return UnitGroup(names[id(cm)], "head", step, cols, list(parts.values()), attention=m,
                      head_dim=d), None
@@ -352,9 +289,9 @@ def _plain_group(us, by_module, names, kinds):
     None if it is not of a wanted kind."""
     root = us.root
     rname = names.get(id(root), type(root).__name__)
-    kind = "channel" if layer_kind(root) == "conv" else "neuron"
-    if kind not in kinds:
+    if "neuron" not in kinds:   # "channel" is "neuron": both a Linear's and a conv's units
         return None
+    kind = "channel" if layer_kind(root) == "conv" else "neuron"   # the row's label
     for x in us.members:
         if x.role == "norm" and (type(x.module) not in BN or not x.module.track_running_stats):
             return None, (rname, "a BatchNorm without running statistics on its outputs")
