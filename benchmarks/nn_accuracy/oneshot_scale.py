@@ -88,7 +88,7 @@ def cell_gpt2(a):
     import transformers
 
     from dualdrop.nn import prune_oneshot
-    from dualdrop.nn.oneshot.walker import reset_peak_memory
+    from dualdrop.nn._memory import reset_peak_memory
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

@@ -152,7 +152,7 @@ def layer_objectives(args):
     from dualdrop.nn.oneshot.structured import UnitStep, unit_problem
     from dualdrop.nn.oneshot.units import find_units
     from dualdrop.nn.oneshot.run import collect_grams
-    from dualdrop.nn.oneshot.walker import default_forward
+    from dualdrop.nn.oneshot.calibration import default_forward
 
     torch.set_num_threads(args.threads)
     model, tok = load_minilm()

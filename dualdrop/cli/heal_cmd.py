@@ -5,13 +5,15 @@ Examples::
     dualdrop prune --from runs/dense --method sparsegpt --density 0.05 --out runs/sgpt5
     dualdrop heal runs/sgpt5 --steps 750                       # the teacher: runs/dense
     dualdrop heal runs/net-osscar --teacher net.pt --steps 500 --data unlabeled.npy
+    dualdrop heal runs/lm-sgpt --teacher lm.pt --steps 300 --data text.txt --tokenizer tok/
 
 The run folder of a finished ``dualdrop prune`` is healed in place (``dualdrop.train.heal``):
 the pruned network (``model.pt``, its zeros held: removed weights and units stay removed) is
 trained to reproduce the teacher's outputs (KL on its logits), by default the network the run
 was pruned from (``--from`` of the prune), or ``--teacher``: another run folder, or a model file
-rebuilt on the prune's ``--model-class``. The data: ``--data FILE`` (unlabeled inputs:
-``.pt``/``.npy`` samples or batches) or the prune's calibration samples. The healing is
+rebuilt on the prune's ``--model-class``. The data: ``--data FILE`` (or ``--heal-data``:
+unlabeled inputs, ``.pt``/``.npy`` samples or batches, or ``.txt``/``.jsonl`` texts with
+``--tokenizer NAME_OR_PATH``) or the prune's calibration samples. The healing is
 checkpointed in ``RUN/heal/`` (a rerun of the same command continues it exactly); when it ends,
 the one-shot network is kept as ``model_oneshot.pt``, ``model.pt`` (and ``model_compact.pt`` of
 a structured run) hold the healed one, and ``final.json`` records both phases: the one-shot
@@ -42,9 +44,13 @@ def register(subparsers) -> None:
                    "prune's --model-class (default: the run the prune started --from)")
     p.add_argument("--steps", type=positive_int, required=True, metavar="N",
                    help="healing steps (batches)")
-    p.add_argument("--data", default=None, metavar="FILE",
-                   help="unlabeled inputs: .pt/.npy samples or batches (default: the prune's "
-                   "calibration samples)")
+    p.add_argument("--data", "--heal-data", dest="data", default=None, metavar="FILE",
+                   help="unlabeled inputs: .pt/.npy samples or batches, or .txt (one text a "
+                   "line) / .jsonl (a \"text\" field a line) with --tokenizer (default: the "
+                   "prune's calibration samples)")
+    p.add_argument("--tokenizer", default=None, metavar="NAME_OR_PATH",
+                   help="the model's tokenizer for text --data: a Hugging Face Hub name or a "
+                   "folder written by save_pretrained (transformers' AutoTokenizer)")
     p.add_argument("--lr", type=positive_float, default=1e-3,
                    help="learning rate (AdamW, warm-up then cosine decay; default 1e-3)")
     p.add_argument("--batch-size", type=positive_int, default=128,
@@ -119,6 +125,9 @@ def run(args) -> int:
     if (final.get("heal") or {}).get("status") == "finished":
         raise FileExistsError(f"{folder} is healed already ({final['heal']['steps']} steps); "
                               "prune again into a new folder to heal otherwise")
+    from dualdrop.cli.prune_cmd import heal_tokenizer
+
+    tokenizer = heal_tokenizer(args.data, args.tokenizer, "--data")
     if args.threads:
         torch.set_num_threads(args.threads)
     teacher = _teacher(args, cfg)
@@ -129,7 +138,7 @@ def run(args) -> int:
                            "command again to continue")
     record = heal_in_folder(student, teacher, data, folder / HEAL_DIR, steps=args.steps,
                             lr=args.lr, batch_size=args.batch_size, masks="zeros",
-                            progress=not args.no_progress)
+                            tokenizer=tokenizer, progress=not args.no_progress)
     after = evaluate(student)
     record.update(teacher=str(args.teacher or cfg.get("from")), data=args.data or "calibration",
                   **after)

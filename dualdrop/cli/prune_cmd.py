@@ -136,7 +136,8 @@ def register(subparsers) -> None:
 
 
 def add_heal_options(p) -> None:
-    """``--heal-steps``, ``--heal-data``, ``--heal-lr``, ``--heal-batch-size``: healing by
+    """``--heal-steps``, ``--heal-data``, ``--tokenizer``, ``--heal-lr``, ``--heal-batch-size``:
+    healing by
     distillation from the dense network after the pruning (``dualdrop.train.heal``)."""
     p.add_argument("--heal-steps", type=nonneg_int, default=0, metavar="N",
                    help="then heal the pruned network: N steps of distillation from the dense "
@@ -144,8 +145,11 @@ def add_heal_options(p) -> None:
                    "0: no healing)")
     p.add_argument("--heal-data", default=None, metavar="FILE",
                    help="unlabeled inputs to heal on: .pt/.npy samples or batches, or "
-                   ".txt/.jsonl text for a model with a tokenizer (default: the calibration "
-                   "data)")
+                   ".txt (one text a line) / .jsonl (a \"text\" field a line) with "
+                   "--tokenizer (default: the calibration data)")
+    p.add_argument("--tokenizer", default=None, metavar="NAME_OR_PATH",
+                   help="the model's tokenizer for text --heal-data: a Hugging Face Hub name or "
+                   "a folder written by save_pretrained (transformers' AutoTokenizer)")
     p.add_argument("--heal-lr", type=positive_float, default=1e-3,
                    help="healing learning rate (AdamW, warm-up then cosine decay; default 1e-3)")
     p.add_argument("--heal-batch-size", type=int_at_least(1), default=128,
@@ -167,7 +171,7 @@ def _typed(value: str):
 
 def list_methods() -> str:
     """``--list-methods``: each one-shot method, what it does, its options; the allocations."""
-    from dualdrop.nn.oneshot.allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.allocation.weights import ALLOCATIONS
     from dualdrop.nn.oneshot.registry import METHODS
 
     rows = []
@@ -187,7 +191,7 @@ def _list_unit_methods() -> str:
     """The structured methods (``--granularity``) and their allocations."""
     from dualdrop.nn.oneshot.methods.structured.base import COMMON_DEFAULTS
     from dualdrop.nn.oneshot.registry import UNIT_METHODS as METHODS
-    from dualdrop.nn.oneshot.unit_allocation import ALLOCATIONS
+    from dualdrop.nn.oneshot.allocation.units import ALLOCATIONS
 
     rows = []
     for name, cls in METHODS.items():
@@ -257,13 +261,37 @@ def _check_args(args) -> dict:
                          "network) or --finetune-epochs (the training labels)", "--heal-steps")
     if args.heal_data is not None and not args.heal_steps:
         raise UsageError("--heal-data is the data of --heal-steps N; give both", "--heal-data")
+    tokenizer = heal_tokenizer(args.heal_data, args.tokenizer, "--heal-data")
     out = out_dir(args.out, create=False)
     if (out / "final.json").exists():
         raise FileExistsError(f"--out {out} already holds a finished run; choose another "
                               "folder or remove it")
     if args.source is not None and out.resolve() == Path(args.source).resolve():
         raise UsageError("--out must differ from --from (the source run stays as it is)")
-    return {"options": options, "allocation_options": alloc_options, "job": job}
+    return {"options": options, "allocation_options": alloc_options, "job": job,
+            "tokenizer": tokenizer}
+
+
+def heal_tokenizer(data, name, data_flag: str):
+    """The tokenizer of a text healing file (``--tokenizer``), loaded before any work starts;
+    None for tensor data. UsageError naming ``--tokenizer``: text without it, it without
+    text, transformers missing, a name that does not load."""
+    from dualdrop.train.heal_data import TEXT_KINDS, is_text_file, load_tokenizer
+
+    text = data is not None and is_text_file(data)
+    if name is None:
+        if text:
+            raise UsageError(f"{data_flag} {data} is text: give --tokenizer NAME_OR_PATH (the "
+                             "model's tokenizer: a Hub name or a save_pretrained folder)",
+                             "--tokenizer")
+        return None
+    if not text:
+        raise UsageError(f"--tokenizer is for text data: give {data_flag} FILE "
+                         f"({'/'.join(TEXT_KINDS)})", "--tokenizer")
+    try:
+        return load_tokenizer(name)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(str(exc), "--tokenizer") from None
 
 
 def job_of(args, options: dict, alloc_options: dict):
@@ -383,7 +411,7 @@ def _output_change(net, calib, n: int = 256):
     import torch
 
     from dualdrop.nn._graph import tensors
-    from dualdrop.nn.oneshot.walker import default_forward
+    from dualdrop.nn.oneshot.calibration import default_forward
     from dualdrop.train.user_model import calibration_batches
 
     batches = calibration_batches(calib, 64)[: max(1, n // 64)]
@@ -433,7 +461,7 @@ def prune_run(args) -> dict:
     if args.heal_steps:
         settings.update(heal_steps=args.heal_steps, heal_lr=args.heal_lr,
                         heal_batch_size=args.heal_batch_size, heal_data=args.heal_data and str(
-                            Path(args.heal_data).resolve()))
+                            Path(args.heal_data).resolve()), tokenizer=args.tokenizer)
     teacher = copy.deepcopy(net) if args.heal_steps else None
     if args.granularity is not None:
         settings.update(granularity=args.granularity, target_params=args.target_params,
@@ -480,6 +508,7 @@ def prune_run(args) -> dict:
         final["heal"] = heal_in_folder(net, teacher, args.heal_data or calib, out / "heal",
                                    steps=args.heal_steps, lr=args.heal_lr,
                                    batch_size=args.heal_batch_size, masks=res.masks,
+                                   tokenizer=checked["tokenizer"],
                                    progress=not args.no_progress)
     final.update(src["evaluate"](net))
     atomic_write_json(out / "report.json", res.report.to_dict())

@@ -23,7 +23,7 @@ gradual magnitude pruning (``magnitude``), and the eta-trick family (``eta-trick
 ``adatikhonov``, ``logsum``). One folder or module per family under ``dualdrop.nn.methods``
 (``vardrop/``, ``hardconcrete/``, ``penalty/``: ``method.py`` records, state and the reference
 torch forms, ``fused.py`` the numba loops; ``magnitude.py``); shared machinery below them
-(``_numba``, ``_noise``, ``_gradhook``, ``_alloc``); ``targets`` (which tensors), ``export``
+(``_numba``, ``_noise``, ``_gradhook``, ``_memory``); ``targets`` (which tensors), ``export``
 (export and reports). Adding a method: docs/add-method.md.
 
 Every method is a ``torch.nn.utils.parametrize`` parametrization of each selected weight tensor
@@ -33,7 +33,7 @@ nor counted), a tied weight once, with each method's deterministic test-time rul
 ``model.eval()`` runs exactly that pruned network.
 """
 
-from dualdrop.nn._alloc import tune_allocator
+from dualdrop.nn._memory import tune_allocator
 from dualdrop.nn._base import Method, state_of
 from dualdrop.nn._heads import HeadPrunedAttention
 from dualdrop.nn.compact import compact, compact_report, load_compact, save_compact

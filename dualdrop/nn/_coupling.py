@@ -27,8 +27,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn._base import mask_first_moments
-from dualdrop.nn._graph import (call, check_inputs, dependency_graph, first_line, layer_kind,
-                                torch_pruning, unit_groups)
+from dualdrop.nn._graph import call, check_inputs, first_line, torch_pruning, trace
 from dualdrop.nn._layers import BN, n_out
 
 def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
@@ -38,35 +37,24 @@ def coupled_units(model: nn.Module, example_inputs) -> list[dict]:
     tied to the same root units and the BatchNorm entries on their way. ``model`` must be plain
     (not yet sparsified)."""
     check_inputs(example_inputs)
-    tp = torch_pruning("sparsify(example_inputs=...)")
-    was_training = model.training
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    model.eval()
+    torch_pruning("sparsify(example_inputs=...)")
     try:
-        for p, _ in flags:
-            p.requires_grad_(True)
-        with torch.enable_grad():
-            dg = dependency_graph(tp, model, example_inputs, lambda m, x: call(m, x))
+        graph = trace(model, example_inputs, lambda m, x: call(m, x),
+                      "sparsify(example_inputs=...)")
         sets = []
-        for _, _, _, group in unit_groups(dg, tp):
+        for us in graph.unit_sets():
             layers, norms = {}, {}
-            for item in group:
-                t = item.dep.target.module
-                entry = (t, list(item.idxs), list(item.root_idxs))
-                if dg.is_out_channel_pruning_fn(item.dep.handler) and \
-                        layer_kind(t) in ("linear", "conv"):
-                    layers.setdefault(id(t), entry)
-                elif type(t) in BN and t.affine:
-                    norms.setdefault(id(t), entry)
+            for x in us.members:
+                entry = (x.module, x.idxs, x.roots)
+                if x.role == "rows":
+                    layers.setdefault(id(x.module), entry)
+                elif type(x.module) in BN and x.module.affine:
+                    norms.setdefault(id(x.module), entry)
             sets.append({"layers": list(layers.values()), "norms": list(norms.values())})
     except Exception as exc:
         raise ValueError("example_inputs: torch-pruning cannot trace this model's dependency "
                          f"graph ({type(exc).__name__}: {first_line(exc)}); leave "
                          "example_inputs out (units are then pruned layer by layer)") from None
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-        model.train(was_training)
     return sets
 
 

@@ -1,6 +1,14 @@
-"""Tracing a model with Torch-Pruning (Fang et al., DepGraph, CVPR 2023): what the compact export
-(``dualdrop.nn.compact``) and the coupled units of structured pruning (``dualdrop.nn._coupling``)
-share. torch-pruning is an optional extra, imported only when a trace is asked for.
+"""The one reader of a model's dependency graph: Torch-Pruning's (Fang et al., DepGraph, CVPR 2023)
+traced by one forward run, read group by group. The compact export (``dualdrop.nn.compact``), the
+coupled units of training (``dualdrop.nn._coupling``) and the units of structured one-shot
+pruning (``dualdrop.nn.oneshot.units``) all read it through :func:`trace` and
+:meth:`Graph.unit_sets`: each set is the output units of one Linear or convolution layer with
+every entry of the graph coupled to them, each entry given one :class:`Member` role (a layer's
+own rows, a reading layer's columns, a BatchNorm, an autograd operation, a reshape, ...). The
+callers differ only in what they let a unit pass (:data:`PER_ENTRY` for the compact export, whose
+removed units must emit a constant; :data:`FEATURE_MAPS` for one-shot units, which must reach
+their one consumer as themselves). torch-pruning is an optional extra, imported only when a trace
+is asked for.
 
 Torch-Pruning knows ``nn.Linear`` but not Hugging Face's ``Conv1D`` (GPT-2's Linear layer, weight
 ``(in, out)``); :func:`dependency_graph` registers a pruner for it (output units are the weight's
@@ -10,10 +18,12 @@ layers."""
 from __future__ import annotations
 
 import contextlib
+import re
+from dataclasses import dataclass, field
 
 import torch
 
-from dualdrop.nn._layers import CONV, conv1d_class, dense_type, n_out
+from dualdrop.nn._layers import CONV, conv1d_class, dense_type, is_conv1d, n_out
 from dualdrop.nn._undo import undo_on_error
 
 INSTALL_HINT = 'pip install "dualdrop[structured]"'
@@ -35,6 +45,19 @@ PER_ENTRY = frozenset({
     "AdaptiveAvgPool2DBackward", "AdaptiveAvgPool3DBackward",
     "AdaptiveMaxPool2DBackward", "AdaptiveMaxPool3DBackward",
 })
+
+#: autograd nodes a one-shot unit may pass on its way to its one consumer: the per-entry maps,
+#: the layers' own products and reshapes, dropout, and a mean over positions only (checked by
+#: :func:`positions_mean`)
+FEATURE_MAPS = PER_ENTRY | {
+    "AddmmBackward", "MmBackward", "TBackward", "ViewBackward", "UnsafeViewBackward",
+    "ReshapeAliasBackward", "TransposeBackward", "PermuteBackward", "NativeDropoutBackward",
+    "MeanBackward",
+}
+
+#: the two-operand autograd nodes among :data:`PER_ENTRY` (per entry only when the other operand
+#: is a coupled tensor or a number)
+BINARY = frozenset({"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"})
 
 
 def torch_pruning(purpose: str):
@@ -201,24 +224,127 @@ def layer_kind(m) -> str | None:
     return None
 
 
-def unit_groups(dg, tp):
-    """``(root, prune_fn, width, group)`` for every dependency group of output units of the
-    Linear (and Conv1D) and (ungrouped) convolution layers of Torch-Pruning's graph ``dg``,
-    each group once (from the first of its layers met): ``group`` is ``dg.get_pruning_group``
-    of all the root's units, the coupled layers, BatchNorm entries and consumers with their
-    index maps."""
-    visited = set()
-    for m in list(dg.module2node):
-        kind = layer_kind(m)
-        if kind not in ("linear", "conv") or m in visited:
-            continue
-        fn = dg.get_pruner_of_module(m).prune_out_channels
-        width = n_out(m)
-        group = dg.get_pruning_group(m, fn, list(range(width)))
-        for item in group:
-            if dg.is_out_channel_pruning_fn(item.dep.handler):
-                visited.add(item.dep.target.module)
-        yield m, fn, width, group
+@dataclass
+class Member:
+    """One entry of a dependency group, read once. ``role``:
+
+    - ``"rows"``: a Linear (or Conv1D) or ungrouped convolution whose output units these are
+      (the root and every layer coupled to it: both sides of a residual add);
+    - ``"cols"``: such a layer reading the units (its input columns);
+    - ``"depthwise"``: a depthwise convolution (one filter per channel: output and input at
+      once); ``"layer"``: any other layer node (a grouped convolution, a subclass of Linear);
+    - ``"norm"``: a BatchNorm; ``"layernorm"``; ``"output"``: the model's output;
+    - ``"op"``: an autograd operation on the data (``op`` its node's name without the version
+      digit); ``"weight"``: one on a weight's own path (the transpose inside ``F.linear``);
+    - ``"shape"``: a reshape, concatenation, split or slice; ``"other"``: anything else
+      (embedding, attention, parameter, ...).
+
+    ``idxs``: the member's indices of the units, ``roots``: the root units they are;
+    ``out``: whether the member is pruned by its output units; ``node``: Torch-Pruning's."""
+
+    role: str
+    module: object
+    idxs: list
+    roots: list
+    out: bool
+    node: object
+    op: str = ""
+
+
+@dataclass
+class UnitSet:
+    """The output units of one layer (``root``, ``width`` units, pruned by ``prune_fn``) and
+    every member of the graph coupled to them."""
+
+    root: object
+    prune_fn: object
+    width: int
+    members: list = field(default_factory=list)
+
+    def of(self, *roles) -> list:
+        return [m for m in self.members if m.role in roles]
+
+
+class Graph:
+    """A traced dependency graph (:func:`trace`), read as :class:`UnitSet` s."""
+
+    def __init__(self, dg, tp):
+        self.dg, self.tp = dg, tp
+
+    def unit_sets(self):
+        """One :class:`UnitSet` for every dependency group of output units of the Linear (and
+        Conv1D) and ungrouped convolution layers, each group once (from the first of its
+        layers met): ``dg.get_pruning_group`` of all the root's units."""
+        dg = self.dg
+        visited = set()
+        for m in list(dg.module2node):
+            if layer_kind(m) not in ("linear", "conv") or m in visited:
+                continue
+            fn = dg.get_pruner_of_module(m).prune_out_channels
+            width = n_out(m)
+            members = [self._member(item) for item in dg.get_pruning_group(
+                m, fn, list(range(width)))]
+            for x in members:
+                if x.out:
+                    visited.add(x.module)
+            yield UnitSet(m, fn, width, members)
+
+    def prune(self, root, prune_fn, idxs) -> None:
+        """Remove the units ``idxs`` of ``root`` and everything coupled to them (Torch-Pruning's
+        ``group.prune()``)."""
+        self.dg.get_pruning_group(root, prune_fn, idxs).prune()
+
+    def _member(self, item) -> Member:
+        node, ops = item.dep.target, self.tp.ops.OPTYPE
+        m, t = node.module, node.type
+        out = self.dg.is_out_channel_pruning_fn(item.dep.handler)
+        kind, op = layer_kind(m), ""
+        if kind in ("linear", "conv"):
+            role = "rows" if out else "cols"
+        elif t in (ops.LINEAR, ops.CONV, ops.DEPTHWISE_CONV) or (
+                t == ops.CUSTOMIZED and is_conv1d(m)):
+            role = "depthwise" if kind == "depthwise" else "layer"
+        elif t == ops.BN:
+            role = "norm"
+        elif t == ops.ELEMENTWISE:
+            role = "op" if node.inputs else "weight"
+            op = re.sub(r"\d+$", "", str(getattr(m, "_grad_fn", "")))
+        elif t in (ops.RESHAPE, ops.CONCAT, ops.SPLIT, ops.SLICE):
+            role = "shape"
+        else:
+            role = {ops.LN: "layernorm", ops.OUTPUT: "output"}.get(t, "other")
+        return Member(role, m, list(item.idxs), list(item.root_idxs), out, node, op)
+
+
+def trace(model, example_inputs, forward_fn, purpose: str) -> Graph:
+    """The :class:`Graph` of ``model`` traced by ``forward_fn(model, example_inputs)``: in eval
+    mode, every parameter requiring gradients and autograd on for the run, all three restored
+    after (``purpose`` names the caller in the missing-extra error)."""
+    tp = torch_pruning(purpose)
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    was = model.training
+    model.eval()
+    try:
+        for p, _ in flags:
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            return Graph(dependency_graph(tp, model, example_inputs, forward_fn), tp)
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+        model.train(was)
+
+
+def positions_mean(grad_fn) -> bool:
+    """Whether a ``MeanBackward`` node is a mean over positions only (dims 2, 3, ... of a
+    ``(batch, channel, ...)`` tensor), as ``nn.AdaptiveAvgPool2d(1)`` or ``x.mean((2, 3))``
+    computes: a unit (and a constant one) stays itself."""
+    try:
+        dims = list(grad_fn._saved_dim)
+        ndim = len(grad_fn._saved_self_sym_sizes)
+    except (AttributeError, RuntimeError):
+        return False
+    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
 
 
 def first_line(exc) -> str:

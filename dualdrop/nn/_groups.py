@@ -1,7 +1,10 @@
-"""Granularity: which weights a method prunes together (``sparsify(..., granularity=...)``).
+"""Granularity: which weights a method prunes together (``sparsify(..., granularity=...)``), and the
+one vocabulary of the word for training and one-shot pruning alike (``prune_oneshot(...,
+granularity=...)`` checks it with :func:`check_unit_granularity`).
 
-``"weight"`` (the default) prunes single weights. ``"neuron"`` (alias ``"channel"``) prunes the
-output units of a layer: the rows of a Linear weight ``(out, in)``, the output channels of a
+``"weight"`` (the default) prunes single weights. ``"neuron"`` (alias ``"channel"``: one word
+for one thing, a unit is an output feature of the layer producing it, a Linear layer's neuron or
+a convolution's channel) prunes the output units of a layer: the rows of a Linear weight ``(out, in)``, the output channels of a
 convolution kernel ``(out, in/groups, k...)`` (a ConvTranspose kernel ``(in, out/groups, k...)``
 holds its output channels in its second dimension, within each of its ``groups`` blocks; the
 weight ``(in, out)`` of Hugging Face's ``Conv1D``, GPT-2's Linear layer, its columns).
@@ -22,15 +25,20 @@ For ``"neuron"`` on Linear and convolution weights the reshape is the identity a
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn as nn
 
 from dualdrop.nn._layers import CONV, CONV_T, LINEAR, is_conv1d
 
-#: the accepted values of ``granularity`` (``"channel"`` is ``"neuron"``)
+#: the accepted values of ``granularity`` (``"channel"`` is ``"neuron"``), in training and
+#: one-shot pruning alike
 GRANULARITIES = ("weight", "neuron", "channel", "head")
 ALIASES = {"channel": "neuron"}
+#: what each word means, in every message that lists them
+MEANINGS = ("'weight': single weights; 'neuron' or 'channel' (the same): the output units of "
+            "Linear/Conv layers (a neuron, a convolution channel); 'head': attention heads")
 
 
 def check_granularity(value) -> str:
@@ -40,10 +48,29 @@ def check_granularity(value) -> str:
         raise TypeError(f"granularity must be a string, one of {choices}, got "
                         f"{type(value).__name__} {value!r}")
     if value not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {choices} ('weight': single weights; "
-                         f"'neuron' or 'channel': the output units of Linear/Conv layers; "
-                         f"'head': MultiheadAttention heads), got {value!r}")
+        raise ValueError(f"granularity must be one of {choices} ({MEANINGS}), got {value!r}")
     return ALIASES.get(value, value)
+
+
+def check_unit_granularity(value) -> tuple[str, ...]:
+    """The unit kinds of a structured (one-shot) ``granularity``: one word of
+    :data:`GRANULARITIES` other than ``"weight"``, or several (a tuple/list, or one string
+    joined by ``+`` or ``,``), as canonical words, each once (``"channel"`` -> ``"neuron"``:
+    ``("channel", "neuron")`` is ``("neuron",)``)."""
+    units = [g for g in GRANULARITIES if g != "weight"]
+    example = "e.g. ('head', 'neuron') or 'head+neuron'"
+    if isinstance(value, str):
+        items = [g.strip() for g in re.split(r"[+,]", value)]
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    else:
+        raise TypeError(f"granularity must be one of {units} or several of them ({example}), "
+                        f"got {type(value).__name__}")
+    bad = [g for g in items if not isinstance(g, str) or g not in units]
+    if bad or not items:
+        raise ValueError(f"granularity={value!r}; expected one of {units} or several of them, "
+                         f"{example} ({MEANINGS}; 'weight' alone for single weights)")
+    return tuple(dict.fromkeys(ALIASES.get(g, g) for g in items))
 
 
 class _GroupNorm(torch.autograd.Function):

@@ -1,4 +1,12 @@
-"""Removing dead attention heads: the head part of the compact export (``dualdrop.nn.compact``).
+"""Attention heads in one place: where a model's heads are (:func:`hf_attention`), which features
+each head is (:func:`head_index`, :func:`zero_heads`), and removing dead ones (the head part of the
+compact export, ``dualdrop.nn.compact``). Structured one-shot pruning (``dualdrop.nn.oneshot.units``)
+and the Hugging Face compaction (``dualdrop.nn.hf.compact``) read heads through these.
+
+**Geometry.** Head ``h`` of width ``d`` is the features ``[h d, (h + 1) d)`` of a projection's
+output (query, key, value) and of the output projection's input; in a fused or packed
+projection (GPT-2's ``c_attn``, ``nn.MultiheadAttention``'s ``in_proj_weight``) the same span
+at the offset of each of q, k, v.
 
 ``nn.MultiheadAttention`` with ``H`` heads of width ``d = E / H`` computes, for head ``h``,
 ``o_h = softmax(q_h k_h^T / sqrt(d) + mask) v_h`` with ``q_h = x W_q[h] + b_q[h]`` (and ``k_h``,
@@ -24,9 +32,79 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from dualdrop.nn._graph import layer_kind
+from dualdrop.nn._layers import n_out
+
+#: attributes an attention module keeps its head count / head width in, by library
+HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
+WIDTH_ATTRS = ("attention_head_size", "head_dim")
+#: names of the separate query/key/value projections, and of a fused one
+QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
+FUSED_NAMES = ("c_attn", "qkv_proj", "Wqkv", "qkv")
+
+
+def head_index(heads, d: int, offsets=(0,)) -> np.ndarray:
+    """The features of the heads ``heads`` (of width ``d``), at each of ``offsets`` in turn (the
+    first feature of q, k, v in a fused projection), as int64 indices."""
+    return np.concatenate([off + np.arange(h * d, (h + 1) * d, dtype=np.int64)
+                           for off in offsets for h in heads])
+
+
+def zero_heads(w: torch.Tensor, n: int, d: int, dim: int) -> list[bool]:
+    """Per head ``h < n``: whether its span of ``w``'s rows (``dim=0``, a projection's
+    ``(out, in)`` weight) or columns (``dim=1``, an output projection's) is all zero."""
+    return [bool((w.narrow(dim, h * d, d) == 0).all()) for h in range(n)]
+
+
+def _first_attr(m, names):
+    for n in names:
+        v = getattr(m, n, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def hf_attention(m: nn.Module):
+    """``(H, d, projections)`` of a Hugging Face style attention module (``H`` heads of width
+    ``d`` read from :data:`HEADS_ATTRS` / :data:`WIDTH_ATTRS`; ``projections``: ``[(name,
+    module, offset)]`` of the query, key and value projections, ``offset`` the first output
+    feature of each in a fused projection), or None."""
+    if isinstance(m, nn.MultiheadAttention):
+        return None
+    H = _first_attr(m, HEADS_ATTRS)
+    d = _first_attr(m, WIDTH_ATTRS)
+    if H is None:
+        return None
+    children = dict(m.named_children())
+    for names in QKV_NAMES:
+        mods = [children.get(n) for n in names]
+        if all(x is not None and layer_kind(x) == "linear" for x in mods):
+            d = d or n_out(mods[0]) // H
+            if all(n_out(x) == H * d for x in mods):
+                return H, d, [(n, x, 0) for n, x in zip(names, mods)]
+            return None
+    for n in FUSED_NAMES:
+        x = children.get(n)
+        if x is not None and layer_kind(x) == "linear" and n_out(x) % 3 == 0:
+            E = n_out(x) // 3
+            d = d or E // H
+            if H * d == E:
+                return H, d, [(n, x, 0), (n, x, E), (n, x, 2 * E)]
+    return None
+
+
+def kv_heads_differ(m) -> bool:
+    """Whether an attention module has fewer key/value heads than query heads (grouped-query
+    attention)."""
+    kv = getattr(m, "num_key_value_heads", None) or getattr(getattr(m, "config", None),
+                                                          "num_key_value_heads", None)
+    H = _first_attr(m, HEADS_ATTRS)
+    return isinstance(kv, int) and H is not None and kv != H
 
 
 class HeadPrunedAttention(nn.Module):
@@ -64,7 +142,7 @@ class HeadPrunedAttention(nn.Module):
         out_bias = mha.out_proj.bias is not None
         new = cls(E, len(keep), d, H, kdim=mha.kdim, vdim=mha.vdim, bias=bias,
                   out_bias=out_bias, batch_first=mha.batch_first, dropout=mha.dropout)
-        rows = torch.cat([torch.arange(h * d, (h + 1) * d) for h in keep])
+        rows = torch.as_tensor(head_index(keep, d))
         with torch.no_grad():
             for i, (proj, w) in enumerate(zip((new.q_proj, new.k_proj, new.v_proj),
                                               _qkv_weights(mha))):
@@ -158,8 +236,7 @@ def dead_heads(mha: nn.MultiheadAttention) -> tuple[list[int], torch.Tensor | No
     _, _, wv = _qkv_weights(mha)
     wo = mha.out_proj.weight
     bv = mha.in_proj_bias[2 * E:] if mha.in_proj_bias is not None else None
-    out_dead = [bool((wo[:, h * d:(h + 1) * d] == 0).all()) for h in range(H)]
-    v_dead = [bool((wv[h * d:(h + 1) * d] == 0).all()) for h in range(H)]
+    out_dead, v_dead = zero_heads(wo, H, d, 1), zero_heads(wv, H, d, 0)
     dead = [h for h in range(H) if out_dead[h] or v_dead[h]]
     if len(dead) == H:
         dead = dead[1:]  # an attention keeps one head (an empty one is not a module)
@@ -172,12 +249,13 @@ def dead_heads(mha: nn.MultiheadAttention) -> tuple[list[int], torch.Tensor | No
 
 
 @torch.no_grad()
-def remove_dead_heads(net: nn.Module) -> dict:
-    """Replace every ``nn.MultiheadAttention`` of ``net`` that has dead heads by a
-    :class:`HeadPrunedAttention` of its live heads (in place); ``{name: (kept, total)}``."""
+def remove_dead_heads(net: nn.Module, only=None) -> dict:
+    """Replace every ``nn.MultiheadAttention`` of ``net`` (or those whose ``id`` is in
+    ``only``) that has dead heads by a :class:`HeadPrunedAttention` of its live heads (in
+    place); ``{name: (kept, total)}``."""
     done = {}
     for name, m in list(net.named_modules()):
-        if type(m) is not nn.MultiheadAttention:
+        if type(m) is not nn.MultiheadAttention or (only is not None and id(m) not in only):
             continue
         dead, fold = dead_heads(m)
         if not dead:

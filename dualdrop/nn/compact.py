@@ -63,18 +63,19 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 
 import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from dualdrop.nn import export as _export
-from dualdrop.nn._graph import (PER_ENTRY, call, check_inputs, dependency_graph, first_line,
-                                layer_kind, tensors, torch_pruning, unit_groups)
+from dualdrop.nn._graph import (BINARY, PER_ENTRY, call, check_inputs, first_line, layer_kind,
+                                positions_mean, tensors, torch_pruning, trace)
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
 from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
+from dualdrop.nn._unit_removal import (check_groups, constants, fold_delta, folds_exactly,
+                                       layer_inputs, remove_groups, sync_sizes, zero_rows)
 from dualdrop.nn.export import export_sparse
 from dualdrop.nn._files import atomic_target, writable_file
 from dualdrop.nn.hf.compact import compact_pretrained
@@ -86,10 +87,7 @@ from dualdrop.nn.hf.families import widths as hf_widths
 
 FORMAT = "dualdrop-compact"
 
-_BINARY = {"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"}
-
-
-def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Module:
+def compact(model: nn.Module, example_inputs, *, groups=None, verify: bool = True) -> nn.Module:
     """A new plain module computing what ``model`` computes in eval mode, dead units removed.
 
     ``model``: a sparsified model (its masks are folded first, as by
@@ -103,20 +101,33 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     BERT-, GPT-2- or Llama-shaped blocks is compacted block by block instead (its FFN neurons
     and attention heads, each block at its own widths: ``dualdrop.nn.hf.compact``; no
     torch-pruning needed); save it with ``dualdrop.nn.save_pretrained``.
+
+    ``groups``: the unit groups a structured one-shot prune found (``prune_structured(...)
+    .groups``; ``StructuredResult.compact()`` passes them): the units are then taken from
+    them, not re-derived from a traced dependency graph (``dualdrop.nn._unit_removal``; no
+    torch-pruning needed), and only their units and heads go (a Hugging Face transformer: the
+    FFNs and attentions of the blocks they name). The same zeros give the same network as
+    without. None (default): every dead unit the graph finds.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_inputs(example_inputs)
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be True or False, got {verify!r}")
+    names = None if groups is None else check_groups(groups, model)
     if hf_family(model) is not None:   # a Hugging Face transformer: by its blocks
-        return compact_pretrained(model, example_inputs, verify=verify)
-    tp = torch_pruning("compact export")
+        return compact_pretrained(model, example_inputs, verify=verify, groups=groups)
+    if groups is None:
+        torch_pruning("compact export")   # the missing extra named before any work
     dense = export_sparse(model, layout="dense")
     ref = copy.deepcopy(dense) if verify else None
     trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
-    out = _compact_plain(dense, example_inputs, tp)
-    remove_dead_heads(out)
+    if groups is None:
+        out = _compact_plain(dense, example_inputs)
+        remove_dead_heads(out)
+    else:
+        out = dense.eval()
+        remove_groups(out, groups, names, example_inputs)
     for n, p in out.named_parameters():
         p.requires_grad_(trainable.get(n, True))
     if verify:
@@ -124,62 +135,17 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     return out.eval()
 
 
-def _zero_rows(m) -> list:
-    """Per output unit: whether its weights (a row of W, a column of a Conv1D's, a filter) are
-    all zero."""
-    w = out_in(m)
-    return (w.reshape(w.shape[0], -1) == 0).all(1).tolist()
-
-
-def _pad_free(conv) -> bool:
-    """Whether a constant input channel gives a constant output everywhere (no zero padding)."""
-    if conv.padding_mode != "zeros":
-        return True
-    if isinstance(conv.padding, str):
-        return conv.padding == "valid" or all(k == 1 for k in conv.kernel_size)
-    return all(p == 0 for p in conv.padding)
-
-
 @torch.no_grad()
-def _columns(x, m, kind, idxs):
-    """``(N, len(idxs))``: every sample/position of the consumer input at ``idxs``."""
-    if kind == "linear":
-        flat = x.reshape(-1, n_in(m))
-    else:
-        if x.dim() == len(m.kernel_size) + 1:  # an unbatched input
-            x = x.unsqueeze(0)
-        flat = x.transpose(0, 1).reshape(m.in_channels, -1).t()
-    return flat[:, idxs].double()
-
-
-@torch.no_grad()
-def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
+def _compact_plain(net: nn.Module, example_inputs) -> nn.Module:
     """Remove dead units of the plain module ``net`` in place (see :func:`compact`)."""
     net.eval()
     shared = _shared_params(net)
 
     # 1. every layer's input on one forward run: the constants dead units feed the next layer
-    seen, calls = {}, {}
-
-    def grab(m, args):
-        calls[m] = calls.get(m, 0) + 1
-        if args and isinstance(args[0], torch.Tensor):
-            seen[m] = args[0].detach()
-
-    hooks = [m.register_forward_pre_hook(grab) for m in net.modules() if layer_kind(m)]
-    try:
-        call(net, example_inputs)
-    except Exception as exc:
-        raise ValueError(f"model(example_inputs) failed ({type(exc).__name__}: "
-                         f"{first_line(exc)}); example_inputs must be valid inputs of the "
-                         "model (a tuple/list is unpacked as positional arguments)") from None
-    finally:
-        for h in hooks:
-            h.remove()
+    seen, calls = layer_inputs(net, example_inputs,
+                               [m for m in net.modules() if layer_kind(m)])
 
     # 2. the dependency graph (Torch-Pruning traces autograd on a forward run)
-    for p in net.parameters():
-        p.requires_grad_(True)
     outputs = set()  # a layer whose output is the model's output has no output node after it
     numbers = _NumberOps()  # binary ops with a Python number (``1.0 + tanh(u)``): per entry
 
@@ -190,8 +156,7 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         return out
 
     try:
-        with torch.enable_grad():
-            dg = dependency_graph(tp, net, example_inputs, forward)
+        graph = trace(net, example_inputs, forward, "compact export")
     except Exception as exc:
         raise ValueError("compact export: torch-pruning cannot trace this model's dependency "
                          f"graph ({type(exc).__name__}: {first_line(exc)}); export it with "
@@ -201,11 +166,10 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
 
     # 3. per group: which indices may go, and the bias folds that make removing them exact
     plans = []
-    for m, fn, width, group in unit_groups(dg, tp):
-        if any(item.dep.target.grad_fn in outputs and dg.is_out_channel_pruning_fn(
-                item.dep.handler) for item in group):
+    for us in graph.unit_sets():
+        if any(x.node.grad_fn in outputs and x.out for x in us.members):
             continue  # the model's output keeps its width
-        plan = _plan(group, m, fn, width, tp, dg, seen, calls, shared, numbers.nodes)
+        plan = _plan(us, seen, calls, shared, numbers.nodes)
         if plan is not None:
             plans.append(plan)
 
@@ -214,58 +178,51 @@ def _compact_plain(net: nn.Module, example_inputs, tp) -> nn.Module:
         for layer, delta in folds:
             layer.bias.add_(delta.to(layer.bias.dtype))
     for root, fn, idxs, folds in plans:
-        dg.get_pruning_group(root, fn, idxs).prune()
+        graph.prune(root, fn, idxs)
     for p in net.parameters():
         p.requires_grad_(False)
     return net
 
 
-def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozenset()):
-    """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one group, or None if none go."""
-    ops = tp.ops
+def _plan(us, seen, calls, shared, number_ops=frozenset()):
+    """``(root, prune_fn, idxs, [(layer, bias_delta)])`` for one unit set (``_graph.UnitSet``),
+    or None if none go."""
+    width = us.width
     dead = [True] * width
     consumers, inner = [], []
-    for item in group:
-        node, handler = item.dep.target, item.dep.handler
-        m = node.module
+    for x in us.members:
+        m = x.module
         if isinstance(m, nn.Module) and calls.get(m, 0) > 1:
             return None  # a layer used twice: one node, two roles
-        if node.type in (ops.OPTYPE.LINEAR, ops.OPTYPE.CONV, ops.OPTYPE.DEPTHWISE_CONV) or (
-                node.type == ops.OPTYPE.CUSTOMIZED and is_conv1d(m)):
+        if x.role in ("rows", "cols", "depthwise", "layer"):
             kind = layer_kind(m)
             if kind not in ("linear", "conv", "depthwise") or any(
                     id(p) in shared for p in m.parameters(recurse=False)):
                 return None
-            if kind == "depthwise" or dg.is_out_channel_pruning_fn(handler):
-                if max(item.idxs, default=0) >= n_out(m):
+            if x.role != "cols":
+                if max(x.idxs, default=0) >= n_out(m):
                     return None  # a broadcast partner (one unit against many): not a unit map
-                zero = _zero_rows(m)
-                for idx, r in zip(item.idxs, item.root_idxs):
+                zero = zero_rows(m)
+                for idx, r in zip(x.idxs, x.roots):
                     dead[r] = dead[r] and zero[idx]
             else:
-                in_dim = n_in(m)
-                if m not in seen or max(item.idxs, default=0) >= in_dim:
+                if m not in seen or max(x.idxs, default=0) >= n_in(m):
                     return None
-                consumers.append((m, kind, list(item.idxs), list(item.root_idxs)))
-        elif node.type == ops.OPTYPE.BN:
+                consumers.append((m, kind, x.idxs, x.roots))
+        elif x.role == "norm":
             if type(m) not in BN or not m.track_running_stats:
                 return None
-        elif node.type == ops.OPTYPE.ELEMENTWISE:
-            if not node.inputs:
-                continue  # on a weight's own path (the transpose inside F.linear), not the data
-            name = re.sub(r"\d+$", "", str(m._grad_fn))
-            if name in ("AddmmBackward", "MmBackward"):
-                inner.append(node.grad_fn)  # checked below: a consumer's own product?
+        elif x.role == "op":
+            if x.op in ("AddmmBackward", "MmBackward"):
+                inner.append(x.node.grad_fn)  # checked below: a consumer's own product?
                 continue
-            if name not in PER_ENTRY and not _spatial_mean(node.grad_fn, name):
+            if x.op not in PER_ENTRY and not (x.op == "MeanBackward"
+                                              and positions_mean(x.node.grad_fn)):
                 return None
-            if name in _BINARY and node.grad_fn not in number_ops and any(
-                    f is None for f, _ in node.grad_fn.next_functions):
+            if x.op in BINARY and x.node.grad_fn not in number_ops and any(
+                    f is None for f, _ in x.node.grad_fn.next_functions):
                 return None  # combined with a tensor outside the graph (e.g. the raw input)
-        elif node.type in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT,
-                           ops.OPTYPE.SLICE):
-            continue
-        else:  # model output, LayerNorm, attention, embedding, parameters, ...
+        elif x.role not in ("weight", "shape"):  # output, LayerNorm, attention, embedding, ...
             return None
     # unread: every layer reading the unit ignores it (zero column), e.g. input-unit gates
     unread = [bool(consumers)] * width
@@ -287,10 +244,8 @@ def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozen
         sel = [k for k, r in enumerate(roots) if dead[r] and not unread[r]]
         if not sel:
             continue
-        cols = _columns(seen[m], m, kind, [idxs[k] for k in sel])
-        c = cols[0]
-        const = ((cols - c).abs() <= 1e-6 * (1 + c.abs())).all(0)
-        exact_ok = (m.bias is not None) and (kind == "linear" or _pad_free(m))
+        c, const = constants(seen[m], m, kind, [idxs[k] for k in sel])
+        exact_ok = folds_exactly(m, kind)
         for j, k in enumerate(sel):
             if not const[j] or (c[j] != 0 and not exact_ok):
                 removable[roots[k]] = False
@@ -308,11 +263,8 @@ def _plan(group, root, fn, width, tp, dg, seen, calls, shared, number_ops=frozen
             if cols else None
         if vals is None or not torch.any(vals != 0):
             continue
-        w = out_in(m).double()[:, cols]
-        if kind == "conv":
-            w = w.flatten(2).sum(2)
-        folds.append((m, w @ vals))
-    return root, fn, gone, folds
+        folds.append((m, fold_delta(m, kind, cols, vals)))
+    return us.root, us.prune_fn, gone, folds
 
 
 class _NumberOps(TorchFunctionMode):
@@ -345,19 +297,6 @@ def _product_of(grad_fn, weights) -> bool:
             if leaf is not None and id(getattr(leaf, "variable", None)) in weights:
                 return True
     return False
-
-
-def _spatial_mean(grad_fn, name) -> bool:
-    """A mean over positions only (dims 2, 3, ... of a ``(batch, channel, ...)`` tensor), as
-    ``nn.AdaptiveAvgPool2d(1)`` or ``x.mean((2, 3))`` computes: a constant channel stays one."""
-    if name != "MeanBackward":
-        return False
-    try:
-        dims = list(grad_fn._saved_dim)
-        ndim = len(grad_fn._saved_self_sym_sizes)
-    except (AttributeError, RuntimeError):
-        return False
-    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
 
 
 def _shared_params(net):
@@ -508,7 +447,7 @@ def _rebuild(model, blob, sd, where, fix) -> None:
     for name, g in groups.items():
         modules[name].groups = g
     for m in modules.values():
-        _sync_sizes(m)
+        sync_sizes(m)
     try:
         model.load_state_dict(sd, strict=True)
     except RuntimeError as exc:
@@ -521,21 +460,6 @@ def _resize(m, attr, value):
         m._parameters[attr] = nn.Parameter(blank, requires_grad=m._parameters[attr].requires_grad)
     else:
         m._buffers[attr] = blank
-
-
-def _sync_sizes(m):
-    """The size attributes of a resized layer follow its weight (what ``extra_repr`` shows)."""
-    if isinstance(m, LINEAR):
-        m.out_features, m.in_features = m.weight.shape
-    elif is_conv1d(m):
-        m.nx, m.nf = m.weight.shape
-    elif isinstance(m, CONV):
-        m.out_channels = m.weight.shape[0]
-        m.in_channels = m.weight.shape[1] * m.groups
-    elif isinstance(m, BN):
-        ref = m.weight if m.weight is not None else m.running_mean
-        if ref is not None:
-            m.num_features = ref.shape[0]
 
 
 _export.LAYOUT_HOOKS["compact"] = compact  # export_sparse(model, "compact", example_inputs=x)

@@ -25,7 +25,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from dualdrop.nn import density as _density
 from dualdrop.nn import registry as _methods
-from dualdrop.nn._alloc import tune_allocator
+from dualdrop.nn._memory import tune_allocator
 from dualdrop.nn._coupling import coupled_units, head_ties, hold_norms, unit_ties
 from dualdrop.nn._base import check_choice, check_float, check_int, register_state, state_of
 from dualdrop.nn._graph import check_inputs
@@ -502,7 +502,7 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     call (``after_step`` checks it). Hyperparameters not given take ``default_hparams(method)``;
     unknown names raise ``TypeError``. The global torch RNG initializes stochastic parameters
     (hard-concrete gate logits): seed it first for reproducibility. On glibc it also fixes
-    malloc's mmap/trim thresholds once per process (``dualdrop.nn._alloc``;
+    malloc's mmap/trim thresholds once per process (``dualdrop.nn._memory``;
     ``DUALDROP_MALLOC_TUNING=0`` opts out).
 
     Training loop::
@@ -561,7 +561,7 @@ def sparsify(model: nn.Module, method: str, *, include=None, exclude=None,
     # puts the model back as it was given
     with undo_on_error(model, values=None if example_inputs is None else "buffers", rng=True):
         coupled = [] if example_inputs is None else coupled_units(model, example_inputs)
-        tune_allocator()  # see dualdrop.nn._alloc: numba in this process would slow torch ~8x
+        tune_allocator()  # see dualdrop.nn._memory: numba in this process would slow torch ~8x
         pairs = []
         for t in acted:
             state = record.make_state(t)

@@ -18,8 +18,9 @@ entry that is exactly 0 when healing starts is held at 0.
 The optimization: AdamW (no weight decay on biases and norms), a linear warm-up then a cosine
 decay of the learning rate to 0, the gradient's norm clipped. The teacher runs in eval mode
 under ``no_grad`` once per batch; its outputs are cached (only what the losses read) when the
-data is held in memory and the cache fits ``cache_mb``; ``teacher_dtype=torch.bfloat16`` runs a
-bfloat16 copy of it. The steps go through the training engine's step (``engine.Stepper``,
+data is held in memory and the cache fits ``cache_mb``, or on disk (``cache_teacher=FOLDER``,
+read back memory-mapped); ``teacher_dtype=torch.bfloat16`` runs a bfloat16 copy of it
+(``dualdrop.train.heal_run``: the teacher's memory). The steps go through the training engine's step (``engine.Stepper``,
 ``engine.run_epoch``): zero_grad, backward, then the gradient all-reduce of a ``torchrun``
 run, the masks and the clipping, the optimizer step, the schedule. Checkpoints (``checkpoint_dir``)
 hold the student, optimizer, schedule, step and random state, written atomically every
@@ -29,7 +30,6 @@ uninterrupted one, bit for bit.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -41,14 +41,15 @@ from tqdm.auto import tqdm
 
 from dualdrop.nn._undo import undo_on_error
 from dualdrop.nn.oneshot.report import OneShotResult, StructuredResult
-from dualdrop.nn.oneshot.depth import DepthResult, block_chain
-from dualdrop.nn.oneshot.walker import default_forward, token_mask
+from dualdrop.nn.oneshot.depth import DepthResult
+from dualdrop.nn.oneshot.calibration import default_forward
 from dualdrop.train import heal_losses as L
 from dualdrop.train.checkpoint import atomic_save, plain_settings, read_checkpoint, settings_diff
 from dualdrop.train.distributed import Dist
 from dualdrop.train.engine import (Stepper, _check_checkpoint_dir, _check_loss, _epoch_batches,
                                    _rng_state, _set_rng_state, run_epoch)
 from dualdrop.train.heal_data import heal_source
+from dualdrop.train.heal_run import HealRun
 from penalties.checks import check_float, check_int
 
 CHECKPOINT = "heal.pt"
@@ -113,14 +114,18 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
       (summed) or ``callable(student_out, teacher_out, batch) -> scalar`` on the outputs' main
       tensors (``heal_losses``); ``block_weight``: the weight of per-block hidden-state matching
       (0: off), ``blocks`` the container of the blocks (found when None, e.g.
-      ``"encoder.layer"``), ``block_map`` the teacher block of each student block.
+      ``"encoder.layer"``) or a list of module names (e.g. an MLP's ``["fc1", "fc2"]``: their
+      outputs matched, listed in forward order), ``block_map`` the teacher block of each
+      student block.
     - ``lr``, ``weight_decay``, ``warmup`` (steps, or a fraction of the budget when < 1),
       ``clip`` (max gradient norm; None: no clipping); ``train_mode``: dropout and BatchNorm
       updates on (default off: the student fits the teacher's eval-mode function).
     - ``forward_fn(model, batch)``: how a batch is fed (default: a tensor as ``model(x)``, a
       tuple's first element, a dict as keywords).
-    - ``cache_teacher``: ``"auto"`` (when the data is in memory and the cache fits
-      ``cache_mb``), True or False.
+    - ``cache_teacher``: ``"auto"`` (in memory, when the data is in memory and the cache fits
+      ``cache_mb``), True, False, or a folder: the outputs on disk, memory-mapped when read,
+      reused by a resumed run (``dualdrop.train.heal_run``: teacher memory). A teacher on
+      another device than the student runs there (its inputs moved to it).
     - ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``stop_after`` (stop after this
       many steps of this call, checkpointed), ``log_every``, ``progress``: as ``fit``'s.
 
@@ -149,6 +154,10 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     opts = _check_options(locals())
     source = heal_source(data, tokenizer=tokenizer, batch_size=batch_size,
                          max_length=max_length, shuffle=shuffle, seed=seed)
+    if not source.cacheable and cache_teacher not in ("auto", True, False):
+        raise ValueError("cache_teacher: a folder caches the outputs of fixed batches, and a "
+                         "DataLoader's batches may change from epoch to epoch; give the data "
+                         "as a tensor, a list of batches or a file, or cache_teacher=False")
     total = opts["steps"]
     if total is None:
         try:
@@ -179,7 +188,7 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     with undo_on_error(student, values="all" if ck is not None else "buffers", rng=True,
                        generators=[source.generator] if source.generator is not None else []
                        ) as undo:
-        run = _Run(student, teacher, source, fwd, losses, temperature, block_weight, blocks,
+        run = HealRun(student, teacher, source, fwd, losses, temperature, block_weight, blocks,
                    block_map, teacher_dtype, cache_teacher, cache_mb, dist)
         try:
             result = _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir,
@@ -191,138 +200,11 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     return result
 
 
-class _Run:
-    """The teacher and student forward runs of one healing run: targets (cached), the student's
-    loss on a batch, the block hooks and projections."""
-
-    def __init__(self, student, teacher, source, fwd, losses, temperature, block_weight,
-                 blocks, block_map, teacher_dtype, cache_teacher, cache_mb, dist):
-        self.student, self.source, self.fwd, self.dist = student, source, fwd, dist
-        self.losses, self.temperature, self.block_weight = losses, temperature, block_weight
-        self.teacher = teacher if teacher_dtype is None else copy.deepcopy(teacher).to(
-            teacher_dtype)
-        self.teacher.eval()
-        self.dtype = teacher_dtype
-        self.cache, self.cache_on = {}, (cache_teacher is True or (
-            cache_teacher == "auto" and source.cacheable)) and source.cacheable
-        self.cache_mb = cache_mb
-        self.captured = {"s": [], "t": []}
-        self.hooks = []
-        self.projections = nn.ModuleList()
-        self.map = None
-        if block_weight > 0:
-            sb, tb = _blocks(student, blocks, "student"), _blocks(self.teacher, blocks, "teacher")
-            self.map = list(block_map) if block_map is not None else L.default_block_map(
-                len(sb), len(tb))
-            if len(self.map) != len(sb) or not all(
-                    isinstance(i, int) and 0 <= i < len(tb) for i in self.map):
-                raise ValueError(f"block_map must give a teacher block (0..{len(tb) - 1}) for "
-                                 f"each of the student's {len(sb)} blocks, got {block_map!r}")
-            for m in sb:  # the student's blocks run in order
-                self.hooks.append(m.register_forward_hook(
-                    lambda mod, a, out: self.captured["s"].append(L.hidden_of(out))))
-            for i in sorted(set(self.map)):  # the teacher's, kept by index: block_map's order
-                self.hooks.append(tb[i].register_forward_hook(
-                    lambda mod, a, out, i=i: self.captured["t"].append((i, L.hidden_of(out)))))
-
-    def close(self):
-        for h in self.hooks:
-            h.remove()
-
-    def shard(self, batch):
-        """This rank's rows of a batch (every row for one process)."""
-        d = self.dist
-        if d.world == 1:
-            return batch
-        if isinstance(batch, torch.Tensor):
-            return batch[d.rank::d.world]
-        if isinstance(batch, dict):
-            return {k: v[d.rank::d.world] if isinstance(v, torch.Tensor) and v.dim() else v
-                    for k, v in batch.items()}
-        return type(batch)(self.shard(b) for b in batch)
-
-    def targets(self, key, batch):
-        """The teacher's targets of ``batch`` (cached under ``key`` when caching)."""
-        if key is not None and key in self.cache:
-            return self.cache[key]
-        self.captured["t"] = []
-        with torch.no_grad():
-            inp = batch if self.dtype is None else _cast(batch, self.dtype)
-            kind, x = L.main_output(self.fwd(self.teacher, inp))
-        names = self._names(kind)
-        dev = next(self.student.parameters()).device
-        mask = token_mask(batch)
-        out = {k: v.to(dev) for k, v in (L.targets_of(names, x, mask) if names else
-                                          {"out": x.float()}).items()}
-        by_index = dict(self.captured["t"])
-        out["blocks"] = [by_index[i].float().to(dev) for i in self.map] if self.map else []
-        self.captured["t"] = []
-        if self.cache_on and key is not None:
-            if not self.cache:
-                size = sum(t.numel() * 4 for t in _tensors(out)) / 2**20
-                self.cache_on = size * len(self.source) <= self.cache_mb
-            if self.cache_on:
-                self.cache[key] = out
-        return out
-
-    def _names(self, kind):
-        if callable(self.losses):
-            return None
-        return L.AUTO[kind] if self.losses == "auto" else self.losses
-
-    def loss(self, key, batch):
-        batch = self.shard(batch)
-        t = self.targets(key, batch)
-        self.captured["s"] = []
-        kind, x = L.main_output(self.fwd(self.student, batch))
-        names = self._names(kind)
-        mask = token_mask(batch)
-        if names is None:
-            value = self.losses(x, t["out"], batch)
-        else:
-            s = L.targets_of(names, x, mask)
-            for n in names:
-                if s[n].shape != t[n].shape:
-                    raise ValueError(f"the student's output ({tuple(s[n].shape)}) and the "
-                                     f"teacher's ({tuple(t[n].shape)}) differ in shape for loss "
-                                     f"{n!r}; heal a student of the teacher's output shape")
-            value = L.distill_loss(names, s, t, mask, self.temperature)
-        if self.block_weight > 0:
-            value = value + self.block_weight * L.block_loss(self.captured["s"], t["blocks"],
-                                                             self.projections, mask)
-        self.captured["s"] = []
-        return value
-
-    def make_projections(self, batch):
-        """One no-grad forward of both models on ``batch``: the projections where a student
-        block's width differs from its teacher block's (identity: None)."""
-        if self.block_weight <= 0:
-            return
-        batch = self.shard(batch)
-        t = self.targets(None, batch)
-        with torch.no_grad():
-            self.captured["s"] = []
-            self.fwd(self.student, batch)
-        dev = next(self.student.parameters()).device
-        for a, b in zip(self.captured["s"], t["blocks"]):
-            ws, wt = a.shape[-1], b.shape[-1]
-            if ws == wt:
-                self.projections.append(nn.Identity())
-            else:
-                p = nn.Linear(ws, wt, bias=False).to(dev)
-                with torch.no_grad():
-                    p.weight.zero_()
-                    k = min(ws, wt)
-                    p.weight[:k, :k] = torch.eye(k)
-                self.projections.append(p)
-        self.captured["s"] = []
-
-
 def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, stop_after,
            log_every, progress, lr, weight_decay, clip, train_mode) -> HealResult:
     student, source = run.student, run.source
     first = _first_batch(source)
-    run.make_projections(first)
+    run.make_projections(0 if hasattr(source, "batches") else None, first)
     params = [p for p in student.parameters() if p.requires_grad]
     extra = [p for p in run.projections.parameters()]
     decay = [p for p in params + extra if p.dim() >= 2]
@@ -424,20 +306,22 @@ def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, sto
 
 
 def heal_in_folder(net, teacher, data, folder, *, steps: int, lr: float, batch_size: int,
-                   masks, progress: bool) -> dict:
+                   masks, progress: bool, tokenizer=None) -> dict:
     """``heal`` checkpointed in ``folder`` (resumed when a checkpoint is there), for the command
     line's run folders (``dualdrop prune --heal-steps``, ``dualdrop heal``); the record of the
     phase for the run's ``final.json``."""
     t0 = time.perf_counter()
     out = heal(net, teacher, data, steps=steps, lr=lr, batch_size=batch_size, masks=masks,
-               checkpoint_dir=folder, checkpoint_every=max(1, min(100, steps // 10)),
-               progress=progress)
+               tokenizer=tokenizer, checkpoint_dir=folder,
+               checkpoint_every=max(1, min(100, steps // 10)), progress=progress)
     losses = [r["loss"] for r in out.history]
     net.eval()
     return {"status": "finished", "steps": out.step, "lr": lr, "batch_size": batch_size,
             "loss_first": losses[0] if losses else None,
             "loss_last": losses[-1] if losses else None,
-            "held_masks": len(out.masks), "seconds": time.perf_counter() - t0}
+            "held_masks": len(out.masks), "seconds": time.perf_counter() - t0,
+            "tokenizer": None if tokenizer is None else str(getattr(tokenizer, "name_or_path",
+                                                                    type(tokenizer).__name__))}
 
 
 def _first_batch(source):
@@ -490,36 +374,6 @@ def _held_names(model, held):
     return [(ids[id(p)], m.bool()) for p, m in held]
 
 
-def _blocks(model, blocks, who) -> list:
-    """The chain of blocks of ``model`` (``depth.block_chain``: the container ``blocks``
-    names, or its largest ModuleList)."""
-    try:
-        return list(block_chain(model, blocks)[1])
-    except ValueError as exc:
-        raise ValueError(f"the {who}: {exc}") from None
-
-
-def _cast(batch, dtype):
-    if isinstance(batch, torch.Tensor):
-        return batch.to(dtype) if batch.is_floating_point() else batch
-    if isinstance(batch, dict):
-        return {k: _cast(v, dtype) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_cast(b, dtype) for b in batch)
-    return batch
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
-
-
 def _load(ck, checkpoint_dir, student, projections, opt, sched, settings, total):
     fix = "use another checkpoint_dir or resume=False"
     if ck["total_steps"] != total:
@@ -561,9 +415,13 @@ def _check_options(a: dict) -> dict:
                                                and a["teacher_dtype"].is_floating_point):
         raise TypeError(f"teacher_dtype must be None or a floating torch.dtype (e.g. "
                         f"torch.bfloat16), got {a['teacher_dtype']!r}")
-    if a["cache_teacher"] not in ("auto", True, False):
-        raise ValueError(f"cache_teacher must be 'auto', True or False, got "
-                         f"{a['cache_teacher']!r}")
+    c = a["cache_teacher"]
+    if isinstance(c, (str, os.PathLike)) and not (isinstance(c, str) and c == "auto"):
+        if os.path.exists(c) and not os.path.isdir(c):
+            raise ValueError(f"cache_teacher {str(c)!r} is a file; give a folder for the "
+                             "teacher's outputs (created if missing)")
+    elif c not in ("auto", True, False):
+        raise ValueError(f"cache_teacher must be 'auto', True, False or a folder, got {c!r}")
     for name in ("train_mode", "shuffle", "resume", "progress"):
         if not isinstance(a[name], bool):
             raise TypeError(f"{name} must be True or False, got {a[name]!r}")

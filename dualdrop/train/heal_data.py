@@ -16,6 +16,10 @@ resume exactly:
   without pickle); ``.pt`` (a tensor, a list of batches or a dict of tensors, read with
   ``torch.load(weights_only=True)``).
 
+On the command line (``dualdrop prune --heal-data``, ``dualdrop heal --heal-data``) the
+tokenizer of a text file is named by ``--tokenizer NAME_OR_PATH`` and loaded by
+:func:`load_tokenizer` (transformers' ``AutoTokenizer``).
+
 A source held in memory (every form but a DataLoader) is a :class:`BatchList`: its batches are
 fixed, only their order changes from epoch to epoch (drawn from its own generator), so the
 teacher's output of each batch can be computed once and cached, and a resumed run restores the
@@ -35,7 +39,8 @@ import torch
 
 from penalties.checks import check_int
 
-FILE_KINDS = (".txt", ".jsonl", ".npy", ".pt")
+TEXT_KINDS = (".txt", ".jsonl")
+FILE_KINDS = TEXT_KINDS + (".npy", ".pt")
 
 
 class BatchList:
@@ -148,6 +153,34 @@ def tokenize(texts: list, tokenizer, batch_size: int, max_length: int) -> list:
                         max_length=max_length, return_tensors="pt")
         out.append({k: v for k, v in dict(enc).items() if isinstance(v, torch.Tensor)})
     return out
+
+
+def is_text_file(path) -> bool:
+    """Whether ``path`` names a file of texts (which needs a tokenizer)."""
+    return Path(path).suffix.lower() in TEXT_KINDS
+
+
+def load_tokenizer(name):
+    """``transformers.AutoTokenizer.from_pretrained(name)``: a Hub name or a folder written by
+    ``save_pretrained``. A tokenizer without a padding token (GPT-2's) pads with its
+    end-of-text token: the attention mask hides the padding from both models, so which id
+    fills it does not matter. ImportError when transformers is missing, ValueError naming
+    ``name`` when it cannot be loaded."""
+    try:
+        from transformers import AutoTokenizer  # optional dependency, imported when used
+    except ImportError:
+        raise ImportError("reading text needs a tokenizer from the transformers package: "
+                          "pip install transformers (or give token ids as a .pt/.npy "
+                          "file)") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, KeyError) as exc:
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"tokenizer {name!r} cannot be loaded ({line}); give a folder "
+                         "written by save_pretrained or a Hugging Face Hub name") from None
+    if getattr(tok, "pad_token", None) is None and getattr(tok, "eos_token", None) is not None:
+        tok.pad_token = tok.eos_token
+    return tok
 
 
 def read_file(path) -> object:

@@ -97,6 +97,24 @@ def test_channel_is_neuron_and_default_listed():
     assert sp.hparams["granularity"] == "neuron"
 
 
+def test_one_vocabulary_for_training_and_oneshot():
+    """training and one-shot pruning read ``granularity`` with the same words and meanings:
+    "channel" is "neuron" in both, and a wrong word is refused listing the same words."""
+    from dualdrop.nn._groups import check_unit_granularity
+    from dualdrop.nn.oneshot import prune_structured
+    assert check_unit_granularity("channel") == check_unit_granularity("neuron") == ("neuron",)
+    assert check_unit_granularity(("head", "channel", "neuron")) == ("head", "neuron")
+    assert check_unit_granularity("head+channel") == ("head", "neuron")
+    with pytest.raises(ValueError) as train:
+        sparsify(TinyMLP(), "logsum", granularity="row")
+    with pytest.raises(ValueError) as oneshot:
+        prune_structured(TinyMLP(), [torch.randn(4, 20)], "flap", granularity="row",
+                         target_density=0.5, progress=False)
+    for err in (train, oneshot):
+        for word in ("'weight'", "'neuron' or 'channel' (the same)", "'head'"):
+            assert word in str(err.value), (word, str(err.value))
+
+
 # ---- group formulas, checked against the penalties package ---------------------------------------
 
 def _mlp64():

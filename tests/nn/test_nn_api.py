@@ -230,9 +230,9 @@ def test_tune_allocator_opt_out_and_glibc(tmp_path):
 
     code = ("import torch, torch.nn as nn\n"
             "from dualdrop.nn import sparsify, tune_allocator\n"
-            "from dualdrop.nn import _alloc\n"
+            "from dualdrop.nn import _memory\n"
             "sparsify(nn.Sequential(nn.Linear(3, 2)), 'logsum')\n"
-            "print(_alloc._state['done'], _alloc._state['tuned'], tune_allocator())\n")
+            "print(_memory._state['done'], _memory._state['tuned'], tune_allocator())\n")
     env_off = {**os.environ, "DUALDROP_MALLOC_TUNING": "0"}
     off = subprocess.run([sys.executable, "-c", code], env=env_off, capture_output=True,
                          text=True, check=True).stdout.split()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dualdrop.nn.oneshot import Budget, OneShotMethod, get_method, layer_objective
-from dualdrop.nn.oneshot.allocation import allocate, outlier_ratio
+from dualdrop.nn.oneshot.allocation.weights import allocate, outlier_ratio
 from dualdrop.nn.oneshot.methods.base import (LayerProblem, parse_pattern, refit_on_support,
                                               split_count)
 from dualdrop.nn.oneshot.registry import METHODS, available

@@ -491,7 +491,7 @@ def test_blocks_that_return_tuples(named):
 
 @pytest.mark.parametrize("width", [5, 1023, 1024, 1500, 2048])
 def test_the_block_triangle_gram_is_the_full_product(width):
-    from dualdrop.nn.oneshot.walker import add_gram, symmetric_gram
+    from dualdrop.nn.oneshot.calibration import add_gram, symmetric_gram
 
     g = torch.Generator().manual_seed(width)
     xs = [torch.randn(n, width, dtype=torch.float64, generator=g) for n in (7, 130)]

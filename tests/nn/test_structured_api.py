@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from dualdrop.nn.oneshot import prune_structured
 from dualdrop.nn.oneshot.units import find_units
-from dualdrop.nn.oneshot.walker import default_forward
+from dualdrop.nn.oneshot.calibration import default_forward
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch_pruning")
@@ -103,9 +103,15 @@ def test_units_found_in_each_architecture():
     # GPT-2's fused c_attn: head 1 is columns 6..11 of each of q, k, v
     assert g[0].parts[0].index[1].tolist() == list(range(6, 12)) + list(range(30, 36)) + list(
         range(54, 60))
-    g, _ = find_units(small_cnn(), torch.randn(2, 3, 16, 16), default_forward, "channel")
-    assert [(x.name, x.n_units, len(x.columns[0])) for x in g] == [("c2", 8, 9), ("fc1", 12, 16)]
+    # "channel" is "neuron" (training's one vocabulary): the output units of convolutions and
+    # Linear layers alike, each group labelled by its producer
+    x = torch.randn(2, 3, 16, 16)
+    g, _ = find_units(small_cnn(), x, default_forward, "channel")
+    assert [(x.name, x.kind, x.n_units, len(x.columns[0])) for x in g] == [
+        ("c2", "channel", 8, 9), ("fc1", "channel", 12, 16), ("fc2", "neuron", 20, 1)]
     assert {p.role for p in g[0].parts} == {"rows", "bn"}
+    same, _ = find_units(small_cnn(), x, default_forward, ("neuron", "channel"))
+    assert [(u.name, u.kind, u.n_units) for u in same] == [(u.name, u.kind, u.n_units) for u in g]
 
 
 @pytest.mark.parametrize("method", ["flap", "osscar", "logsum"])
@@ -198,7 +204,7 @@ def test_target_speedup_uses_a_cached_latency_table(tmp_path, monkeypatch):
     """The table is measured once and read back; the timer is a deterministic stand-in (a tiny
     BERT's measured parts are mostly fixed overhead, so a real 1.3x can be out of reach on a
     loaded machine): each part costs 0.1 s at all its units, linear in the units kept."""
-    from dualdrop.nn.oneshot import latency_table
+    from dualdrop.nn.oneshot.allocation import latency as latency_table
 
     calls = []
 
@@ -246,7 +252,8 @@ def test_refusals_leave_the_model_as_given():
         (dict(granularity="neuron", target_density=0.5, allocation="owl"), ValueError,
          "allocation"),
         (dict(granularity="neuron", target_params=10), ValueError, "no unit holds"),
-        (dict(granularity="channel", target_density=0.5), ValueError, "no channel units"),
+        (dict(granularity="channel", target_density=0.5, exclude=["*"]), ValueError,
+         "no neuron units"),
         (dict(granularity="neuron", target_density=0.5, options={"damp": 1}), ValueError,
          "unknown option"),
         (dict(granularity="neuron", target_density=0.5, include="encoder.*"), TypeError,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dualdrop.nn.oneshot import prune_structured, structured
-from dualdrop.nn.oneshot.unit_allocation import EMPTIED, lopsided
+from dualdrop.nn.oneshot.allocation.units import EMPTIED, lopsided
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch_pruning")
@@ -56,7 +56,7 @@ def test_the_default_allocation_is_the_best_measured():
     0.909 for ``normalize="energy"``) is what a call without an allocation gets, through
     ``prune_structured``, ``prune_oneshot`` and the CLI; single weights keep ``"uniform"``."""
     from dualdrop.nn.oneshot import prune_oneshot
-    from dualdrop.nn.oneshot.unit_allocation import (ALLOCATION_DEFAULTS, DEFAULT_ALLOCATION,
+    from dualdrop.nn.oneshot.allocation.units import (ALLOCATION_DEFAULTS, DEFAULT_ALLOCATION,
                                                      check_allocation)
 
     assert DEFAULT_ALLOCATION == "penalty"

@@ -1,5 +1,5 @@
 """``target_speedup`` met as measured: the allocation corrected until the compact model's
-measured speed-up is within 5% of the target (``latency_table.meet_measured``), and the report
+measured speed-up is within 5% of the target (``allocation.latency.meet_measured``), and the report
 giving the predicted and the measured speed-up."""
 
 import math
@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from dualdrop.nn.oneshot import latency_table, prune_structured, structured
-from dualdrop.nn.oneshot.latency_table import meet_measured
+from dualdrop.nn.oneshot import prune_structured, structured
+from dualdrop.nn.oneshot.allocation import latency as latency_table
+from dualdrop.nn.oneshot.allocation.latency import meet_measured
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("torch_pruning")

@@ -351,3 +351,24 @@ def test_block_map_pairs_each_student_block_with_its_teacher_block():
 
     assert first_loss([0, 1, 2]) == pytest.approx(0.0, abs=1e-10)  # each block onto itself
     assert first_loss([2, 1, 0]) > 1e-3  # reversed: blocks 0 and 2 compared across
+
+
+def test_blocks_by_name_match_an_mlps_hidden_layers():
+    teacher, res, X = _pruned(0.3)
+    hid = {}
+
+    def gap():
+        with torch.no_grad():
+            for who, m in (("s", res.model), ("t", teacher)):
+                h = m[2].register_forward_hook(lambda mod, a, out, who=who: hid.update({who: out}))
+                m(X)
+                h.remove()
+        return float(((hid["s"] - hid["t"]) ** 2).sum() / (hid["t"] ** 2).sum())
+
+    before = gap()
+    # only the hidden layers' loss trains: the output loss is multiplied by 0
+    heal(res, teacher, X, steps=60, lr=1e-2, block_weight=1.0, blocks=["0", "2"],
+         loss=lambda s, t, b: 0.0 * s.sum(), progress=False)
+    assert gap() < 0.6 * before                 # 0.46 -> 0.21 when written
+    with pytest.raises(ValueError, match="no module 'fc9'"):
+        heal(res, teacher, X, steps=2, block_weight=1.0, blocks=["0", "fc9"], progress=False)

@@ -15,7 +15,7 @@ one ``job.Job`` and runs it with ``run.run`` (``run_job``): discover, allocate, 
 removes whole units instead, for a smaller, faster model.
 """
 
-from dualdrop.nn.oneshot.allocation import ALLOCATIONS, allocate
+from dualdrop.nn.oneshot.allocation.weights import ALLOCATIONS, allocate
 from dualdrop.nn.oneshot.checkpoint_io import prune_oneshot_from_disk
 from dualdrop.nn.oneshot.entry import prune_oneshot, prune_structured
 from dualdrop.nn.oneshot.job import Job, make_job

@@ -1,6 +1,7 @@
 """Pruning a model that does not fit in memory: a Hugging Face checkpoint read and written one
-block at a time (``prune_oneshot_from_disk``), the block pipeline (``pipeline``) over the
-checkpoint's safetensors source (``sources.SafetensorsSource``).
+block at a time (``prune_oneshot_from_disk``). A thin entry: the one job (``job.make_job``) with
+the checkpoint's safetensors source (``sources.SafetensorsSource``) as where its weights live,
+run by the one sequence (``run.run``), the same as ``prune_oneshot`` in memory.
 
 Memory: the process itself (Python, torch, transformers: ~0.5 GB), the weights outside the
 blocks, one block, the activation cache up to ``cache_memory_mb`` (the rest in ``offload_dir``),
@@ -18,26 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import time
 
-from dualdrop.nn.oneshot.allocation import raise_empty_layers, uniform_counts
-from dualdrop.nn.oneshot.job import check_calib, check_pipeline_options, weight_budget
-from dualdrop.nn.oneshot.layers import discover
-from dualdrop.nn.oneshot.methods.base import Budget
-from dualdrop.nn.oneshot.blocks import find_blocks
-from dualdrop.nn.oneshot.pipeline import run as run_pipeline
-from dualdrop.nn.oneshot.registry import get_method
+from dualdrop.nn.oneshot.job import make_job, with_source
 from dualdrop.nn.oneshot.report import Report
-from dualdrop.nn.oneshot.run import first_use_notice, weight_prune_step
-from dualdrop.nn.oneshot.sources import SafetensorsCheckpoint, SafetensorsSource, write_json
-from dualdrop.nn.oneshot.storage import Resume
-from dualdrop.nn.oneshot.walker import default_forward, peak_rss_mb, reset_peak_memory
+from dualdrop.nn.oneshot.run import run
+from dualdrop.nn.oneshot.sources import SafetensorsCheckpoint, SafetensorsSource
 
 __all__ = ["prune_oneshot_from_disk", "SafetensorsCheckpoint"]
-
-PROGRESS = ".oneshot-progress"
-UNREACHED = "not called by the forward"
 
 
 def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
@@ -59,90 +47,24 @@ def prune_oneshot_from_disk(path, calib, method="sparsegpt", out_dir=None, *,
     ``"model.layers"``); ``offload_dir``: where the activation cache goes beyond
     ``cache_memory_mb`` (default: a folder in ``out_dir``). An interrupted run started again
     with the same arguments continues after its last finished block."""
-    t_start = time.perf_counter()
-    rss_start = reset_peak_memory()
     if out_dir is None:
         raise ValueError("out_dir is required: the folder the pruned checkpoint is written to")
     path, out_dir = os.fspath(path), os.fspath(out_dir)
     if os.path.abspath(path) == os.path.abspath(out_dir):
         raise ValueError("out_dir must differ from path (the source checkpoint is read while "
                          "the pruned one is written)")
-    meth = get_method(method, **dict(options or {}))
-    kind, value = weight_budget(target_density, pattern)
-    density, nm = (value, None) if kind == "density" else (None, value)
     if offload_dir is None:
         offload_dir = os.path.join(out_dir, ".activation-cache")
-    check_pipeline_options("block", blocks, token_mask_fn, offload_dir, cache_memory_mb,
-                            gram_precision, None)
-    calib = check_calib(calib)
+    # every argument checked before the checkpoint is read
+    job = make_job(method, target_density, pattern, options=options, forward_fn=forward_fn,
+                   include=include, exclude=exclude, progress=progress, sequential="block",
+                   blocks=blocks, token_mask_fn=token_mask_fn, offload_dir=offload_dir,
+                   cache_memory_mb=cache_memory_mb, gram_precision=gram_precision,
+                   distributed=False)
     source = SafetensorsSource(path, out_dir, model_class)
-    model = source.model
-    steps, skipped = discover(model, include, exclude)
-    if not steps:
-        raise ValueError("nothing to prune: the model has no prunable layer after "
-                         "include/exclude")
-    cands = find_blocks(model, steps, blocks)
-    if not cands:
-        raise ValueError("no container of blocks (a ModuleList of decoder layers) holds the "
-                         "model's layers; pass blocks='model.layers' (its name)")
-    label, chain = cands[0]
-    if nm is not None:
-        budgets = {n: Budget(pattern=nm) for s in steps for n in s.names}
-        for s in steps:
-            for n, W in zip(s.names, _shapes(s)):
-                if W[1] % nm[1]:
-                    raise ValueError(f"pattern {nm[0]}:{nm[1]} needs each layer's inputs to be "
-                                     f"a multiple of {nm[1]}; {n} has {W[1]} (exclude it)")
-        target = f"pattern {nm[0]}:{nm[1]}"
-    else:
-        shapes = {n: shp for s in steps for n, shp in zip(s.names, _shapes(s))}
-        counts = uniform_counts(density, {n: shp[0] * shp[1] for n, shp in shapes.items()})
-        budgets = raise_empty_layers({n: Budget(n_keep=c) for n, c in counts.items()}, shapes)
-        target = f"density {density:g}"
-    os.makedirs(out_dir, exist_ok=True)
-    fingerprint = {"path": os.path.abspath(path), "method": repr(meth), "target": target,
-                   "blocks": label, "gram_precision": gram_precision,
-                   "batches": len(calib) if hasattr(calib, "__len__") else None,
-                   "include": repr(include), "exclude": repr(exclude)}
-    # the blocks' pruned weights are kept in their shards; the prologue's and epilogue's (the
-    # weights outside the blocks) by the resume state itself
-    resume = Resume(os.path.join(out_dir, PROGRESS), fingerprint,
-                    store_weights=lambda segment: not segment.startswith("block-"))
-    source.start(chain, steps, resume)  # reads the weights outside the blocks
-    fwd = forward_fn or default_forward
-
-    prune_step = weight_prune_step(meth, budgets)
-
-    first_use_notice(meth, "uniform")
-    res = run_pipeline(model, steps, calib, fwd, prune_step, progress=progress,
-                       desc=f"one-shot {meth.name} from disk", sequential="block",
-                       blocks=label if blocks is None else blocks, token_mask_fn=token_mask_fn,
-                       offload_dir=offload_dir, cache_memory_mb=cache_memory_mb,
-                       gram_precision=gram_precision, source=source, resume=resume)
-    source.finish()
-    report = Report(method=repr(meth), allocation="uniform", target=target, layers=res.rows,
-                    skipped=[*skipped, *((s.names[0], UNREACHED) for s in res.unreached)],
-                    seconds=time.perf_counter() - t_start, peak_mb=peak_rss_mb(),
-                    start_mb=rss_start, pipeline={"mode": res.mode, "blocks": res.blocks,
-                                                  "block_info": res.block_info})
-    write_json(os.path.join(out_dir, "oneshot_report.json"), report.to_dict())
-    shutil.rmtree(os.path.join(out_dir, PROGRESS), ignore_errors=True)
+    job = with_source(job, source)
+    report = run(job, source.model, calib).report
     with contextlib.suppress(OSError):
         if os.path.isdir(offload_dir) and not os.listdir(offload_dir):
             os.rmdir(offload_dir)
     return report
-
-
-def _shapes(step):
-    """The ``(out, in)`` shape of each of a step's problems, without reading the weights."""
-    m = step.module
-    if step.kind == "linear":
-        return [tuple(m.weight.shape)]
-    if step.kind == "hf_conv1d":
-        return [tuple(m.weight.shape[::-1])]
-    if step.kind == "conv":
-        return [(m.weight.shape[0], m.weight[0].numel())]
-    if step.kind == "mha_out":
-        return [tuple(m.out_proj.weight.shape)]
-    E = m.embed_dim
-    return [(E, E if m._qkv_same_embed_dim else d) for d in (E, m.kdim, m.vdim)]

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 
 from dualdrop.nn.oneshot.blocks import hidden_of, hidden_slot, shaped_like, slot_get
-from dualdrop.nn.oneshot.walker import default_forward, token_mask
+from dualdrop.nn.oneshot.calibration import default_forward, token_mask
 
 METRICS = ("cosine", "reconstruction")
 _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")

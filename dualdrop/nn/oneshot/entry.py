@@ -46,7 +46,7 @@ def prune_oneshot(model: nn.Module, calib, method=None, target_density: float | 
 
     - ``calib``: a tensor of samples (batches of 128 along dim 0), a list of batches or a
       DataLoader (read once per layer: it must give the same samples every time);
-      ``forward_fn(model, batch)`` feeds one batch (default: ``walker.default_forward``: a
+      ``forward_fn(model, batch)`` feeds one batch (default: ``calibration.default_forward``: a
       tuple batch as ``model(batch[0])``).
     - ``target_density``: the fraction kept of the prunable weights of the pruned layers (for
       single weights, every weight of those layers; for units, the producer rows and consumer
@@ -122,9 +122,9 @@ def prune_structured(model: nn.Module, calib, method, *, granularity,
       then measured on the compact model and the allocation corrected until within 5% of the
       target, or the closest try kept with a warning; ``latency_options``: ``threads`` (1),
       ``clock`` (``"wall"``, or ``"cpu"`` on a busy machine), ``rounds`` (5), ``cache``
-      (True), ``measure`` (True; False keeps the prediction); ``latency_table``).
+      (True), ``measure`` (True; False keeps the prediction); ``allocation.latency``).
     - ``allocation``: ``"penalty"`` (None: the default, the best measured), ``"uniform"`` or
-      ``"flap"`` (``unit_allocation``); ``allocation_options`` its options.
+      ``"flap"`` (``allocation.units``); ``allocation_options`` its options.
     - ``bias_compensation``: fold the removed units' mean contribution into the consumer's
       bias, the kept weights fit on centred inputs (every method; a consumer without a bias
       is pruned without).

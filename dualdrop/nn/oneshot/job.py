@@ -13,7 +13,10 @@
 - the **method** (``registry``) and its options, the **allocation** over layers and its
   options, the layers (``include`` / ``exclude``), how a batch is fed (``forward_fn``,
   ``token_mask_fn``), and the pipeline's options (``sequential``, ``blocks``, the activation
-  cache on disk, per-block resume, ``gram_precision``, ``distributed``).
+  cache on disk, per-block resume, ``gram_precision``, ``distributed``);
+- the **source**: where the weights live (``sources``): None, the model in memory; or a
+  ``SafetensorsSource``, a checkpoint read and written block by block
+  (``prune_oneshot_from_disk``: single weights, a uniform allocation, block by block).
 
 Arguments of the other kind (``pattern=`` for units; ``target_params=`` for weights; the
 activation cache on disk for units) are refused with a ``ValueError`` naming them, so a job
@@ -30,15 +33,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dualdrop.nn.oneshot import allocation as weight_allocation
-from dualdrop.nn.oneshot import unit_allocation
+from dualdrop.nn._groups import check_unit_granularity
+from dualdrop.nn.oneshot.allocation import units as unit_allocation
+from dualdrop.nn.oneshot.allocation import weights as weight_allocation
+from dualdrop.nn.oneshot.calibration import PRECISIONS
 from dualdrop.nn.oneshot.methods.base import OneShotMethod, parse_pattern
 from dualdrop.nn.oneshot.pipeline import SEQUENTIAL
 from dualdrop.nn.oneshot.registry import METHODS as WEIGHT_METHODS
 from dualdrop.nn.oneshot.registry import (UNIT_METHODS, get_method, get_unit_method,
                                           unit_methods)
-from dualdrop.nn.oneshot.units import check_granularity
-from dualdrop.nn.oneshot.walker import PRECISIONS
 from penalties.checks import check_float, check_int
 
 #: rows per calibration batch when ``calib`` is one tensor
@@ -80,6 +83,7 @@ class Job:
     bias_compensation: bool | None = None
     target: str | None = None
     latency_options: dict | None = None
+    source: object = None
     latency_inputs: object = field(default=None, compare=False)
     meth: object = field(default=None, compare=False, repr=False)
 
@@ -104,11 +108,11 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
              checkpoint_dir=None, distributed: bool | None = None,
              bias_compensation: bool | None = None, target: str | None = None,
              latency_inputs=None, latency_options: dict | None = None,
-             calibration_sharded: bool = False) -> Job:
+             calibration_sharded: bool = False, source=None) -> Job:
     """The :class:`Job` of these arguments (those of ``prune_oneshot``, plus ``target`` of
     ``prune_structured``), every one checked: a ``TypeError`` / ``ValueError`` names a bad one
     and says what to give instead. ``allocation=None``: ``"uniform"`` for single weights,
-    ``unit_allocation.DEFAULT_ALLOCATION`` for units."""
+    ``allocation.units.DEFAULT_ALLOCATION`` for units."""
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
     if forward_fn is not None and not callable(forward_fn):
@@ -129,9 +133,10 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
                 raise ValueError(f"{name}= is for structured pruning: give granularity="
                                  "'neuron', 'head' or 'channel' too (single weights take "
                                  "target_density or pattern)")
-        return _weights_job(method, target_density, pattern, allocation, options, refit,
-                            allocation_options, offload_dir, cache_memory_mb, checkpoint_dir,
-                            distributed, common)
+        job = _weights_job(method, target_density, pattern, allocation, options, refit,
+                           allocation_options, offload_dir, cache_memory_mb, checkpoint_dir,
+                           distributed, common)
+        return with_source(job, source)
     g = check_unit_method(method, granularity)
     if pattern is not None:
         raise ValueError(f"pattern={pattern!r} is N:M sparsity of single weights; with "
@@ -143,6 +148,9 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
             raise ValueError(f"{name}= is not available for structured pruning "
                              f"(granularity={g!r}): drop it (the activations are kept in "
                              "memory, block by block)")
+    if source is not None:
+        raise ValueError(f"source= (a checkpoint on disk) prunes single weights; structured "
+                         f"pruning (granularity={g!r}) needs the model in memory")
     if distributed or calibration_sharded:
         raise ValueError(f"distributed=True and calibration_sharded=True are not available "
                          f"for structured pruning (granularity={g!r}); leave them unset")
@@ -179,13 +187,38 @@ def _weights_job(method, target_density, pattern, allocation, options, refit,
                distributed=distributed, meth=meth, **common)
 
 
+def with_source(job: Job, source) -> Job:
+    """``job`` with its weights read from ``source`` (None: the model in memory). A source
+    that holds one block at a time (``needs_blocks``) takes a uniform allocation (the others
+    measure every layer of the dense model first), runs block by block in one process and
+    keeps its own resume record."""
+    if source is None:
+        return job
+    if not hasattr(source, "needs_blocks") or not hasattr(source, "prepare"):
+        raise TypeError(f"source must be a pipeline source (dualdrop.nn.oneshot.sources), got "
+                        f"{type(source).__name__}")
+    if source.needs_blocks:
+        for name, bad, why in (
+                ("allocation", job.allocation != "uniform", "'uniform'"),
+                ("sequential", job.sequential == "layer", "'block' or 'auto'"),
+                ("checkpoint_dir", job.checkpoint_dir is not None,
+                 "None (the run resumes from out_dir)"),
+                ("distributed", bool(job.distributed) or job.calibration_sharded,
+                 "None or False")):
+            if bad:
+                raise ValueError(f"{name}: pruning from disk takes {why}")
+        job.sequential, job.distributed = "block", False
+    job.source = source
+    return job
+
+
 def _units_job(method, granularity, target_density, target_params, target_speedup, allocation,
                options, allocation_options, bias_compensation, target, latency_inputs,
                latency_options, common) -> Job:
     method = "osscar" if method is None else method
     allocation = unit_allocation.DEFAULT_ALLOCATION if allocation is None else allocation
     meth = get_unit_method(method, **options)
-    kinds = check_granularity(granularity)
+    kinds = check_unit_granularity(granularity)
     budget = unit_budget(target_density, target_params, target_speedup)
     alloc_opts = unit_allocation.check_allocation(allocation, allocation_options)
     lat_opts = latency_options_of(latency_options)
@@ -223,7 +256,8 @@ def method_options(options, refit) -> dict:
 def check_unit_method(method, granularity) -> str:
     """Refuse a method of single weights with ``granularity`` (checked too); the granularity
     as one string for messages."""
-    g = "+".join(check_granularity(granularity))
+    kinds = check_unit_granularity(granularity)
+    g = granularity if isinstance(granularity, str) else "+".join(kinds)
     if isinstance(method, OneShotMethod):
         raise ValueError(f"method is a {type(method).__name__}, a method for single weights; "
                          f"with granularity={g!r} give one of {unit_methods()} (or a "

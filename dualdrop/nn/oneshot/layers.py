@@ -1,5 +1,5 @@
 """How each layer type gives its one-shot problem: the weight as ``(out, in)`` and the rows of its
-input matrix ``X`` (``n x in``), from which the walker accumulates ``G = X^T X / n``.
+input matrix ``X`` (``n x in``), from which the calibration pass accumulates ``G = X^T X / n``.
 
 - ``nn.Linear`` (and subclasses): ``W = weight``; ``X`` = the input with every leading dimension
   (batch, tokens) flattened into rows.
@@ -12,7 +12,7 @@ input matrix ``X`` (``n x in``), from which the walker accumulates ``G = X^T X /
 - ``nn.MultiheadAttention``: the query, key and value projections are three problems (rows of
   ``in_proj_weight``, or ``q/k/v_proj_weight``), each on its own input (for self-attention the
   three inputs, hence Grams, are one); the output projection's input is the attention context
-  (the heads concatenated), which the module never exposes: the walker recomputes it from the
+  (the heads concatenated), which the module never exposes: the calibration hook recomputes it from the
   layer's inputs with the (already pruned) projections and an identity output projection.
 
 Anything else holding a weight of two or more dimensions (Embedding, recurrent layers,
@@ -222,7 +222,7 @@ def _matches(name: str, module: nn.Module, item) -> bool:
 
 def discover(model: nn.Module, include=None, exclude=None) -> tuple[list[Step], list[tuple]]:
     """``(steps, skipped)``: the prunable layers of ``model`` as walk steps (in module order;
-    the walker reorders them by the forward), and ``(name, reason)`` of every weight left dense.
+    the pipeline reorders them by the forward), and ``(name, reason)`` of every weight left dense.
 
     ``include`` / ``exclude``: layer name patterns (``fnmatch`` on module names, e.g.
     ``"encoder.*"``; an attention's parts are ``<name>.in_proj`` and ``<name>.out_proj``) or

@@ -26,7 +26,7 @@ block in an *activation cache*, and run only that block over the cache:
    layers that read the same tensor (an attention's q/k/v projections, an MLP's gate and up
    projections) form one *stage* fed by one pass, since pruning one of them cannot change what
    the others read. A stage's pass runs the block over every cached batch and stops once the
-   stage's layers have had their inputs; their Grams are accumulated (``walker``), each layer is
+   stage's layers have had their inputs; their Grams are accumulated (``calibration``), each layer is
    pruned, and the next stage's pass sees the pruned layers.
 4. **Outputs.** The block, fully pruned, runs once more over the cache, and its outputs replace
    its inputs there: they are the next block's inputs.
@@ -67,12 +67,13 @@ from tqdm.auto import tqdm
 from dualdrop.nn._inputs import forward_failed
 from dualdrop.nn.oneshot.blocks import (BlockPlan, SwapForward, hidden_of, plan_blocks, shaped_like,
                                         slot_get, slot_put)
+from dualdrop.nn._memory import peak_rss_mb
+from dualdrop.nn.oneshot.calibration import (GramAccumulator, _Stop, _device, calibration_mode,
+                                             hook_steps, token_mask)
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.base import layer_objective
 from dualdrop.nn.oneshot.sources import MemorySource
 from dualdrop.nn.oneshot.storage import ActivationCache, Resume
-from dualdrop.nn.oneshot.walker import (GramAccumulator, _Stop, _device, calibration_mode,
-                                        hook_steps, peak_rss_mb, token_mask)
 
 SEQUENTIAL = ("auto", "block", "layer")
 

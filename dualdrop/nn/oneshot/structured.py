@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from dualdrop.nn._layers import is_conv1d
-from dualdrop.nn.oneshot.latency_table import build_table, measured_speedup, meet_measured
+from dualdrop.nn.oneshot.allocation.latency import build_table, measured_speedup, meet_measured
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.structured import UnitProblem
-from dualdrop.nn.oneshot.unit_allocation import CostModel, allocate_units, lopsided
+from dualdrop.nn.oneshot.allocation.units import CostModel, allocate_units, lopsided
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup
-from dualdrop.nn.oneshot.walker import calibration_mode, default_forward, token_mask
+from dualdrop.nn.oneshot.calibration import calibration_mode, default_forward, token_mask
 
 
 class UnitStep(Step):
@@ -41,7 +41,7 @@ class UnitStep(Step):
     rows per calibration batch, in order) the inputs are ``[x, 1, x_d]`` and the weight
     ``[0, b0, W0]``, so that the weight times the inputs is the dense model's output on the
     same tokens: the Gram holds every moment the problem needs (``methods.structured.base``),
-    and the walker's layer objective is the error against the dense output."""
+    and the pipeline's layer objective is the error against the dense output."""
 
     def __init__(self, group: UnitGroup):
         base = group.step
@@ -174,9 +174,9 @@ def model_inputs(batch):
 def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCount,
                        n_params: int, grams) -> tuple:
     """``(counts, description, latency table, measured speed-up)``: the units each consumer
-    keeps under the job's budget (``unit_allocation``), the budget in words, the latency table
+    keeps under the job's budget (``allocation.units``), the budget in words, the latency table
     of a ``target_speedup`` budget and the compact model's measured speed-up (the counts
-    corrected toward it: ``latency_table.meet_measured``; None unless measured). ``grams()``
+    corrected toward it: ``allocation.latency.meet_measured``; None unless measured). ``grams()``
     gives the dense model's Grams (asked for only by the allocations that measure the layers:
     ``flap``, ``penalty``).
 

@@ -13,6 +13,10 @@ A *unit* is a set of features that one layer (the *consumer*) reads and nothing 
   head's columns of GPT-2's fused ``c_attn``; the head's rows of ``nn.MultiheadAttention``'s
   ``in_proj_weight``), and the ``d`` columns of the output projection that read its context.
 
+``granularity="neuron"`` and ``"channel"`` are one word (as in training, ``dualdrop.nn._groups``):
+either takes the output units of Linear and convolution layers alike; a group, and its report
+row, is labelled by its producer (``neuron`` for a Linear, ``channel`` for a convolution).
+
 Pruning a unit is a problem of the consumer alone: its input Gram over the calibration data
 decides which input groups to keep, and the producer's rows of a removed unit are then dead
 (nothing reads them) and are zeroed with it. Which features form units comes from the model's
@@ -22,39 +26,24 @@ consumers coupled to them; a set of features is a unit set when exactly one laye
 no LayerNorm, residual stream, attention score or model output does. Attention heads are found
 from the attention module (``nn.MultiheadAttention``, or a module with ``num_heads`` /
 ``num_attention_heads`` and a head width, and query/key/value projections or a fused
-``c_attn``), their consumer from the same graph.
+``c_attn``: ``dualdrop.nn._heads``, the one home of head discovery and geometry), their consumer
+from the same graph.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
-from dualdrop.nn._graph import PER_ENTRY, dependency_graph, layer_kind, torch_pruning
-from dualdrop.nn._layers import BN, is_conv1d, n_in, n_out
+from dualdrop.nn._graph import FEATURE_MAPS, layer_kind, positions_mean, trace
+from dualdrop.nn._groups import check_unit_granularity
+from dualdrop.nn._heads import head_index, hf_attention, kv_heads_differ
+from dualdrop.nn._layers import BN, is_conv1d, n_in
 from dualdrop.nn.oneshot.layers import Step, discover
-
-GRANULARITIES = ("neuron", "head", "channel")
-
-# autograd nodes a unit may pass through on its way to its one consumer (names without the
-# trailing version digit): the per-entry maps (``_graph.PER_ENTRY``, as the compact export), the
-# layers' own products and reshapes, dropout, and a mean over positions only (checked)
-_PASS = PER_ENTRY | {
-    "AddmmBackward", "MmBackward", "TBackward", "ViewBackward", "UnsafeViewBackward",
-    "ReshapeAliasBackward", "TransposeBackward", "PermuteBackward", "NativeDropoutBackward",
-    "MeanBackward",
-}
-
-_HEADS_ATTRS = ("num_attention_heads", "num_heads", "n_head")
-_WIDTH_ATTRS = ("attention_head_size", "head_dim")
-_QKV_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
-_FUSED_NAMES = ("c_attn", "qkv_proj", "Wqkv", "qkv")
-
 
 @dataclass
 class Part:
@@ -169,67 +158,7 @@ def _entry_params(part: Part) -> int:
     return per + (m.bias is not None)
 
 
-def check_granularity(granularity) -> tuple[str, ...]:
-    """``"neuron"``, ``"head"``, ``"channel"``, or several of them (a tuple/list, or a string
-    joined by ``+`` or ``,``) as a tuple; ``ValueError`` naming the argument otherwise."""
-    if isinstance(granularity, str):
-        items = [g.strip() for g in re.split(r"[+,]", granularity)]
-    elif isinstance(granularity, (tuple, list)):
-        items = list(granularity)
-    else:
-        raise TypeError(f"granularity must be one of {list(GRANULARITIES)} or several of them "
-                        f"(e.g. ('head', 'neuron')), got {type(granularity).__name__}")
-    bad = [g for g in items if g not in GRANULARITIES]
-    if bad or not items:
-        raise ValueError(f"granularity={granularity!r}; expected one of {list(GRANULARITIES)} "
-                         "or several of them, e.g. ('head', 'neuron') or 'head+neuron'")
-    return tuple(dict.fromkeys(items))
-
-
 # ---- discovery -----------------------------------------------------------------------------------
-
-def _first_attr(m, names):
-    for n in names:
-        v = getattr(m, n, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-def hf_attention(m: nn.Module):
-    """``(H, d, projections)`` of a Hugging Face style attention module (``projections``:
-    ``[(name, module, offset)]`` of the query, key and value projections, ``offset`` the first
-    output feature of each in a fused projection), or None."""
-    if isinstance(m, nn.MultiheadAttention):
-        return None
-    H = _first_attr(m, _HEADS_ATTRS)
-    d = _first_attr(m, _WIDTH_ATTRS)
-    if H is None:
-        return None
-    children = dict(m.named_children())
-    for names in _QKV_NAMES:
-        mods = [children.get(n) for n in names]
-        if all(x is not None and layer_kind(x) == "linear" for x in mods):
-            d = d or n_out(mods[0]) // H
-            if all(n_out(x) == H * d for x in mods):
-                return H, d, [(n, x, 0) for n, x in zip(names, mods)]
-            return None
-    for n in _FUSED_NAMES:
-        x = children.get(n)
-        if x is not None and layer_kind(x) == "linear" and n_out(x) % 3 == 0:
-            E = n_out(x) // 3
-            d = d or E // H
-            if H * d == E:
-                return H, d, [(n, x, 0), (n, x, E), (n, x, 2 * E)]
-    return None
-
-
-def _kv_heads_differ(m) -> bool:
-    kv = getattr(m, "num_key_value_heads", None) or getattr(getattr(m, "config", None),
-                                                          "num_key_value_heads", None)
-    H = _first_attr(m, _HEADS_ATTRS)
-    return isinstance(kv, int) and H is not None and kv != H
-
 
 def _selected(names, include, exclude) -> bool:
     def hit(items):
@@ -247,7 +176,7 @@ def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
     those kinds whose units cannot be pruned. ``example`` is one calibration batch, fed as
     ``forward_fn(model, example)``; ``include`` / ``exclude``: fnmatch patterns on the names of
     a group's layers (consumer or producers)."""
-    kinds = check_granularity(granularity)
+    kinds = check_unit_granularity(granularity)
     steps, _ = discover(model)
     by_module = {(id(s.module), s.kind): s for s in steps}
     names = {id(m): n for n, m in model.named_modules()}
@@ -268,7 +197,7 @@ def find_units(model: nn.Module, example, forward_fn, granularity, include=None,
                 skipped.append((n, g))
             elif _selected(g.names(), include, exclude):
                 groups.append(g)
-    needs_graph = "neuron" in kinds or "channel" in kinds or (
+    needs_graph = "neuron" in kinds or (
         "head" in kinds and any(not isinstance(m, nn.MultiheadAttention)
                                 for _, m in attentions.values()))
     if needs_graph:
@@ -294,73 +223,41 @@ def _mha_group(name, m: nn.MultiheadAttention, by_module):
         return "add_bias_kv / add_zero_attn: a head's output depends on more than its rows"
     H, E = m.num_heads, m.embed_dim
     d = E // H
-    cols = [np.arange(h * d, (h + 1) * d) for h in range(H)]
-    rows = [np.concatenate([k * E + np.arange(h * d, (h + 1) * d) for k in range(3)])
-            for h in range(H)]
+    cols = [head_index([h], d) for h in range(H)]
+    rows = [head_index([h], d, (0, E, 2 * E)) for h in range(H)]
     return UnitGroup(f"{name}.out_proj", "head", step, cols,
                      [Part(f"{name}.in_proj", m, "mha_in", rows)], attention=m, head_dim=d)
 
 
-def _elementwise_name(node) -> str:
-    return re.sub(r"\d+$", "", str(getattr(node.module, "_grad_fn", "")))
-
-
 def _graph_groups(model, example, forward_fn, kinds, by_module, names, attentions):
-    """Yield ``(UnitGroup, None)`` or ``(None, (layer, reason))`` from Torch-Pruning's
-    dependency graph of ``model`` on ``example``."""
-    tp = torch_pruning("structured one-shot pruning")
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    was = model.training
-    model.eval()
-    try:
-        for p, _ in flags:
-            p.requires_grad_(True)
-        with torch.enable_grad():
-            dg = dependency_graph(tp, model, example, forward_fn)
-        proj_of = {}   # projection module -> attention it belongs to
-        for mid, (n, m) in attentions.items():
-            info = hf_attention(m)
-            if info is not None:
-                for _, x, _ in info[2]:
-                    proj_of[id(x)] = (n, m, info)
-        visited = set()
-        for m in list(dg.module2node):
-            if layer_kind(m) not in ("linear", "conv") or id(m) in visited:
-                continue
-            fn = dg.get_pruner_of_module(m).prune_out_channels
-            group = dg.get_pruning_group(m, fn, list(range(n_out(m))))
-            outs = [it for it in group if dg.is_out_channel_pruning_fn(it.dep.handler)
-                    and layer_kind(it.dep.target.module) in ("linear", "conv")]
-            for it in outs:
-                visited.add(id(it.dep.target.module))
-            att = next((proj_of[id(it.dep.target.module)] for it in outs
-                        if id(it.dep.target.module) in proj_of), None)
-            if att is not None:
-                if "head" in kinds:
-                    yield _hf_head_group(att, group, dg, by_module, names)
-                continue
-            res = _plain_group(m, group, dg, tp, by_module, names, kinds)
-            if res is not None:
-                yield res
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-        model.train(was)
+    """Yield ``(UnitGroup, None)`` or ``(None, (layer, reason))`` from the dependency graph of
+    ``model`` on ``example`` (``dualdrop.nn._graph``)."""
+    graph = trace(model, example, forward_fn, "structured one-shot pruning")
+    proj_of = {}   # projection module -> attention it belongs to
+    for mid, (n, m) in attentions.items():
+        info = hf_attention(m)
+        if info is not None:
+            for _, x, _ in info[2]:
+                proj_of[id(x)] = (n, m, info)
+    for us in graph.unit_sets():
+        att = next((proj_of[id(x.module)] for x in us.of("rows") if id(x.module) in proj_of),
+                   None)
+        if att is not None:
+            if "head" in kinds:
+                yield _hf_head_group(att, us, by_module, names)
+            continue
+        res = _plain_group(us, by_module, names, kinds)
+        if res is not None:
+            yield res
 
 
-def _consumers(group, dg):
-    return [it for it in group if not dg.is_out_channel_pruning_fn(it.dep.handler)
-            and layer_kind(it.dep.target.module) in ("linear", "conv")]
-
-
-def _hf_head_group(att, group, dg, by_module, names):
+def _hf_head_group(att, us, by_module, names):
     aname, m, (H, d, projs) = att
-    if _kv_heads_differ(m):
+    if kv_heads_differ(m):
         return None, (aname, "grouped-query attention (fewer key/value heads): heads are not "
                              "pruned")
-    cons = [it for it in _consumers(group, dg)
-            if it.dep.target.module not in {x for _, x, _ in projs}]
-    mods = {id(it.dep.target.module): it.dep.target.module for it in cons}
+    mods = {id(x.module): x.module for x in us.of("cols")
+            if x.module not in {p for _, p, _ in projs}}
     if len(mods) != 1:
         return None, (aname, f"its heads are read by {len(mods)} layers, not one output "
                              "projection")
@@ -369,106 +266,75 @@ def _hf_head_group(att, group, dg, by_module, names):
     step = by_module.get((id(cm), kind))
     if step is None or n_in(cm) != H * d:
         return None, (aname, "its output projection is not a prunable layer of H * d inputs")
-    cols = [np.arange(h * d, (h + 1) * d) for h in range(H)]
+    cols = [head_index([h], d) for h in range(H)]
     parts = {}
     for pname, x, off in projs:
         key = id(x)
         if key not in parts:
             parts[key] = Part(f"{aname}.{pname}", x, "rows", [np.zeros(0, np.int64)] * H)
         part = parts[key]
-        part.index = [np.concatenate([part.index[h], off + np.arange(h * d, (h + 1) * d)])
+        part.index = [np.concatenate([part.index[h], head_index([h], d, (off,))])
                       for h in range(H)]
     return UnitGroup(names[id(cm)], "head", step, cols, list(parts.values()), attention=m,
                      head_dim=d), None
 
 
-def _plain_group(root, group, dg, tp, by_module, names, kinds):
+#: why a unit set stops at a member of these roles (what it reaches instead of one consumer)
+_STOPS = {"layernorm": "its outputs reach a LayerNorm (the residual stream)",
+          "output": "its outputs are the model's outputs"}
+
+
+def _plain_group(us, by_module, names, kinds):
     """A neuron or channel group, or ``(None, reason)`` if its features are not units, or
     None if it is not of a wanted kind."""
-    ops = tp.ops
+    root = us.root
     rname = names.get(id(root), type(root).__name__)
-    kind = "channel" if layer_kind(root) == "conv" else "neuron"
-    if kind not in kinds:
+    if "neuron" not in kinds:   # "channel" is "neuron": both a Linear's and a conv's units
         return None
-    outs, ins, norms = [], [], []
-    for it in group:
-        node = it.dep.target
-        mod = node.module
-        t = node.type
-        if dg.is_out_channel_pruning_fn(it.dep.handler) and layer_kind(mod) in ("linear",
-                                                                              "conv"):
-            outs.append(it)
-        elif layer_kind(mod) in ("linear", "conv"):
-            ins.append(it)
-        elif t == ops.OPTYPE.BN:
-            if type(mod) not in BN or not mod.track_running_stats:
-                return None, (rname, "a BatchNorm without running statistics on its outputs")
-            norms.append(it)
-        elif t == ops.OPTYPE.ELEMENTWISE:
-            if not node.inputs:
-                continue
-            name = _elementwise_name(node)
-            if name not in _PASS:
-                return None, (rname, f"its outputs go through {name or 'an operation'} "
+    kind = "channel" if layer_kind(root) == "conv" else "neuron"   # the row's label
+    for x in us.members:
+        if x.role == "norm" and (type(x.module) not in BN or not x.module.track_running_stats):
+            return None, (rname, "a BatchNorm without running statistics on its outputs")
+        if x.role == "op":
+            if x.op not in FEATURE_MAPS:
+                return None, (rname, f"its outputs go through {x.op or 'an operation'} "
                                      "(mixes features)")
-            if name == "MeanBackward" and not _positions_mean(node.grad_fn):
+            if x.op == "MeanBackward" and not positions_mean(x.node.grad_fn):
                 return None, (rname, "its outputs are averaged over features")
-        elif t in (ops.OPTYPE.RESHAPE, ops.OPTYPE.CONCAT, ops.OPTYPE.SPLIT, ops.OPTYPE.SLICE):
-            continue
-        elif t == ops.OPTYPE.LN:
-            return None, (rname, "its outputs reach a LayerNorm (the residual stream)")
-        elif t == ops.OPTYPE.OUTPUT:
-            return None, (rname, "its outputs are the model's outputs")
-        else:
-            return None, (rname, f"its outputs reach a {t.name.lower()} node")
-    cmods = {id(it.dep.target.module): it for it in ins}
+        elif x.role in _STOPS:
+            return None, (rname, _STOPS[x.role])
+        elif x.role not in ("rows", "cols", "norm", "weight", "shape"):
+            return None, (rname, f"its outputs reach a {x.node.type.name.lower()} node")
+    outs, ins, norms = us.of("rows"), us.of("cols"), us.of("norm")
+    cmods = {id(x.module): x for x in ins}
     if not cmods:
         return None, (rname, "no layer reads its outputs (the model's output)")
     if len(cmods) != 1:
         return None, (rname, f"its outputs are read by {len(cmods)} layers, not one")
     (cit,) = cmods.values()
-    cm = cit.dep.target.module
+    cm = cit.module
     ck = "conv" if layer_kind(cm) == "conv" else ("hf_conv1d" if is_conv1d(cm) else "linear")
     step = by_module.get((id(cm), ck))
     if step is None:
         return None, (rname, f"its consumer {names.get(id(cm))} is not a prunable layer")
-    if any(layer_kind(it.dep.target.module) == "conv" and it.dep.target.module.groups != 1
-           for it in outs + ins):
-        return None, (rname, "a grouped convolution")
-    width = 1 + max(max(it.root_idxs, default=-1) for it in outs)
+    width = 1 + max(max(x.roots, default=-1) for x in outs)
     K = int(np.prod(cm.kernel_size)) if ck == "conv" else 1
     cols = [[] for _ in range(width)]
-    for i, r in zip(cit.idxs, cit.root_idxs):
+    for i, r in zip(cit.idxs, cit.roots):
         cols[r].extend(range(i * K, (i + 1) * K))
     live = [u for u in range(width) if cols[u]]
     parts = []
-    for it in outs:
-        idx = [[] for _ in range(width)]
-        for i, r in zip(it.idxs, it.root_idxs):
-            idx[r].append(i)
-        mod = it.dep.target.module
-        parts.append(Part(names.get(id(mod), ""), mod, "rows",
-                          [np.asarray(idx[u], np.int64) for u in live]))
-    for it in norms:
-        idx = [[] for _ in range(width)]
-        for i, r in zip(it.idxs, it.root_idxs):
-            idx[r].append(i)
-        mod = it.dep.target.module
-        parts.append(Part(names.get(id(mod), ""), mod, "bn",
-                          [np.asarray(idx[u], np.int64) for u in live]))
+    for role, members in (("rows", outs), ("bn", norms)):
+        for x in members:
+            idx = [[] for _ in range(width)]
+            for i, r in zip(x.idxs, x.roots):
+                idx[r].append(i)
+            parts.append(Part(names.get(id(x.module), ""), x.module, role,
+                              [np.asarray(idx[u], np.int64) for u in live]))
     if not live:
         return None, (rname, "no unit reaches its consumer")
     return UnitGroup(names[id(cm)], kind, step, [np.asarray(cols[u], np.int64) for u in live],
                      parts), None
-
-
-def _positions_mean(grad_fn) -> bool:
-    try:
-        dims = list(grad_fn._saved_dim)
-        ndim = len(grad_fn._saved_self_sym_sizes)
-    except (AttributeError, RuntimeError):
-        return False
-    return ndim >= 3 and bool(dims) and all(2 <= (d % ndim) for d in dims)
 
 
 class ParamCount:

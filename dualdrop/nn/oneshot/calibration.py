@@ -1,8 +1,8 @@
-"""Inside the walk: calibration forwards, hooks, and the float64 Gram accumulation.
+"""The calibration forward: its mode, the batches fed, the hooks, the float64 Gram accumulation.
 
 Layers are pruned in the order the forward calls them, each one on the inputs it receives from
 the layers already pruned (as SparseGPT and llm-compressor's sequential pipeline do), so a
-layer's problem accounts for the error its predecessors left. ``pipeline`` organizes the walk
+layer's problem accounts for the error its predecessors left. ``pipeline`` organizes the passes
 (block by block, cost linear in depth); this module gives it its parts:
 
 1. :class:`GramAccumulator`: forward pre-hooks on the layers of a *stage* (the layers one pass
@@ -37,11 +37,6 @@ import contextlib
 
 import torch
 from torch import nn
-
-try:
-    import resource
-except ImportError:  # not on Windows
-    resource = None
 
 from dualdrop.nn.oneshot.layers import Step
 
@@ -272,40 +267,3 @@ def hook_steps(steps: list[Step], acc: GramAccumulator, stop_after: int | None,
                 raise _Stop
         handles.append(step.module.register_forward_pre_hook(hook, with_kwargs=True))
     return handles
-
-
-def _status_mb(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def reset_peak_memory() -> float:
-    """Start a peak-memory measurement; returns the resident memory now, in MB.
-
-    On Linux the kernel's high-water mark of the process is reset to its current resident set
-    (``/proc/self/clear_refs``), so :func:`peak_rss_mb` then reads the peak since this call;
-    elsewhere it stays the process's peak so far."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    now = _status_mb("VmRSS")
-    return now if now is not None else peak_rss_mb()
-
-
-def peak_rss_mb() -> float:
-    """The process's peak resident memory since :func:`reset_peak_memory` (Linux), or so far,
-    in MB."""
-    hwm = _status_mb("VmHWM")
-    if hwm is not None:
-        return hwm
-    if resource is None:
-        return 0.0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

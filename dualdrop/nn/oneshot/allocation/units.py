@@ -88,7 +88,7 @@ def check_allocation(kind, opts: dict | None) -> dict:
 class CostModel:
     """The cost ``fn(counts)`` of keeping ``counts[name]`` units of each consumer (increasing
     in every count): parameters (``units.ParamCount``) or predicted seconds
-    (``latency_table.LatencyTable.predicted``)."""
+    (``allocation.latency.LatencyTable.predicted``)."""
 
     def __init__(self, names, sizes, fn, what="parameters"):
         self.names, self.sizes = list(names), dict(zip(names, sizes))
