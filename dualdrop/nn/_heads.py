@@ -249,12 +249,13 @@ def dead_heads(mha: nn.MultiheadAttention) -> tuple[list[int], torch.Tensor | No
 
 
 @torch.no_grad()
-def remove_dead_heads(net: nn.Module) -> dict:
-    """Replace every ``nn.MultiheadAttention`` of ``net`` that has dead heads by a
-    :class:`HeadPrunedAttention` of its live heads (in place); ``{name: (kept, total)}``."""
+def remove_dead_heads(net: nn.Module, only=None) -> dict:
+    """Replace every ``nn.MultiheadAttention`` of ``net`` (or those whose ``id`` is in
+    ``only``) that has dead heads by a :class:`HeadPrunedAttention` of its live heads (in
+    place); ``{name: (kept, total)}``."""
     done = {}
     for name, m in list(net.named_modules()):
-        if type(m) is not nn.MultiheadAttention:
+        if type(m) is not nn.MultiheadAttention or (only is not None and id(m) not in only):
             continue
         dead, fold = dead_heads(m)
         if not dead:

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 
 import torch
 import torch.nn as nn
@@ -75,6 +74,8 @@ from dualdrop.nn._graph import (BINARY, PER_ENTRY, call, check_inputs, first_lin
 from dualdrop.nn._heads import (HeadPrunedAttention, attention_spec, remove_dead_heads,
                                 restore_attention)
 from dualdrop.nn._layers import BN, CONV, LINEAR, is_conv1d, n_in, n_out, out_in
+from dualdrop.nn._unit_removal import (check_groups, constants, fold_delta, folds_exactly,
+                                       layer_inputs, remove_groups, sync_sizes, zero_rows)
 from dualdrop.nn.export import export_sparse
 from dualdrop.nn._files import atomic_target, writable_file
 from dualdrop.nn.hf.compact import compact_pretrained
@@ -86,7 +87,7 @@ from dualdrop.nn.hf.families import widths as hf_widths
 
 FORMAT = "dualdrop-compact"
 
-def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Module:
+def compact(model: nn.Module, example_inputs, *, groups=None, verify: bool = True) -> nn.Module:
     """A new plain module computing what ``model`` computes in eval mode, dead units removed.
 
     ``model``: a sparsified model (its masks are folded first, as by
@@ -100,53 +101,38 @@ def compact(model: nn.Module, example_inputs, *, verify: bool = True) -> nn.Modu
     BERT-, GPT-2- or Llama-shaped blocks is compacted block by block instead (its FFN neurons
     and attention heads, each block at its own widths: ``dualdrop.nn.hf.compact``; no
     torch-pruning needed); save it with ``dualdrop.nn.save_pretrained``.
+
+    ``groups``: the unit groups a structured one-shot prune found (``prune_structured(...)
+    .groups``; ``StructuredResult.compact()`` passes them): the units are then taken from
+    them, not re-derived from a traced dependency graph (``dualdrop.nn._unit_removal``; no
+    torch-pruning needed), and only their units and heads go (a Hugging Face transformer: the
+    FFNs and attentions of the blocks they name). The same zeros give the same network as
+    without. None (default): every dead unit the graph finds.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_inputs(example_inputs)
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be True or False, got {verify!r}")
+    names = None if groups is None else check_groups(groups, model)
     if hf_family(model) is not None:   # a Hugging Face transformer: by its blocks
-        return compact_pretrained(model, example_inputs, verify=verify)
-    torch_pruning("compact export")   # the missing extra named before any work
+        return compact_pretrained(model, example_inputs, verify=verify, groups=groups)
+    if groups is None:
+        torch_pruning("compact export")   # the missing extra named before any work
     dense = export_sparse(model, layout="dense")
     ref = copy.deepcopy(dense) if verify else None
     trainable = {n: p.requires_grad for n, p in dense.named_parameters()}
-    out = _compact_plain(dense, example_inputs)
-    remove_dead_heads(out)
+    if groups is None:
+        out = _compact_plain(dense, example_inputs)
+        remove_dead_heads(out)
+    else:
+        out = dense.eval()
+        remove_groups(out, groups, names, example_inputs)
     for n, p in out.named_parameters():
         p.requires_grad_(trainable.get(n, True))
     if verify:
         _verify(ref, out, example_inputs)
     return out.eval()
-
-
-def _zero_rows(m) -> list:
-    """Per output unit: whether its weights (a row of W, a column of a Conv1D's, a filter) are
-    all zero."""
-    w = out_in(m)
-    return (w.reshape(w.shape[0], -1) == 0).all(1).tolist()
-
-
-def _pad_free(conv) -> bool:
-    """Whether a constant input channel gives a constant output everywhere (no zero padding)."""
-    if conv.padding_mode != "zeros":
-        return True
-    if isinstance(conv.padding, str):
-        return conv.padding == "valid" or all(k == 1 for k in conv.kernel_size)
-    return all(p == 0 for p in conv.padding)
-
-
-@torch.no_grad()
-def _columns(x, m, kind, idxs):
-    """``(N, len(idxs))``: every sample/position of the consumer input at ``idxs``."""
-    if kind == "linear":
-        flat = x.reshape(-1, n_in(m))
-    else:
-        if x.dim() == len(m.kernel_size) + 1:  # an unbatched input
-            x = x.unsqueeze(0)
-        flat = x.transpose(0, 1).reshape(m.in_channels, -1).t()
-    return flat[:, idxs].double()
 
 
 @torch.no_grad()
@@ -156,23 +142,8 @@ def _compact_plain(net: nn.Module, example_inputs) -> nn.Module:
     shared = _shared_params(net)
 
     # 1. every layer's input on one forward run: the constants dead units feed the next layer
-    seen, calls = {}, {}
-
-    def grab(m, args):
-        calls[m] = calls.get(m, 0) + 1
-        if args and isinstance(args[0], torch.Tensor):
-            seen[m] = args[0].detach()
-
-    hooks = [m.register_forward_pre_hook(grab) for m in net.modules() if layer_kind(m)]
-    try:
-        call(net, example_inputs)
-    except Exception as exc:
-        raise ValueError(f"model(example_inputs) failed ({type(exc).__name__}: "
-                         f"{first_line(exc)}); example_inputs must be valid inputs of the "
-                         "model (a tuple/list is unpacked as positional arguments)") from None
-    finally:
-        for h in hooks:
-            h.remove()
+    seen, calls = layer_inputs(net, example_inputs,
+                               [m for m in net.modules() if layer_kind(m)])
 
     # 2. the dependency graph (Torch-Pruning traces autograd on a forward run)
     outputs = set()  # a layer whose output is the model's output has no output node after it
@@ -231,7 +202,7 @@ def _plan(us, seen, calls, shared, number_ops=frozenset()):
             if x.role != "cols":
                 if max(x.idxs, default=0) >= n_out(m):
                     return None  # a broadcast partner (one unit against many): not a unit map
-                zero = _zero_rows(m)
+                zero = zero_rows(m)
                 for idx, r in zip(x.idxs, x.roots):
                     dead[r] = dead[r] and zero[idx]
             else:
@@ -273,10 +244,8 @@ def _plan(us, seen, calls, shared, number_ops=frozenset()):
         sel = [k for k, r in enumerate(roots) if dead[r] and not unread[r]]
         if not sel:
             continue
-        cols = _columns(seen[m], m, kind, [idxs[k] for k in sel])
-        c = cols[0]
-        const = ((cols - c).abs() <= 1e-6 * (1 + c.abs())).all(0)
-        exact_ok = (m.bias is not None) and (kind == "linear" or _pad_free(m))
+        c, const = constants(seen[m], m, kind, [idxs[k] for k in sel])
+        exact_ok = folds_exactly(m, kind)
         for j, k in enumerate(sel):
             if not const[j] or (c[j] != 0 and not exact_ok):
                 removable[roots[k]] = False
@@ -294,10 +263,7 @@ def _plan(us, seen, calls, shared, number_ops=frozenset()):
             if cols else None
         if vals is None or not torch.any(vals != 0):
             continue
-        w = out_in(m).double()[:, cols]
-        if kind == "conv":
-            w = w.flatten(2).sum(2)
-        folds.append((m, w @ vals))
+        folds.append((m, fold_delta(m, kind, cols, vals)))
     return us.root, us.prune_fn, gone, folds
 
 
@@ -481,7 +447,7 @@ def _rebuild(model, blob, sd, where, fix) -> None:
     for name, g in groups.items():
         modules[name].groups = g
     for m in modules.values():
-        _sync_sizes(m)
+        sync_sizes(m)
     try:
         model.load_state_dict(sd, strict=True)
     except RuntimeError as exc:
@@ -494,21 +460,6 @@ def _resize(m, attr, value):
         m._parameters[attr] = nn.Parameter(blank, requires_grad=m._parameters[attr].requires_grad)
     else:
         m._buffers[attr] = blank
-
-
-def _sync_sizes(m):
-    """The size attributes of a resized layer follow its weight (what ``extra_repr`` shows)."""
-    if isinstance(m, LINEAR):
-        m.out_features, m.in_features = m.weight.shape
-    elif is_conv1d(m):
-        m.nx, m.nf = m.weight.shape
-    elif isinstance(m, CONV):
-        m.out_channels = m.weight.shape[0]
-        m.in_channels = m.weight.shape[1] * m.groups
-    elif isinstance(m, BN):
-        ref = m.weight if m.weight is not None else m.running_mean
-        if ref is not None:
-            m.num_features = ref.shape[0]
 
 
 _export.LAYOUT_HOOKS["compact"] = compact  # export_sparse(model, "compact", example_inputs=x)

@@ -54,13 +54,18 @@ from dualdrop.nn.hf.families import Block
 from dualdrop.nn.quantize import Int8DynamicLinear
 
 
-def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = True):
+def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = True,
+                       groups=None):
     """A new Hugging Face model computing what ``model`` computes in eval mode, its dead FFN
     neurons and attention heads removed (module docstring). ``model``: a sparsified model (masks
     folded first, as by ``export_sparse(model, "dense")``) or a plain one with zeroed units; it
     is not changed. ``example_inputs``: one forward run's inputs (a dict is passed as keywords,
     e.g. ``{"input_ids": ids}``), on which both models are compared when ``verify``.
-    ``dualdrop.nn.compact`` calls this for Hugging Face models."""
+    ``groups``: the unit groups of a structured one-shot prune (``prune_structured(...)
+    .groups``): only the FFNs and attentions of the blocks they name are compacted (the units
+    of a group read by a layer outside the blocks, such as a classifier reading the pooler,
+    stay, as they do without groups); None: every block's. ``dualdrop.nn.compact`` calls this
+    for Hugging Face models."""
     fam = fam_.family(model)
     if fam is None:
         raise TypeError(f"{type(model).__name__} is not a Hugging Face model with BERT-, GPT-2- "
@@ -69,13 +74,16 @@ def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = 
     if bad:
         raise ValueError(f"model holds CSR or int8 layers ({bad[0]}, ...): compact the sparsified "
                          'model or its export_sparse(model, "dense"), then export that')
+    chosen = None if groups is None else _named_blocks(model, fam, groups)
     want = _outputs(model, example_inputs) if verify and example_inputs is not None else None
     dense = export_sparse(model, "dense")
     kept_by_bias = []
     with torch.no_grad():
         for b in fam_.blocks(dense, fam):
-            kept_by_bias += _compact_ffn(b)
-            kept_by_bias += _compact_heads(b)
+            if chosen is None or (b.index, "neuron") in chosen:
+                kept_by_bias += _compact_ffn(b)
+            if chosen is None or (b.index, "head") in chosen:
+                kept_by_bias += _compact_heads(b)
     if kept_by_bias:
         warnings.warn("compact: units with a constant output kept because the layer reading "
                       f"them has no bias to take it: {', '.join(kept_by_bias[:6])}"
@@ -85,6 +93,16 @@ def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = 
         raise RuntimeError("compact export changed the model's outputs on example_inputs; this "
                            'is a bug, please report it; use layout="dense" meanwhile')
     return route_save_pretrained(dense.eval())
+
+
+def _named_blocks(model, fam, groups) -> set:
+    """``{(block index, "neuron" | "head")}`` of the unit groups ``groups``: a group read by a
+    block's FFN output layer is its neurons, one read by its attention's output projection its
+    heads (a group read by any other layer names none)."""
+    where = {}
+    for b in fam_.blocks(model, fam):
+        where[id(b.consumer)], where[id(b.o)] = (b.index, "neuron"), (b.index, "head")
+    return {where[id(g.consumer)] for g in groups if id(g.consumer) in where}
 
 
 def _rows_zero(m) -> torch.Tensor:

@@ -187,10 +187,11 @@ class StructuredResult:
         """The physically smaller model (``dualdrop.nn.compact``; Hugging Face models by their
         blocks): the removed units gone, the outputs those of the zeroed model. The first
         calibration batch traces it by default (as ``forward_fn`` fed it, when that was the
-        default one)."""
+        default one). The unit groups the prune found are handed to it (``groups=``): the units
+        are not found a second time."""
         inputs = self.example_inputs if example_inputs is None else example_inputs
         if inputs is None:
             raise ValueError("pass example_inputs=...: the inputs of one forward run of the "
                              "model (prune_structured was given a forward_fn, so the first "
                              "calibration batch may not be the model's own inputs)")
-        return compact(self.model, inputs, verify=verify)
+        return compact(self.model, inputs, groups=self.groups, verify=verify)
