@@ -318,11 +318,11 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
     iteration, a support that settles): a run whose D-step is the penalty's compiled prox on
     the kept entries (:func:`_prox_step`, the penalty level continued along the iterations
     down to ADMM's projection; ``penalty_run``: its ``rho0`` and ``growth``, default
-    :data:`PENALTY_RUN`), beside ADMM's two runs
-    (``admm.RUNS``); the support of least least-squares error is kept (row by row for a
-    pattern). ``size``: ``patience``, ``freeze``, ``cg_steps`` (``admm.sized``: by the layer's
-    width unless given). Returns ``(mask, U, D, info)``: the live support, its least-squares
-    weights (scaled), the runs' own values there and ``{"runs", "kept"}``."""
+    :data:`PENALTY_RUN`), beside ADMM's two runs (``admm.RUNS``); the support of least
+    least-squares error is kept (row by row for a pattern). ``size``: ``patience``,
+    ``freeze``, ``cg_steps``, ``fold`` (``admm.sized``: by the layer's width unless given).
+    Returns ``(mask, U, D, info)``: the live support, its least-squares weights (scaled), the
+    runs' own values there and ``{"runs", "kept"}``."""
     size = sized(size, sl)
     runs, names = [], []
     own = {**RUNS["scaled"], **PENALTY_RUN, **(penalty_run or {})}
@@ -334,7 +334,8 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
         runs.append(admm_support(sl, budget, rho0=run["rho0"], growth=run["growth"], max_iter=cap,
                                  coordinates="scaled" if c == "penalty" else c,
                                  start=run["start"], precision=precision, shrink=shrink,
-                                 patience=size["patience"], freeze=size["freeze"]))
+                                 patience=size["patience"], freeze=size["freeze"],
+                                 fold=size["fold"]))
         names.append(c)
     mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
     return mask, U, D, {"runs": {c: r[2] for c, r in zip(names, runs)}, "kept": names[won]}
@@ -356,7 +357,7 @@ class Penalty(OneShotMethod):
     criterion along the path, 1e-2), ``ratio`` (``alpha`` factor between path fits, 0.5),
     ``slack`` (how far above the budget the path may stop before the exact moves, 0.05) and
     ``n_threads`` (rows solved in parallel by numba, 1); with the splitting, ``patience``,
-    ``freeze`` and ``cg_steps`` as for ``admm`` (``None``: by the layer's width)."""
+    ``freeze``, ``cg_steps`` and ``fold`` as for ``admm`` (``None``: by the layer's width)."""
 
     name = "penalty"
     penalty_name = "logsum"
@@ -364,7 +365,7 @@ class Penalty(OneShotMethod):
     defaults = {"penalty": None, "penalty_params": None, "solver": "auto", "refit": True,
                 "polish": None,
                 "tol": 1e-2, "ratio": 0.5, "slack": 0.05, "max_refine": 12, "n_threads": 1,
-                "patience": None, "freeze": None, "cg_steps": None}
+                "patience": None, "freeze": None, "cg_steps": None, "fold": None}
 
     def __init__(self, **options):
         # options the method does not know are the penalty's parameters (penalty:scad, a=3.7)
