@@ -2,11 +2,11 @@
 handed to the compact export instead of found again from a traced dependency graph; the same
 network as without them."""
 
+import copy
 import sys
 
 import pytest
 import torch
-import torch.nn as nn
 
 pytest.importorskip("torch_pruning")
 pytest.importorskip("transformers")
@@ -111,7 +111,7 @@ def test_bad_groups_are_refused_naming_the_argument():
 def test_a_classifier_reading_the_pooler_keeps_its_units_as_without_groups():
     """BertForSequenceClassification: the classifier reads the pooler's units, a group outside
     the blocks; its units stay, as the compaction by blocks leaves them without groups."""
-    import transformers
+    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
                                   num_attention_heads=4, intermediate_size=48,
