@@ -17,8 +17,18 @@ it as ``U = D`` with ``D in C`` and runs scaled ADMM with a growing penalty para
 (``V`` the scaled dual; when ``rho`` grows, ``V`` is divided by the same factor so the dual
 ``rho V`` is unchanged). As ``rho`` grows, ``U`` is pulled onto ``D`` and the support of ``D``
 freezes; the support found is then refit by least squares (ALPS uses preconditioned conjugate
-gradients for this step; here each row's system is solved exactly by Cholesky,
-``_layer.ScaledLayer.refit_rows``, and the refit that scores a run's support is the one returned).
+gradients for this step; on narrow layers each row's system is solved exactly by Cholesky,
+``_layer.ScaledLayer.refit_rows``, on wide ones by 10 CG steps from ADMM's last point for all
+rows at once, ``refit_cg``; the refit that scores a run's support is the one returned).
+
+**At width** (:data:`WIDE`, settings :data:`AT_WIDTH`) three more things bring the iteration
+near its floor of matrix products: a row whose support has not changed for 5 iterations leaves
+the iteration (most rows settle well before the last; under an N:M pattern every row is its
+own problem, under a layer count the settled rows' count is fixed and the others share the
+rest), the CG refit above, and, while the rows outnumber the inputs, the U-step as one product
+``u0 + (D - V - u0) M`` with ``M = rho (G + rho I)^-1`` formed by a ``q x q`` rank-``q``
+update. On all-MiniLM-L6-v2's layers this took ADMM from 24-82x to 12-20x SparseGPT's CPU time
+at the same objective to 1e-4 (benchmarks/RESULTS.md, "One-shot at width").
 Boža ("Fast and Effective Weight Update for Pruned Large Language Models", 2024) uses the same
 ADMM weight update, with the inverse ``(Gs + rho I)^-1`` precomputed.
 

@@ -86,10 +86,11 @@ STALL = 1e-3
 # times the first (the kept entries are then Z itself: ADMM's projection)
 LEVEL, NEGLIGIBLE = 0.3, 1e-3
 # the penalty's run: its first rho and rho's growth per iteration (ADMM's scaled run: 0.1, 1.02).
-# Growing rho faster than ADMM's scaled run keeps the run at about half the rows' iterations of
+# Growing rho faster than ADMM's scaled run keeps the run at under half the rows' iterations of
 # ADMM's two runs (logsum within 1.5x admm's time); at 1.02 its supports were 0.06-0.14% better
-# on MiniLM's 2:4 and intermediate layers, at 1.6-1.8x admm's time
-PENALTY_RUN = {"rho0": 0.1, "growth": 1.027}
+# on MiniLM's 2:4 and intermediate layers (at 1.035: 0.01-0.09% on the 2:4 ones), at 1.6-1.8x
+# admm's time
+PENALTY_RUN = {"rho0": 0.1, "growth": 1.035}
 TABLE = 2048  # points of the prox's table per iteration (linear interpolation between them)
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
@@ -276,6 +277,21 @@ def _table_prox(Z, mask, lo, scale, vals, out):
             out[r, j] = v if z >= 0 else -v
 
 
+@njit(cache=True)
+def _kept_range(Z, mask):
+    """``(min |z| on mask, max |z|)`` in one pass (the prox table's range)."""
+    lo = np.inf
+    hi = 0.0
+    for r in range(Z.shape[0]):
+        for j in range(Z.shape[1]):
+            a = abs(Z[r, j])
+            if a > hi:
+                hi = a
+            if mask[r, j] and a < lo:
+                lo = a
+    return lo, hi
+
+
 def _prox_step(P, level):
     """The D-step values of the splitting's penalty run (``admm_support``'s ``shrink``): the
     kept entries' prox at the step ``alpha / rho``, ``alpha`` fixed at the first iteration to
@@ -287,9 +303,8 @@ def _prox_step(P, level):
     state = {}
 
     def shrink(Z, mask, rho):
-        A = np.abs(Z)
         if "alpha" not in state:
-            T = float(A[~mask].max(initial=0.0))
+            T = float(np.abs(Z[~mask]).max(initial=0.0))
             state["t0"] = level * alpha_max(P, T) if T > 0 else 0.0
             state["alpha"] = state["t0"] * rho
         t = state["alpha"] / rho
@@ -299,8 +314,7 @@ def _prox_step(P, level):
         # below the one whose threshold is the budget's), smooth and increasing in |z|:
         # tabulated at TABLE evenly spaced points per iteration and interpolated linearly,
         # not evaluated per weight
-        lo = float(np.min(A, where=mask, initial=np.inf))  # no copy of the kept entries
-        hi = float(A.max())
+        lo, hi = _kept_range(Z, mask)
         if not hi > lo > 0:
             return np.where(mask, Z, 0.0)
         grid = np.linspace(lo, hi, TABLE)
@@ -409,7 +423,7 @@ class Penalty(OneShotMethod):
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.KERNELS, _table_prox,
+        return (*gram_cd.KERNELS, _table_prox, _kept_range,
                 *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:
