@@ -89,3 +89,44 @@ def test_prune_structured_reports_the_measured_speedup(monkeypatch, tmp_path):
     assert kept == seen[-1] or math.isclose(fake_measured(None, res.groups, kept, None, None),
                                             rep.measured_speedup)
     assert f"measured {rep.measured_speedup:.2f}x" in rep.format().splitlines()[0]
+
+
+def test_timed_ratio_takes_the_fastest_rounds_and_adds_rounds_when_halves_disagree(monkeypatch):
+    """Rounds slowed by a neighbour (one model round 3x, compact rounds 1.5x in the first
+    batch) leave the ratio of the minima exact (2.0: 1.0 s over 0.5 s); a first batch whose two
+    halves disagree (its fast compact rounds all in one half) is followed by more rounds."""
+    batches = iter([
+        {"model": [3.0, 1.0, 1.0, 1.0], "compact": [0.75, 0.75, 0.5, 0.5]},   # halves: 4/3 vs 2
+        {"model": [1.0, 1.2, 1.0, 1.1], "compact": [0.5, 0.6, 0.5, 0.55]},
+    ])
+    calls = []
+
+    def fake_interleaved(fns, rounds, warmup, clock):
+        calls.append(rounds)
+        return next(batches)
+
+    monkeypatch.setattr(latency_table, "interleaved", fake_interleaved)
+    ratio, spread = latency_table.timed_ratio({"model": None, "compact": None}, rounds=4)
+    assert ratio == pytest.approx(2.0)
+    assert calls == [4, 4] and spread <= 0.0125
+
+
+def test_meet_measured_remeasures_a_contradicting_try():
+    """Timing noise: the second try's measurement comes out 12% high. A later try of nearly the
+    same counts (asked within 2.5%) measures 12% below it: both are measured again and
+    averaged; the try accepted is measured twice (confirmed), and the counts kept measure
+    within 5% of the target without the noise."""
+    noise = iter([1.0, 1.12] + [1.0] * 30)
+    measured = []
+
+    def measure(c):
+        m = (1000 / c["a"]) ** 0.7 * next(noise)
+        measured.append(c["a"])
+        return m
+
+    fit = meet_measured(1.5, lambda s: {"a": round(1000 / s)}, lambda c: 1000 / c["a"], measure)
+    assert fit.met
+    assert abs((1000 / fit.counts["a"]) ** 0.7 / 1.5 - 1) <= 0.05   # true, noise-free
+    assert fit.tries[1][2] == pytest.approx(1.5311, rel=1e-3)        # 1.62 and 1.45 averaged
+    assert measured[-3:] == [measured[1], measured[3], measured[3]]  # both again, then confirmed
+    assert len(measured) == len(fit.tries) + 3
