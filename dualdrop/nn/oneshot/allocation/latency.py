@@ -384,36 +384,52 @@ def meet_measured(target: float, allocate, predict, measure, *, tol: float = 0.0
     that one noisy measurement does not throw the secant of two close tries off. A measurement
     that contradicts an earlier try of nearly the same asked speed-up (within ``tol / 2``,
     measured more than ``tol`` apart: timing noise, not the model) has both tries measured
-    again, each averaged with its first value in ``log``; with ``confirm`` a try that lands
+    again, each averaged with its first value in ``log``. The asked speed-ups that measured
+    below and above the target bracket it (1, the model itself, from below): a step that
+    leaves the bracket bisects it instead (a measured speed-up can jump between two close
+    counts), and counts met before are not measured again. With ``confirm`` a try that lands
     within ``tol`` is measured a second time and accepted only if the ``log`` average of the two
     still is. The closest try is returned."""
     asked, tries, seen, best = float(target), [], [], None
-    for _ in range(max_rounds):
+    lo, hi = 1.0, math.inf      # asked speed-ups bracketing the target (1: the model itself)
+    known = {}                  # counts already measured -> their measured speed-up
+    for _ in range(3 * max_rounds):
         try:
             counts = allocate(asked)
         except ValueError:
             break                          # asked beyond one unit per layer: keep the closest
-        if best is not None and counts == best.counts:
+        key = tuple(sorted(counts.items()))
+        if key in known:                   # the same counts again: no new measurement
+            meas = known[key]
+        elif len(tries) >= max_rounds:
             break
-        meas, pred = float(measure(counts)), float(predict(counts))
-        for i, (a, _, m) in enumerate(tries):
-            if abs(math.log(a / asked)) < tol / 2 and abs(math.log(m / meas)) > tol:
-                # nearly the same counts measured far apart: timing noise; both again
-                m2 = math.sqrt(m * float(measure(seen[i])))
-                tries[i] = (a, tries[i][1], m2)
+        else:
+            meas, pred = float(measure(counts)), float(predict(counts))
+            for i, (a, _, m) in enumerate(tries):
+                if abs(math.log(a / asked)) < tol / 2 and abs(math.log(m / meas)) > tol:
+                    # nearly the same counts measured far apart: timing noise; both again
+                    m2 = math.sqrt(m * float(measure(seen[i])))
+                    tries[i] = (a, tries[i][1], m2)
+                    known[tuple(sorted(seen[i].items()))] = m2
+                    meas = math.sqrt(meas * float(measure(counts)))
+                    break
+            if abs(meas / target - 1) <= tol and confirm:
+                # accepted on two measurements: one lucky (or unlucky) timing is not enough
                 meas = math.sqrt(meas * float(measure(counts)))
+            known[key] = meas
+            tries.append((asked, pred, meas))
+            seen.append(dict(counts))
+            best = _closest(tries, seen, target, tol)
+            if best.met:
                 break
-        if abs(meas / target - 1) <= tol and confirm:
-            # accepted on two measurements: one lucky (or unlucky) timing is not enough
-            meas = math.sqrt(meas * float(measure(counts)))
-        tries.append((asked, pred, meas))
-        seen.append(dict(counts))
-        best = _closest(tries, seen, target, tol)
-        if best.met:
-            break
-        last = tries[-1][2]
-        new = max(1.0, math.exp(math.log(asked) + math.log(target / last) / _slope(tries[-3:])))
-        if abs(new - asked) <= 1e-6 * asked:
+        if meas < target:
+            lo = max(lo, asked)
+        else:
+            hi = min(hi, asked)
+        new = max(1.0, math.exp(math.log(asked) + math.log(target / meas) / _slope(tries[-3:])))
+        if not lo < new < hi:              # the step left the bracket: bisect it instead
+            new = math.sqrt(lo * hi) if hi < math.inf else 2.0 * lo
+        if abs(new - asked) <= 1e-6 * asked or hi <= lo * (1 + 1e-3):
             break
         asked = new
     if best is None:
