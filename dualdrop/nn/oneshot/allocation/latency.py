@@ -12,8 +12,9 @@ transformer) share one curve. With the dense model's own time ``T``, a pruned mo
 predicted as ``T - sum_g (t_g(n_g) - t_g(k_g))`` (``t_g`` interpolated linearly between grid
 points), and its speed-up as ``T`` over that.
 
-Timings run with ``threads`` torch threads (1 by default) in interleaved rounds, medians
-(``dualdrop.nn._timing``), on the wall clock or, on a machine busy with other work, the
+Timings run with ``threads`` torch threads (1 by default) in interleaved rounds, each the
+fastest of its rounds (``dualdrop.nn._timing``; a neighbour's work only adds time, see
+:func:`timed_ratio`), on the wall clock or, on a machine busy with other work, the
 process's CPU time (``clock="cpu"``). The table is built once
 per machine, model shapes, thread count and torch version, and cached as JSON under
 ``$DUALDROP_CACHE_DIR`` (default ``~/.cache/dualdrop``)``/latency/`` (written to a temporary
@@ -55,7 +56,7 @@ from dualdrop.nn._layers import conv1d_class, is_conv1d
 from dualdrop.nn._timing import interleaved, torch_threads
 from dualdrop.nn.compact import compact
 
-VERSION = 2   # 2: the finer grid of ``k`` (tables of version 1 are measured again)
+VERSION = 3   # 3: fastest rounds, not medians; 2: the finer grid of ``k`` (older: measured again)
 
 
 @dataclass
@@ -276,13 +277,13 @@ def build_table(model, groups, inputs, forward_fn, *, threads: int | None = 1,
             ks = _grid(g.n_units)
             fns = {k: _Part(g, shapes, k, dtype, dev) for k in ks if k > 0}
             times = interleaved(fns, rounds=rounds, warmup=1, clock=clock) if fns else {}
-            ts = [0.0] + [float(np.median(times[k])) for k in ks if k > 0]
+            ts = [0.0] + [min(times[k]) for k in ks if k > 0]
             ts = np.maximum.accumulate(np.asarray(ts))   # more units never faster
             for m in members:
                 curves[m.name] = (np.asarray(ks, float), ts)
             bar.update(1)
     bar.close()
-    table = LatencyTable(float(np.median(dense)), curves, {g.name: g.n_units for g in groups})
+    table = LatencyTable(float(min(dense)), curves, {g.name: g.n_units for g in groups})
     if cache:
         _write(path, table.to_dict())
     return table
