@@ -6,7 +6,10 @@ A random Llama-shaped checkpoint (``LlamaConfig``: width 1,024, FFN 4,096, 16 he
 of 2,048 so the blocks hold the weights) is written at each depth, shard by shard; each cell
 prunes it in a fresh process (``sparsegpt`` at 50%, 8 x 256 calibration tokens, one torch
 thread) and records the process's peak resident set (``VmHWM``), and, sampled every 50 ms by a
-thread, the peaks of its anonymous and file-backed parts. Cells: without files for the
+thread, the peaks of its anonymous and file-backed parts; each time a block's shard appears in
+the output folder the sampler appends the peak so far to ``blocks-<depth>x<width>-<mode>.jsonl``
+(the peak through block k, kept even when a cell is stopped before its end; ``blocks`` prints
+them). Cells: without files for the
 activation cache (``offload_dir=None``, ``cache_memory_mb=None``: all of it in memory), and with
 ``offload_dir`` and ``cache_memory_mb=0`` (all of it in files). Results are appended to a
 JSON-lines file, one line per cell; a cell already there is skipped.
@@ -14,6 +17,7 @@ JSON-lines file, one line per cell; a cell already there is skipped.
     python3 benchmarks/nn_accuracy/oneshot_disk_memory.py run --depths 8 24 48 \\
         --dir results/oneshot_disk --out results/oneshot_disk/memory.jsonl
     python3 benchmarks/nn_accuracy/oneshot_disk_memory.py table results/oneshot_disk/memory.jsonl
+    python3 benchmarks/nn_accuracy/oneshot_disk_memory.py blocks results/oneshot_disk/blocks-*.jsonl
 """
 
 from __future__ import annotations
@@ -46,17 +50,39 @@ def _status() -> dict:
 
 
 class _Sampler(threading.Thread):
-    """The peaks of the anonymous and file-backed resident memory, sampled."""
+    """The peaks of the anonymous and file-backed resident memory, sampled; with ``out_dir``
+    and ``log``, one line per block shard written (the peaks so far)."""
 
-    def __init__(self, every=0.05):
+    def __init__(self, every=0.05, out_dir=None, log=None):
         super().__init__(daemon=True)
         self.every, self.peak, self.stop = every, {}, threading.Event()
+        self.out_dir, self.log, self.blocks = out_dir, log, 0
+        self.c0 = time.process_time()
 
     def run(self):
+        tick = 0
         while not self.stop.is_set():
             for k, v in _status().items():
                 self.peak[k] = max(self.peak.get(k, 0.0), v)
+            tick += 1
+            if self.log and tick % 20 == 0:
+                self._blocks()
             time.sleep(self.every)
+
+    def _blocks(self):
+        try:
+            n = sum(f.startswith("model-block-") and f.endswith(".safetensors")
+                    for f in os.listdir(self.out_dir))
+        except OSError:
+            return
+        if n > self.blocks:
+            self.blocks = n
+            row = {"block": n, "hwm_mb": _status()["VmHWM"],
+                   "anon_peak_mb": self.peak.get("RssAnon"),
+                   "file_peak_mb": self.peak.get("RssFile"),
+                   "cpu": time.process_time() - self.c0, "date": time.strftime("%H:%M:%S")}
+            with open(self.log, "a") as f:
+                f.write(json.dumps(row) + "\n")
 
 
 def cell(a):
@@ -69,7 +95,7 @@ def cell(a):
     out_dir = a.out_dir
     shutil.rmtree(out_dir, ignore_errors=True)
     start = _status()
-    sampler = _Sampler()
+    sampler = _Sampler(out_dir=out_dir, log=a.block_log)
     sampler.start()
     c0, w0 = time.process_time(), time.perf_counter()
     offload = dict(offload_dir=a.offload_dir, cache_memory_mb=0) if a.offload_dir else \
@@ -120,6 +146,7 @@ def cmd_run(a):
                    "--batch", str(a.batch), "--seq", str(a.seq)]
             if mode == "offload":
                 cmd += ["--offload-dir", os.path.join(a.dir, f"offload-{depth}x{a.width}")]
+            cmd += ["--block-log", os.path.join(a.dir, f"blocks-{depth}x{a.width}-{mode}.jsonl")]
             print("running", name, flush=True)
             env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -148,6 +175,17 @@ def cmd_table(a):
               f"{r['anon_peak_mb']:,.0f} | {r['file_peak_mb']:,.0f} | {r['cpu']:,.0f} |")
 
 
+def cmd_blocks(a):
+    """The peak through block k of each cell's block log (the last line of a finished cell is
+    its last block; the whole call's peak is in the table)."""
+    for path in a.files:
+        rows = [json.loads(line) for line in open(path) if line.strip()]
+        marks = [r for r in rows if r["block"] in (1, 8, 16, 24, 32, 40, 48)] or rows[-1:]
+        print(os.path.basename(path) + ": " + ", ".join(
+            f"block {r['block']}: {r['hwm_mb']:,.0f} MB (anon {r['anon_peak_mb']:,.0f})"
+            for r in marks))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -161,10 +199,13 @@ def main(argv=None):
     r.add_argument("--keep", action="store_true", help="keep the checkpoints written")
     t = sub.add_parser("table")
     t.add_argument("file")
+    bl = sub.add_parser("blocks")
+    bl.add_argument("files", nargs="+")
     c = sub.add_parser("_cell")
     c.add_argument("--ckpt", required=True)
     c.add_argument("--out-dir", required=True)
     c.add_argument("--offload-dir", default=None)
+    c.add_argument("--block-log", default=None)
     for q in (r, c):
         q.add_argument("--batches", type=int, default=8)
         q.add_argument("--batch", type=int, default=1)
@@ -174,6 +215,8 @@ def main(argv=None):
         print(json.dumps(cell(a)), flush=True)
     elif a.cmd == "run":
         cmd_run(a)
+    elif a.cmd == "blocks":
+        cmd_blocks(a)
     else:
         cmd_table(a)
 

@@ -17,7 +17,9 @@ Torch-Pruning's graph would give): unit ``u`` goes when
   consumer has a bias and, for a convolution, does not zero-pad;
 
 and a group keeps at least one unit. Heads of an ``nn.MultiheadAttention`` go as in the compact
-export (``dualdrop.nn._heads``), for the attentions the groups name. The result is the network
+export (``dualdrop.nn._heads``), for the attentions the groups name; the heads of another kind
+of attention stay (as without groups: a Hugging Face transformer's are removed by its blocks,
+``dualdrop.nn.hf.compact``). The result is the network
 the graph-based export gives for the same zeros.
 """
 
@@ -199,7 +201,8 @@ def _plan(g, here, seen, calls):
 
 
 def _take(t: torch.Tensor, dim: int, drop: list) -> torch.Tensor:
-    keep = torch.tensor([i for i in range(t.shape[dim]) if i not in set(drop)],
+    gone = set(drop)
+    keep = torch.tensor([i for i in range(t.shape[dim]) if i not in gone],
                         dtype=torch.long, device=t.device)
     return torch.index_select(t.detach(), dim, keep)
 

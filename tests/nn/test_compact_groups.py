@@ -2,11 +2,11 @@
 handed to the compact export instead of found again from a traced dependency graph; the same
 network as without them."""
 
+import copy
 import sys
 
 import pytest
 import torch
-import torch.nn as nn
 
 pytest.importorskip("torch_pruning")
 pytest.importorskip("transformers")
@@ -104,5 +104,37 @@ def test_bad_groups_are_refused_naming_the_argument():
         compact(m, x, groups=other)
     bert = tiny_bert()
     cnn_groups, _ = find_units(small_cnn(), torch.randn(2, 3, 16, 16), default_forward, "neuron")
-    with pytest.raises(ValueError, match="groups"):
+    with pytest.raises(ValueError, match="groups: .* is not a module of model"):
         compact(bert, bert_calib(1)[0], groups=cnn_groups)
+
+
+def test_a_classifier_reading_the_pooler_keeps_its_units_as_without_groups():
+    """BertForSequenceClassification: the classifier reads the pooler's units, a group outside
+    the blocks; its units stay, as the compaction by blocks leaves them without groups."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=48,
+                                  max_position_embeddings=40, num_labels=3)
+    model = transformers.BertForSequenceClassification(cfg).eval()
+    res = _pruned(model, bert_calib(), "neuron")
+    assert "classifier" in [g.name for g in res.groups]
+    x = bert_calib()[0]
+    assert_identical(res.compact(), compact(model, x))
+
+
+@pytest.mark.parametrize("case", ["cnn", "mha"])
+def test_producers_zeroed_alone_give_the_same_model(case):
+    """What the measured speed-up compacts: the removed units' producer rows and BatchNorm
+    entries zeroed (``UnitGroup.zero_parts``), their consumer columns left; with the groups
+    the constants fold as the graph-based export folds them."""
+    import copy
+    model, x = {"cnn": (small_cnn(), torch.randn(2, 3, 16, 16)),
+                "mha": (MHANet().eval(), torch.randn(2, 6, 16))}[case]
+    groups, _ = find_units(model, x, default_forward, ("head", "neuron"))
+    for g in groups:
+        g.zero_parts(range(g.n_units // 2, g.n_units))
+    without = compact(copy.deepcopy(model), x)
+    assert sum(p.numel() for p in without.parameters()) < sum(
+        p.numel() for p in model.parameters())
+    assert_identical(compact(model, x, groups=groups), without)

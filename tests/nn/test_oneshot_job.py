@@ -87,6 +87,26 @@ def test_structured_and_oneshot_neuron_keep_the_same_fraction_of_prunable_weight
     assert OneShotReport is StructuredReport is Report
 
 
+def test_units_and_weights_turn_a_density_into_counts_by_one_rule():
+    # a hidden unit of _mlp owns 13 prunable weights (its row of 8 and bias, its column of 4):
+    # P = 208. d P = 103.5 rounds to 104 = 8 units, the count single weights would keep; a
+    # ceiling at d P itself (the rule before) keeps 7 units (91 weights)
+    from dualdrop.nn.oneshot.allocation.weights import kept_total
+
+    d = 103.5 / 208
+    x = torch.randn(64, 8)
+    res = prune_structured(_mlp(), x, "magnitude", granularity="neuron", target_density=d,
+                           allocation="uniform", progress=False)
+    assert res.report.prunable == 208
+    assert kept_total(d, 208) == 104
+    assert [len(u) for u in res.units.values()] == [8]
+    assert res.report.density == pytest.approx(104 / 208)
+    w = prune_oneshot(_mlp(), x, "magnitude", target_density=d, progress=False)
+    total = 8 * 16 + 16 * 4
+    assert sum(int((m.weight != 0).sum()) for m in w.model if isinstance(m, nn.Linear)) \
+        == kept_total(d, total)
+
+
 def test_one_report_type_for_weights_and_units():
     x = torch.randn(64, 8)
     w = prune_oneshot(_mlp(), x, "magnitude", target_density=0.5, progress=False).report

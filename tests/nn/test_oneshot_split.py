@@ -9,7 +9,7 @@ import torch
 
 from dualdrop.nn.oneshot.methods._layer import ScaledLayer
 from dualdrop.nn.oneshot.methods.base import Budget, layer_objective
-from dualdrop.nn.oneshot.methods.penalty import WIDE
+from dualdrop.nn.oneshot.methods.admm import WIDE
 from dualdrop.nn.oneshot.registry import get_method
 
 

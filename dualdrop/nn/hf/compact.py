@@ -62,8 +62,9 @@ def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = 
     is not changed. ``example_inputs``: one forward run's inputs (a dict is passed as keywords,
     e.g. ``{"input_ids": ids}``), on which both models are compared when ``verify``.
     ``groups``: the unit groups of a structured one-shot prune (``prune_structured(...)
-    .groups``): only the FFNs and attentions of the blocks they name are compacted (a group
-    read by another layer is refused); None: every block's. ``dualdrop.nn.compact`` calls this
+    .groups``): only the FFNs and attentions of the blocks they name are compacted (the units
+    of a group read by a layer outside the blocks, such as a classifier reading the pooler,
+    stay, as they do without groups); None: every block's. ``dualdrop.nn.compact`` calls this
     for Hugging Face models."""
     fam = fam_.family(model)
     if fam is None:
@@ -97,19 +98,11 @@ def compact_pretrained(model: nn.Module, example_inputs=None, *, verify: bool = 
 def _named_blocks(model, fam, groups) -> set:
     """``{(block index, "neuron" | "head")}`` of the unit groups ``groups``: a group read by a
     block's FFN output layer is its neurons, one read by its attention's output projection its
-    heads; ValueError for a group read by any other layer (not a unit this layout removes)."""
+    heads (a group read by any other layer names none)."""
     where = {}
     for b in fam_.blocks(model, fam):
         where[id(b.consumer)], where[id(b.o)] = (b.index, "neuron"), (b.index, "head")
-    out = set()
-    for g in groups:
-        at = where.get(id(g.consumer))
-        if at is None:
-            raise ValueError(f"groups: {g.name} is not a block's FFN output layer or attention "
-                             "output projection, whose units the compaction of a Hugging Face "
-                             "transformer removes")
-        out.add(at)
-    return out
+    return {where[id(g.consumer)] for g in groups if id(g.consumer) in where}
 
 
 def _rows_zero(m) -> torch.Tensor:

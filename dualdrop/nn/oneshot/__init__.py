@@ -16,7 +16,7 @@ removes whole units instead, for a smaller, faster model.
 """
 
 from dualdrop.nn.oneshot.allocation.weights import ALLOCATIONS, allocate
-from dualdrop.nn.oneshot.checkpoint_io import prune_oneshot_from_disk
+from dualdrop.nn.oneshot.from_disk import prune_oneshot_from_disk
 from dualdrop.nn.oneshot.entry import prune_oneshot, prune_structured
 from dualdrop.nn.oneshot.job import Job, make_job
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, OneShotMethod, layer_objective

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from dualdrop.nn.oneshot.layers import Step
-from dualdrop.nn.oneshot.sources import MemorySource
 from dualdrop.nn.oneshot.calibration import _Stop
 
 def find_blocks(model: nn.Module, steps: list[Step], blocks=None) -> list[tuple[str, list]]:
@@ -155,14 +154,15 @@ class BlockPlan:
     unreached: list
 
 
-def plan_blocks(model, steps, first_batch, forward_fn, blocks=None, source=None):
+def plan_blocks(model, steps, first_batch, forward_fn, blocks, source):
     """The :class:`BlockPlan` of the first candidate chain that holds on ``first_batch``, or
-    ``None`` (with the reasons) when none does."""
+    ``None`` (with the reasons) when none does; ``source``: where the weights live
+    (``sources``: the first block is loaded for a probe)."""
     reasons = []
     for label, chain in find_blocks(model, steps, blocks):
         try:
             return _check_chain(model, steps, label, chain, first_batch, forward_fn,
-                                source or MemorySource()), []
+                                source), []
         except _NotAChain as e:
             reasons.append(f"{label}: {e}")
     return None, reasons

@@ -13,7 +13,10 @@
 - the **method** (``registry``) and its options, the **allocation** over layers and its
   options, the layers (``include`` / ``exclude``), how a batch is fed (``forward_fn``,
   ``token_mask_fn``), and the pipeline's options (``sequential``, ``blocks``, the activation
-  cache on disk, per-block resume, ``gram_precision``, ``distributed``).
+  cache on disk, per-block resume, ``gram_precision``, ``distributed``);
+- the **source**: where the weights live (``sources``): None, the model in memory; or a
+  ``SafetensorsSource``, a checkpoint read and written block by block
+  (``prune_oneshot_from_disk``: single weights, a uniform allocation, block by block).
 
 Arguments of the other kind (``pattern=`` for units; ``target_params=`` for weights; the
 activation cache on disk for units) are refused with a ``ValueError`` naming them, so a job
@@ -80,6 +83,7 @@ class Job:
     bias_compensation: bool | None = None
     target: str | None = None
     latency_options: dict | None = None
+    source: object = None
     latency_inputs: object = field(default=None, compare=False)
     meth: object = field(default=None, compare=False, repr=False)
 
@@ -104,7 +108,7 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
              checkpoint_dir=None, distributed: bool | None = None,
              bias_compensation: bool | None = None, target: str | None = None,
              latency_inputs=None, latency_options: dict | None = None,
-             calibration_sharded: bool = False) -> Job:
+             calibration_sharded: bool = False, source=None) -> Job:
     """The :class:`Job` of these arguments (those of ``prune_oneshot``, plus ``target`` of
     ``prune_structured``), every one checked: a ``TypeError`` / ``ValueError`` names a bad one
     and says what to give instead. ``allocation=None``: ``"uniform"`` for single weights,
@@ -129,9 +133,10 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
                 raise ValueError(f"{name}= is for structured pruning: give granularity="
                                  "'neuron', 'head' or 'channel' too (single weights take "
                                  "target_density or pattern)")
-        return _weights_job(method, target_density, pattern, allocation, options, refit,
-                            allocation_options, offload_dir, cache_memory_mb, checkpoint_dir,
-                            distributed, common)
+        job = _weights_job(method, target_density, pattern, allocation, options, refit,
+                           allocation_options, offload_dir, cache_memory_mb, checkpoint_dir,
+                           distributed, common)
+        return with_source(job, source)
     g = check_unit_method(method, granularity)
     if pattern is not None:
         raise ValueError(f"pattern={pattern!r} is N:M sparsity of single weights; with "
@@ -143,6 +148,9 @@ def make_job(method=None, target_density: float | None = None, pattern=None,
             raise ValueError(f"{name}= is not available for structured pruning "
                              f"(granularity={g!r}): drop it (the activations are kept in "
                              "memory, block by block)")
+    if source is not None:
+        raise ValueError(f"source= (a checkpoint on disk) prunes single weights; structured "
+                         f"pruning (granularity={g!r}) needs the model in memory")
     if distributed or calibration_sharded:
         raise ValueError(f"distributed=True and calibration_sharded=True are not available "
                          f"for structured pruning (granularity={g!r}); leave them unset")
@@ -177,6 +185,31 @@ def _weights_job(method, target_density, pattern, allocation, options, refit,
     return Job("weights", method, opts, budget, allocation, alloc_opts, offload_dir=offload_dir,
                cache_memory_mb=cache_memory_mb, checkpoint_dir=checkpoint_dir,
                distributed=distributed, meth=meth, **common)
+
+
+def with_source(job: Job, source) -> Job:
+    """``job`` with its weights read from ``source`` (None: the model in memory). A source
+    that holds one block at a time (``needs_blocks``) takes a uniform allocation (the others
+    measure every layer of the dense model first), runs block by block in one process and
+    keeps its own resume record."""
+    if source is None:
+        return job
+    if not hasattr(source, "needs_blocks") or not hasattr(source, "prepare"):
+        raise TypeError(f"source must be a pipeline source (dualdrop.nn.oneshot.sources), got "
+                        f"{type(source).__name__}")
+    if source.needs_blocks:
+        for name, bad, why in (
+                ("allocation", job.allocation != "uniform", "'uniform'"),
+                ("sequential", job.sequential == "layer", "'block' or 'auto'"),
+                ("checkpoint_dir", job.checkpoint_dir is not None,
+                 "None (the run resumes from out_dir)"),
+                ("distributed", bool(job.distributed) or job.calibration_sharded,
+                 "None or False")):
+            if bad:
+                raise ValueError(f"{name}: pruning from disk takes {why}")
+        job.sequential, job.distributed = "block", False
+    job.source = source
+    return job
 
 
 def _units_job(method, granularity, target_density, target_params, target_speedup, allocation,

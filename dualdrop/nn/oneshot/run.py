@@ -16,6 +16,13 @@ for whole units (the two differ only in their steps and their ``prune_step``):
    problems solved before it (``pipeline.run``); the weights the pruning may write are copied
    to the CPU first, and put back if anything fails or the run is interrupted;
 5. **report**: one ``report.Report`` (weight rows or unit rows) and the result.
+
+Where the weights live is the job's *source* (``sources``), a plug-in of this sequence and of
+the pipeline: the model in memory (the default), or a checkpoint read and written block by
+block (``prune_oneshot_from_disk``). The source checks the model, orders the steps (a traced
+forward of the whole model, or each block's own forward from disk), prepares the pipeline
+(blocks, resume record), guards the weights (copies put back on failure, or nothing to put
+back) and finishes the run (the pruned checkpoint written).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import warnings
 import numpy as np
 import torch
 
-from dualdrop.nn._inputs import check_model, forward_failed
+from dualdrop.nn._inputs import forward_failed
 from dualdrop.nn.oneshot.allocation.weights import allocate, raise_empty_layers
 from dualdrop.nn.oneshot.distributed import context as dist_context
 from dualdrop.nn.oneshot.job import Job, check_batches, check_calib
@@ -35,6 +42,7 @@ from dualdrop.nn.oneshot.layers import Step, discover
 from dualdrop.nn.oneshot.methods.base import Budget, LayerProblem, layer_objective
 from dualdrop.nn.oneshot.pipeline import run as run_pipeline, trace
 from dualdrop.nn.oneshot.report import OneShotResult, Report, StructuredResult
+from dualdrop.nn.oneshot.sources import MemorySource
 from dualdrop.nn.oneshot.structured import (UnitStep, capture_dense_inputs, model_inputs,
                                             unit_budget_counts, unit_masks, unit_problem,
                                             warn_skipped_units)
@@ -54,7 +62,7 @@ def run(job: Job, model, calib):
                         f"{type(job).__name__}")
     t_start = time.perf_counter()
     rss_start = reset_peak_memory()
-    check_model(model, hint="; a checkpoint on disk is pruned by prune_oneshot_from_disk")
+    (job.source or MemorySource()).check_model(model)
     calib = check_calib(calib)
     check_batches(calib)
     if job.what == "weights":
@@ -64,17 +72,12 @@ def run(job: Job, model, calib):
 
 # ---- the shared parts ------------------------------------------------------------------------
 
-def _pruned(model, steps, calib, fwd, prune_step, params, **pipe):
-    """``pipeline.run`` with ``params`` (the tensors pruning may write) copied to the CPU
-    first and put back when anything fails or the run is interrupted."""
-    originals = [(p, p.detach().to("cpu", copy=True)) for p in params]
-    try:
-        return run_pipeline(model, steps, calib, fwd, prune_step, **pipe)
-    except BaseException:
-        with torch.no_grad():
-            for p, orig in originals:
-                p.copy_(orig)
-        raise
+def _pruned(model, steps, calib, fwd, prune_step, params, source, **pipe):
+    """``pipeline.run`` with ``params`` (the tensors pruning may write) guarded by the source:
+    in memory, copied to the CPU first and put back when anything fails or the run is
+    interrupted (``sources.MemorySource.guard``)."""
+    with source.guard(params):
+        return run_pipeline(model, steps, calib, fwd, prune_step, source=source, **pipe)
 
 
 def _leave_dense_warning(skipped, stacklevel=5) -> None:
@@ -149,6 +152,7 @@ def _calib_size(calib) -> int | None:
 
 def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
     meth, fwd = job.meth, job.forward_fn or default_forward
+    source = job.source or MemorySource()
     pipe = {"sequential": job.sequential, "blocks": job.blocks,
             "token_mask_fn": job.token_mask_fn, "offload_dir": job.offload_dir,
             "cache_memory_mb": job.cache_memory_mb, "gram_precision": job.gram_precision,
@@ -166,7 +170,7 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
         raise ValueError("nothing to prune: the model has no Linear, Conv1d/2d, transformers "
                          "Conv1D or MultiheadAttention layer left after include/exclude"
                          + _skipped_text(skipped))
-    steps, unreached, _ = trace(model, steps, calib, fwd)
+    steps, unreached = source.order(steps, lambda: trace(model, steps, calib, fwd)[:2])
     skipped += [(s.names[0], _UNREACHED) for s in unreached]
     if not steps:
         raise ValueError("no prunable layer is called by the forward of a calibration batch; "
@@ -194,10 +198,11 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
     fingerprint = {"method": repr(meth), "target": job.describe, "allocation": job.allocation,
                    "budgets": {n: [b.n_keep, b.pattern] for n, b in budgets.items()},
                    "batches": _calib_size(calib), "gram_precision": job.gram_precision}
+    pipe["resume"], pipe["blocks"] = source.prepare(model, steps, job.blocks, fingerprint)
     res = _pruned(model, steps, calib, fwd, prune_step,
-                  [p for s in steps for _, p in s.parameters()], progress=job.progress,
-                  desc=f"one-shot {meth.name}", checkpoint_dir=job.checkpoint_dir,
-                  fingerprint=fingerprint, **pipe)
+                  [p for s in steps for _, p in s.parameters()], source,
+                  progress=job.progress, desc=f"one-shot {meth.name}{source.where}",
+                  checkpoint_dir=job.checkpoint_dir, fingerprint=fingerprint, **pipe)
     if res.unreached:
         names = [s.names[0] for s in res.unreached]
         skipped += [(n, _UNREACHED) for n in names]
@@ -206,7 +211,7 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
         reached = {id(s) for s in steps} - {id(s) for s in res.unreached}
         steps = [s for s in steps if id(s) in reached]
     masks = {name: (p.detach() != 0) for s in steps for name, p in s.parameters()}
-    cpu = next(model.parameters()).device.type == "cpu"
+    cpu = next(model.parameters()).device.type in ("cpu", "meta")  # meta: read from disk
     report = Report(method=repr(meth), allocation=job.allocation, target=job.describe,
                     layers=res.rows, skipped=skipped, seconds=time.perf_counter() - t_start,
                     peak_mb=max([r["peak_mb"] for r in res.rows]
@@ -214,6 +219,7 @@ def _weights(job: Job, model, calib, t_start, rss_start) -> OneShotResult:
                     start_mb=rss_start if cpu else 0.0,
                     pipeline={"mode": res.mode, "blocks": res.blocks,
                               "block_info": res.block_info})
+    source.finish(report)
     return OneShotResult(model, report, masks)
 
 
@@ -279,8 +285,8 @@ def _units(job: Job, model, calib, t_start, rss_start) -> StructuredResult:
         return [W_aug], [time.perf_counter() - t0]
 
     res = _pruned(model, steps, calib, fwd, prune_step,
-                  [p for g in groups for _, p in g.parameters()], progress=job.progress,
-                  desc=f"structured {meth.name}", **pipe)
+                  [p for g in groups for _, p in g.parameters()], MemorySource(),
+                  progress=job.progress, desc=f"structured {meth.name}", **pipe)
     secs = {r["layer"]: r["seconds"] for r in res.rows}
     layers, units = [], {}
     for g in groups:

@@ -36,6 +36,7 @@ skipped.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -44,12 +45,16 @@ import shutil
 import torch
 from torch import nn
 
+from dualdrop.nn._inputs import check_model
 from dualdrop.nn._memory import set_malloc, trim_heap
+from dualdrop.nn.oneshot.blocks import find_blocks
 from dualdrop.nn.oneshot.storage import Resume
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 REST = "model-rest.safetensors"
+#: the folder in ``out_dir`` that records the finished blocks of a run from disk
+PROGRESS = ".oneshot-progress"
 #: glibc's mmap threshold while pruning from disk: allocations from 1 MiB get their own mapping
 MMAP_THRESHOLD = 1 << 20
 #: and its trim threshold: free memory above this at the heap's top is given back at once
@@ -57,10 +62,45 @@ TRIM_THRESHOLD = 128 << 10
 
 
 class MemorySource:
-    """The model's weights are in memory: nothing to read, write or free."""
+    """The model's weights are in memory: nothing to read, write or free. Its hooks of
+    ``run.run`` (:meth:`check_model`, :meth:`order`, :meth:`prepare`, :meth:`guard`,
+    :meth:`finish`) are those of a model the caller holds."""
 
     #: whether the pipeline must run block by block (a source that holds one block at a time)
     needs_blocks = False
+    #: what the progress bar says after the method's name
+    where = ""
+
+    def check_model(self, model) -> None:
+        """Before anything runs: a module holding its weights (``nn._inputs.check_model``)."""
+        check_model(model, hint="; a checkpoint on disk is pruned by prune_oneshot_from_disk")
+
+    def order(self, steps, trace):
+        """``(steps in forward order, steps the forward does not reach)``: ``trace()``, one
+        traced forward of the whole model."""
+        return trace()
+
+    def prepare(self, model, steps, blocks, fingerprint):
+        """Before the pipeline: ``(its resume record, its blocks)``; None and ``blocks`` as
+        given here (the pipeline keeps ``checkpoint_dir``'s record itself)."""
+        return None, blocks
+
+    @contextlib.contextmanager
+    def guard(self, params):
+        """The tensors ``params`` (those pruning may write) copied to the CPU, and put back if
+        anything fails or the run is interrupted: a refused or failed call leaves the model
+        as given."""
+        originals = [(p, p.detach().to("cpu", copy=True)) for p in params]
+        try:
+            yield
+        except BaseException:
+            with torch.no_grad():
+                for p, orig in originals:
+                    p.copy_(orig)
+            raise
+
+    def finish(self, report) -> None:
+        """The run is done; ``report`` is its report."""
 
     def load(self, k: int, block: nn.Module) -> None:
         """Before block ``k`` runs: its weights in place."""
@@ -244,10 +284,12 @@ class SafetensorsSource(MemorySource):
     """The weights of a Hugging Face checkpoint folder ``path``, block by block (module
     docstring); the pruned checkpoint goes to ``out_dir``. ``model`` is built on ``meta``
     from the folder's ``config.json`` (``model_class``: the transformers class, default the
-    config's ``architectures``). :meth:`start` with the blocks and the steps, then
-    ``pipeline.run(..., source=self)``, then :meth:`finish`."""
+    config's ``architectures``). ``run.run`` calls :meth:`prepare` (the blocks found, the
+    weights outside them read, the resume record in ``out_dir``), the pipeline
+    (``pipeline.run(..., source=self)``), then :meth:`finish`."""
 
     needs_blocks = True
+    where = " from disk"
 
     def __init__(self, path, out_dir, model_class=None):
         self.ckpt = SafetensorsCheckpoint(path)
@@ -260,6 +302,36 @@ class SafetensorsSource(MemorySource):
         self.released: list[str] = []
         self.saved: set[int] = set()
         self.resume: Resume | None = None
+
+    def check_model(self, model) -> None:
+        """The model is the one this source built on ``meta``: nothing to check."""
+
+    def order(self, steps, trace):
+        """No whole-model forward (the weights are on ``meta``): the steps as found; the
+        pipeline orders each block's steps by the block's own forward."""
+        return steps, []
+
+    def prepare(self, model, steps, blocks, fingerprint):
+        """The first container of blocks that holds the steps (``blocks.find_blocks``); the
+        resume record in ``out_dir`` (the blocks' pruned weights are kept in their shards,
+        the weights outside the blocks by the record itself); :meth:`start`."""
+        cands = find_blocks(model, steps, blocks)
+        if not cands:
+            raise ValueError("no container of blocks (a ModuleList of decoder layers) holds "
+                             "the model's layers; pass blocks='model.layers' (its name)")
+        label, chain = cands[0]
+        os.makedirs(self.out, exist_ok=True)
+        resume = Resume(os.path.join(self.out, PROGRESS),
+                        {**fingerprint, "path": os.path.abspath(self.path), "blocks": label},
+                        store_weights=lambda segment: not segment.startswith("block-"))
+        self.start(chain, steps, resume)  # reads the weights outside the blocks
+        return resume, label if blocks is None else blocks
+
+    @contextlib.contextmanager
+    def guard(self, params):
+        """Nothing to put back: the checkpoint read is never written, and ``out_dir`` keeps
+        the finished blocks for a run started again."""
+        yield
 
     def start(self, chain, steps, resume: Resume) -> None:
         """The blocks (``(name, module)`` in forward order), the steps to prune, the run's
@@ -323,10 +395,11 @@ class SafetensorsSource(MemorySource):
         self.t.load(self.released)
         self.released = []
 
-    def finish(self) -> None:
+    def finish(self, report) -> None:
         """Write the weights outside the blocks (pruned prologue / epilogue layers included),
-        the index of every shard and the checkpoint's other files (config, tokenizer,
-        generation config: as they were) to ``out_dir``."""
+        the index of every shard, the checkpoint's other files (config, tokenizer,
+        generation config: as they were) and ``oneshot_report.json`` (``report``) to
+        ``out_dir``; the resume record goes."""
         _, save_file = _safetensors()
         rest = {n: self.t.stored(n) for n in self.outside
                 if n == self.t.group[n][0] and n in self.t.key}
@@ -347,6 +420,8 @@ class SafetensorsSource(MemorySource):
             if os.path.isfile(src) and not f.endswith((".safetensors", ".bin", ".pt", ".pth")) \
                     and f != INDEX:
                 shutil.copyfile(src, os.path.join(self.out, f))
+        write_json(os.path.join(self.out, "oneshot_report.json"), report.to_dict())
+        shutil.rmtree(os.path.join(self.out, PROGRESS), ignore_errors=True)
 
 
 def write_json(path, obj) -> None:

@@ -1,6 +1,6 @@
 """The one-shot pipeline's files: the activation cache between blocks (in memory up to a limit,
 the rest in files) and the per-segment resume record (``checkpoint_dir``), used by
-``pipeline.run`` and by ``checkpoint_io.prune_oneshot_from_disk``."""
+``pipeline.run`` and by ``from_disk.prune_oneshot_from_disk``."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ class Resume:
         return self.state["done"].get(segment)
 
     def load(self, segment: str, steps) -> list:
-        if not self.store_weights(segment):  # the caller keeps them (checkpoint_io's shards)
+        if not self.store_weights(segment):  # kept elsewhere (the from-disk source's shards)
             return self.state["done"][segment]
         path = os.path.join(self.dir, f"{segment}.pt")
         try:

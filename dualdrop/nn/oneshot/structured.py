@@ -28,6 +28,7 @@ from dualdrop.nn.oneshot.allocation.latency import build_table, measured_speedup
 from dualdrop.nn.oneshot.layers import Step
 from dualdrop.nn.oneshot.methods.structured import UnitProblem
 from dualdrop.nn.oneshot.allocation.units import CostModel, allocate_units, lopsided
+from dualdrop.nn.oneshot.allocation.weights import kept_total
 from dualdrop.nn.oneshot.units import ParamCount, UnitGroup
 from dualdrop.nn.oneshot.calibration import calibration_mode, default_forward, token_mask
 
@@ -182,7 +183,8 @@ def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCoun
 
     The budget is a ceiling on a cost of the kept units: the parameters of the whole model
     (``target_density`` d: what is left when the prunable parameters ``P`` of the unit groups
-    keep ``d P``; ``target_params``) or the predicted latency (``target_speedup``)."""
+    keep ``kept_total(d, P) = round(d P)``, the rule of single weights, here a ceiling since
+    units come whole; ``target_params``) or the predicted latency (``target_speedup``)."""
     kind, bval = job.budget
     names = [g.name for g in groups]
     sizes = [g.n_units for g in groups]
@@ -203,7 +205,7 @@ def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCoun
     else:
         cost = CostModel(names, sizes, lambda c: n_params - counter.removed(c))
         if kind == "density":
-            budget = n_params - (1.0 - bval) * prunable
+            budget = n_params - prunable + kept_total(bval, prunable)
             desc = f"density {bval:g} of {prunable:,} prunable parameters"
         else:
             if bval < cost.least():

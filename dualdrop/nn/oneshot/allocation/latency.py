@@ -353,7 +353,7 @@ def measured_speedup(model, groups, counts: dict, inputs, forward_fn, *, threads
     for g in copies:
         if counts[g.name] < g.n_units:
             g.zero_parts(range(counts[g.name], g.n_units))
-    small = compact(small.eval(), inputs, verify=False)
+    small = compact(small.eval(), inputs, groups=copies, verify=False)   # the groups as found
     with torch_threads(threads), torch.no_grad():
         ratio, _ = timed_ratio({"model": lambda: forward_fn(model, inputs),
                                 "compact": lambda: forward_fn(small, inputs)},

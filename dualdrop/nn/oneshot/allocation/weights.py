@@ -90,8 +90,10 @@ def allocate(problems: list[LayerProblem], density: float, kind: str = "uniform"
 
 def kept_total(density: float, total: int) -> int:
     """The one density-to-count rule: ``round(density * total)`` weights kept of ``total``
-    (the prunable weights of the pruned layers). A layer it leaves with no weight is raised to
-    one weight per output row, with a warning (:func:`raise_empty_layers`)."""
+    (the prunable weights of the pruned layers), from memory or from disk. Single weights keep
+    exactly that many (a layer it leaves with no weight is raised to one weight per output
+    row, with a warning: :func:`raise_empty_layers`); whole units keep at most that many
+    (``structured.unit_budget_counts``: units come whole)."""
     return round(density * total)
 
 

@@ -17,8 +17,18 @@ it as ``U = D`` with ``D in C`` and runs scaled ADMM with a growing penalty para
 (``V`` the scaled dual; when ``rho`` grows, ``V`` is divided by the same factor so the dual
 ``rho V`` is unchanged). As ``rho`` grows, ``U`` is pulled onto ``D`` and the support of ``D``
 freezes; the support found is then refit by least squares (ALPS uses preconditioned conjugate
-gradients for this step; here each row's system is solved exactly by Cholesky,
-``_layer.ScaledLayer.refit_rows``, and the refit that scores a run's support is the one returned).
+gradients for this step; on narrow layers each row's system is solved exactly by Cholesky,
+``_layer.ScaledLayer.refit_rows``, on wide ones by 10 CG steps from ADMM's last point for all
+rows at once, ``refit_cg``; the refit that scores a run's support is the one returned).
+
+**At width** (:data:`WIDE`, settings :data:`AT_WIDTH`) three more things bring the iteration
+near its floor of matrix products: a row whose support has not changed for 5 iterations leaves
+the iteration (most rows settle well before the last; under an N:M pattern every row is its
+own problem, under a layer count the settled rows' count is fixed and the others share the
+rest), the CG refit above, and, while the rows outnumber the inputs, the U-step as one product
+``u0 + (D - V - u0) M`` with ``M = rho (G + rho I)^-1`` formed by a ``q x q`` rank-``q``
+update. On all-MiniLM-L6-v2's layers this took ADMM from 24-82x to 12-20x SparseGPT's CPU time
+at the same objective to 1e-4 (benchmarks/RESULTS.md, "One-shot at width").
 Boža ("Fast and Effective Weight Update for Pruned Large Language Models", 2024) uses the same
 ADMM weight update, with the inverse ``(Gs + rho I)^-1`` precomputed.
 
@@ -63,7 +73,7 @@ from .base import Budget, OneShotMethod
 from ._layer import ScaledLayer
 from .polish import KERNELS as POLISH_KERNELS, check_effort, polish_support
 
-__all__ = ["ADMM", "SCHEDULES", "admm_support"]
+__all__ = ["ADMM", "SCHEDULES", "WIDE", "admm_support", "at_width", "check_sized", "sized"]
 
 SCHEDULES = ("alps", "slow")
 
@@ -71,31 +81,72 @@ SCHEDULES = ("alps", "slow")
 ALPS_STEPS = ((0.1, 1.3), (0.005, 1.2), (0.0, 1.1))
 
 
-def _project(Z, sl, k, budget):
-    """The live support of ``P_C(Z)``: the ``k`` largest ``|Z|`` of the layer (a partial
-    selection: this runs every iteration), or the ``N`` largest of each group."""
-    if budget.pattern is not None:
-        return sl.top_mask(np.abs(Z), budget)
-    mask = np.zeros(Z.shape, dtype=bool)
-    if k >= Z.size:
+def _top_count(A, k):
+    """The ``k`` largest entries of ``A`` (``|Z|``, any shape): a partial selection of the
+    threshold, then the entries above it and the first (lowest flat index) equal to it."""
+    mask = np.zeros(A.shape, dtype=bool)
+    n = A.size
+    if k >= n:
         mask[:] = True
     elif k > 0:
-        a = np.abs(Z).ravel()
-        mask.ravel()[np.argpartition(-a, k - 1)[:k]] = True
+        flat = A.ravel()
+        thr = np.partition(flat, n - k)[n - k]
+        mask = A > thr
+        short = k - int(np.count_nonzero(mask))
+        if short:
+            mask.ravel()[np.flatnonzero(flat == thr)[:short]] = True
     return mask
+
+
+def _top_groups(A, sl, pattern):
+    """The ``N`` largest ``A`` of every group of ``M`` consecutive inputs of each row (ties to
+    the lower index, as ``base.select_mask``), rows ``(r, q)`` of live inputs: each entry's rank
+    in its group by ``M (M - 1)`` elementwise comparisons (ten times faster than a sort along
+    groups of four); dead inputs count as ``-inf``."""
+    N, M = pattern
+    r = A.shape[0]
+    full = A
+    if sl.q < sl.p:
+        full = np.full((r, sl.p), -np.inf, dtype=A.dtype)
+        full[:, sl.live] = A
+    g = full.reshape(r, -1, M)
+    rank = np.zeros(g.shape, dtype=np.int16)
+    for i in range(M):
+        for j in range(M):
+            if i != j:  # i outranks j: larger, or equal at a lower index
+                rank[..., j] += (g[..., i] >= g[..., j]) if i < j else (g[..., i] > g[..., j])
+    keep = (rank < N).reshape(r, sl.p)
+    return keep if sl.q == sl.p else keep[:, sl.live]
+
+
+def _project(Z, sl, k, budget):
+    """The live support of ``P_C(Z)``: the ``k`` largest ``|Z|`` of the rows (a partial
+    selection: this runs every iteration), or the ``N`` largest of each group."""
+    if budget.pattern is not None:
+        return _top_groups(np.abs(Z), sl, budget.pattern)
+    return _top_count(np.abs(Z), k)
 
 
 def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, growth=1.02,
                  rho_every=3, patience=20, max_iter=1000, coordinates="scaled", start="top",
-                 precision="float64", callback=None, shrink=None):
+                 precision="float64", callback=None, shrink=None, freeze=False, fold=False):
     """Run ADMM (module docstring) on ``sl`` in the ``coordinates`` ``"scaled"`` (``u``) or
     ``"weights"`` (``w``), from ``start`` (``"top"``: the layer's largest ``|u0|``; ``"wanda"``:
     each row's), the matrix products in ``precision``; returns ``(mask, D, info)``: the live
     support ``(R, q)``, ADMM's last projected point ``D`` (scaled, on that support) and
-    ``{"iterations", "rho", "seconds", "stopped"}``. ``callback(t, mask, U)`` runs after each
-    iteration. ``shrink(Z, mask, rho)``, if given, returns the D-step (0 off ``mask``; the
-    projection keeps ``Z`` itself on it, a penalty's prox shrinks it:
-    ``penalty.split_support``)."""
+    ``{"iterations", "rho", "seconds", "stopped", "row_iterations"}``. ``callback(t, mask)``
+    runs after each iteration. ``shrink(Z, mask, rho)``, if given, returns the D-step (0 off
+    ``mask``; the projection keeps ``Z`` itself on it, a penalty's prox shrinks it:
+    ``penalty.split_support``).
+
+    ``freeze`` (slow schedule): a row whose support has not changed for ``patience`` iterations
+    leaves the iteration with that support (its share of a layer count fixed; the other rows
+    share the rest), so the products shrink as rows settle; without it the whole layer stops
+    once its support has not changed for ``patience`` iterations. Under an N:M pattern the rows
+    are independent problems and the frozen row ends where its own stopping rule ends it.
+    ``fold``: while the iterating rows outnumber the inputs, the U-step as one product (the
+    loop's comment): about 0.6x the products' time on a layer of four times more outputs than
+    inputs."""
     t0 = time.perf_counter()
     k = sl.live_target(budget)
     dtype = np.float32 if precision == "float32" else np.float64
@@ -113,33 +164,51 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
         sl.cache[key] = (np.clip(lam, 0.0, None).astype(dtype), Q.astype(dtype))
     lam, Q = sl.cache[key]
     A = ((U0 @ Q) * lam).astype(dtype)  # G u0_r in the eigenbasis, every row
+    U0d = U0.astype(dtype)
     if start == "wanda":  # each row's best |w| ||x_j|| (= |u0|), the count split evenly
         mask = _row_top(sl.U0, k, sl, budget)
     else:
         mask = _project(sl.U0, sl, k, budget)
     D = np.where(mask, U0, 0.0).astype(dtype)
     V = np.zeros_like(D)
+    freeze = freeze and schedule == "slow"
+    rows = np.arange(sl.R)  # the rows still iterating (all of them without freeze)
+    full_mask, full_D = mask, D  # every row's support and D (frozen rows: final)
+    k_live = k  # the count the iterating rows share
+    row_stable = np.zeros(sl.R, dtype=np.int64)
+    row_iterations = 0
     rho = float(rho0) * rho_unit
     window_changes = 0
     stable = 0
     stopped = "max_iter"
     t = 0
     for t in range(1, max_iter + 1):
-        T = (D - V) @ Q
-        T *= dtype(rho)
-        T += A
-        T /= lam + dtype(rho)
-        U = T @ Q.T
+        row_iterations += rows.size
+        if fold and rows.size > Q.shape[0]:
+            # U = u0 + (D - V - u0) M with M = rho (Gl + rho I)^-1 = Q diag(rho / (lam + rho))
+            # Q^T: one (r x q)(q x q) product and a q x q one (numpy's symmetric rank-k
+            # update) instead of two (r x q)(q x q) products, when the rows outnumber the inputs
+            Qc = Q * np.sqrt(dtype(rho) / (lam + dtype(rho)))
+            U = (D - V - U0d) @ (Qc @ Qc.T)
+            U += U0d
+        else:
+            T = (D - V) @ Q
+            T *= dtype(rho)
+            T += A
+            T /= lam + dtype(rho)
+            U = T @ Q.T
         Z = U + V
-        new = _project(Z, sl, k, budget)
-        changes = int(np.count_nonzero(new != mask)) // 2
+        new = _project(Z, sl, k_live, budget)
+        diff = new != mask
         mask = new
         D = np.where(mask, Z, 0.0) if shrink is None else shrink(Z, mask, rho)
         V = Z - D
         if callback is not None:
-            callback(t, mask, U)
+            if freeze:
+                full_mask[rows] = mask
+            callback(t, full_mask if freeze else mask)
         if schedule == "alps":
-            window_changes += changes
+            window_changes += int(np.count_nonzero(diff)) // 2
             if t % rho_every == 0:
                 if window_changes == 0:
                     stopped = "stable"
@@ -150,18 +219,36 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
                 rho *= factor
                 V /= dtype(factor)
                 window_changes = 0
+            continue
+        if freeze:
+            row_stable[rows] = np.where(diff.any(axis=1), 0, row_stable[rows] + 1)
+            going = row_stable[rows] < patience
+            if not going.any():
+                stopped = "stable"
+                break
+            if np.count_nonzero(~going) * 8 >= rows.size:  # drop settled rows (in batches:
+                # each drop copies the iterating rows' arrays)
+                done = ~going
+                full_mask[rows[done]], full_D[rows[done]] = mask[done], D[done]
+                if budget.pattern is None:
+                    k_live -= int(np.count_nonzero(mask[done]))
+                rows = rows[going]
+                mask, D, V, A, U0d = mask[going], D[going], V[going], A[going], U0d[going]
         else:
-            stable = stable + 1 if changes == 0 else 0
+            stable = 0 if diff.any() else stable + 1
             if stable >= patience:
                 stopped = "stable"
                 break
-            rho *= growth
-            V /= dtype(growth)
+        rho *= growth
+        V /= dtype(growth)
+    if freeze:
+        full_mask[rows], full_D[rows] = mask, D
+        mask, D = full_mask, full_D
     D = D.astype(np.float64)
     if to_w is not None:
         D = D / to_w
     info = {"iterations": t, "rho": rho, "seconds": time.perf_counter() - t0,
-            "stopped": stopped}
+            "stopped": stopped, "row_iterations": row_iterations}
     return mask, D, info
 
 
@@ -183,22 +270,40 @@ def _row_top(U0, k, sl, budget):
     return mask
 
 
+#: Layers at least this wide in both outputs and live inputs (all-MiniLM-L6-v2's width; the
+#: small benchmark networks' layers, LeNet-300-100's 300 x 784 the widest, are below it) get the
+#: settings of :data:`AT_WIDTH` by default: measured on MiniLM's layers, the same objective to
+#: 1e-4 (relative) at 0.5-0.6x the time (benchmarks/RESULTS.md, "One-shot at width")
+WIDE = 384
+#: rows leave the iteration once their support has not changed for 5 iterations, each run's
+#: support is refit by 10 conjugate-gradient steps from its last point (ALPS's refit), the
+#: U-step is one product while the rows outnumber the inputs (``admm_support``'s ``fold``)
+AT_WIDTH = {"patience": 5, "freeze": True, "cg_steps": 10, "fold": True}
+NARROW = {"patience": 20, "freeze": False, "cg_steps": 0, "fold": False}
+
+
+def at_width(sl: ScaledLayer) -> bool:
+    """Whether ``sl`` is a wide layer (:data:`WIDE`)."""
+    return min(sl.R, sl.q) >= WIDE
+
+
 #: the default run of each coordinate system: its start, growth of rho and iteration cap
 RUNS = {"scaled": {"start": "top", "growth": 1.02, "max_iter": 1000},
         "weights": {"start": "wanda", "growth": 1.05, "max_iter": 400}}
 
 
-def pick_better(sl: ScaledLayer, budget: Budget, runs):
+def pick_better(sl: ScaledLayer, budget: Budget, runs, cg_steps=0):
     """The better of several ADMM results ``(mask, D, info)`` by the least-squares error of
-    their supports (:meth:`ScaledLayer.refit_rows`): row by row for a pattern (the rows are
-    independent there), the whole layer otherwise (one count shared by the rows). Returns
-    ``(mask, U, D, index of the run that won the most rows)``, ``U`` the support's
-    least-squares weights (scaled), the refit the scores came from, ``D`` the runs' own values
-    there."""
+    their supports (:meth:`ScaledLayer.refit_rows`, or with ``cg_steps`` that many conjugate
+    gradient steps from the run's ``D``, :meth:`ScaledLayer.refit_cg`): row by row for a
+    pattern (the rows are independent there), the whole layer otherwise (one count shared by
+    the rows). Returns ``(mask, U, D, index of the run that won the most rows)``, ``U`` the
+    support's least-squares weights (scaled), the refit the scores came from, ``D`` the runs'
+    own values there."""
     seen = {}  # runs that ended on the same support share its refit
-    for m, _, _ in runs:
+    for m, D, _ in runs:
         if m.tobytes() not in seen:
-            seen[m.tobytes()] = sl.refit_rows(m)
+            seen[m.tobytes()] = sl.refit_cg(m, D, cg_steps) if cg_steps else sl.refit_rows(m)
     fits = [seen[m.tobytes()] for m, _, _ in runs]
     errs = np.array([e for _, e in fits])
     if budget.pattern is None:
@@ -209,6 +314,25 @@ def pick_better(sl: ScaledLayer, budget: Budget, runs):
     U = np.stack([fits[i][0][r] for r, i in enumerate(pick)])
     D = np.stack([runs[i][1][r] for r, i in enumerate(pick)])
     return mask, U, D, int(np.bincount(pick, minlength=len(runs)).argmax())
+
+
+def sized(options, sl: ScaledLayer) -> dict:
+    """``patience``, ``freeze``, ``cg_steps`` and ``fold`` for the layer ``sl``: the
+    ``options`` given,
+    the others from :data:`AT_WIDTH` or :data:`NARROW` (:func:`at_width`)."""
+    base = AT_WIDTH if at_width(sl) else NARROW
+    return {k: base[k] if options.get(k) is None else options[k] for k in base}
+
+
+def check_sized(opts):
+    """Check the options of :func:`sized` in ``opts`` (in place): ``None`` or a valid value."""
+    if opts["patience"] is not None:
+        opts["patience"] = check_int("patience", opts["patience"], low=1)
+    for key in ("freeze", "fold"):
+        if opts[key] is not None and not isinstance(opts[key], bool):
+            raise TypeError(f"{key} must be True, False or None, got {opts[key]!r}")
+    if opts["cg_steps"] is not None:
+        opts["cg_steps"] = check_int("cg_steps", opts["cg_steps"], low=0)
 
 
 class ADMM(OneShotMethod):
@@ -222,17 +346,23 @@ class ADMM(OneShotMethod):
     support is stable for ``patience`` iterations; ``"alps"``: ALPS's adaptive rule with early
     stop, checked every ``rho_every`` iterations), ``rho0`` (the first rho, in units of the
     mean of ``diag G``), ``growth``, ``start`` (``"top"`` or ``"wanda"``) and ``max_iter``
-    (``None``: each run's own, :data:`RUNS`; alps 300), ``precision`` (``"float32"``, default:
-    the iterations' matrix products in single precision, the supports' refit in double;
-    ``"float64"``), ``refit`` (default True: the support's least squares, ALPS's last step;
-    False returns ADMM's projected point ``D``) and ``polish`` (default False; True or
-    ``"full"``, ``"swaps"``: the support polish of ``polish.py`` after it)."""
+    (``None``: each run's own, :data:`RUNS`; alps 300), ``patience``, ``freeze`` (rows leave
+    the iteration once their own support has settled, :func:`admm_support`), ``cg_steps``
+    (each run's support refit by that many conjugate-gradient steps from its last point; 0:
+    exactly, by Cholesky) and ``fold`` (the U-step as one product while the rows outnumber the
+    inputs, :func:`admm_support`), each ``None`` by default: :data:`AT_WIDTH` on layers of at least
+    :data:`WIDE` outputs and live inputs, :data:`NARROW` below; ``precision``
+    (``"float32"``, default: the iterations' matrix products in single precision, the supports'
+    refit in double; ``"float64"``), ``refit`` (default True: the support's least squares,
+    ALPS's last step; False returns ADMM's projected point ``D``) and ``polish`` (default False;
+    True or ``"full"``, ``"swaps"``: the support polish of ``polish.py`` after it)."""
 
     name = "admm"
     refits_itself = True
     defaults = {"coordinates": "both", "schedule": "slow", "rho0": 0.1, "growth": None,
-                "rho_every": 3, "patience": 20, "max_iter": None, "start": None,
-                "precision": "float32", "refit": True, "polish": False}
+                "rho_every": 3, "patience": None, "max_iter": None, "start": None,
+                "precision": "float32", "refit": True, "polish": False, "freeze": None,
+                "cg_steps": None, "fold": None}
 
     def _validate(self, opts):
         opts["coordinates"] = check_choice("coordinates", opts["coordinates"],
@@ -242,7 +372,7 @@ class ADMM(OneShotMethod):
         if opts["growth"] is not None:
             opts["growth"] = check_float("growth", opts["growth"], low=1.0, low_open=True)
         opts["rho_every"] = check_int("rho_every", opts["rho_every"], low=1)
-        opts["patience"] = check_int("patience", opts["patience"], low=1)
+        check_sized(opts)
         if opts["max_iter"] is not None:
             opts["max_iter"] = check_int("max_iter", opts["max_iter"], low=1)
         if opts["start"] is not None:
@@ -262,6 +392,7 @@ class ADMM(OneShotMethod):
         sl = ScaledLayer(W0, G)
         o = self.options
         coords = ("scaled", "weights") if o["coordinates"] == "both" else (o["coordinates"],)
+        size = sized(o, sl)
         runs = []
         for c in coords:
             run = RUNS[c]
@@ -269,10 +400,11 @@ class ADMM(OneShotMethod):
             runs.append(admm_support(
                 sl, budget, schedule=o["schedule"], rho0=o["rho0"],
                 growth=o["growth"] or run["growth"], rho_every=o["rho_every"],
-                patience=o["patience"], max_iter=max_iter, coordinates=c,
-                start=o["start"] or run["start"], precision=o["precision"]))
+                patience=size["patience"], max_iter=max_iter, coordinates=c,
+                start=o["start"] or run["start"], precision=o["precision"],
+                freeze=size["freeze"], fold=size["fold"]))
         if len(runs) > 1 or (o["refit"] and not o["polish"]):
-            mask, U, D, won = pick_better(sl, budget, runs)
+            mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
         else:
             (mask, D, _), won = runs[0], 0
         self.info = {**runs[won][2], "runs": {c: r[2] for c, r in zip(coords, runs)},

@@ -25,7 +25,7 @@ density; with the polish every group then starts from the ``N`` largest weights 
 (:func:`nm_start`) and is polished by swaps inside groups, without it every group is brought to
 exactly ``N`` nonzeros by exact greedy moves.
 
-**At width** (``solver="auto"`` on layers with at least :data:`WIDE` outputs and live inputs,
+**At width** (``solver="auto"`` on layers with at least ``admm.WIDE`` outputs and live inputs,
 or ``solver="split"``): the path's per-row fits cost too much there (a 384 x 1,536 layer at 50%:
 26 CPU minutes), and the same problem is split over every row at once instead
 (:func:`split_support`): ADMM's iteration (``admm``: one eigendecomposition of the Gram, two
@@ -63,7 +63,7 @@ from penalties.checks import check_choice, check_float, check_int
 
 from penalties.kernels import _map
 
-from .admm import RUNS, admm_support, pick_better
+from .admm import NARROW, RUNS, admm_support, at_width, check_sized, pick_better, sized
 from .base import Budget, LayerProblem, OneShotMethod
 from ._layer import ScaledLayer
 from . import polish as _polish
@@ -79,14 +79,18 @@ MAX_ITER, MAX_EPOCHS = 20, 200  # outer iterations and passes per working set of
 # (SupportSearch.fix_budget) meet the budget from there.
 STALL = 1e-3
 
-# solver="auto": the splitting on layers at least this wide in both outputs and live inputs (the
-# width of all-MiniLM-L6-v2; the layers of the small benchmark networks, LeNet-300-100's
-# 300 x 784 the largest, keep the path, measured at or below ADMM there)
-WIDE = 384
+# solver="auto": the splitting on layers at least admm.WIDE wide in both outputs and live inputs
+# (admm.at_width; the small benchmark networks' layers keep the path, at or below ADMM there)
 # The splitting's penalty run: its first prox step is LEVEL times the one at which the prox
 # alone keeps the budget, and the prox is skipped once its step has decayed below NEGLIGIBLE
 # times the first (the kept entries are then Z itself: ADMM's projection)
 LEVEL, NEGLIGIBLE = 0.3, 1e-3
+# the penalty's run: its first rho and rho's growth per iteration (ADMM's scaled run: 0.1, 1.02).
+# Growing rho faster than ADMM's scaled run keeps the run at under half the rows' iterations of
+# ADMM's two runs (logsum within 1.5x admm's time); at 1.02 its supports were 0.06-0.14% better
+# on MiniLM's 2:4 and intermediate layers (at 1.035: 0.01-0.09% on the 2:4 ones), at 1.6-1.8x
+# admm's time
+PENALTY_RUN = {"rho0": 0.1, "growth": 1.035}
 TABLE = 2048  # points of the prox's table per iteration (linear interpolation between them)
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
@@ -273,6 +277,21 @@ def _table_prox(Z, mask, lo, scale, vals, out):
             out[r, j] = v if z >= 0 else -v
 
 
+@njit(cache=True)
+def _kept_range(Z, mask):
+    """``(min |z| on mask, max |z|)`` in one pass (the prox table's range)."""
+    lo = np.inf
+    hi = 0.0
+    for r in range(Z.shape[0]):
+        for j in range(Z.shape[1]):
+            a = abs(Z[r, j])
+            if a > hi:
+                hi = a
+            if mask[r, j] and a < lo:
+                lo = a
+    return lo, hi
+
+
 def _prox_step(P, level):
     """The D-step values of the splitting's penalty run (``admm_support``'s ``shrink``): the
     kept entries' prox at the step ``alpha / rho``, ``alpha`` fixed at the first iteration to
@@ -284,9 +303,8 @@ def _prox_step(P, level):
     state = {}
 
     def shrink(Z, mask, rho):
-        A = np.abs(Z)
         if "alpha" not in state:
-            T = float(A[~mask].max(initial=0.0))
+            T = float(np.abs(Z[~mask]).max(initial=0.0))
             state["t0"] = level * alpha_max(P, T) if T > 0 else 0.0
             state["alpha"] = state["t0"] * rho
         t = state["alpha"] / rho
@@ -296,8 +314,7 @@ def _prox_step(P, level):
         # below the one whose threshold is the budget's), smooth and increasing in |z|:
         # tabulated at TABLE evenly spaced points per iteration and interpolated linearly,
         # not evaluated per weight
-        lo = float(A[mask].min())
-        hi = float(A.max())
+        lo, hi = _kept_range(Z, mask)
         if not hi > lo > 0:
             return np.where(mask, Z, 0.0)
         grid = np.linspace(lo, hi, TABLE)
@@ -308,26 +325,33 @@ def _prox_step(P, level):
     return shrink
 
 
-def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision="float32"):
+def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision="float32",
+                  penalty_run=None, **size):
     """Prune ``sl`` to ``budget`` by the splitting of every row at once (``admm``'s module
     docstring: one eigendecomposition of the Gram, two ``(R x q) (q x q)`` products per
     iteration, a support that settles): a run whose D-step is the penalty's compiled prox on
     the kept entries (:func:`_prox_step`, the penalty level continued along the iterations
-    down to ADMM's projection), beside ADMM's two runs (``admm.RUNS``); the support of least
-    least-squares error is kept (row by row for a pattern). Returns ``(mask, U, info)``: the
-    live support, its least-squares weights (scaled), the runs' own values there and
-    ``{"runs", "kept"}``."""
+    down to ADMM's projection; ``penalty_run``: its ``rho0`` and ``growth``, default
+    :data:`PENALTY_RUN`), beside ADMM's two runs (``admm.RUNS``); the support of least
+    least-squares error is kept (row by row for a pattern). ``size``: ``patience``,
+    ``freeze``, ``cg_steps``, ``fold`` (``admm.sized``: by the layer's width unless given).
+    Returns ``(mask, U, D, info)``: the live support, its least-squares weights (scaled), the
+    runs' own values there and ``{"runs", "kept"}``."""
+    size = sized(size, sl)
     runs, names = [], []
-    for c, run in (*RUNS.items(), ("penalty", RUNS["scaled"])):
+    own = {**RUNS["scaled"], **PENALTY_RUN, **(penalty_run or {})}
+    for c, run in (*((c, {**r, "rho0": 0.1}) for c, r in RUNS.items()), ("penalty", own)):
         # the penalty's run gets at most the iterations ADMM's runs took (its cost bounded by
         # theirs: a support that has not settled by then still meets the budget and competes)
         cap = max(r[2]["iterations"] for r in runs) if c == "penalty" else run["max_iter"]
         shrink = _prox_step(P, level) if c == "penalty" else None
-        runs.append(admm_support(sl, budget, growth=run["growth"], max_iter=cap,
+        runs.append(admm_support(sl, budget, rho0=run["rho0"], growth=run["growth"], max_iter=cap,
                                  coordinates="scaled" if c == "penalty" else c,
-                                 start=run["start"], precision=precision, shrink=shrink))
+                                 start=run["start"], precision=precision, shrink=shrink,
+                                 patience=size["patience"], freeze=size["freeze"],
+                                 fold=size["fold"]))
         names.append(c)
-    mask, U, D, won = pick_better(sl, budget, runs)
+    mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
     return mask, U, D, {"runs": {c: r[2] for c, r in zip(names, runs)}, "kept": names[won]}
 
 
@@ -338,7 +362,7 @@ class Penalty(OneShotMethod):
     parameters as further options, e.g. ``eps=0.5``, in the units of RMS-1 weights, defaults
     :data:`DEFAULT_PARAMS`), ``solver`` (``"path"``: the coordinate-descent path of the module
     docstring; ``"split"``: :func:`split_support`, every row at once at ADMM's cost per
-    iteration; ``"auto"``, default: the splitting on layers with at least :data:`WIDE` outputs
+    iteration; ``"auto"``, default: the splitting on layers with at least ``admm.WIDE`` outputs
     and live inputs, the path on smaller ones), ``refit`` (default True: least squares on the
     support, exact greedy moves to the budget; False keeps the penalized weights of the path's
     last fit, or the splitting's last D-step), ``polish`` (the support polish, ``polish.py``;
@@ -346,14 +370,16 @@ class Penalty(OneShotMethod):
     the splitting's time on a 384 x 384 layer for 0.7% of objective), ``tol`` (the coordinate descent's
     criterion along the path, 1e-2), ``ratio`` (``alpha`` factor between path fits, 0.5),
     ``slack`` (how far above the budget the path may stop before the exact moves, 0.05) and
-    ``n_threads`` (rows solved in parallel by numba, 1)."""
+    ``n_threads`` (rows solved in parallel by numba, 1); with the splitting, ``patience``,
+    ``freeze``, ``cg_steps`` and ``fold`` as for ``admm`` (``None``: by the layer's width)."""
 
     name = "penalty"
     penalty_name = "logsum"
     refits_itself = True
     defaults = {"penalty": None, "penalty_params": None, "solver": "auto", "refit": True,
                 "polish": None,
-                "tol": 1e-2, "ratio": 0.5, "slack": 0.05, "max_refine": 12, "n_threads": 1}
+                "tol": 1e-2, "ratio": 0.5, "slack": 0.05, "max_refine": 12, "n_threads": 1,
+                "patience": None, "freeze": None, "cg_steps": None, "fold": None}
 
     def __init__(self, **options):
         # options the method does not know are the penalty's parameters (penalty:scad, a=3.7)
@@ -393,17 +419,18 @@ class Penalty(OneShotMethod):
         opts["slack"] = check_float("slack", opts["slack"], low=0.0)
         opts["max_refine"] = check_int("max_refine", opts["max_refine"], low=0)
         opts["n_threads"] = check_int("n_threads", opts["n_threads"], low=1)
+        check_sized(opts)
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.KERNELS, _table_prox,
+        return (*gram_cd.KERNELS, _table_prox, _kept_range,
                 *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:
         """The solver ``solver="auto"`` picks for the layer ``sl`` (class docstring)."""
         if self.options["solver"] != "auto":
             return self.options["solver"]
-        return "split" if min(sl.R, sl.q) >= WIDE else "path"
+        return "split" if at_width(sl) else "path"
 
     def _prune(self, W0: torch.Tensor, G: torch.Tensor, budget: Budget) -> torch.Tensor:
         sl = ScaledLayer(W0, G)
@@ -413,7 +440,8 @@ class Penalty(OneShotMethod):
             "full" if solver == "path" and o["refit"] else None)
         if solver == "split":
             t0 = time.perf_counter()
-            mask, U, D, self.info = split_support(sl, budget, self.P)
+            mask, U, D, self.info = split_support(sl, budget, self.P,
+                                                  **{k: o[k] for k in NARROW})
             self.info["solver"] = "split"
             if not o["refit"]:
                 return sl.finish(mask, budget, values=D, refit=False)
