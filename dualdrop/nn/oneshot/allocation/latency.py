@@ -73,9 +73,14 @@ class LatencyTable:
         return float(np.interp(k, ks, ts))
 
     def predicted(self, counts: dict) -> float:
-        """The predicted seconds of the model keeping ``counts[name]`` units per group."""
-        return self.dense - sum(self.part(n, self.sizes[n]) - self.part(n, counts[n])
-                                for n in counts)
+        """The predicted seconds of the model keeping ``counts[name]`` units per group. Parts
+        timed alone, each with its own call overhead, can add up to more than the whole model
+        (a small model on one input): the savings are then scaled by the whole model's time
+        over the parts' total, so that no prediction falls to 0 or below."""
+        whole = sum(self.part(n, k) for n, k in self.sizes.items())
+        scale = min(1.0, self.dense / whole) if whole > 0 else 1.0
+        return self.dense - scale * sum(self.part(n, self.sizes[n]) - self.part(n, counts[n])
+                                        for n in counts)
 
     def speedup(self, counts: dict) -> float:
         return self.dense / max(self.predicted(counts), 1e-12)
@@ -379,7 +384,9 @@ def meet_measured(target: float, allocate, predict, measure, *, tol: float = 0.0
     """Counts whose *measured* speed-up is within ``tol`` of ``target`` (module docstring):
     ``allocate(s)`` the counts of an allocation aiming at the predicted speed-up ``s`` (a
     ``ValueError`` when no allocation reaches it), ``predict(counts)`` their predicted speed-up,
-    ``measure(counts)`` their measured one. The first try asks for ``target`` itself; each next
+    ``measure(counts)`` their measured one (an asked speed-up the allocation refuses, beyond
+    one unit per layer as predicted, is lowered by bisection: the prediction may be the part
+    that is wrong). The first try asks for ``target`` itself; each next
     one corrects the asked speed-up along ``log measured = slope log asked + const``, the slope
     fitted by least squares on the last three tries (clamped to [0.25, 4]; 1 after one try), so
     that one noisy measurement does not throw the secant of two close tries off. A measurement
@@ -397,8 +404,13 @@ def meet_measured(target: float, allocate, predict, measure, *, tol: float = 0.0
     for _ in range(3 * max_rounds):
         try:
             counts = allocate(asked)
-        except ValueError:
-            break                          # asked beyond one unit per layer: keep the closest
+        except ValueError:                 # asked beyond one unit per layer (as predicted):
+            hi = min(hi, asked)            # ask for less, between the bracket's ends
+            new = math.sqrt(lo * hi)
+            if hi <= lo * (1 + 1e-3):
+                break
+            asked = new
+            continue
         key = tuple(sorted(counts.items()))
         if key in known:                   # the same counts again: no new measurement
             meas = known[key]
