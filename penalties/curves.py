@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._checks import as_real_array, check_param
+from .registry import get
 
 
 @dataclass
@@ -52,8 +53,6 @@ class Spec:
     def build(self):
         if self.penalty is not None:
             return self.penalty
-        from . import get
-
         return get(self.name, **self.params)
 
 

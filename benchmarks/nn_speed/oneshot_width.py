@@ -8,7 +8,8 @@ Layer problems ``(W0, G)``, the per-layer contract ``get_method(name).prune(W0, 
   layers of block ``B`` of all-MiniLM-L6-v2 (``benchmarks/nn_accuracy/structured_minilm_data.py``),
   each Gram ``X^T X / n`` over the real tokens of ``--calib`` calibration sentences (128) that the
   dense model feeds the layer;
-- ``gpt2:768`` (768 x 768) and ``gpt2:3072`` (768 x 3,072): GPT-2-small-sized random layers.
+- ``gpt2:qkv`` (2,304 x 768), ``gpt2:768`` (768 x 768), ``gpt2:fc`` (3,072 x 768) and
+  ``gpt2:3072`` (768 x 3,072): the four layers of a GPT-2-small-sized block, random.
   The Gram is that of ``--tokens`` (8,192) synthetic activations ``X = Z A`` with ``Z`` Gaussian
   and ``A`` of singular values decaying as ``1 / (1 + i)^0.7`` in random directions, a few inputs
   (1%) scaled up 20x (the outlier features of trained transformers); ``W0`` Gaussian with
@@ -81,7 +82,11 @@ def _minilm_problems(block: int, n_calib: int) -> dict:
     return out
 
 
-def _gpt2_problem(p: int, tokens: int, seed: int = 0):
+GPT2_LAYERS = {  # name -> (outputs, inputs) of one GPT-2-small block (width 768, FFN 3,072)
+    "qkv": (2304, 768), "768": (768, 768), "fc": (3072, 768), "3072": (768, 3072)}
+
+
+def _gpt2_problem(p: int, tokens: int, seed: int = 0, rows: int = 768):
     g = torch.Generator().manual_seed(seed + p)
     sv = 1.0 / (1.0 + torch.arange(p, dtype=torch.float64)) ** 0.7
     Q1, _ = torch.linalg.qr(torch.randn(p, p, generator=g, dtype=torch.float64))
@@ -92,7 +97,6 @@ def _gpt2_problem(p: int, tokens: int, seed: int = 0):
     Z = torch.randn(tokens, p, generator=g, dtype=torch.float64)
     X = Z @ A
     G = X.T @ X / tokens
-    rows = 768
     scales = 10 ** (torch.rand(rows, 1, generator=g, dtype=torch.float64))
     W = torch.randn(rows, p, generator=g, dtype=torch.float64) * scales / p ** 0.5
     return W, 0.5 * (G + G.T), tokens
@@ -112,12 +116,13 @@ def load_problem(name: str, cache: Path, n_calib: int, tokens: int):
             torch.save({"W0": W, "G": G, "n": n},
                        cache / (k.replace(":", "_") + f"_{n_calib}.pt"))
         W, G, _ = probs[name]
-    elif name.startswith("gpt2:"):
-        W, G, n = _gpt2_problem(int(name.split(":")[1]), tokens)
+    elif name.startswith("gpt2:") and name.split(":")[1] in GPT2_LAYERS:
+        rows, p = GPT2_LAYERS[name.split(":")[1]]
+        W, G, n = _gpt2_problem(p, tokens, rows=rows)
         torch.save({"W0": W, "G": G, "n": n}, f)
     else:
         raise ValueError(f"unknown layer {name!r}: minilm:B:{{{','.join(MINILM_LAYERS)}}} "
-                         "or gpt2:768 / gpt2:3072")
+                         f"or gpt2:{{{','.join(GPT2_LAYERS)}}}")
     return W, G
 
 
@@ -144,13 +149,19 @@ def parse_method(spec: str):
 
 def run_cell(spec, W0, G, budget):
     from dualdrop.nn.oneshot import get_method
+    from dualdrop.nn.oneshot.methods.admm import WIDE
     from dualdrop.nn.oneshot.methods.base import layer_objective
 
     name, opts = parse_method(spec)
     m = get_method(name, **opts)
-    # compile the numba kernels outside the timed call (a tiny problem of the same kind)
+    # compile the numba kernels outside the timed call: a tiny problem of the same kind, and
+    # one at the width where the penalty methods switch solvers (an identity Gram: fast)
+    kind = "50%" if budget.n_keep is not None else "2:4"
     m.prune(W0[:4, :8].clone(), G[:8, :8].clone() + torch.eye(8, dtype=torch.float64),
-            budget_of("50%" if budget.n_keep is not None else "2:4", (4, 8)))
+            budget_of(kind, (4, 8)))
+    w = WIDE
+    m.prune(torch.randn(w, w, generator=torch.Generator().manual_seed(0), dtype=torch.float64),
+            torch.eye(w, dtype=torch.float64), budget_of(kind, (w, w)))
     t0 = time.process_time()
     W = m.prune(W0, G, budget)
     cpu = time.process_time() - t0

@@ -75,13 +75,27 @@ def check_unit_granularity(value) -> tuple[str, ...]:
 
 class _GroupNorm(torch.autograd.Function):
     """``sqrt(sum x^2)`` over ``dims`` (kept), with the gradient ``x / ||x||`` and 0 for a zero
-    group (the subgradient of smallest norm; autograd's sqrt would give NaN there)."""
+    group (the subgradient of smallest norm; autograd's sqrt would give NaN there). Written in
+    the functorch-compatible form (``setup_context``, a vmap rule generated) so that the noise
+    diagnostics' ``torch.func`` Hessian products run through it."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x, dims):
-        n = x.square().sum(dims, keepdim=True).sqrt_()
-        ctx.save_for_backward(x, n)
-        return n
+    def forward(x, dims):
+        return x.square().sum(dims, keepdim=True).sqrt()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output)
+        ctx.save_for_forward(inputs[0], output)
+        ctx.dims = inputs[1]
+
+    @staticmethod
+    def jvp(ctx, x_t, _dims_t):
+        x, n = ctx.saved_tensors
+        dot = (x * x_t).sum(ctx.dims, keepdim=True)
+        return torch.where(n > 0, dot / n.clamp_min(torch.finfo(n.dtype).tiny), n.new_zeros(()))
 
     @staticmethod
     def backward(ctx, g):

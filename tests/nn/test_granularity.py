@@ -490,3 +490,23 @@ def test_head_groups_of_separate_projections():
     out, _ = attn(torch.randn(2, 3, 8), torch.randn(2, 4, 6), torch.randn(2, 4, 5))
     out.sum().backward()
     assert all(st.gate_logits.grad is not None for _, st in sp.named_states())
+
+
+def test_group_norm_gradient_and_hessian_under_torch_func():
+    """The group norm's custom gradient (0 at a zero group) holds under torch.func, whose
+    Hessian-vector products the noise diagnostics use: away from zero, grad and Hessian equal
+    the closed forms x/||x|| and (I - u u^T)/||x||."""
+    from dualdrop.nn._groups import Groups
+
+    g = Groups("neuron", (3, 4), (3, 4), (3, 1))
+    w = torch.randn(3, 4, dtype=torch.float64)
+    w[1] = 0.0
+    grad = torch.func.grad(lambda v: g.norm(v).sum())(w)
+    n = w.norm(dim=1, keepdim=True)
+    expect = torch.where(n > 0, w / n.clamp_min(1e-300), torch.zeros_like(w))
+    assert torch.allclose(grad, expect)
+    h = torch.func.hessian(lambda v: g.norm(v.reshape(3, 4)).sum())(w[0].repeat(3))
+    u = w[0] / w[0].norm()
+    block = (torch.eye(4, dtype=w.dtype) - torch.outer(u, u)) / w[0].norm()
+    assert torch.allclose(h[:4, :4], block)
+    assert torch.count_nonzero(h[:4, 4:]) == 0

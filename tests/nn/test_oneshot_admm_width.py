@@ -87,3 +87,20 @@ def test_width_options_are_checked_and_picked_by_width():
                        torch.eye(admm.WIDE, dtype=torch.float64))
     assert admm.sized({}, small) == admm.NARROW and admm.sized({}, wide) == admm.AT_WIDTH
     assert admm.sized({"patience": 7}, wide)["patience"] == 7
+
+
+def test_folded_u_step_is_the_same_iteration():
+    """``fold``: the U-step as ``u0 + (D - V - u0) M`` (rows outnumbering inputs) is the same
+    iteration as the eigenbasis form: in double precision, the same supports at every
+    iteration."""
+    W0, G = _layer(R=80, p=24)
+    sl = ScaledLayer(W0, G)
+    for budget in (Budget(n_keep=900), Budget(pattern=(2, 4))):
+        seen = {}
+        for fold in (False, True):
+            masks = []
+            admm.admm_support(sl, budget, precision="float64", fold=fold,
+                              callback=lambda t, m: masks.append(m.copy()))
+            seen[fold] = masks
+        assert len(seen[True]) == len(seen[False]) > 20
+        assert all(np.array_equal(a, b) for a, b in zip(seen[True], seen[False]))

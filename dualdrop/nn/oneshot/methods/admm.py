@@ -17,8 +17,18 @@ it as ``U = D`` with ``D in C`` and runs scaled ADMM with a growing penalty para
 (``V`` the scaled dual; when ``rho`` grows, ``V`` is divided by the same factor so the dual
 ``rho V`` is unchanged). As ``rho`` grows, ``U`` is pulled onto ``D`` and the support of ``D``
 freezes; the support found is then refit by least squares (ALPS uses preconditioned conjugate
-gradients for this step; here each row's system is solved exactly by Cholesky,
-``_layer.ScaledLayer.refit_rows``, and the refit that scores a run's support is the one returned).
+gradients for this step; on narrow layers each row's system is solved exactly by Cholesky,
+``_layer.ScaledLayer.refit_rows``, on wide ones by 10 CG steps from ADMM's last point for all
+rows at once, ``refit_cg``; the refit that scores a run's support is the one returned).
+
+**At width** (:data:`WIDE`, settings :data:`AT_WIDTH`) three more things bring the iteration
+near its floor of matrix products: a row whose support has not changed for 5 iterations leaves
+the iteration (most rows settle well before the last; under an N:M pattern every row is its
+own problem, under a layer count the settled rows' count is fixed and the others share the
+rest), the CG refit above, and, while the rows outnumber the inputs, the U-step as one product
+``u0 + (D - V - u0) M`` with ``M = rho (G + rho I)^-1`` formed by a ``q x q`` rank-``q``
+update. On all-MiniLM-L6-v2's layers this took ADMM from 24-82x to 12-20x SparseGPT's CPU time
+at the same objective to 1e-4 (benchmarks/RESULTS.md, "One-shot at width").
 Boža ("Fast and Effective Weight Update for Pruned Large Language Models", 2024) uses the same
 ADMM weight update, with the inverse ``(Gs + rho I)^-1`` precomputed.
 
@@ -119,7 +129,7 @@ def _project(Z, sl, k, budget):
 
 def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, growth=1.02,
                  rho_every=3, patience=20, max_iter=1000, coordinates="scaled", start="top",
-                 precision="float64", callback=None, shrink=None, freeze=False):
+                 precision="float64", callback=None, shrink=None, freeze=False, fold=False):
     """Run ADMM (module docstring) on ``sl`` in the ``coordinates`` ``"scaled"`` (``u``) or
     ``"weights"`` (``w``), from ``start`` (``"top"``: the layer's largest ``|u0|``; ``"wanda"``:
     each row's), the matrix products in ``precision``; returns ``(mask, D, info)``: the live
@@ -133,7 +143,10 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     leaves the iteration with that support (its share of a layer count fixed; the other rows
     share the rest), so the products shrink as rows settle; without it the whole layer stops
     once its support has not changed for ``patience`` iterations. Under an N:M pattern the rows
-    are independent problems and the frozen row ends where its own stopping rule ends it."""
+    are independent problems and the frozen row ends where its own stopping rule ends it.
+    ``fold``: while the iterating rows outnumber the inputs, the U-step as one product (the
+    loop's comment): about 0.6x the products' time on a layer of four times more outputs than
+    inputs."""
     t0 = time.perf_counter()
     k = sl.live_target(budget)
     dtype = np.float32 if precision == "float32" else np.float64
@@ -151,6 +164,7 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
         sl.cache[key] = (np.clip(lam, 0.0, None).astype(dtype), Q.astype(dtype))
     lam, Q = sl.cache[key]
     A = ((U0 @ Q) * lam).astype(dtype)  # G u0_r in the eigenbasis, every row
+    U0d = U0.astype(dtype)
     if start == "wanda":  # each row's best |w| ||x_j|| (= |u0|), the count split evenly
         mask = _row_top(sl.U0, k, sl, budget)
     else:
@@ -170,11 +184,19 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     t = 0
     for t in range(1, max_iter + 1):
         row_iterations += rows.size
-        T = (D - V) @ Q
-        T *= dtype(rho)
-        T += A
-        T /= lam + dtype(rho)
-        U = T @ Q.T
+        if fold and rows.size > Q.shape[0]:
+            # U = u0 + (D - V - u0) M with M = rho (Gl + rho I)^-1 = Q diag(rho / (lam + rho))
+            # Q^T: one (r x q)(q x q) product and a q x q one (numpy's symmetric rank-k
+            # update) instead of two (r x q)(q x q) products, when the rows outnumber the inputs
+            Qc = Q * np.sqrt(dtype(rho) / (lam + dtype(rho)))
+            U = (D - V - U0d) @ (Qc @ Qc.T)
+            U += U0d
+        else:
+            T = (D - V) @ Q
+            T *= dtype(rho)
+            T += A
+            T /= lam + dtype(rho)
+            U = T @ Q.T
         Z = U + V
         new = _project(Z, sl, k_live, budget)
         diff = new != mask
@@ -211,7 +233,7 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
                 if budget.pattern is None:
                     k_live -= int(np.count_nonzero(mask[done]))
                 rows = rows[going]
-                mask, D, V, A = mask[going], D[going], V[going], A[going]
+                mask, D, V, A, U0d = mask[going], D[going], V[going], A[going], U0d[going]
         else:
             stable = 0 if diff.any() else stable + 1
             if stable >= patience:
@@ -253,10 +275,11 @@ def _row_top(U0, k, sl, budget):
 #: settings of :data:`AT_WIDTH` by default: measured on MiniLM's layers, the same objective to
 #: 1e-4 (relative) at 0.5-0.6x the time (benchmarks/RESULTS.md, "One-shot at width")
 WIDE = 384
-#: rows leave the iteration once their support has not changed for 5 iterations, and each run's
-#: support is refit by 10 conjugate-gradient steps from its last point (ALPS's refit)
-AT_WIDTH = {"patience": 5, "freeze": True, "cg_steps": 10}
-NARROW = {"patience": 20, "freeze": False, "cg_steps": 0}
+#: rows leave the iteration once their support has not changed for 5 iterations, each run's
+#: support is refit by 10 conjugate-gradient steps from its last point (ALPS's refit), the
+#: U-step is one product while the rows outnumber the inputs (``admm_support``'s ``fold``)
+AT_WIDTH = {"patience": 5, "freeze": True, "cg_steps": 10, "fold": True}
+NARROW = {"patience": 20, "freeze": False, "cg_steps": 0, "fold": False}
 
 
 def at_width(sl: ScaledLayer) -> bool:
@@ -294,7 +317,8 @@ def pick_better(sl: ScaledLayer, budget: Budget, runs, cg_steps=0):
 
 
 def sized(options, sl: ScaledLayer) -> dict:
-    """``patience``, ``freeze`` and ``cg_steps`` for the layer ``sl``: the ``options`` given,
+    """``patience``, ``freeze``, ``cg_steps`` and ``fold`` for the layer ``sl``: the
+    ``options`` given,
     the others from :data:`AT_WIDTH` or :data:`NARROW` (:func:`at_width`)."""
     base = AT_WIDTH if at_width(sl) else NARROW
     return {k: base[k] if options.get(k) is None else options[k] for k in base}
@@ -304,8 +328,9 @@ def check_sized(opts):
     """Check the options of :func:`sized` in ``opts`` (in place): ``None`` or a valid value."""
     if opts["patience"] is not None:
         opts["patience"] = check_int("patience", opts["patience"], low=1)
-    if opts["freeze"] is not None and not isinstance(opts["freeze"], bool):
-        raise TypeError(f"freeze must be True, False or None, got {opts['freeze']!r}")
+    for key in ("freeze", "fold"):
+        if opts[key] is not None and not isinstance(opts[key], bool):
+            raise TypeError(f"{key} must be True, False or None, got {opts[key]!r}")
     if opts["cg_steps"] is not None:
         opts["cg_steps"] = check_int("cg_steps", opts["cg_steps"], low=0)
 
@@ -322,9 +347,10 @@ class ADMM(OneShotMethod):
     stop, checked every ``rho_every`` iterations), ``rho0`` (the first rho, in units of the
     mean of ``diag G``), ``growth``, ``start`` (``"top"`` or ``"wanda"``) and ``max_iter``
     (``None``: each run's own, :data:`RUNS`; alps 300), ``patience``, ``freeze`` (rows leave
-    the iteration once their own support has settled, :func:`admm_support`) and ``cg_steps``
+    the iteration once their own support has settled, :func:`admm_support`), ``cg_steps``
     (each run's support refit by that many conjugate-gradient steps from its last point; 0:
-    exactly, by Cholesky), each ``None`` by default: :data:`AT_WIDTH` on layers of at least
+    exactly, by Cholesky) and ``fold`` (the U-step as one product while the rows outnumber the
+    inputs, :func:`admm_support`), each ``None`` by default: :data:`AT_WIDTH` on layers of at least
     :data:`WIDE` outputs and live inputs, :data:`NARROW` below; ``precision``
     (``"float32"``, default: the iterations' matrix products in single precision, the supports'
     refit in double; ``"float64"``), ``refit`` (default True: the support's least squares,
@@ -336,7 +362,7 @@ class ADMM(OneShotMethod):
     defaults = {"coordinates": "both", "schedule": "slow", "rho0": 0.1, "growth": None,
                 "rho_every": 3, "patience": None, "max_iter": None, "start": None,
                 "precision": "float32", "refit": True, "polish": False, "freeze": None,
-                "cg_steps": None}
+                "cg_steps": None, "fold": None}
 
     def _validate(self, opts):
         opts["coordinates"] = check_choice("coordinates", opts["coordinates"],
@@ -376,7 +402,7 @@ class ADMM(OneShotMethod):
                 growth=o["growth"] or run["growth"], rho_every=o["rho_every"],
                 patience=size["patience"], max_iter=max_iter, coordinates=c,
                 start=o["start"] or run["start"], precision=o["precision"],
-                freeze=size["freeze"]))
+                freeze=size["freeze"], fold=size["fold"]))
         if len(runs) > 1 or (o["refit"] and not o["polish"]):
             mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
         else:

@@ -86,10 +86,11 @@ STALL = 1e-3
 # times the first (the kept entries are then Z itself: ADMM's projection)
 LEVEL, NEGLIGIBLE = 0.3, 1e-3
 # the penalty's run: its first rho and rho's growth per iteration (ADMM's scaled run: 0.1, 1.02).
-# Growing rho faster than ADMM's scaled run keeps the run at about half the rows' iterations of
+# Growing rho faster than ADMM's scaled run keeps the run at under half the rows' iterations of
 # ADMM's two runs (logsum within 1.5x admm's time); at 1.02 its supports were 0.06-0.14% better
-# on MiniLM's 2:4 and intermediate layers, at 1.6-1.8x admm's time
-PENALTY_RUN = {"rho0": 0.1, "growth": 1.027}
+# on MiniLM's 2:4 and intermediate layers (at 1.035: 0.01-0.09% on the 2:4 ones), at 1.6-1.8x
+# admm's time
+PENALTY_RUN = {"rho0": 0.1, "growth": 1.035}
 TABLE = 2048  # points of the prox's table per iteration (linear interpolation between them)
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
@@ -276,6 +277,21 @@ def _table_prox(Z, mask, lo, scale, vals, out):
             out[r, j] = v if z >= 0 else -v
 
 
+@njit(cache=True)
+def _kept_range(Z, mask):
+    """``(min |z| on mask, max |z|)`` in one pass (the prox table's range)."""
+    lo = np.inf
+    hi = 0.0
+    for r in range(Z.shape[0]):
+        for j in range(Z.shape[1]):
+            a = abs(Z[r, j])
+            if a > hi:
+                hi = a
+            if mask[r, j] and a < lo:
+                lo = a
+    return lo, hi
+
+
 def _prox_step(P, level):
     """The D-step values of the splitting's penalty run (``admm_support``'s ``shrink``): the
     kept entries' prox at the step ``alpha / rho``, ``alpha`` fixed at the first iteration to
@@ -287,9 +303,8 @@ def _prox_step(P, level):
     state = {}
 
     def shrink(Z, mask, rho):
-        A = np.abs(Z)
         if "alpha" not in state:
-            T = float(A[~mask].max(initial=0.0))
+            T = float(np.abs(Z[~mask]).max(initial=0.0))
             state["t0"] = level * alpha_max(P, T) if T > 0 else 0.0
             state["alpha"] = state["t0"] * rho
         t = state["alpha"] / rho
@@ -299,8 +314,7 @@ def _prox_step(P, level):
         # below the one whose threshold is the budget's), smooth and increasing in |z|:
         # tabulated at TABLE evenly spaced points per iteration and interpolated linearly,
         # not evaluated per weight
-        lo = float(np.min(A, where=mask, initial=np.inf))  # no copy of the kept entries
-        hi = float(A.max())
+        lo, hi = _kept_range(Z, mask)
         if not hi > lo > 0:
             return np.where(mask, Z, 0.0)
         grid = np.linspace(lo, hi, TABLE)
@@ -318,11 +332,11 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
     iteration, a support that settles): a run whose D-step is the penalty's compiled prox on
     the kept entries (:func:`_prox_step`, the penalty level continued along the iterations
     down to ADMM's projection; ``penalty_run``: its ``rho0`` and ``growth``, default
-    :data:`PENALTY_RUN`), beside ADMM's two runs
-    (``admm.RUNS``); the support of least least-squares error is kept (row by row for a
-    pattern). ``size``: ``patience``, ``freeze``, ``cg_steps`` (``admm.sized``: by the layer's
-    width unless given). Returns ``(mask, U, D, info)``: the live support, its least-squares
-    weights (scaled), the runs' own values there and ``{"runs", "kept"}``."""
+    :data:`PENALTY_RUN`), beside ADMM's two runs (``admm.RUNS``); the support of least
+    least-squares error is kept (row by row for a pattern). ``size``: ``patience``,
+    ``freeze``, ``cg_steps``, ``fold`` (``admm.sized``: by the layer's width unless given).
+    Returns ``(mask, U, D, info)``: the live support, its least-squares weights (scaled), the
+    runs' own values there and ``{"runs", "kept"}``."""
     size = sized(size, sl)
     runs, names = [], []
     own = {**RUNS["scaled"], **PENALTY_RUN, **(penalty_run or {})}
@@ -334,7 +348,8 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
         runs.append(admm_support(sl, budget, rho0=run["rho0"], growth=run["growth"], max_iter=cap,
                                  coordinates="scaled" if c == "penalty" else c,
                                  start=run["start"], precision=precision, shrink=shrink,
-                                 patience=size["patience"], freeze=size["freeze"]))
+                                 patience=size["patience"], freeze=size["freeze"],
+                                 fold=size["fold"]))
         names.append(c)
     mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
     return mask, U, D, {"runs": {c: r[2] for c, r in zip(names, runs)}, "kept": names[won]}
@@ -356,7 +371,7 @@ class Penalty(OneShotMethod):
     criterion along the path, 1e-2), ``ratio`` (``alpha`` factor between path fits, 0.5),
     ``slack`` (how far above the budget the path may stop before the exact moves, 0.05) and
     ``n_threads`` (rows solved in parallel by numba, 1); with the splitting, ``patience``,
-    ``freeze`` and ``cg_steps`` as for ``admm`` (``None``: by the layer's width)."""
+    ``freeze``, ``cg_steps`` and ``fold`` as for ``admm`` (``None``: by the layer's width)."""
 
     name = "penalty"
     penalty_name = "logsum"
@@ -364,7 +379,7 @@ class Penalty(OneShotMethod):
     defaults = {"penalty": None, "penalty_params": None, "solver": "auto", "refit": True,
                 "polish": None,
                 "tol": 1e-2, "ratio": 0.5, "slack": 0.05, "max_refine": 12, "n_threads": 1,
-                "patience": None, "freeze": None, "cg_steps": None}
+                "patience": None, "freeze": None, "cg_steps": None, "fold": None}
 
     def __init__(self, **options):
         # options the method does not know are the penalty's parameters (penalty:scad, a=3.7)
@@ -408,7 +423,7 @@ class Penalty(OneShotMethod):
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.KERNELS, _table_prox,
+        return (*gram_cd.KERNELS, _table_prox, _kept_range,
                 *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:

@@ -49,6 +49,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from ._kept import backward_greedy
 from .base import UnitMethod, UnitProblem, quad, refit
+from .osscar import OSSCAR
 
 #: parameters of the penalties on RMS-1 group norms for the allocation's block-CD path (what a
 #: user passes overrides them)
@@ -145,15 +146,22 @@ class UnitPath:
         return U_lo, a_lo
 
 
+def path_size(n: int, n_keep: int, over: float, share: float):
+    """How many units the path stops at (:func:`dropout_path`), or ``None`` where it does not
+    run: that many would be every unit, or the layer has fewer than :data:`PATH_MIN_UNITS`."""
+    size = min(n, max(n_keep, min(math.ceil(over * n_keep),
+                                  n_keep + math.ceil(share * (n - n_keep)))))
+    return None if size >= n or n < PATH_MIN_UNITS else size
+
+
 def dropout_path(sc: Scaled, P, n_keep: int, *, alpha0: float, grow: float, over: float,
                  thr: float, max_steps: int, share: float = 1.0):
     """The reweighted ridge path of the module docstring on ``sc``: ``(start, steps, alpha)``,
     ``start`` the units the exact part begins from: ``min(ceil(over * n_keep), n_keep +
     ceil(share * (n - n_keep)))`` of them (at least ``n_keep``)."""
     n = sc.n
-    size = min(n, max(n_keep, min(math.ceil(over * n_keep),
-                                  n_keep + math.ceil(share * (n - n_keep)))))
-    if size >= n or n < PATH_MIN_UNITS:
+    size = path_size(n, n_keep, over, share)
+    if size is None:
         return np.arange(n), 0, 0.0
     cols = [sc.groups[g] for g in range(n)]
     free = np.concatenate([np.zeros(0, np.int64)] + sc.groups[n:])
@@ -251,6 +259,12 @@ class GroupPenalty(UnitMethod):
 
     def _select(self, problem: UnitProblem, n_keep: int) -> np.ndarray:
         o = self.options
+        if path_size(problem.n_units, n_keep, o["over"], o["share"]) is None:
+            # nothing for the path to cut (at least half the units kept, or a layer's heads):
+            # OSSCAR's own start, the greedy from every unit with its ridge (the same
+            # objective as osscar at its cost: the scaled problem is not even built)
+            self.info = {"alpha": 0.0, "steps": 0, "path_kept": problem.n_units}
+            return backward_greedy(problem, n_keep, OSSCAR.defaults["damp"])
         sc = Scaled(problem)
         start, steps, alpha = dropout_path(sc, self.P, n_keep, alpha0=o["alpha0"],
                                            grow=o["grow"], over=o["over"], thr=o["thr"],
