@@ -187,7 +187,7 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     t = 0
     for t in range(1, max_iter + 1):
         if max_row_iterations is not None and row_iterations + rows.size > max_row_iterations:
-            stopped = "budget"
+            stopped, t = "budget", t - 1
             break
         row_iterations += rows.size
         if fold and rows.size > Q.shape[0]:
