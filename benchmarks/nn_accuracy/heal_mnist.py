@@ -52,6 +52,7 @@ from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 from dualdrop.train import heal  # noqa: E402
 
 CELLS = {"lenet300": ["0.05", "2:4"], "lenet5": ["params:18224"]}
+LAYERS = ["fc1", "fc2", "fc3"]
 
 
 def cpu() -> float:
@@ -68,7 +69,11 @@ class _Labels(nn.Module):
         return torch.log(F.one_hot(y, 10).float().clamp_min(1e-30))
 
 
-def pruned(net, spec, target):
+def pruned(net, spec, target, method=None, layers=None):
+    """``(dense, pruned, masks)``: ``method`` (``NAME`` or ``NAME+polish``; default ``admm``
+    at a density, ``sparsegpt`` at N:M) with the ``penalty`` allocation, or, with ``layers``
+    (one density per layer, forward order), each layer pruned to its own density in turn
+    (``include=[layer]``: the later layers see the earlier ones pruned)."""
     dense = net.load().eval()
     m = copy.deepcopy(dense)
     if spec == "lenet5":
@@ -77,8 +82,19 @@ def pruned(net, spec, target):
                                target_params=int(target.split(":")[1]), progress=False)
         return dense, res.compact(net.Xte[:128]), None
     kw = {"pattern": target} if ":" in target else {"target_density": float(target)}
-    method, alloc = ("sparsegpt", "uniform") if ":" in target else ("admm", "penalty")
-    res = prune_oneshot(m, net.calib, method, allocation=alloc, progress=False, **kw)
+    name, alloc = ("sparsegpt", "uniform") if ":" in target else ("admm", "penalty")
+    name = method or name
+    opts = {"polish": True} if name.endswith("+polish") else None
+    name = name.split("+")[0]
+    if layers and ":" not in target:
+        masks = {}
+        for layer, d in zip(LAYERS, layers):
+            res = prune_oneshot(m, net.calib, name, target_density=d, include=[layer],
+                                options=opts, progress=False)
+            masks.update(res.masks)
+        return dense, m, masks
+    res = prune_oneshot(m, net.calib, name, allocation=alloc, options=opts, progress=False,
+                        **kw)
     return dense, m, res.masks
 
 
@@ -94,6 +110,12 @@ def main(argv=None):
     ap.add_argument("--temperature", type=float, default=2.0, help="heal's KL temperature")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--calib", type=int, default=1024)
+    ap.add_argument("--method", default=None,
+                    help="one-shot method (NAME or NAME+polish; default admm, 2:4 sparsegpt)")
+    ap.add_argument("--layer-densities", type=float, nargs=2, default=None, metavar=("FC2", "FC3"),
+                    help="LeNet-300-100 at a density: fc2's and fc3's densities, fc1 the rest "
+                    "of the budget (default: the penalty allocation)")
+    ap.add_argument("--seed", type=int, default=0, help="heal's batch order")
     ap.add_argument("--out", default="results/heal/mnist.jsonl")
     ap.add_argument("--tables", action="store_true")
     args = ap.parse_args(argv)
@@ -108,13 +130,17 @@ def main(argv=None):
         base = None
         for way in args.ways:
             for lr in args.lrs:
+                start = {k: v for k, v in (("method", args.method),
+                                           ("layers", _layers(args, target)),
+                                           ("seed", args.seed)) if v}
                 key = json.dumps([args.net, target, way, lr, args.epochs, args.calib]
                                  + ([args.temperature, args.batch_size]
-                                    if (args.temperature, args.batch_size) != (2.0, 128) else []))
+                                    if (args.temperature, args.batch_size) != (2.0, 128) else [])
+                                 + ([start] if start else []))
                 if key in done:
                     continue
                 if base is None:
-                    base = pruned(net, args.net, target)
+                    base = pruned(net, args.net, target, args.method, start.get("layers"))
                 dense, student, masks = (base[0], copy.deepcopy(base[1]),
                                          copy.deepcopy(base[2]))
                 before = net.errors(student)
@@ -122,12 +148,13 @@ def main(argv=None):
                 if way == "heal":
                     heal(student, dense, net.Xtr, epochs=args.epochs,
                          batch_size=args.batch_size, lr=lr, masks=masks, loss="kl",
-                         temperature=args.temperature, progress=False)
+                         temperature=args.temperature, seed=args.seed, progress=False)
                 else:
                     pairs = list(zip(net.Xtr.split(args.batch_size),
                                      net.ytr.split(args.batch_size)))
                     heal(student, _Labels(), pairs, epochs=args.epochs, lr=lr, masks=masks,
-                         loss="kl", temperature=1.0, forward_fn=_feed, progress=False)
+                         loss="kl", temperature=1.0, forward_fn=_feed, seed=args.seed,
+                         progress=False)
                 secs = cpu() - c0
                 after = net.errors(student)
                 kept = None
@@ -140,10 +167,23 @@ def main(argv=None):
                        "test_before": before["test"], "val": after["val"], "test": after["test"],
                        "masks_unchanged": kept, "cpu_s": secs,
                        "params": sum(int((p != 0).sum()) for p in student.parameters()),
-                       "dense_test": net.errors(dense)["test"], "load": os.getloadavg()[0]}
+                       "dense_test": net.errors(dense)["test"], "load": os.getloadavg()[0],
+                       "method": args.method, "layers": start.get("layers"),
+                       "seed": args.seed}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
+
+
+def _layers(args, target):
+    """fc1's, fc2's and fc3's densities when ``--layer-densities`` gives fc2's and fc3's: fc1
+    keeps the rest of ``target``'s budget of the three layers' weights, exactly."""
+    if args.layer_densities is None or ":" in target or args.net != "lenet300":
+        return None
+    sizes = [784 * 300, 300 * 100, 100 * 10]
+    d2, d3 = args.layer_densities
+    rest = round(float(target) * sum(sizes)) - round(d2 * sizes[1]) - round(d3 * sizes[2])
+    return [rest / sizes[0], d2, d3]
 
 
 def _feed(model, batch):
@@ -152,22 +192,32 @@ def _feed(model, batch):
     return model(y) if isinstance(model, _Labels) else model(x)
 
 
+def _start(r) -> str:
+    """The one-shot start of a row: method and allocation (or the three layers' densities)."""
+    if r["net"] != "lenet300":
+        return "ziplm, uniform"
+    method = r.get("method") or ("sparsegpt" if ":" in r["target"] else "admm")
+    if r.get("layers"):
+        return f"{method}, " + "/".join(f"{100 * d:.1f}" for d in r["layers"]) + "%"
+    return f"{method}, {'uniform' if ':' in r['target'] else 'penalty'}"
+
+
 def tables(path):
     rows = [json.loads(line) for line in open(path)]
     best = {}
     for r in rows:
-        k = (r["net"], r["target"], r["way"], r["epochs"], r.get("batch_size", 128))
+        k = (r["net"], r["target"], r["way"], _start(r), r["epochs"], r.get("batch_size", 128))
         if k not in best or r["val"] < best[k]["val"]:
             best[k] = r
-    print("| network | target | training | epochs | batch | lr, T (by validation) | test before "
-          "| test after | masks unchanged | CPU s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| network | target | one-shot start | training | epochs | batch | lr, T (by validation) "
+          "| test before | val after | test after | masks unchanged | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for k in sorted(best):
         r = best[k]
         t = "" if r["way"] == "labels" else f", T={r.get('temperature', 2.0):g}"
-        print(f"| {r['net']} | {r['target']} | {r['way']} | {r['epochs']} | "
+        print(f"| {r['net']} | {r['target']} | {k[3]} | {r['way']} | {r['epochs']} | "
               f"{r.get('batch_size', 128)} | {r['lr']:g}{t} | "
-              f"{100 * r['test_before']:.2f}% | {100 * r['test']:.2f}% | "
+              f"{100 * r['test_before']:.2f}% | {100 * r['val']:.2f}% | {100 * r['test']:.2f}% | "
               f"{'' if r['masks_unchanged'] is None else r['masks_unchanged']} | "
               f"{r['cpu_s']:.0f} |")
 

@@ -246,6 +246,17 @@ if __name__ == "__main__":
     main()
 
 
+def allocation_kwargs(spec: str) -> dict:
+    """``prune_structured``'s allocation arguments of a benchmark's ``--allocations`` entry:
+    ``"uniform"``, ``"flap"``, ``"penalty"`` (the defaults), or ``"penalty:NORMALIZE"`` (the
+    penalty allocation with ``normalize="none"`` / ``"energy"``)."""
+    name, _, normalize = spec.partition(":")
+    out = {"allocation": name}
+    if normalize:
+        out["allocation_options"] = {"normalize": normalize}
+    return out
+
+
 def compact_speedup(dense, small, x, rounds: int = 9) -> float:
     """The dense network's time over the compact one's on ``x`` (one thread, interleaved
     rounds, medians of CPU time)."""

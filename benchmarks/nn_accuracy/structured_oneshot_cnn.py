@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import MNISTNet, compact_speedup  # noqa: E402
+from oneshot_networks import MNISTNet, allocation_kwargs, compact_speedup  # noqa: E402
 
 from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 
@@ -61,7 +61,8 @@ def main(argv=None):
     ap.add_argument("--data-dir", default="../shared/mnist")
     ap.add_argument("--methods", nargs="+",
                     default=["magnitude", "wanda-sp", "flap", "ziplm", "osscar", "logsum"])
-    ap.add_argument("--allocations", nargs="+", default=["uniform", "flap", "penalty"])
+    ap.add_argument("--allocations", nargs="+", default=["uniform", "flap", "penalty"],
+                    help="penalty:none / penalty:energy: the penalty allocation's normalize")
     ap.add_argument("--budgets", nargs="+", default=BUDGETS)
     ap.add_argument("--calib", type=int, default=1024)
     ap.add_argument("--out", default="results/structured_cnn/lenet5.jsonl")
@@ -91,8 +92,8 @@ def main(argv=None):
                 m = copy.deepcopy(dense)
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = prune_structured(m, list(net.calib.split(128)), meth,
-                                       granularity=("channel", "neuron"), allocation=alloc,
-                                       progress=False, **kw)
+                                       granularity=("channel", "neuron"),
+                                       **allocation_kwargs(alloc), progress=False, **kw)
                 secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                 err = net.errors(m)["test"]
                 small = res.compact(x_time)

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import GPT2Net, compact_speedup  # noqa: E402
+from oneshot_networks import GPT2Net, allocation_kwargs, compact_speedup  # noqa: E402
 
 from dualdrop.nn.oneshot import prune_structured  # noqa: E402
 
@@ -37,7 +37,8 @@ def main(argv=None):
     ap.add_argument("--ref", default="results/oneshot/ref/gpt2")
     ap.add_argument("--methods", nargs="+",
                     default=["magnitude", "wanda-sp", "flap", "ziplm", "osscar", "logsum"])
-    ap.add_argument("--allocations", nargs="+", default=["uniform", "flap", "penalty"])
+    ap.add_argument("--allocations", nargs="+", default=["uniform", "flap", "penalty"],
+                    help="penalty:none / penalty:energy: the penalty allocation's normalize")
     ap.add_argument("--densities", nargs="+", type=float, default=[0.7, 0.5])
     ap.add_argument("--calib", type=int, default=128)
     ap.add_argument("--eval-windows", type=int, default=2048)
@@ -71,7 +72,8 @@ def main(argv=None):
                 m = copy.deepcopy(dense)
                 t0 = time.perf_counter()
                 res = prune_structured(m, net.calib, meth, granularity=("head", "neuron"),
-                                       target_density=d, allocation=alloc, progress=False)
+                                       target_density=d, **allocation_kwargs(alloc),
+                                       progress=False)
                 secs = time.perf_counter() - t0
                 ppl = net.errors(m)["test"]
                 small = res.compact({"input_ids": x_time})

@@ -25,14 +25,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from dualdrop.nn.oneshot.depth import block_chain
 from dualdrop.nn.oneshot.calibration import token_mask
+from dualdrop.nn.oneshot.depth import block_chain
 from dualdrop.train import heal_losses as L
 from dualdrop.train.checkpoint import atomic_save, atomic_write_json
 
@@ -75,7 +74,6 @@ class HealRun:
             for i in sorted(set(self.map)):  # the teacher's, kept by index: block_map's order
                 self.hooks.append(tb[i].register_forward_hook(
                     lambda mod, a, out, i=i: self.captured["t"].append((i, L.hidden_of(out)))))
-
         if self.disk is not None:
             self._claim_disk()
 

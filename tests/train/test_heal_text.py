@@ -127,3 +127,23 @@ def test_text_refusals_name_the_tokenizer_option(text_user, tmp_path, capsys, mo
     assert main(_prune(d, tmp_path / "r", "--heal-steps", "5", "--heal-data",
                        d / "texts.txt", "--tokenizer", d / "tok")) == 2
     assert "pip install transformers" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_padding_pads_with_its_end_token(tmp_path):
+    """GPT-2's tokenizer has no padding token: load_tokenizer pads with the end-of-text one
+    (the attention mask hides it), so texts of different lengths batch."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from dualdrop.train.heal_data import load_tokenizer, tokenize
+
+    vocab = {"<eos>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]",
+                            eos_token="<eos>").save_pretrained(tmp_path / "tok")
+    tok = load_tokenizer(tmp_path / "tok")
+    assert tok.pad_token == "<eos>"
+    (batch,) = tokenize(["the cat sat on the mat", "a dog"], tok, 8, 16)
+    assert batch["input_ids"].tolist()[1] == [vocab["a"], vocab["dog"], 0, 0, 0, 0]
+    assert batch["attention_mask"].tolist()[1] == [1, 1, 0, 0, 0, 0]

@@ -109,15 +109,21 @@ def weight_prune_step(meth, budgets: dict):
 
 def first_use_notice(meth, allocation) -> None:
     """Say so on stderr when the method's numba kernels compile now (up to a minute or two on
-    the first use after an install): a progress bar standing still looks like a hang."""
+    the first use after an install): a progress bar standing still looks like a hang. The
+    polish's kernels, when the method uses them, start compiling in a second process
+    (``methods._ahead``)."""
     from penalties._numba_cache import first_use_notice as notice_of  # lazy: start-up time
 
     from dualdrop.linear.solvers import gram_cd  # lazy: start-up time (numba kernels)
+    from dualdrop.nn.oneshot.methods._ahead import start as start_ahead  # lazy: start-up time
+    from dualdrop.nn.oneshot.methods.polish import KERNELS as POLISH_KERNELS  # lazy: the same
 
     kernels = (*meth.kernels(), *(gram_cd.KERNELS if allocation == "penalty" else ()))
     notice = notice_of(kernels, f"one-shot {meth.name}")
     if notice:
         print(notice, file=sys.stderr, flush=True)
+    if any(k in POLISH_KERNELS for k in kernels):
+        start_ahead(POLISH_KERNELS)  # the polish's kernels compile in a second process
 
 
 def collect_grams(model, steps, calib, forward_fn, progress=False, **pipe) -> dict:

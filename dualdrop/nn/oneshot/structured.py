@@ -221,12 +221,18 @@ def unit_budget_counts(job, model, groups, steps, first, fwd, counter: ParamCoun
         problems = {s.group.name: unit_problem(s.group, s.weights()[0], G[s.group.name],
                                                job.bias_compensation) for s in steps}
         del G
-    counts = allocate_units(job.allocation, cost, budget, problems, prices,
-                            **job.allocation_options)
+    measure = table is not None and job.latency_options["measure"]
+    try:
+        counts = allocate_units(job.allocation, cost, budget, problems, prices,
+                                **job.allocation_options)
+    except ValueError:
+        if not measure:
+            raise
+        counts = None  # beyond reach as predicted: the measured correction asks for less
     measured = None
-    if table is not None and job.latency_options["measure"]:
+    if measure:
         fit = meet_measured(
-            bval, lambda s: counts if s == bval else allocate_units(
+            bval, lambda s: counts if s == bval and counts is not None else allocate_units(
                 job.allocation, cost, table.dense / s, problems, prices,
                 **job.allocation_options),
             table.speedup, lambda c: measured_speedup(

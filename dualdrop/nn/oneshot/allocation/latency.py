@@ -12,8 +12,9 @@ transformer) share one curve. With the dense model's own time ``T``, a pruned mo
 predicted as ``T - sum_g (t_g(n_g) - t_g(k_g))`` (``t_g`` interpolated linearly between grid
 points), and its speed-up as ``T`` over that.
 
-Timings run with ``threads`` torch threads (1 by default) in interleaved rounds, medians
-(``dualdrop.nn._timing``), on the wall clock or, on a machine busy with other work, the
+Timings run with ``threads`` torch threads (1 by default) in interleaved rounds, each the
+fastest of its rounds (``dualdrop.nn._timing``; a neighbour's work only adds time, see
+:func:`timed_ratio`), on the wall clock or, on a machine busy with other work, the
 process's CPU time (``clock="cpu"``). The table is built once
 per machine, model shapes, thread count and torch version, and cached as JSON under
 ``$DUALDROP_CACHE_DIR`` (default ``~/.cache/dualdrop``)``/latency/`` (written to a temporary
@@ -24,9 +25,15 @@ may save more (or less) than they do, and more so at other batch shapes. So a
 ``target_speedup`` budget is checked on the model itself (:func:`meet_measured`): the
 allocation's counts are applied to a copy (which units of a layer go does not change its time),
 the copy is compacted (``dualdrop.nn.compact``) and timed against the model on the same inputs
-(:func:`measured_speedup`), and the speed-up the allocation aims for is corrected (a secant on
-``log`` asked against ``log`` measured) until the measured one is within ``tol`` (5%) of the
-target, or the closest of at most ``max_rounds`` (4) tries is kept and said.
+(:func:`measured_speedup`: the ratio of each one's fastest of at least 15 interleaved rounds,
+more rounds while the two halves of them disagree by more than a quarter of the tolerance), and
+the speed-up the allocation aims for is corrected (along a least-squares line of ``log``
+measured against ``log`` asked over the tries; a try that contradicts an earlier one of nearly
+the same counts is measured again) until the measured one is within ``tol`` (5%) of the target,
+or the closest of at most ``max_rounds`` (6) tries is kept and said. Each try costs one
+compaction and about ``2 x 15`` forwards of the user's batch on top of the calibration (the
+forwards of the dense and the compact model, a few seconds for a sentence encoder at 32 x 128
+tokens on one thread).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from dualdrop.nn._layers import conv1d_class, is_conv1d
 from dualdrop.nn._timing import interleaved, torch_threads
 from dualdrop.nn.compact import compact
 
-VERSION = 2   # 2: the finer grid of ``k`` (tables of version 1 are measured again)
+VERSION = 3   # 3: fastest rounds, not medians; 2: the finer grid of ``k`` (older: measured again)
 
 
 @dataclass
@@ -66,9 +73,14 @@ class LatencyTable:
         return float(np.interp(k, ks, ts))
 
     def predicted(self, counts: dict) -> float:
-        """The predicted seconds of the model keeping ``counts[name]`` units per group."""
-        return self.dense - sum(self.part(n, self.sizes[n]) - self.part(n, counts[n])
-                                for n in counts)
+        """The predicted seconds of the model keeping ``counts[name]`` units per group. Parts
+        timed alone, each with its own call overhead, can add up to more than the whole model
+        (a small model on one input): the savings are then scaled by the whole model's time
+        over the parts' total, so that no prediction falls to 0 or below."""
+        whole = sum(self.part(n, k) for n, k in self.sizes.items())
+        scale = min(1.0, self.dense / whole) if whole > 0 else 1.0
+        return self.dense - scale * sum(self.part(n, self.sizes[n]) - self.part(n, counts[n])
+                                        for n in counts)
 
     def speedup(self, counts: dict) -> float:
         return self.dense / max(self.predicted(counts), 1e-12)
@@ -270,13 +282,13 @@ def build_table(model, groups, inputs, forward_fn, *, threads: int | None = 1,
             ks = _grid(g.n_units)
             fns = {k: _Part(g, shapes, k, dtype, dev) for k in ks if k > 0}
             times = interleaved(fns, rounds=rounds, warmup=1, clock=clock) if fns else {}
-            ts = [0.0] + [float(np.median(times[k])) for k in ks if k > 0]
+            ts = [0.0] + [min(times[k]) for k in ks if k > 0]
             ts = np.maximum.accumulate(np.asarray(ts))   # more units never faster
             for m in members:
                 curves[m.name] = (np.asarray(ks, float), ts)
             bar.update(1)
     bar.close()
-    table = LatencyTable(float(np.median(dense)), curves, {g.name: g.n_units for g in groups})
+    table = LatencyTable(float(min(dense)), curves, {g.name: g.n_units for g in groups})
     if cache:
         _write(path, table.to_dict())
     return table
@@ -305,21 +317,53 @@ def _write(path: str, blob: dict) -> None:
         raise
 
 
+#: interleaved rounds of a measured speed-up at least (min-of-rounds: see :func:`timed_ratio`)
+MEASURE_ROUNDS = 15
+#: the most rounds one measured speed-up may take when its halves disagree
+MEASURE_MAX_ROUNDS = 120
+
+
+def timed_ratio(fns: dict, *, rounds: int = MEASURE_ROUNDS, clock: str = "wall",
+                noise: float = 0.0125, max_rounds: int = MEASURE_MAX_ROUNDS) -> tuple:
+    """``(t_a / t_b, spread)`` for ``fns = {a: ..., b: ...}`` (two callables, in that order):
+    each one's *fastest* round of ``rounds`` interleaved ones (``dualdrop.nn._timing``).
+
+    Why the minimum: a neighbour's work only ever adds time to a round, so the fastest round is
+    the one least disturbed, and the ratio of the two minima is the least noisy estimate of the
+    ratio of the undisturbed times (a median moves with the load: ~10% between two tries on a
+    loaded machine). The spread is ``|log|`` of the ratio of the ratios measured on the first
+    and the second half of the rounds: while it is above ``noise`` (a quarter of the 5%
+    tolerance by default) the rounds are doubled, up to ``max_rounds``."""
+    a, b = list(fns)
+    times = interleaved(fns, rounds=rounds, warmup=1, clock=clock)
+    while True:
+        ta, tb = times[a], times[b]
+        h = len(ta) // 2
+        spread = abs(math.log((min(ta[:h]) / max(min(tb[:h]), 1e-12))
+                              / (min(ta[h:]) / max(min(tb[h:]), 1e-12))))
+        if spread <= noise or 2 * len(ta) > max_rounds:
+            return min(ta) / max(min(tb), 1e-12), spread
+        more = interleaved(fns, rounds=len(ta), warmup=0, clock=clock)
+        times = {k: times[k] + more[k] for k in times}
+
+
 def measured_speedup(model, groups, counts: dict, inputs, forward_fn, *, threads: int | None = 1,
-                     clock: str = "wall", rounds: int = 5) -> float:
+                     clock: str = "wall", rounds: int = MEASURE_ROUNDS) -> float:
     """The model's time over that of its compact copy keeping ``counts[name]`` units of each
     group (the last ones of each group removed: the time does not depend on which), on
-    ``inputs``, interleaved rounds, medians (module docstring). ``model`` is left as it is."""
+    ``inputs``: the ratio of the fastest of at least ``rounds`` interleaved rounds of each
+    (:func:`timed_ratio`, more rounds while the two halves disagree). ``model`` is left as
+    it is."""
     small, copies = copy.deepcopy((model, groups))
     for g in copies:
         if counts[g.name] < g.n_units:
             g.zero_parts(range(counts[g.name], g.n_units))
     small = compact(small.eval(), inputs, groups=copies, verify=False)   # the groups as found
     with torch_threads(threads), torch.no_grad():
-        t = interleaved({"model": lambda: forward_fn(model, inputs),
-                         "compact": lambda: forward_fn(small, inputs)},
-                        rounds=rounds, warmup=1, clock=clock)
-    return float(np.median(t["model"]) / max(float(np.median(t["compact"])), 1e-12))
+        ratio, _ = timed_ratio({"model": lambda: forward_fn(model, inputs),
+                                "compact": lambda: forward_fn(small, inputs)},
+                               rounds=max(int(rounds), MEASURE_ROUNDS), clock=clock)
+    return float(ratio)
 
 
 @dataclass
@@ -336,36 +380,69 @@ class SpeedupFit:
 
 
 def meet_measured(target: float, allocate, predict, measure, *, tol: float = 0.05,
-                  max_rounds: int = 4) -> SpeedupFit:
+                  max_rounds: int = 6, confirm: bool = True) -> SpeedupFit:
     """Counts whose *measured* speed-up is within ``tol`` of ``target`` (module docstring):
     ``allocate(s)`` the counts of an allocation aiming at the predicted speed-up ``s`` (a
     ``ValueError`` when no allocation reaches it), ``predict(counts)`` their predicted speed-up,
-    ``measure(counts)`` their measured one. The first try asks for ``target`` itself; each next
-    one corrects the asked speed-up by the secant of the last two tries in ``log``-``log`` (by
-    the ratio target / measured after one try); the closest try is returned."""
-    asked, tries, best = float(target), [], None
-    for _ in range(max_rounds):
+    ``measure(counts)`` their measured one (an asked speed-up the allocation refuses, beyond
+    one unit per layer as predicted, is lowered by bisection: the prediction may be the part
+    that is wrong). The first try asks for ``target`` itself; each next
+    one corrects the asked speed-up along ``log measured = slope log asked + const``, the slope
+    fitted by least squares on the last three tries (clamped to [0.25, 4]; 1 after one try), so
+    that one noisy measurement does not throw the secant of two close tries off. A measurement
+    that contradicts an earlier try of nearly the same asked speed-up (within ``tol / 2``,
+    measured more than ``tol`` apart: timing noise, not the model) has both tries measured
+    again, each averaged with its first value in ``log``. The asked speed-ups that measured
+    below and above the target bracket it (1, the model itself, from below): a step that
+    leaves the bracket bisects it instead (a measured speed-up can jump between two close
+    counts), and counts met before are not measured again. With ``confirm`` a try that lands
+    within ``tol`` is measured a second time and accepted only if the ``log`` average of the two
+    still is. The closest try is returned."""
+    asked, tries, seen, best = float(target), [], [], None
+    lo, hi = 1.0, math.inf      # asked speed-ups bracketing the target (1: the model itself)
+    known = {}                  # counts already measured -> their measured speed-up
+    for _ in range(3 * max_rounds):
         try:
             counts = allocate(asked)
-        except ValueError:
-            break                          # asked beyond one unit per layer: keep the closest
-        if best is not None and counts == best.counts:
+        except ValueError:                 # asked beyond one unit per layer (as predicted):
+            hi = min(hi, asked)            # ask for less, between the bracket's ends
+            new = math.sqrt(lo * hi)
+            if hi <= lo * (1 + 1e-3):
+                break
+            asked = new
+            continue
+        key = tuple(sorted(counts.items()))
+        if key in known:                   # the same counts again: no new measurement
+            meas = known[key]
+        elif len(tries) >= max_rounds:
             break
-        meas, pred = float(measure(counts)), float(predict(counts))
-        tries.append((asked, pred, meas))
-        fit = SpeedupFit(dict(counts), pred, meas, abs(meas / target - 1) <= tol, tries)
-        if best is None or abs(math.log(meas / target)) < abs(math.log(best.measured / target)):
-            best = fit
-        if fit.met:
-            break
-        step = 1.0
-        if len(tries) >= 2:
-            (a0, _, m0), (a1, _, m1) = tries[-2], tries[-1]
-            if a0 != a1 and m0 > 0 and m1 > 0 and m0 != m1:
-                slope = math.log(m1 / m0) / math.log(a1 / a0)
-                step = slope if slope > 0.1 else 1.0
-        new = max(1.0, math.exp(math.log(asked) + math.log(target / meas) / step))
-        if abs(new - asked) <= 1e-6 * asked:
+        else:
+            meas, pred = float(measure(counts)), float(predict(counts))
+            for i, (a, _, m) in enumerate(tries):
+                if abs(math.log(a / asked)) < tol / 2 and abs(math.log(m / meas)) > tol:
+                    # nearly the same counts measured far apart: timing noise; both again
+                    m2 = math.sqrt(m * float(measure(seen[i])))
+                    tries[i] = (a, tries[i][1], m2)
+                    known[tuple(sorted(seen[i].items()))] = m2
+                    meas = math.sqrt(meas * float(measure(counts)))
+                    break
+            if abs(meas / target - 1) <= tol and confirm:
+                # accepted on two measurements: one lucky (or unlucky) timing is not enough
+                meas = math.sqrt(meas * float(measure(counts)))
+            known[key] = meas
+            tries.append((asked, pred, meas))
+            seen.append(dict(counts))
+            best = _closest(tries, seen, target, tol)
+            if best.met:
+                break
+        if meas < target:
+            lo = max(lo, asked)
+        else:
+            hi = min(hi, asked)
+        new = max(1.0, math.exp(math.log(asked) + math.log(target / meas) / _slope(tries[-3:])))
+        if not lo < new < hi:              # the step left the bracket: bisect it instead
+            new = math.sqrt(lo * hi) if hi < math.inf else 2.0 * lo
+        if abs(new - asked) <= 1e-6 * asked or hi <= lo * (1 + 1e-3):
             break
         asked = new
     if best is None:
@@ -373,3 +450,19 @@ def meet_measured(target: float, allocate, predict, measure, *, tol: float = 0.0
     best.tries = tries
     return best
 
+
+def _closest(tries, seen, target, tol):
+    """The try measured closest to ``target`` (in ``log``) as a :class:`SpeedupFit`."""
+    i = min(range(len(tries)), key=lambda i: abs(math.log(tries[i][2] / target)))
+    a, p, m = tries[i]
+    return SpeedupFit(dict(seen[i]), p, m, abs(m / target - 1) <= tol, tries)
+
+
+def _slope(tries) -> float:
+    """d log measured / d log asked, least squares over ``tries`` (1 when they cannot say)."""
+    x = np.log([t[0] for t in tries])
+    y = np.log([t[2] for t in tries])
+    if len(tries) < 2 or np.ptp(x) < 1e-6:
+        return 1.0
+    slope = float(np.polyfit(x, y, 1)[0])
+    return min(max(slope, 0.25), 4.0) if slope > 0 else 1.0

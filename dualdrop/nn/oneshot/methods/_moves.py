@@ -220,7 +220,7 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups
             costs[a] = u[a] * u[a] / (2.0 * H[a, a])
         order = np.argsort(costs)
         found = False
-        bi, bk = -1, -1
+        bi = bk = np.int64(-1)  # typed int64: a literal -1 would compile _swap a second time
         best = -tol
         for ii in range(s):
             i = order[ii]
@@ -348,14 +348,14 @@ def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
     if down:
         if s == 0:
             return np.nan
-        best, bi = np.inf, -1
+        best, bi = np.inf, np.int64(-1)  # not a literal: _remove compiles once
         for a in range(s):
             v = u[a] * u[a] / (2.0 * H[a, a])
             if v < best:
                 best, bi = v, a
         return _remove(Gd, S, s, H, u, g, c, inS, MT, yes, bi)
     for _ in range(p):
-        best, bk = -1.0, -1
+        best, bk = -1.0, np.int64(-1)  # not a literal: _add compiles once
         for k in range(p):
             if not inS[k] and c[k] > floor:
                 v = g[k] * g[k] / c[k]

@@ -41,6 +41,7 @@ from penalties.checks import check_int
 from .base import Budget, OneShotMethod
 from ._layer import ScaledLayer
 from .sparsegpt import SparseGPT
+from . import _ahead
 from ._moves import KERNELS, _add, _build, _fill_mt, _ladder, _remove, _swaps
 
 __all__ = ["Polish", "SupportSearch", "polish", "polish_support"]
@@ -170,6 +171,7 @@ class SupportSearch:
     live inputs; ``pattern`` ``(N, M)`` restricts swaps to groups and forbids transfers."""
 
     def __init__(self, sl: ScaledLayer, mask, pattern=None, memory=MEMORY):
+        _ahead.wait()  # the kernels compiled ahead in a second process, if any: load them
         self.lp = lp = sl
         self.Gd = np.ascontiguousarray(lp.Gs + RIDGE * np.eye(lp.q))
         self.supports = [np.flatnonzero(mask[r]) for r in range(lp.R)]

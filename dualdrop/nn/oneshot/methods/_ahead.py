@@ -1,0 +1,80 @@
+"""The polish's numba kernels compiled ahead, in a second process, on their first use.
+
+A one-shot call on an empty numba cache compiles two families of kernels, one after the other:
+the penalty path's coordinate descent (``dualdrop.linear.solvers.gram_cd`` with the penalty
+kernels it inlines), which the call needs at once, and the support polish's exact moves
+(``_moves``, ``_row_kernels``), which it needs only once the first layer's path has run. Each
+costs about as much compile time as the other (benchmarks/RESULTS.md, "Cold and warm first
+call"). So when the polish's kernels are neither compiled nor cached and the machine has a
+second core, :func:`start` launches a second Python process that compiles them into the
+shared numba cache (``penalties._numba_cache``) by polishing a tiny random layer, which calls
+every polish kernel with the types a real layer gives them; the calling process goes on
+compiling and running the path meanwhile, and :func:`wait` (called before the first polish)
+waits for that process, after which the kernels load from the cache in well under a second.
+The results are those of compiling in-process: the same kernels, the same machine code.
+
+``DUALDROP_COMPILE_AHEAD=0`` turns this off (the kernels then compile in the calling process
+as before); on one core it is off anyway. If the second process fails, nothing is lost: the
+kernels compile in the calling process when first called.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from penalties._numba_cache import is_compiled
+
+#: the module the second process runs (by name: importing it here would be a cycle, polish
+#: imports this module)
+JOB = "dualdrop.nn.oneshot.methods._ahead_job"
+_PENDING: subprocess.Popen | None = None
+#: the most seconds :func:`wait` waits for the second process (then compiles in-process)
+WAIT_LIMIT = 900.0
+
+
+def enabled() -> bool:
+    """Whether compiling ahead may run here (the environment switch, a second core)."""
+    if os.environ.get("DUALDROP_COMPILE_AHEAD", "1") == "0":
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return cores >= 2
+
+
+def start(kernels) -> bool:
+    """Launch the second process when ``kernels`` (the polish's dispatchers) are neither
+    compiled nor cached; True when one was launched (or is still running)."""
+    global _PENDING
+    if _PENDING is not None and _PENDING.poll() is None:
+        return True
+    if not kernels or not enabled() or is_compiled(*kernels):
+        return False
+    root = str(Path(__file__).resolve().parents[4])  # the folder holding the dualdrop package
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    try:
+        _PENDING = subprocess.Popen(
+            [sys.executable, "-c", f"from {JOB} import compile_polish; compile_polish()"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+    except OSError:
+        _PENDING = None
+        return False
+    return True
+
+
+def wait() -> None:
+    """Wait for the second process, if one runs (a no-op otherwise)."""
+    global _PENDING
+    proc, _PENDING = _PENDING, None
+    if proc is None:
+        return
+    try:
+        proc.wait(timeout=WAIT_LIMIT)
+    except subprocess.TimeoutExpired:  # compile in-process instead; leave it to finish
+        pass
