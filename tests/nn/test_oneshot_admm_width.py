@@ -104,3 +104,16 @@ def test_folded_u_step_is_the_same_iteration():
             seen[fold] = masks
         assert len(seen[True]) == len(seen[False]) > 20
         assert all(np.array_equal(a, b) for a, b in zip(seen[True], seen[False]))
+
+
+def test_row_iteration_cap_stops_with_the_budget_met():
+    W0, G = _layer()
+    sl = ScaledLayer(W0, G)
+    for budget in (Budget(n_keep=900), Budget(pattern=(2, 4))):
+        cap = 3 * sl.R + 5
+        mask, D, info = admm.admm_support(sl, budget, freeze=True, patience=5,
+                                          max_row_iterations=cap)
+        assert info["stopped"] == "budget" and info["row_iterations"] <= cap
+        assert info["iterations"] == 3  # three whole iterations fit under the cap, not four
+        assert mask.sum() == sl.live_target(budget)  # the count, or N in every group
+        assert np.all(D[~mask] == 0)

@@ -129,7 +129,8 @@ def _project(Z, sl, k, budget):
 
 def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, growth=1.02,
                  rho_every=3, patience=20, max_iter=1000, coordinates="scaled", start="top",
-                 precision="float64", callback=None, shrink=None, freeze=False, fold=False):
+                 precision="float64", callback=None, shrink=None, freeze=False, fold=False,
+                 max_row_iterations=None):
     """Run ADMM (module docstring) on ``sl`` in the ``coordinates`` ``"scaled"`` (``u``) or
     ``"weights"`` (``w``), from ``start`` (``"top"``: the layer's largest ``|u0|``; ``"wanda"``:
     each row's), the matrix products in ``precision``; returns ``(mask, D, info)``: the live
@@ -144,6 +145,8 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     share the rest), so the products shrink as rows settle; without it the whole layer stops
     once its support has not changed for ``patience`` iterations. Under an N:M pattern the rows
     are independent problems and the frozen row ends where its own stopping rule ends it.
+    ``max_row_iterations``: stop before the rows' iterations (each iterating row counts one
+    per iteration) would pass it, the supports where they are (every one meets the budget).
     ``fold``: while the iterating rows outnumber the inputs, the U-step as one product (the
     loop's comment): about 0.6x the products' time on a layer of four times more outputs than
     inputs."""
@@ -183,6 +186,9 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     stopped = "max_iter"
     t = 0
     for t in range(1, max_iter + 1):
+        if max_row_iterations is not None and row_iterations + rows.size > max_row_iterations:
+            stopped, t = "budget", t - 1
+            break
         row_iterations += rows.size
         if fold and rows.size > Q.shape[0]:
             # U = u0 + (D - V - u0) M with M = rho (Gl + rho I)^-1 = Q diag(rho / (lam + rho))

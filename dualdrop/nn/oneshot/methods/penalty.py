@@ -91,6 +91,9 @@ LEVEL, NEGLIGIBLE = 0.3, 1e-3
 # on MiniLM's 2:4 and intermediate layers (at 1.035: 0.01-0.09% on the 2:4 ones), at 1.6-1.8x
 # admm's time
 PENALTY_RUN = {"rho0": 0.1, "growth": 1.035}
+# ... and at most this share of ADMM's two runs' row iterations (its prox costs about a sixth
+# more per iteration than ADMM's projection): logsum and mcp within 1.5x admm's time
+PENALTY_SHARE = 0.4
 TABLE = 2048  # points of the prox's table per iteration (linear interpolation between them)
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
@@ -341,15 +344,18 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
     runs, names = [], []
     own = {**RUNS["scaled"], **PENALTY_RUN, **(penalty_run or {})}
     for c, run in (*((c, {**r, "rho0": 0.1}) for c, r in RUNS.items()), ("penalty", own)):
-        # the penalty's run gets at most the iterations ADMM's runs took (its cost bounded by
-        # theirs: a support that has not settled by then still meets the budget and competes)
+        # the penalty's run gets at most the iterations ADMM's runs took and PENALTY_SHARE of
+        # their rows' iterations (its cost bounded by theirs: a support that has not settled
+        # by then still meets the budget and competes)
         cap = max(r[2]["iterations"] for r in runs) if c == "penalty" else run["max_iter"]
+        rows = (PENALTY_SHARE * sum(r[2]["row_iterations"] for r in runs)
+                if c == "penalty" else None)
         shrink = _prox_step(P, level) if c == "penalty" else None
         runs.append(admm_support(sl, budget, rho0=run["rho0"], growth=run["growth"], max_iter=cap,
                                  coordinates="scaled" if c == "penalty" else c,
                                  start=run["start"], precision=precision, shrink=shrink,
                                  patience=size["patience"], freeze=size["freeze"],
-                                 fold=size["fold"]))
+                                 fold=size["fold"], max_row_iterations=rows))
         names.append(c)
     mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
     return mask, U, D, {"runs": {c: r[2] for c, r in zip(names, runs)}, "kept": names[won]}

@@ -27,7 +27,9 @@ last step) are the start of the exact part: the backward greedy of Optimal Brain
 ``n_keep``, then exact swaps while one lowers the refit error (``polish``, on by default, as
 OSSCAR's local search), then the refit. On all-MiniLM-L6-v2 with at most a third of a layer's
 units kept this costs less CPU than OSSCAR's greedy from every unit and ends at or below
-its objective (benchmarks/RESULTS.md, "Structured one-shot").
+its objective (benchmarks/RESULTS.md, "Structured one-shot"). Where the path has nothing to cut
+(half the units or more kept, or fewer than :data:`PATH_MIN_UNITS` units) the greedy starts
+from every unit on OSSCAR's own damped Gram: OSSCAR's result at OSSCAR's cost.
 
 :class:`UnitPath` gives a layer's kept units along ``alpha`` by the Gram-form block coordinate
 descent of ``dualdrop.linear`` (exact zeros, warm starts): the ``"penalty"`` allocation with a
