@@ -95,11 +95,12 @@ def main(argv=None):
                                        granularity=("channel", "neuron"),
                                        **allocation_kwargs(alloc), progress=False, **kw)
                 secs, cpu = time.perf_counter() - t0, time.process_time() - c0
-                err = net.errors(m)["test"]
+                errs = net.errors(m)
+                err = errs["test"]
                 small = res.compact(x_time)
                 sp = compact_speedup(dense, small, x_time)
                 row = {"key": key, "method": meth, "allocation": alloc, "budget": budget,
-                       "test_error": err, "dense_error": dense_err,
+                       "test_error": err, "val_error": errs["val"], "dense_error": dense_err,
                        "params": sum(p.numel() for p in small.parameters()),
                        "dense_params": n_dense, "macs": macs(small, x_time),
                        "dense_macs": dense_macs, "speedup": sp, "seconds": secs,
@@ -116,11 +117,12 @@ def main(argv=None):
 
 def print_tables(path):
     rows = [json.loads(line) for line in open(path)]
-    print("| budget | allocation | method | test error | parameters | MACs / image | "
-          "compact vs dense | prune s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| budget | allocation | method | validation error | test error | parameters | "
+          "MACs / image | compact vs dense | prune s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['budget']} | {r['allocation']} | {r['method']} | "
+        val = f"{100 * r['val_error']:.2f}%" if "val_error" in r else "-"
+        print(f"| {r['budget']} | {r['allocation']} | {r['method']} | {val} | "
               f"{100 * r['test_error']:.2f}% | {r['params']:,} | {r['macs']:,} | "
               f"{r['speedup']:.2f}x | {r['seconds']:.1f} |")
 
