@@ -70,6 +70,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--options", default="{}", help="JSON: method options")
     ap.add_argument("--allocation-options", default="{}", help="JSON")
+    ap.add_argument("--latency-options", default='{"clock": "cpu"}',
+                    help='JSON for prune_structured\'s latency_options (\'{"measure": false}\': the '
+                    'prediction alone, so that every method gets the same unit counts)')
     ap.add_argument("--no-bias-compensation", action="store_true")
     ap.add_argument("--target", default="pruned", choices=["pruned", "dense"])
     ap.add_argument("--tag", default="")
@@ -120,7 +123,7 @@ def main(argv=None):
                                        bias_compensation=not args.no_bias_compensation,
                                        target=args.target,
                                        latency_inputs=tbatch, progress=False,
-                                       latency_options={"clock": "cpu"})
+                                       latency_options=json.loads(args.latency_options))
                 secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                 cos, rec = quality(dense_emb, embed(m, evals))
                 small = res.compact(tbatch)
