@@ -44,14 +44,17 @@ def main(argv=None):
     ap.add_argument("--eval-windows", type=int, default=2048)
     ap.add_argument("--out", default="results/structured_gpt2/cells.jsonl")
     ap.add_argument("--tables", action="store_true")
+    ap.add_argument("--with-val", action="store_true",
+                    help="also record the validation perplexity (the split to choose a setting on)")
     args = ap.parse_args(argv)
     if args.tables:
         rows = [json.loads(line) for line in open(args.out)]
-        print("| prunable kept | allocation | method | test ppl/byte | parameters | "
-              "compact vs dense | prune s |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| prunable kept | allocation | method | validation ppl/byte | test ppl/byte | "
+              "parameters | compact vs dense | prune s |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
-            print(f"| {r['density']:.0%} | {r['allocation']} | {r['method']} | "
+            val = f"{r['val_ppl']:.3f}" if r.get("val_ppl") is not None else "-"
+            print(f"| {r['density']:.0%} | {r['allocation']} | {r['method']} | {val} | "
                   f"{r['ppl']:.3f} (dense {r['dense_ppl']:.3f}) | {r['params']:,} | "
                   f"{r['speedup']:.2f}x | {r['seconds']:.1f} |")
         return
@@ -59,7 +62,7 @@ def main(argv=None):
     done = {json.loads(line)["key"] for line in open(args.out)} if os.path.exists(args.out) \
         else set()
     torch.set_num_threads(1)
-    net = GPT2Net(Path(args.ref), args.calib, 0, args.eval_windows)
+    net = GPT2Net(Path(args.ref), args.calib, 0, args.eval_windows, with_val=args.with_val)
     dense = net.load().eval()
     dense_ppl = net.errors(dense)["test"]
     x_time = net.g2.windows(net.test, 32, net.ctx, seed=7)
@@ -75,11 +78,12 @@ def main(argv=None):
                                        target_density=d, **allocation_kwargs(alloc),
                                        progress=False)
                 secs = time.perf_counter() - t0
-                ppl = net.errors(m)["test"]
+                errs = net.errors(m)
+                ppl = errs["test"]
                 small = res.compact({"input_ids": x_time})
                 sp = compact_speedup(dense, small, x_time)
                 row = {"key": key, "method": meth, "allocation": alloc, "density": d,
-                       "ppl": ppl, "dense_ppl": dense_ppl,
+                       "ppl": ppl, "val_ppl": errs["val"], "dense_ppl": dense_ppl,
                        "params": sum(p.numel() for p in small.parameters()),
                        "speedup": sp, "seconds": secs,
                        "kept": {k: len(v) for k, v in res.units.items()},
