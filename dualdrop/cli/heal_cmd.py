@@ -28,6 +28,7 @@ import shutil
 from pathlib import Path
 
 from dualdrop.cli import UsageError, nonneg_int, positive_float, positive_int
+from dualdrop.cli.prune_cmd import _from_run, add_heal_data_options, heal_tokenizer
 
 HEAL_DIR = "heal"
 
@@ -44,13 +45,8 @@ def register(subparsers) -> None:
                    "prune's --model-class (default: the run the prune started --from)")
     p.add_argument("--steps", type=positive_int, required=True, metavar="N",
                    help="healing steps (batches)")
-    p.add_argument("--data", "--heal-data", dest="data", default=None, metavar="FILE",
-                   help="unlabeled inputs: .pt/.npy samples or batches, or .txt (one text a "
-                   "line) / .jsonl (a \"text\" field a line) with --tokenizer (default: the "
-                   "prune's calibration samples)")
-    p.add_argument("--tokenizer", default=None, metavar="NAME_OR_PATH",
-                   help="the model's tokenizer for text --data: a Hugging Face Hub name or a "
-                   "folder written by save_pretrained (transformers' AutoTokenizer)")
+    add_heal_data_options(p, "--data", "--heal-data", dest="data",
+                          default="the prune's calibration samples")
     p.add_argument("--lr", type=positive_float, default=1e-3,
                    help="learning rate (AdamW, warm-up then cosine decay; default 1e-3)")
     p.add_argument("--batch-size", type=positive_int, default=128,
@@ -88,7 +84,6 @@ def _teacher(args, cfg: dict):
 
 def _calibration(args, cfg: dict):
     """``(calibration samples, evaluate(model) -> dict)`` as the prune drew them."""
-    from dualdrop.cli.prune_cmd import _from_run
     from dualdrop.train.user_model import read_calibration
 
     if cfg.get("from") is not None:
@@ -125,7 +120,6 @@ def run(args) -> int:
     if (final.get("heal") or {}).get("status") == "finished":
         raise FileExistsError(f"{folder} is healed already ({final['heal']['steps']} steps); "
                               "prune again into a new folder to heal otherwise")
-    from dualdrop.cli.prune_cmd import heal_tokenizer
 
     tokenizer = heal_tokenizer(args.data, args.tokenizer, "--data")
     if args.threads:

@@ -143,17 +143,23 @@ def add_heal_options(p) -> None:
                    help="then heal the pruned network: N steps of distillation from the dense "
                    "one (dualdrop.train.heal; masks held, removed units stay removed; default "
                    "0: no healing)")
-    p.add_argument("--heal-data", default=None, metavar="FILE",
-                   help="unlabeled inputs to heal on: .pt/.npy samples or batches, or "
-                   ".txt (one text a line) / .jsonl (a \"text\" field a line) with "
-                   "--tokenizer (default: the calibration data)")
-    p.add_argument("--tokenizer", default=None, metavar="NAME_OR_PATH",
-                   help="the model's tokenizer for text --heal-data: a Hugging Face Hub name or "
-                   "a folder written by save_pretrained (transformers' AutoTokenizer)")
+    add_heal_data_options(p, "--heal-data", dest="heal_data", default="the calibration data")
     p.add_argument("--heal-lr", type=positive_float, default=1e-3,
                    help="healing learning rate (AdamW, warm-up then cosine decay; default 1e-3)")
     p.add_argument("--heal-batch-size", type=int_at_least(1), default=128,
                    help="healing batch size for samples (default 128)")
+
+
+def add_heal_data_options(p, *flags, dest: str, default: str) -> None:
+    """The healing data (``flags``, e.g. ``--heal-data``) and ``--tokenizer`` for a text file,
+    shared by ``dualdrop prune`` and ``dualdrop heal``; ``default`` says what heals without it."""
+    p.add_argument(*flags, dest=dest, default=None, metavar="FILE",
+                   help="unlabeled inputs to heal on: .pt/.npy samples or batches, or "
+                   ".txt (one text a line) / .jsonl (a \"text\" field a line) with "
+                   f"--tokenizer (default: {default})")
+    p.add_argument("--tokenizer", default=None, metavar="NAME_OR_PATH",
+                   help=f"the model's tokenizer for text {flags[0]}: a Hugging Face Hub name or "
+                   "a folder written by save_pretrained (transformers' AutoTokenizer)")
 
 
 def _typed(value: str):
