@@ -140,6 +140,25 @@ def _settle(S, s, g, c):
 
 
 @_kernel
+def _schur_column(Gd, S, s, h, k, skip, sc):
+    """``(Gd[k] - Gd[:, S] h) / sc``: input ``k``'s column of the support's update, ``h`` its
+    least-squares coefficients on the support (position ``skip`` left out; -1: none) and ``sc``
+    its Schur complement; shared by :func:`_add` and :func:`_swap`."""
+    p = Gd.shape[0]
+    cvec = Gd[k].copy()
+    for a in range(s):
+        if a == skip:
+            continue
+        ha = h[a]
+        Ra = Gd[S[a]]
+        for q in range(p):
+            cvec[q] -= ha * Ra[q]
+    for q in range(p):
+        cvec[q] /= sc
+    return cvec
+
+
+@_kernel
 def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     """Add input ``k`` at position ``s`` (the support refit; ``MT`` updated when ``has_mt``,
     which then needs a row ``s``). Returns the change of f (<= 0), or NaN, changing nothing but
@@ -161,14 +180,7 @@ def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     if not sc > floor:
         c[k] = 0.0
         return np.nan  # refused: nothing changed
-    cvec = Gd[k].copy()
-    for a in range(s):
-        ha = h[a]
-        Ra = Gd[S[a]]
-        for q in range(p):
-            cvec[q] -= ha * Ra[q]
-    for q in range(p):
-        cvec[q] /= sc
+    cvec = _schur_column(Gd, S, s, h, k, -1, sc)
     gk = g[k]
     delta = -gk / sc
     df = -0.5 * gk * gk / sc
@@ -228,17 +240,7 @@ def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
     gk = g[k] - coef * vk
     delta = -gk / sc
     df = 0.5 * u[i] * coef - 0.5 * gk * gk / sc
-    # cvec = (Gd[k] - Gd[:, S'] h') / sc
-    cvec = Gd[k].copy()
-    for a in range(s):
-        if a == i:
-            continue
-        ha = hp[a]
-        Ra = Gd[S[a]]
-        for q in range(p):
-            cvec[q] -= ha * Ra[q]
-    for q in range(p):
-        cvec[q] /= sc
+    cvec = _schur_column(Gd, S, s, hp, k, i, sc)  # the support S' without position i
     # gradient and Schur complements: removal, then addition
     for q in range(p):
         gq = g[q] - coef * v[q]
