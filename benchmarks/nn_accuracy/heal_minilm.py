@@ -193,25 +193,50 @@ def healing_texts(tok, kind, n_fresh, work):
     return sort_by_length(tok, calib + fresh)
 
 
-def probe_costs(small, model, tok, texts, args, kw):
-    """``(student step, teacher forward)`` CPU seconds, from 10 steps with the teacher and 10
-    teacher forwards on the same batches."""
-    sample = sorted(random.Random(0).sample(texts, min(320, len(texts))), key=len)
-    probe = copy.deepcopy(small)
+def probe_costs(small, model, data, args):
+    """``(student, teacher)`` CPU seconds per padded token, on 10 of the run's batches
+    ``data``: the student's forward, loss, backward and AdamW update on a copy (heal's own
+    set-up, a one-time cost, left out), the teacher's no-grad forward. Per token, because the
+    batches are cut from length-sorted text and their padded lengths differ 10-fold."""
+    pick = random.Random(0).sample(range(len(data)), min(10, len(data)))
+    probe = copy.deepcopy(small).train(args.mode == "scratch")
+    opt = torch.optim.AdamW(probe.parameters(), lr=1e-9)
+    views = 2 if args.mode == "scratch" else 1
+    tokens = sum(data[i]["input_ids"].numel() for i in pick)
     c0 = cpu()
-    if args.mode == "heal":
-        heal(probe, model, sample, steps=10, **kw)
-    else:
-        simcse(probe, batches(tok, sample, batch=args.batch), 10, args.lr, 0.0, 10, {})
-    step = (cpu() - c0) / 10
+    for i in pick:
+        b = data[i]
+        loss = sum(probe(**b).last_hidden_state.square().mean() for _ in range(views))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(probe.parameters(), 1.0)
+        opt.step()
+    step = (cpu() - c0) / tokens
     if args.mode != "heal":
         return step, 0.0
     c0 = cpu()
     with torch.no_grad():
-        for b in batches(tok, sample, batch=args.batch):
-            model(**b)
-    teacher = (cpu() - c0) / 10
-    return step - teacher, teacher
+        for i in pick:
+            model(**data[i])
+    return step, (cpu() - c0) / tokens
+
+
+def budget_steps(small, model, tok, args, work):
+    """Steps that spend ``--minutes`` of CPU (module docstring): the calibration pool's
+    batches cost the teacher once, fresh text costs it on every step."""
+    data = batches(tok, healing_texts(tok, args.text, 20_000, work), batch=args.batch)
+    s_tok, t_tok = probe_costs(small, model, data, args)
+    per_batch = sum(b["input_ids"].numel() for b in data) / len(data)
+    budget = args.minutes * 60
+    if args.text == "calib":
+        epoch = t_tok * per_batch * len(data)
+        total = int((budget - epoch) / (s_tok * per_batch))
+        if total < len(data):  # not one epoch: the teacher runs on every step
+            total = int(budget / ((s_tok + t_tok) * per_batch))
+    else:  # one epoch over fresh batches
+        total = int(budget / ((s_tok + t_tok) * per_batch))
+    return {"student_per_token": s_tok, "teacher_per_token": t_tok, "tokens_per_batch":
+            per_batch, "total": max(10, total), "spent": 0.0, "step": 0}
 
 
 def main(argv=None):
@@ -288,17 +313,7 @@ def main(argv=None):
         record(0.0, 0.0, 0, 0)
         if args.minutes <= 0:  # the student and its start only
             return
-        texts = healing_texts(tok, args.text, 200_000, work)
-        step_s, teach_s = probe_costs(small, model, tok, texts, args, kw)
-        # the budget: total * step + (batches seen for the first time) * teacher forward
-        budget, n_calib = args.minutes * 60, len(stdlib_sentences()[0]) // args.batch + 1
-        if args.text == "calib":
-            total = int((budget - n_calib * teach_s) / step_s) if budget > n_calib * (
-                step_s + teach_s) else int(budget / (step_s + teach_s))
-        else:  # one epoch: every batch new to the teacher
-            total = int(budget / (step_s + teach_s))
-        meta = {"per_step": step_s + teach_s, "student_step": step_s, "teacher": teach_s,
-                "total": max(10, total), "spent": 0.0, "step": 0}
+        meta = budget_steps(small, model, tok, args, work)
         atomic_json(meta, meta_path)
     total = meta["total"]
     n_fresh = max(0, total * args.batch - (len(stdlib_sentences()[0]) if args.text == "mix"
