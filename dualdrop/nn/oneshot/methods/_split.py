@@ -211,8 +211,8 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
     row by row for a pattern): never above ``admm``'s. ``size``: ``patience``, ``freeze``,
     ``cg_steps``, ``fold`` (``admm.sized``: by the layer's width unless given). Returns
     ``(mask, U, D, info)``: the live support, its least-squares weights (scaled), the runs'
-    own values there and ``{"runs", "kept", "changed"}`` (``changed``: the rows the penalty's
-    run changed, ``kept``: the run that gave the most rows)."""
+    own values there and ``{"runs", "kept", "changed", "improved"}`` (the rows the penalty's
+    run changed, and those of them kept; ``kept``: the run that gave the most rows)."""
     size = sized(size, sl)
     own = {**PENALTY_RUN, **(penalty_run or {})}
     runs = [admm_support(sl, budget, rho0=0.1, growth=r["growth"], max_iter=r["max_iter"],
@@ -232,7 +232,7 @@ def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision=
         max_row_iterations=own["share"] * sum(r[2]["row_iterations"] for r in runs))
     changed = np.flatnonzero((pm != mask).any(axis=1))
     info = {"runs": {c: r[2] for c, r in zip(names, runs)}, "kept": names[won],
-            "changed": int(changed.size)}
+            "changed": int(changed.size), "improved": 0}
     info["runs"]["penalty"] = pinfo
     if changed.size:
         if size["cg_steps"]:
