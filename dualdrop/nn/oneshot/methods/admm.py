@@ -139,7 +139,7 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     ``{"iterations", "rho", "seconds", "stopped", "row_iterations"}``. ``callback(t, mask)``
     runs after each iteration. ``shrink(Z, mask, rho)``, if given, returns the D-step (0 off
     ``mask``; the projection keeps ``Z`` itself on it, a penalty's prox shrinks it:
-    ``penalty.split_support``).
+    ``_split.split_support``).
 
     ``freeze`` (slow schedule): a row whose support has not changed for ``patience`` iterations
     leaves the iteration with that support (its share of a layer count fixed; the other rows
