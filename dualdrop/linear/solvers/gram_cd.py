@@ -180,8 +180,11 @@ def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs,
             full = True
         if K == 0:
             continue
-        hist[n_hist] = w
-        ghist[n_hist] = g
+        # (element loops, not array expressions: numba compiles each array expression's
+        # broadcasting and shape-error paths, seconds of every first call)
+        for j in range(n):
+            hist[n_hist, j] = w[j]
+            ghist[n_hist, j] = g[j]
         n_hist += 1
         if n_hist < K + 1:
             continue
@@ -189,10 +192,18 @@ def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs,
         ok, cw = anderson_weights(hist)
         if not ok:
             continue
-        w_acc = cw @ hist[1:]
-        if positive and np.any(w_acc < 0.0):
+        w_acc = np.zeros(n)
+        g_acc = np.zeros(n)
+        neg = False
+        for k in range(K):
+            ck = cw[k]
+            for j in range(n):
+                w_acc[j] += ck * hist[k + 1, j]
+                g_acc[j] += ck * ghist[k + 1, j]
+        for j in range(n):
+            neg = neg or w_acc[j] < 0.0
+        if positive and neg:
             continue
-        g_acc = cw @ ghist[1:]
         if convex:
             for j in range(n):
                 a = w_acc[j]
@@ -203,8 +214,9 @@ def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs,
                     w_acc[j] = 0.0
         if _local_objective(w_acc, g_acc, b, lam, code, params) < \
                 _local_objective(w, g, b, lam, code, params):
-            w[:] = w_acc
-            g[:] = g_acc
+            for j in range(n):
+                w[j] = w_acc[j]
+                g[j] = g_acc[j]
     return ep + 1
 
 
