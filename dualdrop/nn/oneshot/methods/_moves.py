@@ -24,6 +24,37 @@ def _copy(src, dst, n):
 
 
 @_kernel
+def _argsort(values, order):
+    """``order[:n]`` = the positions of ``values`` (length ``n``) from the smallest value up,
+    ties by position (a heap sort: numba's ``np.argsort`` costs seconds of compile time on the
+    first call)."""
+    n = values.shape[0]
+    for i in range(n):
+        order[i] = i
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(values, order, start, n)
+    for end in range(n - 1, 0, -1):
+        order[0], order[end] = order[end], order[0]
+        _sift(values, order, 0, end)
+
+
+@_kernel
+def _sift(values, order, i, n):
+    """Restore the max-heap (by value, then position) of ``order[:n]`` below ``i``."""
+    while True:
+        big = i
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < n:
+                a, b = order[child], order[big]
+                if values[a] > values[b] or (values[a] == values[b] and a > b):
+                    big = child
+        if big == i:
+            return
+        order[i], order[big] = order[big], order[i]
+        i = big
+
+
+@_kernel
 def _pair_out(H, u, a1, a2):
     """Removing the support inputs at positions ``a1``, ``a2`` together (block Optimal Brain
     Surgeon): ``(H_PP)^-1`` as ``(i11, i12, i22)``, ``z = (H_PP)^-1 u_P`` and the rise of f,
@@ -155,8 +186,8 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
         return best, ba1, ba2, bk1, bk2
     costs = np.empty(s)
     for a in range(s):
-        costs[a] = u[a] * u[a] / (2.0 * H[a, a])
-    order = np.argsort(costs)[:min(s, n_out)]
+        costs[a] = -u[a] * u[a] / (2.0 * H[a, a])
+    order = _top(costs, n_out)  # the n_out cheapest, cheapest first
     gain1 = np.empty(p)
     for x1 in range(order.shape[0]):
         for x2 in range(x1 + 1, order.shape[0]):
@@ -223,11 +254,12 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups
     S_built = S[:s].copy()
     banned = np.zeros(p, dtype=np.bool_)  # inputs refused since the last swap
     costs = np.empty(s)
+    order = np.empty(s, dtype=np.int64)
     while n < max_swaps:
         tol = rtol * (f + 1e-12 * c0)
         for a in range(s):
             costs[a] = u[a] * u[a] / (2.0 * H[a, a])
-        order = np.argsort(costs)
+        _argsort(costs, order)
         found = False
         bi = bk = np.int64(-1)  # typed int64: a literal -1 would compile _swap a second time
         best = -tol
