@@ -123,6 +123,8 @@ def main(argv=None):
     ap.add_argument("--allocation", default=None,
                     help="LeNet-5: prune_structured's allocation (default uniform; "
                     "penalty:energy: the penalty allocation with normalize='energy')")
+    ap.add_argument("--label-weight", type=float, default=0.0,
+                    help="heal's label_weight: the labels' cross-entropy mixed in (0: images only)")
     ap.add_argument("--seed", type=int, default=0, help="heal's batch order")
     ap.add_argument("--out", default="results/heal/mnist.jsonl")
     ap.add_argument("--tables", action="store_true")
@@ -142,6 +144,8 @@ def main(argv=None):
                                            ("layers", _layers(args, target)),
                                            ("allocation", args.allocation),
                                            ("ref", args.ref),
+                                           ("label_weight", args.label_weight
+                                            if way == "heal" else 0),
                                            ("seed", args.seed)) if v}
                 key = json.dumps([args.net, target, way, lr, args.epochs, args.calib]
                                  + ([args.temperature, args.batch_size]
@@ -156,13 +160,13 @@ def main(argv=None):
                                          copy.deepcopy(base[2]))
                 before = net.errors(student)
                 c0 = cpu()
+                pairs = list(zip(net.Xtr.split(args.batch_size), net.ytr.split(args.batch_size)))
                 if way == "heal":
-                    heal(student, dense, net.Xtr, epochs=args.epochs,
-                         batch_size=args.batch_size, lr=lr, masks=masks, loss="kl",
-                         temperature=args.temperature, seed=args.seed, progress=False)
+                    heal(student, dense, pairs if args.label_weight else net.Xtr,
+                         epochs=args.epochs, batch_size=args.batch_size, lr=lr, masks=masks,
+                         loss="kl", temperature=args.temperature,
+                         label_weight=args.label_weight, seed=args.seed, progress=False)
                 else:
-                    pairs = list(zip(net.Xtr.split(args.batch_size),
-                                     net.ytr.split(args.batch_size)))
                     heal(student, _Labels(), pairs, epochs=args.epochs, lr=lr, masks=masks,
                          loss="kl", temperature=1.0, forward_fn=_feed, seed=args.seed,
                          progress=False)
@@ -181,6 +185,7 @@ def main(argv=None):
                        "dense_test": net.errors(dense)["test"], "load": os.getloadavg()[0],
                        "method": args.method, "layers": start.get("layers"),
                        "allocation": args.allocation, "ref": str(net.ref),
+                       "label_weight": args.label_weight if way == "heal" else None,
                        "dense_val": net.errors(dense)["val"], "macs": macs(student, net.Xte[:4]),
                        "seed": args.seed}
                 with open(args.out, "a") as f:
@@ -216,11 +221,18 @@ def _start(r) -> str:
 
 
 def tables(path):
-    rows = [json.loads(line) for line in open(path)]
+    """The best cell of each (teacher, start, training) by validation error; a cell run with
+    several ``--seed`` values (heal's batch order) shows the means over them, the range of the
+    test errors and the count."""
+    cells = {}
+    for r in map(json.loads, open(path)):
+        cells.setdefault(r["key"].replace(f', "seed": {r.get("seed", 0)}', ""), []).append(r)
     best = {}
-    for r in rows:
+    for rs in cells.values():
+        r = dict(rs[0], val=sum(x["val"] for x in rs) / len(rs),
+                 test=sum(x["test"] for x in rs) / len(rs), tests=[x["test"] for x in rs])
         k = (r["net"], r.get("ref") or "", r["target"], r["way"], _start(r), r["epochs"],
-             r.get("batch_size", 128))
+             r.get("batch_size", 128), r.get("label_weight") or 0)
         if k not in best or r["val"] < best[k]["val"]:
             best[k] = r
     print("| network | teacher: val / test | target | one-shot start | training | epochs | batch "
@@ -230,13 +242,23 @@ def tables(path):
     for k in sorted(best):
         r = best[k]
         t = "" if r["way"] == "labels" else f", T={r.get('temperature', 2.0):g}"
+        t += f", a={r['label_weight']:g}" if r.get("label_weight") else ""
         dv = f"{100 * r['dense_val']:.2f}%" if r.get("dense_val") is not None else "-"
         teacher = f"{Path(r['ref']).name if r.get('ref') else 'oneshot ref'}: {dv} / {100 * r['dense_test']:.2f}%"
         print(f"| {r['net']} | {teacher} | {r['target']} | {k[4]} | {r['way']} | {r['epochs']} | "
               f"{r.get('batch_size', 128)} | {r['lr']:g}{t} | "
-              f"{100 * r['test_before']:.2f}% | {100 * r['val']:.2f}% | {100 * r['test']:.2f}% | "
+              f"{100 * r['test_before']:.2f}% | {100 * r['val']:.2f}% | {_test(r['tests'])} | "
               f"{'' if r['masks_unchanged'] is None else r['masks_unchanged']} | "
               f"{r['cpu_s']:.0f} |")
+
+
+def _test(tests) -> str:
+    """A cell's test error: the mean, and over several seeds the range and the count."""
+    mean = 100 * sum(tests) / len(tests)
+    if len(tests) == 1:
+        return f"{mean:.2f}%"
+    return f"{mean:.2f}% ({100 * min(tests):.2f}-{100 * max(tests):.2f}, {len(tests)} seeds)"
+
 
 if __name__ == "__main__":
     main()
