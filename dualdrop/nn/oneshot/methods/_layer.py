@@ -106,18 +106,20 @@ class ScaledLayer:
         worth, free of any search's tracked state."""
         return self._solve_rows(supports, rows, None)
 
-    def refit_rows(self, mask):
+    def refit_rows(self, mask, rows=None):
         """Every row's least squares on its live support ``mask`` ``(R, q)``: ``(U, err)``, the
         refit scaled weights (0 off the support) and the rows' errors (:meth:`row_errors`, the
         same solves). A method that scores its supports by their errors keeps the refit of the
         one it returns instead of solving it again (one Cholesky per row, scipy: a batched
-        torch Cholesky of the padded supports was measured 3x slower on one thread)."""
+        torch Cholesky of the padded supports was measured 3x slower on one thread).
+        ``rows`` (indices): only those rows, ``mask`` given for them."""
         mask = np.asarray(mask, dtype=bool)
         U = np.zeros(mask.shape)
-        err = self._solve_rows([np.flatnonzero(m) for m in mask], range(self.R), U)
+        err = self._solve_rows([np.flatnonzero(m) for m in mask], range(len(mask)), U,
+                               range(self.R) if rows is None else rows)
         return U, err
 
-    def refit_cg(self, mask, start, steps, tol=1e-4):
+    def refit_cg(self, mask, start, steps, tol=1e-4, rows=None):
         """Every row's least squares on its live support ``mask`` ``(R, q)`` by at most
         ``steps`` conjugate-gradient steps from ``start`` (scaled, e.g. ADMM's last point),
         all rows at once: one ``(R x q) (q x q)`` float32 product per step, stopped once every
@@ -126,15 +128,17 @@ class ScaledLayer:
         diagonal, so this is the diagonally preconditioned CG of the weights). Returns ``(U,
         err)`` as :meth:`refit_rows`, ``err`` the rows' exact errors at ``U`` (float64): never
         below the least squares, within 1e-5 of it in ten steps from ADMM's point on the
-        MiniLM layers measured (benchmarks/nn_speed/oneshot_width.py)."""
+        MiniLM layers measured (benchmarks/nn_speed/oneshot_width.py). ``rows`` (indices):
+        only those rows, ``mask`` and ``start`` given for them (the rows are independent)."""
         mask = np.asarray(mask, dtype=bool)
+        U0 = self.U0 if rows is None else self.U0[rows]
         key = ("Gs", np.float32)
         if key not in self.cache:
             self.cache[key] = self.Gs.astype(np.float32)
         Gs = self.cache[key]
         M = mask.astype(np.float32)
         U = np.where(mask, start, 0.0).astype(np.float32)
-        res = ((self.U0 - U).astype(np.float32) @ Gs) * M  # the negative gradient on S
+        res = ((U0 - U).astype(np.float32) @ Gs) * M  # the negative gradient on S
         P = res.copy()
         rr = np.einsum("rq,rq->r", res, res)
         stop = tol * tol * rr
@@ -152,24 +156,26 @@ class ScaledLayer:
             P = res + b[:, None].astype(np.float32) * P
             rr = new
         U = U.astype(np.float64)
-        E = U - self.U0
+        E = U - U0
         return U, np.einsum("rq,rq->r", E @ self.Gs, E)
 
-    def _solve_rows(self, supports, rows, U):
+    def _solve_rows(self, supports, rows, U, layer_rows=None):
+        # supports[r] and U[r] for r in rows; the layer's row of each (rows itself if None)
         out = np.empty(len(rows))
-        for i, r in enumerate(rows):
+        layer_rows = rows if layer_rows is None else layer_rows
+        for i, (r, lr) in enumerate(zip(rows, layer_rows)):
             S = np.asarray(supports[r], dtype=np.int64)
             if S.size == 0:
-                out[i] = self.c0[r]
+                out[i] = self.c0[lr]
                 continue
             GSS = self.Gs[np.ix_(S, S)] + DAMP * np.eye(S.size)
-            bS = self.B[r, S]
+            bS = self.B[lr, S]
             try:
                 x = scipy.linalg.cho_solve(scipy.linalg.cho_factor(GSS, check_finite=False),
                                            bS, check_finite=False)
             except np.linalg.LinAlgError:
                 x = np.linalg.lstsq(GSS, bS, rcond=None)[0]
-            out[i] = self.c0[r] - float(bS @ x)
+            out[i] = self.c0[lr] - float(bS @ x)
             if U is not None:
                 U[r, S] = x
         return out

@@ -133,12 +133,13 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
                  max_row_iterations=None):
     """Run ADMM (module docstring) on ``sl`` in the ``coordinates`` ``"scaled"`` (``u``) or
     ``"weights"`` (``w``), from ``start`` (``"top"``: the layer's largest ``|u0|``; ``"wanda"``:
-    each row's), the matrix products in ``precision``; returns ``(mask, D, info)``: the live
+    each row's; or ``(mask, values)``: a live support that meets the budget and its scaled
+    values, e.g. another run's result), the matrix products in ``precision``; returns ``(mask, D, info)``: the live
     support ``(R, q)``, ADMM's last projected point ``D`` (scaled, on that support) and
     ``{"iterations", "rho", "seconds", "stopped", "row_iterations"}``. ``callback(t, mask)``
     runs after each iteration. ``shrink(Z, mask, rho)``, if given, returns the D-step (0 off
     ``mask``; the projection keeps ``Z`` itself on it, a penalty's prox shrinks it:
-    ``penalty.split_support``).
+    ``_split.split_support``).
 
     ``freeze`` (slow schedule): a row whose support has not changed for ``patience`` iterations
     leaves the iteration with that support (its share of a layer count fixed; the other rows
@@ -168,11 +169,15 @@ def admm_support(sl: ScaledLayer, budget: Budget, *, schedule="slow", rho0=0.1, 
     lam, Q = sl.cache[key]
     A = ((U0 @ Q) * lam).astype(dtype)  # G u0_r in the eigenbasis, every row
     U0d = U0.astype(dtype)
-    if start == "wanda":  # each row's best |w| ||x_j|| (= |u0|), the count split evenly
-        mask = _row_top(sl.U0, k, sl, budget)
+    if isinstance(start, tuple):  # a support meeting the budget and its (scaled) values
+        mask, D = np.array(start[0], dtype=bool), start[1]  # a copy: frozen rows write into it
+        D = np.where(mask, D if to_w is None else D * to_w, 0.0).astype(dtype)
     else:
-        mask = _project(sl.U0, sl, k, budget)
-    D = np.where(mask, U0, 0.0).astype(dtype)
+        if start == "wanda":  # each row's best |w| ||x_j|| (= |u0|), the count split evenly
+            mask = _row_top(sl.U0, k, sl, budget)
+        else:
+            mask = _project(sl.U0, sl, k, budget)
+        D = np.where(mask, U0, 0.0).astype(dtype)
     V = np.zeros_like(D)
     freeze = freeze and schedule == "slow"
     rows = np.arange(sl.R)  # the rows still iterating (all of them without freeze)
@@ -298,14 +303,14 @@ RUNS = {"scaled": {"start": "top", "growth": 1.02, "max_iter": 1000},
         "weights": {"start": "wanda", "growth": 1.05, "max_iter": 400}}
 
 
-def pick_better(sl: ScaledLayer, budget: Budget, runs, cg_steps=0):
+def pick_better(sl: ScaledLayer, budget: Budget, runs, cg_steps=0, errors=False):
     """The better of several ADMM results ``(mask, D, info)`` by the least-squares error of
     their supports (:meth:`ScaledLayer.refit_rows`, or with ``cg_steps`` that many conjugate
     gradient steps from the run's ``D``, :meth:`ScaledLayer.refit_cg`): row by row for a
     pattern (the rows are independent there), the whole layer otherwise (one count shared by
     the rows). Returns ``(mask, U, D, index of the run that won the most rows)``, ``U`` the
     support's least-squares weights (scaled), the refit the scores came from, ``D`` the runs'
-    own values there."""
+    own values there; with ``errors``, the rows' errors at ``U`` after them."""
     seen = {}  # runs that ended on the same support share its refit
     for m, D, _ in runs:
         if m.tobytes() not in seen:
@@ -314,12 +319,14 @@ def pick_better(sl: ScaledLayer, budget: Budget, runs, cg_steps=0):
     errs = np.array([e for _, e in fits])
     if budget.pattern is None:
         best = int(np.argmin(errs.sum(axis=1)))
-        return runs[best][0], fits[best][0], runs[best][1], best
+        out = runs[best][0], fits[best][0], runs[best][1], best
+        return (*out, errs[best]) if errors else out
     pick = np.argmin(errs, axis=0)  # ties to the first run
     mask = np.stack([runs[i][0][r] for r, i in enumerate(pick)])
     U = np.stack([fits[i][0][r] for r, i in enumerate(pick)])
     D = np.stack([runs[i][1][r] for r, i in enumerate(pick)])
-    return mask, U, D, int(np.bincount(pick, minlength=len(runs)).argmax())
+    out = mask, U, D, int(np.bincount(pick, minlength=len(runs)).argmax())
+    return (*out, errs[pick, np.arange(sl.R)]) if errors else out
 
 
 def sized(options, sl: ScaledLayer) -> dict:

@@ -28,12 +28,14 @@ exactly ``N`` nonzeros by exact greedy moves.
 **At width** (``solver="auto"`` on layers with at least ``admm.WIDE`` outputs and live inputs,
 or ``solver="split"``): the path's per-row fits cost too much there (a 384 x 1,536 layer at 50%:
 26 CPU minutes), and the same problem is split over every row at once instead
-(:func:`split_support`): ADMM's iteration (``admm``: one eigendecomposition of the Gram, two
-``(R x q) (q x q)`` float32 products per iteration, stopped when the support settles) with the
-penalty's compiled prox on the kept entries as the D-step, its level continued along the
-iterations down to ADMM's projection, run beside ADMM's two runs; the support of least
-least-squares error is kept and returned refit (in float64). Its objective is never above
-``admm``'s, at about 1.4-1.7x its time (benchmarks/RESULTS.md, "One-shot at width").
+(``_split.split_support``): ADMM's iteration (``admm``: one eigendecomposition of the Gram, one
+or two ``(R x q) (q x q)`` float32 products per iteration, stopped when the support settles);
+from ADMM's better support a run with the penalty's prox on the kept entries as the D-step, its
+level continued along the iterations down to ADMM's projection; the rows it changed are kept
+where their least-squares error is lower, and returned refit (in float64). Its objective is
+never above ``admm``'s, at about 1.3x its time for every catalog penalty, ``vardrop`` and
+``hardconcrete`` included (their prox read off a table of the penalty's stationarity map,
+``_split.prox_table``; benchmarks/RESULTS.md, "One-shot at width").
 
 **Penalty level across layers** (:func:`level_curve`, ``allocation="penalty"``). Written with
 the layer's relative error ``e = E(W) / E(0)``, the layer problem is ``min e / 2 + level sum
@@ -52,20 +54,17 @@ import time
 
 import numpy as np
 import torch
-from numba import njit
 
 import penalties
-from dualdrop.linear._jit import zero_threshold
 from dualdrop.linear.solvers import gram_cd
 from dualdrop.linear.solvers.gram_cd import solve_gram
 from penalties._numba_cache import announce_first_use
 from penalties.checks import check_choice, check_float, check_int
 
-from penalties.kernels import _map
-
-from .admm import NARROW, RUNS, admm_support, at_width, check_sized, pick_better, sized
+from .admm import NARROW, at_width, check_sized
 from .base import Budget, LayerProblem, OneShotMethod
 from ._layer import ScaledLayer
+from ._split import _kept_range, _table_prox, alpha_max, split_support
 from . import polish as _polish
 from .polish import SupportSearch, check_effort
 
@@ -79,22 +78,9 @@ MAX_ITER, MAX_EPOCHS = 20, 200  # outer iterations and passes per working set of
 # (SupportSearch.fix_budget) meet the budget from there.
 STALL = 1e-3
 
-# solver="auto": the splitting on layers at least admm.WIDE wide in both outputs and live inputs
-# (admm.at_width; the small benchmark networks' layers keep the path, at or below ADMM there)
-# The splitting's penalty run: its first prox step is LEVEL times the one at which the prox
-# alone keeps the budget, and the prox is skipped once its step has decayed below NEGLIGIBLE
-# times the first (the kept entries are then Z itself: ADMM's projection)
-LEVEL, NEGLIGIBLE = 0.3, 1e-3
-# the penalty's run: its first rho and rho's growth per iteration (ADMM's scaled run: 0.1, 1.02).
-# Growing rho faster than ADMM's scaled run keeps the run at under half the rows' iterations of
-# ADMM's two runs (logsum within 1.5x admm's time); at 1.02 its supports were 0.06-0.14% better
-# on MiniLM's 2:4 and intermediate layers (at 1.035: 0.01-0.09% on the 2:4 ones), at 1.6-1.8x
-# admm's time
-PENALTY_RUN = {"rho0": 0.1, "growth": 1.035}
-# ... and at most this share of ADMM's two runs' row iterations (its prox costs about a sixth
-# more per iteration than ADMM's projection): logsum and mcp within 1.5x admm's time
-PENALTY_SHARE = 0.4
-TABLE = 2048  # points of the prox's table per iteration (linear interpolation between them)
+# solver="auto": the splitting (``_split``) on layers at least admm.WIDE wide in both outputs
+# and live inputs (admm.at_width; the small benchmark networks' layers keep the path, at or
+# below ADMM there)
 
 # Parameters of the penalties, in the scale-free units of the weights (RMS 1); what a user
 # passes overrides them.
@@ -118,35 +104,6 @@ def resolve(penalty, params=None):
         raise ValueError(f"penalty={penalty!r} has no compiled kernel; use a separable catalog "
                          "penalty (every name of penalties.available() but 'hard_threshold')")
     return P
-
-
-def alpha_max(P, b_max):
-    """The smallest ``alpha`` at which coordinate descent from 0 leaves every weight at 0 when
-    the largest ``|Gs u0|`` is ``b_max``: the prox's zero threshold at step ``alpha`` (unit
-    curvature) reaches ``b_max``. Doubling, then bisection in ``log alpha``."""
-    code, params = P.kernel_spec()
-    params = np.ascontiguousarray(params, dtype=np.float64)
-    if b_max <= 0:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    while zero_threshold(code, params, hi) < b_max:
-        lo, hi = hi, hi * 4.0
-        if hi > 1e300:
-            raise ValueError(f"penalty {P!r} never sets a weight to 0 (its prox has no zero "
-                             "interval): it cannot prune")
-    if lo == 0.0:
-        lo = hi
-        while zero_threshold(code, params, lo) >= b_max and lo > 1e-300:
-            hi, lo = lo, lo / 4.0
-    for _ in range(80):
-        mid = math.sqrt(lo * hi)
-        if zero_threshold(code, params, mid) >= b_max:
-            hi = mid
-        else:
-            lo = mid
-        if hi <= lo * (1 + 1e-10):
-            break
-    return hi
 
 
 class _Path:
@@ -259,108 +216,6 @@ def penalty_support(sl: ScaledLayer, budget: Budget, P, *, refit=True, polish=Tr
     return U, search.mask(), info
 
 
-@njit(cache=True, fastmath={"contract"})
-def _table_prox(Z, mask, lo, scale, vals, out):
-    """``out = sign(z) table(|z|)`` on ``mask``, 0 elsewhere: linear interpolation in the prox's
-    table ``vals`` at the evenly spaced points ``lo + i / scale`` (one pass, no temporaries)."""
-    n = vals.size
-    for r in range(Z.shape[0]):
-        for j in range(Z.shape[1]):
-            if not mask[r, j]:
-                out[r, j] = 0.0
-                continue
-            z = Z[r, j]
-            x = (abs(z) - lo) * scale
-            if x < 0.0:
-                x = 0.0
-            elif x > n - 1:
-                x = n - 1
-            i = min(int(x), n - 2)
-            v = vals[i] + (x - i) * (vals[i + 1] - vals[i])
-            out[r, j] = v if z >= 0 else -v
-
-
-@njit(cache=True)
-def _kept_range(Z, mask):
-    """``(min |z| on mask, max |z|)`` in one pass (the prox table's range)."""
-    lo = np.inf
-    hi = 0.0
-    for r in range(Z.shape[0]):
-        for j in range(Z.shape[1]):
-            a = abs(Z[r, j])
-            if a > hi:
-                hi = a
-            if mask[r, j] and a < lo:
-                lo = a
-    return lo, hi
-
-
-def _prox_step(P, level):
-    """The D-step values of the splitting's penalty run (``admm_support``'s ``shrink``): the
-    kept entries' prox at the step ``alpha / rho``, ``alpha`` fixed at the first iteration to
-    ``level`` times the step whose zero threshold is the largest ``|z|`` left out (the step at
-    which the prox alone would keep the budget), so the shrinkage decays as ``rho`` grows and
-    the run ends as ADMM's projection."""
-    code, params = P.kernel_spec()
-    params = np.ascontiguousarray(params, dtype=np.float64)
-    state = {}
-
-    def shrink(Z, mask, rho):
-        if "alpha" not in state:
-            T = float(np.abs(Z[~mask]).max(initial=0.0))
-            state["t0"] = level * alpha_max(P, T) if T > 0 else 0.0
-            state["alpha"] = state["t0"] * rho
-        t = state["alpha"] / rho
-        if not t > NEGLIGIBLE * state["t0"] or not mask.any():
-            return np.where(mask, Z, 0.0)
-        # the prox is odd and, above its zero threshold (every kept |z| is: the first step is
-        # below the one whose threshold is the budget's), smooth and increasing in |z|:
-        # tabulated at TABLE evenly spaced points per iteration and interpolated linearly,
-        # not evaluated per weight
-        lo, hi = _kept_range(Z, mask)
-        if not hi > lo > 0:
-            return np.where(mask, Z, 0.0)
-        grid = np.linspace(lo, hi, TABLE)
-        vals = _map("prox", code, params, grid, np.float64(t)).astype(Z.dtype)
-        out = np.empty_like(Z)
-        _table_prox(Z, mask, Z.dtype.type(lo), Z.dtype.type((TABLE - 1) / (hi - lo)), vals, out)
-        return out
-    return shrink
-
-
-def split_support(sl: ScaledLayer, budget: Budget, P, *, level=LEVEL, precision="float32",
-                  penalty_run=None, **size):
-    """Prune ``sl`` to ``budget`` by the splitting of every row at once (``admm``'s module
-    docstring: one eigendecomposition of the Gram, two ``(R x q) (q x q)`` products per
-    iteration, a support that settles): a run whose D-step is the penalty's compiled prox on
-    the kept entries (:func:`_prox_step`, the penalty level continued along the iterations
-    down to ADMM's projection; ``penalty_run``: its ``rho0`` and ``growth``, default
-    :data:`PENALTY_RUN`), beside ADMM's two runs (``admm.RUNS``); the support of least
-    least-squares error is kept (row by row for a pattern). ``size``: ``patience``,
-    ``freeze``, ``cg_steps``, ``fold`` (``admm.sized``: by the layer's width unless given).
-    Returns ``(mask, U, D, info)``: the live support, its least-squares weights (scaled), the
-    runs' own values there and ``{"runs", "kept"}``."""
-    size = sized(size, sl)
-    runs, names = [], []
-    own = {**RUNS["scaled"], **PENALTY_RUN, **(penalty_run or {})}
-    for c, run in (*((c, {**r, "rho0": 0.1}) for c, r in RUNS.items()), ("penalty", own)):
-        # the penalty's run gets at most the iterations ADMM's runs took and PENALTY_SHARE of
-        # their rows' iterations (its cost bounded by theirs: a support that has not settled
-        # by then still meets the budget and competes)
-        cap = max(r[2]["iterations"] for r in runs) if c == "penalty" else run["max_iter"]
-        rows = (PENALTY_SHARE * sum(r[2]["row_iterations"] for r in runs)
-                if c == "penalty" else None)
-        shrink = _prox_step(P, level) if c == "penalty" else None
-        runs.append(admm_support(sl, budget, rho0=run["rho0"], growth=run["growth"], max_iter=cap,
-                                 coordinates="scaled" if c == "penalty" else c,
-                                 start=run["start"], precision=precision, shrink=shrink,
-                                 patience=size["patience"], freeze=size["freeze"],
-                                 fold=size["fold"], max_row_iterations=rows))
-        names.append(c)
-    mask, U, D, won = pick_better(sl, budget, runs, size["cg_steps"])
-    return mask, U, D, {"runs": {c: r[2] for c, r in zip(names, runs)}, "kept": names[won]}
-
-
 class Penalty(OneShotMethod):
     """The duality's penalized regression per output row (module docstring).
 
@@ -372,8 +227,10 @@ class Penalty(OneShotMethod):
     and live inputs, the path on smaller ones), ``refit`` (default True: least squares on the
     support, exact greedy moves to the budget; False keeps the penalized weights of the path's
     last fit, or the splitting's last D-step), ``polish`` (the support polish, ``polish.py``;
-    default ``None``: with the path only, where it was measured to pay; at width it cost 13x
-    the splitting's time on a 384 x 384 layer for 0.7% of objective), ``tol`` (the coordinate descent's
+    default ``None``: with the path only, where it was measured to pay, ``"full"`` on layers of
+    up to ``polish.FULL_WEIGHTS`` live weights and ``"swaps"`` on larger ones
+    (``polish.default_effort``); at width it cost 13x the splitting's time on a 384 x 384 layer
+    for 0.7% of objective; ``False``: none), ``tol`` (the coordinate descent's
     criterion along the path, 1e-2), ``ratio`` (``alpha`` factor between path fits, 0.5),
     ``slack`` (how far above the budget the path may stop before the exact moves, 0.05) and
     ``n_threads`` (rows solved in parallel by numba, 1); with the splitting, ``patience``,
@@ -414,8 +271,8 @@ class Penalty(OneShotMethod):
         if not isinstance(opts["refit"], bool):
             raise TypeError(f"refit must be True or False, got {opts['refit']!r}")
         opts["solver"] = check_choice("solver", opts["solver"], {"auto", "path", "split"})
-        if opts["polish"] is not None:
-            opts["polish"] = check_effort("polish", opts["polish"])
+        if opts["polish"] is not None:  # False stays False (no polish), not None (the default)
+            opts["polish"] = check_effort("polish", opts["polish"]) or False
         if opts["polish"] and not opts["refit"]:
             raise ValueError("polish=True scores supports by their least-squares refit; it "
                              "needs refit=True")
@@ -443,7 +300,7 @@ class Penalty(OneShotMethod):
         o = self.options
         solver = self.solver_for(sl)
         polish = o["polish"] if o["polish"] is not None else (
-            "full" if solver == "path" and o["refit"] else None)
+            _polish.default_effort(sl) if solver == "path" and o["refit"] else None)
         if solver == "split":
             t0 = time.perf_counter()
             mask, U, D, self.info = split_support(sl, budget, self.P,
