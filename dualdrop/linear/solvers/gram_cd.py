@@ -61,7 +61,9 @@ NAME = "gram_cd"
 
 
 # ----------------------------------------------------------------------------------------------
-# compiled core: one row
+# compiled core: one row. The row loop, the row and its working-set loop are one compiled
+# function (``inline="always"``): numba re-optimizes a callee's code in every caller that links
+# it, so each level of calls cost its own compile time on a first call.
 
 
 @njit(cache=True)
@@ -180,8 +182,11 @@ def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs,
             full = True
         if K == 0:
             continue
-        hist[n_hist] = w
-        ghist[n_hist] = g
+        # (element loops, not array expressions: numba compiles each array expression's
+        # broadcasting and shape-error paths, seconds of every first call)
+        for j in range(n):
+            hist[n_hist, j] = w[j]
+            ghist[n_hist, j] = g[j]
         n_hist += 1
         if n_hist < K + 1:
             continue
@@ -189,10 +194,18 @@ def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs,
         ok, cw = anderson_weights(hist)
         if not ok:
             continue
-        w_acc = cw @ hist[1:]
-        if positive and np.any(w_acc < 0.0):
+        w_acc = np.zeros(n)
+        g_acc = np.zeros(n)
+        neg = False
+        for k in range(K):
+            ck = cw[k]
+            for j in range(n):
+                w_acc[j] += ck * hist[k + 1, j]
+                g_acc[j] += ck * ghist[k + 1, j]
+        for j in range(n):
+            neg = neg or w_acc[j] < 0.0
+        if positive and neg:
             continue
-        g_acc = cw @ ghist[1:]
         if convex:
             for j in range(n):
                 a = w_acc[j]
@@ -203,12 +216,13 @@ def _passes(Gw, dg, b, w, g, lam, T, code, params, positive, tol_in, max_epochs,
                     w_acc[j] = 0.0
         if _local_objective(w_acc, g_acc, b, lam, code, params) < \
                 _local_objective(w, g, b, lam, code, params):
-            w[:] = w_acc
-            g[:] = g_acc
+            for j in range(n):
+                w[j] = w_acc[j]
+                g[j] = g_acc[j]
     return ep + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _solve_row(G, dg, lips, b, c0, w, lam, code, params, positive, tol, max_iter, max_epochs,
                p0, working_set, lbar, K, convex):
     """The working-set outer loop for one row, from ``w`` (updated in place). Returns
@@ -258,22 +272,31 @@ def _solve_row(G, dg, lips, b, c0, w, lam, code, params, positive, tol, max_iter
             Ga = G[ws[a]]
             for c in range(n):
                 Gw[a, c] = Ga[ws[c]]
-        wl, gl = w[ws], grad[ws]
-        total += _passes(Gw, dg[ws], b[ws], wl, gl, lam[ws], T[ws], code, params, positive,
-                         tol_in, max_epochs, K, convex)
+        wl, gl, dl, bl, ll, Tl = (np.empty(n), np.empty(n), np.empty(n), np.empty(n),
+                                  np.empty(n), np.empty(n))
+        for a in range(n):  # (loops, not fancy indexing: see _passes)
+            j = ws[a]
+            wl[a], gl[a], dl[a], bl[a], ll[a], Tl[a] = w[j], grad[j], dg[j], b[j], lam[j], T[j]
+        total += _passes(Gw, dl, bl, wl, gl, ll, Tl, code, params, positive, tol_in,
+                         max_epochs, K, convex)
         for a in range(n):
             w[ws[a]] = wl[a]
     return max_iter, crit, False, total, F
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _row(r, G, dg, lips, B, c0, W, alphas, weights, code, params, positive, tol, max_iter,
          max_epochs, p0, working_set, lbar, K, convex, n_iter, crit, conv, passes, obj):
-    lam = alphas[r] * weights
-    w = W[r].copy()
+    p = W.shape[1]
+    lam = np.empty(p)
+    w = np.empty(p)
+    for j in range(p):  # (loops, not array expressions: see _passes)
+        lam[j] = alphas[r] * weights[j]
+        w[j] = W[r, j]
     it, c, ok, tot, F = _solve_row(G, dg, lips, B[r], c0[r], w, lam, code, params, positive, tol,
                                    max_iter, max_epochs, p0, working_set, lbar, K, convex)
-    W[r] = w
+    for j in range(p):
+        W[r, j] = w[j]
     n_iter[r] = it
     crit[r] = c
     conv[r] = ok
