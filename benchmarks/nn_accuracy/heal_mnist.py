@@ -21,6 +21,11 @@ validation split:
 - ``labels``: cross-entropy on the labels, the same optimizer, schedule and steps (``heal``'s
   loop with the teacher replaced by the labels, so nothing differs but the target).
 
+``--label-weight a`` mixes the labels into ``heal`` (``label_weight=a``: ``(1 - a)`` KL plus
+``a`` cross-entropy); ``--ref`` heals from another dense network, e.g. one trained by
+``heal_reference.py`` (longer, regularized: the teacher a user would have); ``--seed`` the
+batch order (the table averages a cell over its seeds).
+
 Recorded per cell: validation and test error, whether every mask is unchanged, the CPU seconds.
 One JSON line per cell to ``--out`` (resumable); ``--tables`` prints the table. ::
 
@@ -224,9 +229,14 @@ def tables(path):
     """The best cell of each (teacher, start, training) by validation error; a cell run with
     several ``--seed`` values (heal's batch order) shows the means over them, the range of the
     test errors and the count."""
-    cells = {}
+    cells, seen = {}, set()
     for r in map(json.loads, open(path)):
-        cells.setdefault(r["key"].replace(f', "seed": {r.get("seed", 0)}', ""), []).append(r)
+        cell = (r["net"], r.get("ref"), r["target"], r["way"], _start(r), r["lr"], r["epochs"],
+                r.get("batch_size", 128), r.get("label_weight") or 0,
+                r.get("temperature", 2.0) if r["way"] == "heal" else None)  # labels: no T
+        if (cell, r.get("seed", 0)) not in seen:
+            seen.add((cell, r.get("seed", 0)))
+            cells.setdefault(cell, []).append(r)
     best = {}
     for rs in cells.values():
         r = dict(rs[0], val=sum(x["val"] for x in rs) / len(rs),

@@ -286,7 +286,7 @@ class Penalty(OneShotMethod):
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.KERNELS, _table_prox, _kept_range,
+        return (*gram_cd.kernels(self.P), _table_prox, _kept_range,
                 *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:
@@ -394,7 +394,7 @@ def allocate_penalty(problems: list[LayerProblem], density: float, *, floors=Non
     floors = [0] * len(problems) if floors is None else [int(f) for f in floors]
     if any(p.G is None for p in problems):
         raise ValueError("allocation='penalty' needs every layer's Gram (LayerProblem.G)")
-    announce_first_use(gram_cd.KERNELS, "one-shot allocation='penalty'")
+    announce_first_use(gram_cd.kernels(P), "one-shot allocation='penalty'")
     layers = [ScaledLayer(p.W0, p.G) for p in problems]
     paths = [_Path(sl, P, tol, 1) for sl in layers]
     starts = [np.zeros_like(sl.U0) for sl in layers]
