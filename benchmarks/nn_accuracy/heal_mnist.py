@@ -21,6 +21,11 @@ validation split:
 - ``labels``: cross-entropy on the labels, the same optimizer, schedule and steps (``heal``'s
   loop with the teacher replaced by the labels, so nothing differs but the target).
 
+``--label-weight a`` mixes the labels into ``heal`` (``label_weight=a``: ``(1 - a)`` KL plus
+``a`` cross-entropy); ``--ref`` heals from another dense network, e.g. one trained by
+``heal_reference.py`` (longer, regularized: the teacher a user would have); ``--seed`` the
+batch order (the table averages a cell over its seeds).
+
 Recorded per cell: validation and test error, whether every mask is unchanged, the CPU seconds.
 One JSON line per cell to ``--out`` (resumable); ``--tables`` prints the table. ::
 
@@ -45,7 +50,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oneshot_networks import MNISTNet  # noqa: E402
+from oneshot_networks import MNISTNet, allocation_kwargs  # noqa: E402
+from structured_oneshot_cnn import macs  # noqa: E402
 
 from dualdrop.nn import prune_oneshot  # noqa: E402
 from dualdrop.nn.oneshot import prune_structured  # noqa: E402
@@ -69,16 +75,20 @@ class _Labels(nn.Module):
         return torch.log(F.one_hot(y, 10).float().clamp_min(1e-30))
 
 
-def pruned(net, spec, target, method=None, layers=None):
+def pruned(net, spec, target, method=None, layers=None, allocation=None):
     """``(dense, pruned, masks)``: ``method`` (``NAME`` or ``NAME+polish``; default ``admm``
     at a density, ``sparsegpt`` at N:M) with the ``penalty`` allocation, or, with ``layers``
     (one density per layer, forward order), each layer pruned to its own density in turn
-    (``include=[layer]``: the later layers see the earlier ones pruned)."""
+    (``include=[layer]``: the later layers see the earlier ones pruned). LeNet-5: by channel
+    and neuron, ``method`` (default ``ziplm``) with ``allocation`` (default ``uniform``: the
+    widths of the training-based row; ``penalty:energy``: the penalty allocation with
+    ``normalize="energy"``), the compact model."""
     dense = net.load().eval()
     m = copy.deepcopy(dense)
     if spec == "lenet5":
-        res = prune_structured(m, list(net.calib.split(128)), "ziplm",
-                               granularity=("channel", "neuron"), allocation="uniform",
+        res = prune_structured(m, list(net.calib.split(128)), method or "ziplm",
+                               granularity=("channel", "neuron"),
+                               **allocation_kwargs(allocation or "uniform"),
                                target_params=int(target.split(":")[1]), progress=False)
         return dense, res.compact(net.Xte[:128]), None
     kw = {"pattern": target} if ":" in target else {"target_density": float(target)}
@@ -115,6 +125,11 @@ def main(argv=None):
     ap.add_argument("--layer-densities", type=float, nargs=2, default=None, metavar=("FC2", "FC3"),
                     help="LeNet-300-100 at a density: fc2's and fc3's densities, fc1 the rest "
                     "of the budget (default: the penalty allocation)")
+    ap.add_argument("--allocation", default=None,
+                    help="LeNet-5: prune_structured's allocation (default uniform; "
+                    "penalty:energy: the penalty allocation with normalize='energy')")
+    ap.add_argument("--label-weight", type=float, default=0.0,
+                    help="heal's label_weight: the labels' cross-entropy mixed in (0: images only)")
     ap.add_argument("--seed", type=int, default=0, help="heal's batch order")
     ap.add_argument("--out", default="results/heal/mnist.jsonl")
     ap.add_argument("--tables", action="store_true")
@@ -132,6 +147,10 @@ def main(argv=None):
             for lr in args.lrs:
                 start = {k: v for k, v in (("method", args.method),
                                            ("layers", _layers(args, target)),
+                                           ("allocation", args.allocation),
+                                           ("ref", args.ref),
+                                           ("label_weight", args.label_weight
+                                            if way == "heal" else 0),
                                            ("seed", args.seed)) if v}
                 key = json.dumps([args.net, target, way, lr, args.epochs, args.calib]
                                  + ([args.temperature, args.batch_size]
@@ -140,18 +159,19 @@ def main(argv=None):
                 if key in done:
                     continue
                 if base is None:
-                    base = pruned(net, args.net, target, args.method, start.get("layers"))
+                    base = pruned(net, args.net, target, args.method, start.get("layers"),
+                                  args.allocation)
                 dense, student, masks = (base[0], copy.deepcopy(base[1]),
                                          copy.deepcopy(base[2]))
                 before = net.errors(student)
                 c0 = cpu()
+                pairs = list(zip(net.Xtr.split(args.batch_size), net.ytr.split(args.batch_size)))
                 if way == "heal":
-                    heal(student, dense, net.Xtr, epochs=args.epochs,
-                         batch_size=args.batch_size, lr=lr, masks=masks, loss="kl",
-                         temperature=args.temperature, seed=args.seed, progress=False)
+                    heal(student, dense, pairs if args.label_weight else net.Xtr,
+                         epochs=args.epochs, batch_size=args.batch_size, lr=lr, masks=masks,
+                         loss="kl", temperature=args.temperature,
+                         label_weight=args.label_weight, seed=args.seed, progress=False)
                 else:
-                    pairs = list(zip(net.Xtr.split(args.batch_size),
-                                     net.ytr.split(args.batch_size)))
                     heal(student, _Labels(), pairs, epochs=args.epochs, lr=lr, masks=masks,
                          loss="kl", temperature=1.0, forward_fn=_feed, seed=args.seed,
                          progress=False)
@@ -169,6 +189,9 @@ def main(argv=None):
                        "params": sum(int((p != 0).sum()) for p in student.parameters()),
                        "dense_test": net.errors(dense)["test"], "load": os.getloadavg()[0],
                        "method": args.method, "layers": start.get("layers"),
+                       "allocation": args.allocation, "ref": str(net.ref),
+                       "label_weight": args.label_weight if way == "heal" else None,
+                       "dense_val": net.errors(dense)["val"], "macs": macs(student, net.Xte[:4]),
                        "seed": args.seed}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -195,7 +218,7 @@ def _feed(model, batch):
 def _start(r) -> str:
     """The one-shot start of a row: method and allocation (or the three layers' densities)."""
     if r["net"] != "lenet300":
-        return "ziplm, uniform"
+        return f"{r.get('method') or 'ziplm'}, {r.get('allocation') or 'uniform'}"
     method = r.get("method") or ("sparsegpt" if ":" in r["target"] else "admm")
     if r.get("layers"):
         return f"{method}, " + "/".join(f"{100 * d:.1f}" for d in r["layers"]) + "%"
@@ -203,23 +226,48 @@ def _start(r) -> str:
 
 
 def tables(path):
-    rows = [json.loads(line) for line in open(path)]
+    """The best cell of each (teacher, start, training) by validation error; a cell run with
+    several ``--seed`` values (heal's batch order) shows the means over them, the range of the
+    test errors and the count."""
+    cells, seen = {}, set()
+    for r in map(json.loads, open(path)):
+        cell = (r["net"], r.get("ref"), r["target"], r["way"], _start(r), r["lr"], r["epochs"],
+                r.get("batch_size", 128), r.get("label_weight") or 0,
+                r.get("temperature", 2.0) if r["way"] == "heal" else None)  # labels: no T
+        if (cell, r.get("seed", 0)) not in seen:
+            seen.add((cell, r.get("seed", 0)))
+            cells.setdefault(cell, []).append(r)
     best = {}
-    for r in rows:
-        k = (r["net"], r["target"], r["way"], _start(r), r["epochs"], r.get("batch_size", 128))
+    for rs in cells.values():
+        r = dict(rs[0], val=sum(x["val"] for x in rs) / len(rs),
+                 test=sum(x["test"] for x in rs) / len(rs), tests=[x["test"] for x in rs])
+        k = (r["net"], r.get("ref") or "", r["target"], r["way"], _start(r), r["epochs"],
+             r.get("batch_size", 128), r.get("label_weight") or 0)
         if k not in best or r["val"] < best[k]["val"]:
             best[k] = r
-    print("| network | target | one-shot start | training | epochs | batch | lr, T (by validation) "
-          "| test before | val after | test after | masks unchanged | CPU s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| network | teacher: val / test | target | one-shot start | training | epochs | batch "
+          "| lr, T (by validation) | test before | val after | test after | masks unchanged "
+          "| CPU s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for k in sorted(best):
         r = best[k]
         t = "" if r["way"] == "labels" else f", T={r.get('temperature', 2.0):g}"
-        print(f"| {r['net']} | {r['target']} | {k[3]} | {r['way']} | {r['epochs']} | "
+        t += f", a={r['label_weight']:g}" if r.get("label_weight") else ""
+        dv = f"{100 * r['dense_val']:.2f}%" if r.get("dense_val") is not None else "-"
+        teacher = f"{Path(r['ref']).name if r.get('ref') else 'oneshot ref'}: {dv} / {100 * r['dense_test']:.2f}%"
+        print(f"| {r['net']} | {teacher} | {r['target']} | {k[4]} | {r['way']} | {r['epochs']} | "
               f"{r.get('batch_size', 128)} | {r['lr']:g}{t} | "
-              f"{100 * r['test_before']:.2f}% | {100 * r['val']:.2f}% | {100 * r['test']:.2f}% | "
+              f"{100 * r['test_before']:.2f}% | {100 * r['val']:.2f}% | {_test(r['tests'])} | "
               f"{'' if r['masks_unchanged'] is None else r['masks_unchanged']} | "
               f"{r['cpu_s']:.0f} |")
+
+
+def _test(tests) -> str:
+    """A cell's test error: the mean, and over several seeds the range and the count."""
+    mean = 100 * sum(tests) / len(tests)
+    if len(tests) == 1:
+        return f"{mean:.2f}%"
+    return f"{mean:.2f}% ({100 * min(tests):.2f}-{100 * max(tests):.2f}, {len(tests)} seeds)"
 
 
 if __name__ == "__main__":

@@ -366,11 +366,39 @@ def csc_rmatvec(data, indices, indptr, v, out):
         out[j] = s
 
 
+@njit(cache=True, inline="always")
+def _ranks_before(key, a, b):
+    """Whether candidate ``a`` ranks before ``b``: a larger key, or an equal key and a lower
+    position."""
+    return key[a] > key[b] or (key[a] == key[b] and a < b)
+
+
+@njit(cache=True)
+def _sift_down(heap, n, i, key):
+    """Restore the heap below ``i`` (the root ranks last of the ``n`` entries)."""
+    while True:
+        worst = i
+        left = 2 * i + 1
+        right = left + 1
+        if left < n and _ranks_before(key, heap[worst], heap[left]):
+            worst = left
+        if right < n and _ranks_before(key, heap[worst], heap[right]):
+            worst = right
+        if worst == i:
+            return
+        heap[i], heap[worst] = heap[worst], heap[i]
+        i = worst
+
+
 @njit(cache=True)
 def select_ws(score, nz, size):
     """A working set: the nonzero features (``nz``) first, then the largest positive scores; at
     most ``size`` features, sorted. Features scoring 0 (optimal at 0) are left out: they only
-    cost passes. Ties at the cut keep the lower index."""
+    cost passes. Ties at the cut keep the lower index.
+
+    The ``size`` best candidates are kept in a heap whose root is the one ranked last
+    (``O(p log size)``), not found by sorting: numba's sorts cost seconds of compile time on
+    the first call of every solver that uses working sets."""
     p = score.shape[0]
     cand = np.empty(p, dtype=np.int64)
     n_cand = 0
@@ -378,14 +406,32 @@ def select_ws(score, nz, size):
         if score[j] > 0.0 or nz[j]:
             cand[n_cand] = j
             n_cand += 1
-    cand = cand[:n_cand]
     if n_cand <= size:
-        return cand
+        return cand[:n_cand]
+    if size <= 0:
+        return cand[:0]
     key = np.empty(n_cand)
     for k in range(n_cand):
         key[k] = np.inf if nz[cand[k]] else score[cand[k]]
-    order = np.argsort(-key, kind="mergesort")
-    return np.sort(cand[order[:size]])
+    heap = np.empty(size, dtype=np.int64)  # positions in cand
+    for k in range(size):
+        heap[k] = k
+    for i in range(size // 2 - 1, -1, -1):
+        _sift_down(heap, size, i, key)
+    for k in range(size, n_cand):
+        if _ranks_before(key, k, heap[0]):
+            heap[0] = k
+            _sift_down(heap, size, 0, key)
+    keep = np.zeros(n_cand, dtype=np.bool_)
+    for t in range(size):
+        keep[heap[t]] = True
+    out = np.empty(size, dtype=np.int64)
+    n = 0
+    for k in range(n_cand):
+        if keep[k]:
+            out[n] = cand[k]
+            n += 1
+    return out
 
 
 @njit(cache=True)

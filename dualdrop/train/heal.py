@@ -87,7 +87,8 @@ def warmup_cosine(total: int, warmup: int):
 
 def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
          epochs: int | None = None, tokenizer=None, batch_size: int = 32, max_length: int = 128,
-         masks="zeros", loss="auto", temperature: float = 2.0, block_weight: float = 0.0,
+         masks="zeros", loss="auto", temperature: float = 2.0, label_weight: float = 0.0,
+         block_weight: float = 0.0,
          blocks=None, block_map=None, lr: float = 1e-4, weight_decay: float = 0.01,
          warmup: float = 0.05, clip: float | None = 1.0, forward_fn=None, teacher_dtype=None,
          cache_teacher="auto", cache_mb: float = 1024.0, train_mode: bool = False,
@@ -112,7 +113,10 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
       ``{parameter name: bool tensor}``, or ``None`` (hold nothing).
     - ``loss``: ``"auto"``, ``"kl"`` (``temperature``), ``"mse"``, ``"cosine"``, a tuple of them
       (summed) or ``callable(student_out, teacher_out, batch) -> scalar`` on the outputs' main
-      tensors (``heal_losses``); ``block_weight``: the weight of per-block hidden-state matching
+      tensors (``heal_losses``); ``label_weight`` ``a`` in [0, 1]: ``(1 - a)`` times that
+      plus ``a`` times the student's loss on the labels the batches carry (``(inputs,
+      labels)`` pairs, or dict batches with ``"labels"``: a Hugging Face model's own loss;
+      0: unlabeled data, distillation alone); ``block_weight``: the weight of per-block hidden-state matching
       (0: off), ``blocks`` the container of the blocks (found when None, e.g.
       ``"encoder.layer"``) or a list of module names (e.g. an MLP's ``["fc1", "fc2"]``: their
       outputs matched, listed in forward order), ``block_map`` the teacher block of each
@@ -182,6 +186,7 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     settings = plain_settings({"lr": lr, "weight_decay": weight_decay, "warmup": opts["warmup"],
                                "clip": clip, "loss": loss if not callable(loss) else repr(loss),
                                "temperature": temperature, "block_weight": block_weight,
+                               **({"label_weight": label_weight} if label_weight else {}),
                                "total_steps": total, "seed": seed, "shuffle": shuffle,
                                "held": sum(int((m == 0).sum()) for _, m in held)})
     t_mode, s_mode = teacher.training, student.training
@@ -189,7 +194,7 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
                        generators=[source.generator] if source.generator is not None else []
                        ) as undo:
         run = HealRun(student, teacher, source, fwd, losses, temperature, block_weight, blocks,
-                   block_map, teacher_dtype, cache_teacher, cache_mb, dist)
+                   block_map, teacher_dtype, cache_teacher, cache_mb, dist, label_weight)
         try:
             result = _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir,
                             stop_after, log_every, progress, lr, weight_decay, clip, train_mode)
@@ -404,6 +409,7 @@ def _check_options(a: dict) -> dict:
     check_float("weight_decay", a["weight_decay"], low=0.0)
     check_float("temperature", a["temperature"], low=0.0, low_open=True)
     check_float("block_weight", a["block_weight"], low=0.0)
+    check_float("label_weight", a["label_weight"], low=0.0, high=1.0)
     check_float("cache_mb", a["cache_mb"], low=0.0)
     if a["clip"] is not None:
         check_float("clip", a["clip"], low=0.0, low_open=True)

@@ -19,6 +19,15 @@ on the kind of model:
   the real tokens: normalized per block, because the residual stream grows with depth. ``P`` is
   a learned projection where the widths differ, the identity otherwise.
 
+- the batch's own labels (``label_weight = a > 0``): the distillation loss weighted ``1 - a``
+  plus ``a`` times the student's cross-entropy on the labels the data carries (Hinton et al.
+  mix the two the same way): a Hugging Face model's own ``loss`` when a dict batch has
+  ``"labels"`` (the next-token shift of a causal language model), else the cross-entropy of the
+  logits to a ``(inputs, labels)`` pair's second element or a dict's ``"labels"`` (``-100``
+  ignored). Where the teacher generalizes better than the labels (a model trained longer), the
+  labels add little; where the student's capacity, not the teacher, is the limit, they keep it
+  on the task.
+
 ``"auto"`` picks by the output: ``logits`` (or a plain tensor: a classifier) -> ``"kl"``,
 ``last_hidden_state`` -> ``("cosine", "mse")``, ``sentence_embedding`` -> ``"cosine"``.
 """
@@ -121,6 +130,29 @@ def block_loss(hs: list, ht: list, projections, mask) -> torch.Tensor:
         den = _token_mean((b ** 2).sum(-1), mask).clamp_min(1e-12)
         total = total + num / den
     return total / max(len(hs), 1)
+
+
+def label_loss(out, x: torch.Tensor, batch) -> torch.Tensor:
+    """The student's loss on the labels of ``batch`` (module docstring): ``out.loss`` of a model
+    that computed one, else the cross-entropy of the logits ``x`` (``(..., classes)``) to the
+    labels of a ``(inputs, labels)`` pair or a dict batch's ``"labels"`` (``-100`` ignored)."""
+    own = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    if isinstance(own, torch.Tensor) and own.dim() == 0:
+        return own
+    y = None
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        y = batch[1]
+    elif isinstance(batch, Mapping):
+        y = batch.get("labels")
+    if not isinstance(y, torch.Tensor):
+        raise ValueError("label_weight > 0 needs labels in every batch: (inputs, labels) pairs "
+                         "or dict batches with 'labels'; pass such batches, or label_weight=0 "
+                         "to distil alone")
+    if y.is_floating_point() or tuple(y.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"the batch's labels ({tuple(y.shape)}, {y.dtype}) must be class "
+                         f"indices of the logits' leading shape {tuple(x.shape[:-1])}")
+    return F.cross_entropy(x.float().reshape(-1, x.shape[-1]), y.to(x.device).reshape(-1),
+                           ignore_index=-100)
 
 
 def default_block_map(n_student: int, n_teacher: int) -> list[int]:

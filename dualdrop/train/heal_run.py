@@ -43,9 +43,11 @@ class HealRun:
     loss on a batch, the block hooks and projections."""
 
     def __init__(self, student, teacher, source, fwd, losses, temperature, block_weight,
-                 blocks, block_map, teacher_dtype, cache_teacher, cache_mb, dist):
+                 blocks, block_map, teacher_dtype, cache_teacher, cache_mb, dist,
+                 label_weight=0.0):
         self.student, self.source, self.fwd, self.dist = student, source, fwd, dist
         self.losses, self.temperature, self.block_weight = losses, temperature, block_weight
+        self.label_weight = label_weight
         self.teacher = teacher if teacher_dtype is None else copy.deepcopy(teacher).to(
             teacher_dtype)
         self.teacher.eval()
@@ -163,7 +165,8 @@ class HealRun:
         batch = self.shard(batch)
         t = self.targets(key, batch)
         self.captured["s"] = []
-        kind, x = L.main_output(self.fwd(self.student, batch))
+        out = self.fwd(self.student, batch)
+        kind, x = L.main_output(out)
         names = self._names(kind)
         mask = token_mask(batch)
         if names is None:
@@ -176,6 +179,9 @@ class HealRun:
                                      f"teacher's ({tuple(t[n].shape)}) differ in shape for loss "
                                      f"{n!r}; heal a student of the teacher's output shape")
             value = L.distill_loss(names, s, t, mask, self.temperature)
+        if self.label_weight > 0:
+            a = self.label_weight
+            value = (1 - a) * value + a * L.label_loss(out, x, batch)
         if self.block_weight > 0:
             value = value + self.block_weight * L.block_loss(self.captured["s"], t["blocks"],
                                                              self.projections, mask)

@@ -29,11 +29,23 @@ def extrapolate(hist):
 def weights(hist):
     """``(ok, c)``: the extrapolation weights of ``hist[1:]`` (summing to 1). Any quantity
     affine in the iterate (a residual ``y - X w - b``) extrapolates with the same weights, at
-    the cost of a combination instead of a recomputation."""
+    the cost of a combination instead of a recomputation.
+
+    The ``K x K`` system (``K`` is a handful) is solved by a Cholesky factorization written out
+    here rather than ``np.linalg.solve``: the regularized ``U U^T`` is symmetric positive
+    definite, and numba's LAPACK wrapper (its checks, copies and error messages) cost several
+    seconds of compile time on every first use of a coordinate-descent solver. A pivot that is
+    not positive (a numerically singular system) reports ``ok = False``."""
     K = hist.shape[0] - 1
+    m = hist.shape[1]
     c = np.zeros(K)
-    U = hist[1:] - hist[:-1]
-    C = U @ U.T
+    C = np.zeros((K, K))
+    for i in range(K):
+        for j in range(i + 1):
+            s = 0.0
+            for t in range(m):
+                s += (hist[i + 1, t] - hist[i, t]) * (hist[j + 1, t] - hist[j, t])
+            C[i, j] = s
     tr = 0.0
     for k in range(K):
         tr += C[k, k]
@@ -41,8 +53,35 @@ def weights(hist):
         return False, c
     for k in range(K):
         C[k, k] += 1e-10 * tr
-    c = np.linalg.solve(C, np.ones(K))
-    sc = c.sum()
+    # C = L L^T in place (lower triangle), then L y = 1, L^T c = y
+    for j in range(K):
+        d = C[j, j]
+        for t in range(j):
+            d -= C[j, t] * C[j, t]
+        if not d > 0.0:
+            return False, c
+        d = np.sqrt(d)
+        C[j, j] = d
+        for i in range(j + 1, K):
+            s = C[i, j]
+            for t in range(j):
+                s -= C[i, t] * C[j, t]
+            C[i, j] = s / d
+    for i in range(K):
+        s = 1.0
+        for t in range(i):
+            s -= C[i, t] * c[t]
+        c[i] = s / C[i, i]
+    for i in range(K - 1, -1, -1):
+        s = c[i]
+        for t in range(i + 1, K):
+            s -= C[t, i] * c[t]
+        c[i] = s / C[i, i]
+    sc = 0.0
+    for k in range(K):
+        sc += c[k]
     if sc == 0.0 or not np.isfinite(sc):
         return False, c
-    return True, c / sc
+    for k in range(K):
+        c[k] /= sc
+    return True, c

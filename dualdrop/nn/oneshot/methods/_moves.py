@@ -6,12 +6,52 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._row_kernels import _add, _build, _fill_mt, _kernel, _remove, _swap  # noqa: F401 (polish uses them from here)
+from ._row_kernels import (_add, _build, _cholesky, _cholesky_solve, _fill_mt,  # noqa: F401 (polish uses them from here)
+                           _kernel, _remove, _swap)
 
 __all__ = ["KERNELS"]
 
 PAIR_OUT = 8  # 2-for-2 replacements in a row: pairs of its cheapest PAIR_OUT inputs out ...
 PAIR_IN = 12  # ... and pairs of the PAIR_IN inputs of largest gain after that removal in
+
+
+@_kernel
+def _copy(src, dst, n):
+    """``dst[:n] = src[:n]`` (a loop: numba compiles an array assignment's shape checks and
+    their error messages, seconds of the first call)."""
+    for a in range(n):
+        dst[a] = src[a]
+
+
+@_kernel
+def _argsort(values, order):
+    """``order[:n]`` = the positions of ``values`` (length ``n``) from the smallest value up,
+    ties by position (a heap sort: numba's ``np.argsort`` costs seconds of compile time on the
+    first call)."""
+    n = values.shape[0]
+    for i in range(n):
+        order[i] = i
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(values, order, start, n)
+    for end in range(n - 1, 0, -1):
+        order[0], order[end] = order[end], order[0]
+        _sift(values, order, 0, end)
+
+
+@_kernel
+def _sift(values, order, i, n):
+    """Restore the max-heap (by value, then position) of ``order[:n]`` below ``i``."""
+    while True:
+        big = i
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < n:
+                a, b = order[child], order[big]
+                if values[a] > values[b] or (values[a] == values[b] and a > b):
+                    big = child
+        if big == i:
+            return
+        order[i], order[big] = order[big], order[i]
+        i = big
 
 
 @_kernel
@@ -146,8 +186,8 @@ def _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart, use_groups, floor
         return best, ba1, ba2, bk1, bk2
     costs = np.empty(s)
     for a in range(s):
-        costs[a] = u[a] * u[a] / (2.0 * H[a, a])
-    order = np.argsort(costs)[:min(s, n_out)]
+        costs[a] = -u[a] * u[a] / (2.0 * H[a, a])
+    order = _top(costs, n_out)  # the n_out cheapest, cheapest first
     gain1 = np.empty(p)
     for x1 in range(order.shape[0]):
         for x2 in range(x1 + 1, order.shape[0]):
@@ -214,11 +254,12 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups
     S_built = S[:s].copy()
     banned = np.zeros(p, dtype=np.bool_)  # inputs refused since the last swap
     costs = np.empty(s)
+    order = np.empty(s, dtype=np.int64)
     while n < max_swaps:
         tol = rtol * (f + 1e-12 * c0)
         for a in range(s):
             costs[a] = u[a] * u[a] / (2.0 * H[a, a])
-        order = np.argsort(costs)
+        _argsort(costs, order)
         found = False
         bi = bk = np.int64(-1)  # typed int64: a literal -1 would compile _swap a second time
         best = -tol
@@ -291,17 +332,17 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups
                 exact = True
             if not f < f_built - rtol * (f_built + 1e-12 * c0):
                 if f > f_built:
-                    S[:s] = S_built
+                    _copy(S_built, S, s)
                     f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, yes, yes)
                 break
             f_built = f
-            S_built[:] = S[:s]
+            _copy(S, S_built, s)
     if since:  # the swaps since the last check, checked from scratch: never end above it
         f_now = _exact_f(Gd, b, c0, S, s)
         if not exact:
             f_built = _exact_f(Gd, b, c0, S_built, s)
         if f_now > f_built:
-            S[:s] = S_built
+            _copy(S_built, S, s)
             f = _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, yes, yes)
         else:
             f = f_now
@@ -310,8 +351,8 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups
 
 @_kernel
 def _exact_f(Gd, b, c0, S, s):
-    """``f = 1/2 (c0 - b_S^T Gd_SS^-1 b_S)`` of the support ``S[:s]`` from scratch (an LU
-    solve: a third of :func:`_build`'s inverse, and none of its other work)."""
+    """``f = 1/2 (c0 - b_S^T Gd_SS^-1 b_S)`` of the support ``S[:s]`` from scratch (a Cholesky
+    solve: a fraction of :func:`_build`'s inverse, and none of its other work)."""
     if s == 0:
         return 0.5 * c0
     GSS = np.empty((s, s))
@@ -320,8 +361,13 @@ def _exact_f(Gd, b, c0, S, s):
         bs[a] = b[S[a]]
         for d in range(s):
             GSS[a, d] = Gd[S[a], S[d]]
-    x = np.linalg.solve(GSS, bs)
-    return 0.5 * (c0 - np.dot(bs, x))
+    x = bs.copy()
+    _cholesky(GSS, s)
+    _cholesky_solve(GSS, s, x)
+    v = 0.0
+    for a in range(s):
+        v += bs[a] * x[a]
+    return 0.5 * (c0 - v)
 
 
 @_kernel
@@ -383,7 +429,8 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
     no = p < 0  # a run-time False: a literal would compile the callee once more
     out_f[:] = np.inf
     out_f[depth] = f
-    out_S[depth, :s] = S[:s]
+    for a in range(s):
+        out_S[depth, a] = S[a]
     cap = min(p, s + depth)
     if cap == 0:
         return
@@ -398,11 +445,13 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
         if trip >= 2 and depth == 1:
             break
         S1 = np.zeros(cap, dtype=np.int64)
-        S1[:s] = S[:s]
+        _copy(S, S1, s)
         H1 = np.zeros((cap, cap))
-        H1[:s, :s] = H[:s, :s]
+        for a in range(s):
+            for d in range(s):
+                H1[a, d] = H[a, d]
         u1 = np.zeros(cap)
-        u1[:s] = u[:s]
+        _copy(u, u1, s)
         g1, c1, in1 = g.copy(), cc.copy(), inS.copy()
         MT1 = MT0.copy()
         f1 = f
@@ -420,7 +469,8 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
             at = depth + s1 - s
             if f1 < out_f[at] - rtol * f1:
                 out_f[at] = f1
-                out_S[at, :s1] = S1[:s1]
+                for a in range(s1):
+                    out_S[at, a] = S1[a]
 
 
 KERNELS = (_build, _swap_loop, _ladder)  # what a first polish compiles

@@ -24,6 +24,61 @@ _kernel = njit(cache=True, error_model="numpy",
 
 
 # ----------------------------------------------------------------------------------------------
+# dense algebra of a support's Gram, written out: the Gram ``Gd_SS`` is symmetric positive
+# definite (``Gd`` carries polish.RIDGE on its diagonal), so a Cholesky factorization serves
+# both the inverse and the solves. numba's LAPACK wrappers (their checks, copies and error
+# messages) cost seconds of compile time on the first call; these loops a fraction of it.
+
+
+@_kernel
+def _cholesky(A, n):
+    """``A[:n, :n] = L L^T`` in place (``L`` in the lower triangle, the upper one left as it
+    was). A pivot that rounding leaves at or below 0 is floored at ``1e-300`` (with the ridge
+    it does not happen)."""
+    for j in range(n):
+        d = A[j, j]
+        for t in range(j):
+            d -= A[j, t] * A[j, t]
+        d = np.sqrt(d) if d > 0.0 else 1e-300
+        A[j, j] = d
+        for i in range(j + 1, n):
+            v = A[i, j]
+            for t in range(j):
+                v -= A[i, t] * A[j, t]
+            A[i, j] = v / d
+
+
+@_kernel
+def _cholesky_solve(L, n, x):
+    """``x <- (L L^T)^-1 x`` from the factor of :func:`_cholesky`."""
+    for i in range(n):
+        v = x[i]
+        for t in range(i):
+            v -= L[i, t] * x[t]
+        x[i] = v / L[i, i]
+    for i in range(n - 1, -1, -1):
+        v = x[i]
+        for t in range(i + 1, n):
+            v -= L[t, i] * x[t]
+        x[i] = v / L[i, i]
+
+
+@_kernel
+def _spd_inverse(A, n, out):
+    """``out[:n, :n] = A[:n, :n]^-1`` (symmetric) for ``A`` symmetric positive definite;
+    ``A`` is overwritten by its factor."""
+    _cholesky(A, n)
+    e = np.empty(n)
+    for j in range(n):
+        for i in range(n):
+            e[i] = 0.0
+        e[j] = 1.0
+        _cholesky_solve(A, n, e)
+        for i in range(n):
+            out[i, j] = e[i]
+
+
+# ----------------------------------------------------------------------------------------------
 # compiled row kernels (the state: the module docstring)
 
 
@@ -44,7 +99,8 @@ def _build(Gd, b, c0, S, s, H, u, g, c, inS, MT, has_mt, want_c):
     for a in range(s):
         for d in range(s):
             GSS[a, d] = Gd[idx[a], idx[d]]
-    Hs = np.linalg.inv(GSS)
+    Hs = np.empty((s, s))
+    _spd_inverse(GSS, s, Hs)
     fb = 0.0
     for a in range(s):
         acc = 0.0
@@ -117,7 +173,8 @@ def _remove(Gd, S, s, H, u, g, c, inS, MT, has_mt, i):
         for d in range(s):
             H[d, i] = H[d, last]
         if has_mt:
-            MT[i] = MT[last]
+            for k in range(p):  # (a loop: an array assignment compiles shape checks)
+                MT[i, k] = MT[last, k]
     s -= 1
     inS[j] = False
     for a in range(s):

@@ -227,8 +227,10 @@ class Penalty(OneShotMethod):
     and live inputs, the path on smaller ones), ``refit`` (default True: least squares on the
     support, exact greedy moves to the budget; False keeps the penalized weights of the path's
     last fit, or the splitting's last D-step), ``polish`` (the support polish, ``polish.py``;
-    default ``None``: with the path only, where it was measured to pay; at width it cost 13x
-    the splitting's time on a 384 x 384 layer for 0.7% of objective), ``tol`` (the coordinate descent's
+    default ``None``: with the path only, where it was measured to pay, ``"full"`` on layers of
+    up to ``polish.FULL_WEIGHTS`` live weights and ``"swaps"`` on larger ones
+    (``polish.default_effort``); at width it cost 13x the splitting's time on a 384 x 384 layer
+    for 0.7% of objective; ``False``: none), ``tol`` (the coordinate descent's
     criterion along the path, 1e-2), ``ratio`` (``alpha`` factor between path fits, 0.5),
     ``slack`` (how far above the budget the path may stop before the exact moves, 0.05) and
     ``n_threads`` (rows solved in parallel by numba, 1); with the splitting, ``patience``,
@@ -269,8 +271,8 @@ class Penalty(OneShotMethod):
         if not isinstance(opts["refit"], bool):
             raise TypeError(f"refit must be True or False, got {opts['refit']!r}")
         opts["solver"] = check_choice("solver", opts["solver"], {"auto", "path", "split"})
-        if opts["polish"] is not None:
-            opts["polish"] = check_effort("polish", opts["polish"])
+        if opts["polish"] is not None:  # False stays False (no polish), not None (the default)
+            opts["polish"] = check_effort("polish", opts["polish"]) or False
         if opts["polish"] and not opts["refit"]:
             raise ValueError("polish=True scores supports by their least-squares refit; it "
                              "needs refit=True")
@@ -284,7 +286,7 @@ class Penalty(OneShotMethod):
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.KERNELS, _table_prox, _kept_range,
+        return (*gram_cd.kernels(self.P), _table_prox, _kept_range,
                 *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:
@@ -298,7 +300,7 @@ class Penalty(OneShotMethod):
         o = self.options
         solver = self.solver_for(sl)
         polish = o["polish"] if o["polish"] is not None else (
-            "full" if solver == "path" and o["refit"] else None)
+            _polish.default_effort(sl) if solver == "path" and o["refit"] else None)
         if solver == "split":
             t0 = time.perf_counter()
             mask, U, D, self.info = split_support(sl, budget, self.P,
@@ -392,7 +394,7 @@ def allocate_penalty(problems: list[LayerProblem], density: float, *, floors=Non
     floors = [0] * len(problems) if floors is None else [int(f) for f in floors]
     if any(p.G is None for p in problems):
         raise ValueError("allocation='penalty' needs every layer's Gram (LayerProblem.G)")
-    announce_first_use(gram_cd.KERNELS, "one-shot allocation='penalty'")
+    announce_first_use(gram_cd.kernels(P), "one-shot allocation='penalty'")
     layers = [ScaledLayer(p.W0, p.G) for p in problems]
     paths = [_Path(sl, P, tol, 1) for sl in layers]
     starts = [np.zeros_like(sl.U0) for sl in layers]

@@ -44,7 +44,7 @@ from .sparsegpt import SparseGPT
 from . import _ahead
 from ._moves import KERNELS, _add, _build, _fill_mt, _ladder, _remove, _swaps
 
-__all__ = ["Polish", "SupportSearch", "polish", "polish_support"]
+__all__ = ["Polish", "SupportSearch", "default_effort", "polish", "polish_support"]
 
 REFRESH = 100  # moves between two rebuilds of a row's state (against drift)
 MEMORY = 256 * 2**20  # bytes of row states kept between moves (the rest are rebuilt)
@@ -66,6 +66,13 @@ SWAP_FLOOR = 1e-6
 # and 1e-4 of a row's error is below what any layer objective is reported to.
 SWAP_RTOL = 1e-4
 DEPTH = 3  # sizes each row explores down and up before the sizes are re-split (reallocate)
+# The penalty path's default effort (:func:`default_effort`): "full" on layers of at most this
+# many live weights, "swaps" on larger ones. On LeNet-300-100's first layer (300 x 784 live
+# inputs) "full" cost 3.2x "swaps"' CPU at 20% (11.5 s against 3.6 s) for 3% of objective (both
+# 23-26% below ADMM's), 3.2x at 50% for none; on its 28,800- and 910-weight layers "swaps"
+# alone ended above ADMM's objective (10% and 5%), "full" below it everywhere
+# (benchmarks/RESULTS.md, "Cold and warm first call").
+FULL_WEIGHTS = 100_000
 
 
 # ----------------------------------------------------------------------------------------------
@@ -537,6 +544,13 @@ class SupportSearch:
 
 
 EFFORTS = ("swaps", "full")
+
+
+def default_effort(sl: ScaledLayer) -> str:
+    """The polish the penalty path applies by default to the layer ``sl``: ``"full"`` up to
+    :data:`FULL_WEIGHTS` live weights, ``"swaps"`` beyond (where the 2-for-2 replacements and
+    the size ladder cost most and bought least)."""
+    return "full" if sl.R * sl.q <= FULL_WEIGHTS else "swaps"
 
 
 def check_effort(name, value):
