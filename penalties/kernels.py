@@ -302,7 +302,7 @@ def _scaled_objective(code, p, x, a, t):
     return 0.5 * d * d + pen
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gain(code, p, x, a, t):
     """``(h(0) - h(x)) / a`` for ``h(x) = 1/2 (x - a)^2 + t Omega(x)`` and ``0 < x <= a``: how much
     ``x`` beats 0 in the prox objective, positive when it does. Written as ``(x/a) ((a - x/2) -
@@ -430,7 +430,8 @@ def _prox(code, p, v, t):
         if r <= 0.0:
             return 0.0
         r = min(r, a)  # the root is below a; rounding can put it an ulp above
-        return sgn * r if _gain(code, p, r, a, t) > 0.0 else 0.0
+        # (LOGSUM, not code: the inlined gain keeps logsum's formula alone)
+        return sgn * r if _gain(LOGSUM, p, r, a, t) > 0.0 else 0.0
     if code == MCP:
         A = p[0] * p[1]
         if t < A:  # convex objective: firm thresholding
@@ -458,6 +459,28 @@ def _prox(code, p, v, t):
             best, hbest = _consider(code, p, a, t, min(max(x2, lam), sa * lam), best, hbest)
         return sgn * best
     return _prox_numeric_scalar(code, p, v, t)
+
+
+# ----------------------------------------------------------------------------------------------
+# For kernels compiled for one penalty (``dualdrop.linear.solvers.gram_cd.kernels_for``): with
+# ``code`` a compile-time constant of the caller (a closure's free variable), numba prunes the
+# other penalties' branches of these inlined functions before typing, so only that penalty's
+# formulas compile. MIXED keeps its run-time inner code: the general kernel.
+# ----------------------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def omega_of(code, p, w):
+    """:func:`omega_scalar` for inlining (the comment above)."""
+    if code == MIXED:
+        return _omega_scalar(code, p, w)
+    return _omega(code, p, w)
+
+
+@njit(cache=True, inline="always")
+def prox_of(code, p, v, t):
+    """:func:`prox_scalar` for inlining (the comment above)."""
+    if code == MIXED:
+        return _prox_scalar(code, p, v, t)
+    return _prox(code, p, v, t)
 
 
 # ----------------------------------------------------------------------------------------------

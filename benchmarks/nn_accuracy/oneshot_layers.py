@@ -41,6 +41,8 @@ METHODS = {  # label -> (registry name, options)
     "admm+polish": ("admm", {"polish": True}),
     "logsum": ("logsum", {}),
     "logsum-nopolish": ("logsum", {"polish": False}),
+    "logsum:full": ("logsum", {"polish": "full"}),  # the full polish on every layer
+    "logsum:swaps": ("logsum", {"polish": "swaps"}),
     "mcp": ("mcp", {}),
     "penalty:l1": ("penalty:l1", {}),
     "vardrop": ("vardrop", {}),

@@ -64,7 +64,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", nargs="+", default=["flap", "osscar", "logsum"])
     ap.add_argument("--allocations", nargs="+", default=["uniform", "flap", "penalty"])
-    ap.add_argument("--speedups", nargs="+", type=float, default=[1.25, 1.5, 2.0])
+    ap.add_argument("--speedups", nargs="*", type=float, default=[1.25, 1.5, 2.0])
+    ap.add_argument("--params", nargs="+", type=int, default=[],
+                    help="parameter budgets (target_params: the pruned model's parameter "
+                         "count), run after the --speedups (give --speedups with no value "
+                         "for these alone)")
     ap.add_argument("--granularity", default="head+neuron")
     ap.add_argument("--n-calib", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
@@ -107,7 +111,10 @@ def main(argv=None):
     dense_emb = embed(model, evals)
     tbatch = timing_batch(tok.vocab_size)
     opts, aopts = json.loads(args.options), json.loads(args.allocation_options)
-    for s in args.speedups:
+    budgets = [(s, {"target_speedup": s, "latency_inputs": tbatch,
+                    "latency_options": json.loads(args.latency_options)}) for s in args.speedups]
+    budgets += [(f"params:{n}", {"target_params": n}) for n in args.params]
+    for s, budget in budgets:
         for alloc in args.allocations:
             for meth in args.methods:
                 key = json.dumps([meth, alloc, s, args.granularity, args.n_calib, opts, aopts,
@@ -118,12 +125,10 @@ def main(argv=None):
                 torch.set_num_threads(args.threads)
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = prune_structured(m, calib, meth, granularity=args.granularity,
-                                       target_speedup=s, allocation=alloc, options=opts,
+                                       allocation=alloc, options=opts,
                                        allocation_options=aopts,
                                        bias_compensation=not args.no_bias_compensation,
-                                       target=args.target,
-                                       latency_inputs=tbatch, progress=False,
-                                       latency_options=json.loads(args.latency_options))
+                                       target=args.target, progress=False, **budget)
                 secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                 cos, rec = quality(dense_emb, embed(m, evals))
                 small = res.compact(tbatch)
@@ -143,8 +148,9 @@ def main(argv=None):
                                   for r in res.report.layers]}
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
-                print(f"{meth:10s} {alloc:8s} {s:4.2f}x: cos {cos:.4f} R@10 {rec:.3f} "
-                      f"measured {sp:.2f}x (pred {res.report.predicted_speedup:.2f}x) "
+                pred = res.report.predicted_speedup
+                print(f"{meth:10s} {alloc:8s} {s}: cos {cos:.4f} R@10 {rec:.3f} "
+                      f"measured {sp:.2f}x (pred {pred if pred is None else round(pred, 2)}x) "
                       f"{res.report.params_after:,} params, {secs:.0f} s", flush=True)
 
 
@@ -210,17 +216,21 @@ def print_tables(path):
     print("| method | allocation | target | measured speed-up | cosine | recall@10 | params |"
           " prune s (wall) | prune s (CPU) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in sorted(rows, key=lambda r: (_speedup(r), r["allocation"], r["method"])):
+    for r in sorted(rows, key=lambda r: (str(_speedup(r)), r["allocation"], r["method"])):
+        t = _speedup(r)
         print(f"| {r['method']}{' ' + r['tag'] if r['tag'] else ''} | {r['allocation']} | "
-              f"{_speedup(r):.2f}x | {r['measured_speedup']:.2f}x | {r['cosine']:.4f} | "
+              f"{t if isinstance(t, str) else f'{t:.2f}x'} | {r['measured_speedup']:.2f}x | "
+              f"{r['cosine']:.4f} | "
               f"{r['recall10']:.3f} | {r['params']:,} | {r['prune_seconds']:.0f} | "
               f"{r.get('prune_cpu_seconds', float('nan')):.0f} |")
 
 
-def _speedup(row) -> float:
+def _speedup(row):
     """The target speed-up of a row (the third entry of its key: rows written before the
-    field had its own name stored the fit target under the same name)."""
-    return float(json.loads(row["key"])[2])
+    field had its own name stored the fit target under the same name), or its parameter
+    budget as ``"params:N"``."""
+    t = json.loads(row["key"])[2]
+    return t if isinstance(t, str) else float(t)
 
 
 if __name__ == "__main__":

@@ -96,3 +96,28 @@ def test_the_path_polishes_fully_up_to_the_size_limit(monkeypatch, limit, want):
     get_method("logsum", polish=False).prune(W0, G, budget)
     get_method("logsum", polish="full").prune(W0, G, budget)
     assert seen[1:] == [False, "full"]
+
+
+def test_kernels_compiled_for_one_penalty_compile_only_its_formulas(tmp_path):
+    """``gram_cd.kernels_for(LOGSUM)``: its zero threshold (the path's ``alpha_max``) compiles
+    without the catalog's numeric prox (vardrop's, hard-concrete's), and agrees with the
+    general kernel's; in a fresh process with an empty cache (what a first call sees)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from penalties import kernels as K\n"
+        "from dualdrop.linear import _jit\n"
+        "from dualdrop.linear.solvers.gram_cd import kernels_for\n"
+        "p = np.array([1.0])\n"
+        "own = kernels_for(K.LOGSUM).zero_threshold(K.LOGSUM, p, 0.3)\n"
+        "assert not K._prox_numeric_scalar.signatures, 'numeric prox compiled'\n"
+        "assert own == _jit.zero_threshold(K.LOGSUM, p, 0.3) > 0, own\n"
+        "assert K._prox_numeric_scalar.signatures\n"
+        "print('ok')\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -114,11 +114,11 @@ def first_use_notice(meth, allocation) -> None:
     (``methods._ahead``)."""
     from penalties._numba_cache import first_use_notice as notice_of  # lazy: start-up time
 
-    from dualdrop.linear.solvers import gram_cd  # lazy: start-up time (numba kernels)
     from dualdrop.nn.oneshot.methods._ahead import start as start_ahead  # lazy: start-up time
     from dualdrop.nn.oneshot.methods.polish import KERNELS as POLISH_KERNELS  # lazy: the same
 
-    kernels = (*meth.kernels(), *(gram_cd.KERNELS if allocation == "penalty" else ()))
+    # (allocation="penalty" announces its own kernels: allocate_penalty knows its penalty)
+    kernels = tuple(meth.kernels())
     notice = notice_of(kernels, f"one-shot {meth.name}")
     if notice:
         print(notice, file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dualdrop.linear._jit import zero_threshold
+from dualdrop.linear.solvers.gram_cd import kernels_for
 from penalties.kernels import _map
 
 from .admm import RUNS, admm_support, pick_better, sized
@@ -50,6 +50,7 @@ def alpha_max(P, b_max):
     params = np.ascontiguousarray(params, dtype=np.float64)
     if b_max <= 0:
         return 1.0
+    zero_threshold = kernels_for(code).zero_threshold  # compiled for this penalty alone
     lo, hi = 0.0, 1.0
     while zero_threshold(code, params, hi) < b_max:
         lo, hi = hi, hi * 4.0

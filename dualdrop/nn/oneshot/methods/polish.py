@@ -67,9 +67,9 @@ SWAP_FLOOR = 1e-6
 SWAP_RTOL = 1e-4
 DEPTH = 3  # sizes each row explores down and up before the sizes are re-split (reallocate)
 # The penalty path's default effort (:func:`default_effort`): "full" on layers of at most this
-# many live weights, "swaps" on larger ones. On LeNet-300-100's first layer (300 x 717 live
+# many live weights, "swaps" on larger ones. On LeNet-300-100's first layer (300 x 784 live
 # inputs) "full" cost 3.2x "swaps"' CPU at 20% (11.5 s against 3.6 s) for 3% of objective (both
-# 23-26% below ADMM's), 3.2x at 50% for none; on its 30,000- and 1,000-weight layers "swaps"
+# 23-26% below ADMM's), 3.2x at 50% for none; on its 28,800- and 910-weight layers "swaps"
 # alone ended above ADMM's objective (10% and 5%), "full" below it everywhere
 # (benchmarks/RESULTS.md, "Cold and warm first call").
 FULL_WEIGHTS = 100_000
