@@ -167,14 +167,14 @@ def tables(path):
     rows = [json.loads(line) for line in open(path)]
     best = {}
     for r in rows:
-        k = (r["density"], r["steps"], r["way"])
+        k = (r["density"], r["steps"], r["way"], r["label_weight"])
         if k not in best or r["val"] < best[k]["val"]:
             best[k] = r
     r0 = rows[0]
     print(f"dense: validation {r0['dense_val']:.3f}, test {r0['dense_test']:.3f} "
           f"({r0['dense_params']:,} parameters); one-shot start: validation "
           f"{r0['val_before']:.3f}, test {r0['test_before']:.3f} ({r0['params']:,})")
-    print("| prunable kept | steps | training | lr, a (by validation) | CPU-minutes | "
+    print("| prunable kept | steps | training | lr, a (rate by validation) | CPU-minutes | "
           "val ppl/byte | test ppl/byte | test vs dense |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for k in sorted(best):

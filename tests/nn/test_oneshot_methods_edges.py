@@ -112,6 +112,26 @@ def test_the_method_announces_its_first_compile(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_penalty_methods_announce_only_the_kernels_their_layers_compile(monkeypatch):
+    """A small network never runs the wide-layer splitting: its kernels are not in the
+    method's list (they are never cached there, so listing them printed the compile notice on
+    every call); a wide layer announces them itself, and solver='split' lists only them."""
+    from dualdrop.nn.oneshot.methods import penalty as pen
+
+    small = get_method("logsum")
+    assert not set(pen.SPLIT_KERNELS) & set(small.kernels())
+    assert small.kernels()  # the path's kernels are still announced
+    assert get_method("logsum", solver="split").kernels() == pen.SPLIT_KERNELS
+    said = []
+    monkeypatch.setattr(pen, "announce_first_use", lambda ks, what: said.append((ks, what)))
+    monkeypatch.setattr(pen, "split_support", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("reached the splitting")))
+    W0, G = _rank_one_layer()
+    with pytest.raises(RuntimeError, match="reached the splitting"):
+        get_method("logsum", solver="split").prune(W0, G, Budget(n_keep=3))
+    assert said == [(pen.SPLIT_KERNELS, "one-shot logsum at width")]
+
+
 def _local_imports(path: Path, names):
     tree = ast.parse(path.read_text())
     out = set()

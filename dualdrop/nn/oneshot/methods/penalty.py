@@ -68,6 +68,8 @@ from ._split import _kept_range, _table_prox, alpha_max, split_support
 from . import polish as _polish
 from .polish import SupportSearch, check_effort
 
+SPLIT_KERNELS = (_table_prox, _kept_range)  # the splitting's kernels (wide layers only)
+
 __all__ = ["DEFAULT_PARAMS", "HardConcrete", "LogSum", "MCP", "Penalty", "VarDrop",
            "allocate_penalty", "alpha_max", "penalty_support", "split_support"]
 
@@ -286,8 +288,12 @@ class Penalty(OneShotMethod):
         return opts
 
     def kernels(self) -> tuple:
-        return (*gram_cd.kernels(self.P), _table_prox, _kept_range,
-                *(_polish.KERNELS if self.options["refit"] else ()))
+        """The path's kernels (and the polish's when it refits): what a small layer compiles.
+        The splitting's two kernels are announced by the first wide layer itself, so that a
+        network without one is never told of a compile it does not do."""
+        if self.options["solver"] == "split":
+            return SPLIT_KERNELS
+        return (*gram_cd.kernels(self.P), *(_polish.KERNELS if self.options["refit"] else ()))
 
     def solver_for(self, sl: ScaledLayer) -> str:
         """The solver ``solver="auto"`` picks for the layer ``sl`` (class docstring)."""
@@ -302,6 +308,7 @@ class Penalty(OneShotMethod):
         polish = o["polish"] if o["polish"] is not None else (
             _polish.default_effort(sl) if solver == "path" and o["refit"] else None)
         if solver == "split":
+            announce_first_use(SPLIT_KERNELS, f"one-shot {self.name} at width")
             t0 = time.perf_counter()
             mask, U, D, self.info = split_support(sl, budget, self.P,
                                                   **{k: o[k] for k in NARROW})
