@@ -31,11 +31,13 @@ def weights(hist):
     affine in the iterate (a residual ``y - X w - b``) extrapolates with the same weights, at
     the cost of a combination instead of a recomputation.
 
-    The ``K x K`` system (``K`` is a handful) is solved by a Cholesky factorization written out
-    here rather than ``np.linalg.solve``: the regularized ``U U^T`` is symmetric positive
-    definite, and numba's LAPACK wrapper (its checks, copies and error messages) cost several
-    seconds of compile time on every first use of a coordinate-descent solver. A pivot that is
-    not positive (a numerically singular system) reports ``ok = False``."""
+    The ``K x K`` system (``K`` is a handful) is solved by Gaussian elimination with partial
+    pivoting written out here (LAPACK's ``gesv``, what ``np.linalg.solve`` calls) rather than
+    through numba's LAPACK wrapper, whose checks, copies and error messages cost several seconds
+    of compile time on every first use of a coordinate-descent solver. The regularized
+    ``U U^T`` is ill-conditioned when iterates align, so the elimination order matters to the
+    weights' rounding: a Cholesky factorization here moved some fits by two outer iterations.
+    A zero pivot (an exactly singular system) reports ``ok = False``."""
     K = hist.shape[0] - 1
     m = hist.shape[1]
     c = np.zeros(K)
@@ -53,29 +55,32 @@ def weights(hist):
         return False, c
     for k in range(K):
         C[k, k] += 1e-10 * tr
-    # C = L L^T in place (lower triangle), then L y = 1, L^T c = y
-    for j in range(K):
-        d = C[j, j]
-        for t in range(j):
-            d -= C[j, t] * C[j, t]
-        if not d > 0.0:
-            return False, c
-        d = np.sqrt(d)
-        C[j, j] = d
-        for i in range(j + 1, K):
-            s = C[i, j]
-            for t in range(j):
-                s -= C[i, t] * C[j, t]
-            C[i, j] = s / d
     for i in range(K):
-        s = 1.0
-        for t in range(i):
-            s -= C[i, t] * c[t]
-        c[i] = s / C[i, i]
+        for j in range(i + 1, K):
+            C[i, j] = C[j, i]
+    # Gaussian elimination with partial pivoting on C c = 1 (LAPACK's gesv, written out)
+    for k in range(K):
+        c[k] = 1.0
+    for j in range(K):
+        piv = j
+        for i in range(j + 1, K):
+            if abs(C[i, j]) > abs(C[piv, j]):
+                piv = i
+        if C[piv, j] == 0.0:
+            return False, c
+        if piv != j:
+            for t in range(K):
+                C[j, t], C[piv, t] = C[piv, t], C[j, t]
+            c[j], c[piv] = c[piv], c[j]
+        for i in range(j + 1, K):
+            f = C[i, j] / C[j, j]
+            for t in range(j + 1, K):
+                C[i, t] -= f * C[j, t]
+            c[i] -= f * c[j]
     for i in range(K - 1, -1, -1):
         s = c[i]
         for t in range(i + 1, K):
-            s -= C[t, i] * c[t]
+            s -= C[i, t] * c[t]
         c[i] = s / C[i, i]
     sc = 0.0
     for k in range(K):
