@@ -5,7 +5,6 @@ changed refit, each kept only where lower), budgets met exactly for every dualit
 
 import numpy as np
 import pytest
-import torch
 
 from dualdrop.linear._jit import zero_threshold
 from dualdrop.nn.oneshot.methods import _split, admm
@@ -14,6 +13,7 @@ from dualdrop.nn.oneshot.methods.base import Budget, layer_objective
 from dualdrop.nn.oneshot.methods.penalty import resolve
 from dualdrop.nn.oneshot.registry import get_method
 from penalties.kernels import map_kernel
+from tests.nn.test_oneshot_admm_width import _layer as _width_layer
 
 SMOOTH = ("logsum", "vardrop", "log2sum", "lp")  # Omega' continuous above 0
 KINKED = ("mcp", "scad", "hardconcrete")  # Omega' with kinks or a jump: the prox may jump
@@ -83,14 +83,10 @@ def test_prox_table_handles_a_map_with_two_increasing_runs():
     assert np.abs(got - solved)[off].max() <= 1e-5
 
 
-def _layer(R=30, p=40, n=300, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, p)) @ (np.eye(p) + 0.5 * rng.standard_normal((p, p)) / np.sqrt(p))
-    X *= rng.uniform(0.3, 2.0, p)
-    X[:, 3] *= 15.0
-    X[:, 9] = 0.0
-    W0 = rng.standard_t(3, (R, p))
-    return torch.from_numpy(W0), torch.from_numpy(X.T @ X / n)
+def _layer(seed=0):
+    """The width tests' layer (correlated inputs of unequal scales, an outlier and a dead input),
+    smaller."""
+    return _width_layer(R=30, p=40, seed=seed)
 
 
 def test_row_refits_equal_the_whole_layers_rows():
