@@ -49,12 +49,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import functools
 import hashlib
 import json
 import os
 import random
 import resource
+import shutil
 import sys
 from pathlib import Path
 
@@ -200,7 +202,9 @@ def probe_costs(small, model, data, args):
     batches are cut from length-sorted text and their padded lengths differ 10-fold."""
     pick = random.Random(0).sample(range(len(data)), min(10, len(data)))
     probe = copy.deepcopy(small).train(args.mode == "scratch")
-    opt = torch.optim.AdamW(probe.parameters(), lr=1e-9)
+    for name, p in probe.named_parameters():
+        p.requires_grad_(not any(fnmatch.fnmatchcase(name, q) for q in args.freeze))
+    opt = torch.optim.AdamW([p for p in probe.parameters() if p.requires_grad], lr=1e-9)
     views = 2 if args.mode == "scratch" else 1
     tokens = sum(data[i]["input_ids"].numel() for i in pick)
     c0 = cpu()
@@ -251,6 +255,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=float, default=0.05, help="fraction of the steps")
     ap.add_argument("--loss", default="auto", help="auto, cosine or tokens:W")
     ap.add_argument("--block-weight", type=float, default=0.0)
+    ap.add_argument("--freeze", nargs="*", default=[],
+                    help="parameter names or patterns not trained (heal's freeze), e.g. "
+                         "'embeddings.word_embeddings.*'")
     ap.add_argument("--text", choices=["calib", "packages", "mix"], default="calib")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--eval", choices=["test", "val"], default="test")
@@ -265,6 +272,8 @@ def main(argv=None):
     conf = {k: getattr(args, k) for k in ("speedup", "student", "keep_layers", "minutes",
                                           "mode", "lr", "warmup", "loss", "block_weight",
                                           "text", "batch", "eval")}
+    if args.freeze:  # in the key only when given: the rows before it keep their keys
+        conf["freeze"] = args.freeze
     if args.student == "layers":
         conf.pop("speedup")
     else:
@@ -303,6 +312,7 @@ def main(argv=None):
     meta_path = work / f"run-{tag}.json"
     kw = dict(tokenizer=tok, batch_size=args.batch, lr=args.lr, warmup=args.warmup,
               loss=loss_of(args.loss), block_weight=args.block_weight, masks=None,
+              freeze=args.freeze or None, cache_teacher=str(work / f"teacher-{tag}"),
               progress=False, seed=0)
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
@@ -321,24 +331,40 @@ def main(argv=None):
     texts = healing_texts(tok, args.text, n_fresh, work)
     data = batches(tok, texts, batch=args.batch) if args.mode == "scratch" else None
     marks = sorted(m for m in args.marks if m < args.minutes) + [args.minutes]
+    mark_at = {total if m == args.minutes else min(total, int(m / args.minutes * total)): m
+               for m in marks}
+    chunk = max(1, total // 10)
+    stops = sorted(set(mark_at) | set(range(chunk, total, chunk)))
+    budget = args.minutes * 60
     state = {}
-    for mark in marks:
-        stop = total if mark == args.minutes else min(total, int(mark / args.minutes * total))
-        if stop <= meta["step"]:
+    for stop in stops:
+        if meta.get("stopped") or stop <= meta["step"]:
             continue
-        c0 = cpu()
-        if args.mode == "heal":
-            out = heal(small, model, texts, steps=total, stop_after=stop - meta["step"],
-                       checkpoint_dir=str(ck), **kw)
-            step = out.step
-        else:
-            simcse(small, data, total, args.lr, args.warmup, stop, state)
-            step = state["step"]
-        meta["spent"] += cpu() - c0
-        meta["step"] = step
-        atomic_json(meta, meta_path)
-        record(mark, meta["spent"], step, total)
-
+        rate = meta.get("rate")  # CPU per step of the last chunk: the hard stop (docstring)
+        if rate and meta["spent"] + (stop - meta["step"]) * rate > budget:
+            stop = meta["step"] + int((budget - meta["spent"]) / rate)
+            meta["stopped"] = True
+        if stop > meta["step"]:
+            c0, s0 = cpu(), meta["step"]
+            if args.mode == "heal":
+                out = heal(small, model, texts, steps=total, stop_after=stop - s0,
+                           checkpoint_dir=str(ck), **kw)
+                step = out.step
+            else:
+                simcse(small, data, total, args.lr, args.warmup, stop, state)
+                step = state["step"]
+            meta["spent"] += cpu() - c0
+            meta["step"] = step
+            meta["rate"] = (cpu() - c0) / max(1, step - s0)
+            atomic_json(meta, meta_path)
+        for m in marks:
+            if m != args.minutes and mark_at.get(stop) == m:
+                record(m, meta["spent"], meta["step"], total)
+        if meta.get("stopped"):
+            break
+    if meta["step"] > 0 and not any(r == (key, args.minutes) for r in done):
+        record(args.minutes, meta["spent"], meta["step"], total)
+    shutil.rmtree(work / f"teacher-{tag}", ignore_errors=True)
 
 def tables(path):
     """The rows of ``path`` as a markdown table (the rate, text and evaluation set are the
