@@ -331,40 +331,28 @@ def main(argv=None):
     texts = healing_texts(tok, args.text, n_fresh, work)
     data = batches(tok, texts, batch=args.batch) if args.mode == "scratch" else None
     marks = sorted(m for m in args.marks if m < args.minutes) + [args.minutes]
-    mark_at = {total if m == args.minutes else min(total, int(m / args.minutes * total)): m
-               for m in marks}
-    chunk = max(1, total // 10)
-    stops = sorted(set(mark_at) | set(range(chunk, total, chunk)))
     budget = args.minutes * 60
     state = {}
-    for stop in stops:
+    for mark in marks:
+        stop = total if mark == args.minutes else min(total, int(mark / args.minutes * total))
         if meta.get("stopped") or stop <= meta["step"]:
             continue
-        rate = meta.get("rate")  # CPU per step of the last chunk: the hard stop (docstring)
-        if rate and meta["spent"] + (stop - meta["step"]) * rate > budget:
-            stop = meta["step"] + int((budget - meta["spent"]) / rate)
-            meta["stopped"] = True
-        if stop > meta["step"]:
-            c0, s0 = cpu(), meta["step"]
-            if args.mode == "heal":
-                out = heal(small, model, texts, steps=total, stop_after=stop - s0,
-                           checkpoint_dir=str(ck), **kw)
-                step = out.step
-            else:
-                simcse(small, data, total, args.lr, args.warmup, stop, state)
-                step = state["step"]
-            meta["spent"] += cpu() - c0
-            meta["step"] = step
-            meta["rate"] = (cpu() - c0) / max(1, step - s0)
-            atomic_json(meta, meta_path)
-        for m in marks:
-            if m != args.minutes and mark_at.get(stop) == m:
-                record(m, meta["spent"], meta["step"], total)
-        if meta.get("stopped"):
-            break
-    if meta["step"] > 0 and not any(r == (key, args.minutes) for r in done):
-        record(args.minutes, meta["spent"], meta["step"], total)
+        c0, spent = cpu(), meta["spent"]
+        over = lambda step: spent + cpu() - c0 >= budget  # noqa: E731  the hard CPU stop
+        if args.mode == "heal":
+            out = heal(small, model, texts, steps=total, stop_after=stop - meta["step"],
+                       until=over, checkpoint_dir=str(ck), **kw)
+            step = out.step
+        else:
+            simcse(small, data, total, args.lr, args.warmup, stop, state)
+            step = state["step"]
+        meta["spent"] += cpu() - c0
+        meta["step"] = step
+        meta["stopped"] = step < stop
+        atomic_json(meta, meta_path)
+        record(args.minutes if meta["stopped"] else mark, meta["spent"], step, total)
     shutil.rmtree(work / f"teacher-{tag}", ignore_errors=True)
+
 
 def tables(path):
     """The rows of ``path`` as a markdown table (the rate, text and evaluation set are the

@@ -95,6 +95,7 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
          cache_teacher="auto", cache_mb: float = 1024.0, train_mode: bool = False,
          shuffle: bool = True, seed: int = 0, checkpoint_dir=None,
          checkpoint_every: int | None = None, resume: bool = True, stop_after: int | None = None,
+         until=None,
          log_every: int = 10, progress: bool = True) -> HealResult:
     """Train ``student`` to reproduce ``teacher`` on ``data`` (module docstring).
 
@@ -139,7 +140,10 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
       reused by a resumed run (``dualdrop.train.heal_run``: teacher memory). A teacher on
       another device than the student runs there (its inputs moved to it).
     - ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``stop_after`` (stop after this
-      many steps of this call, checkpointed), ``log_every``, ``progress``: as ``fit``'s.
+      many steps of this call, checkpointed), ``log_every``, ``progress``: as ``fit``'s;
+      ``until(step) -> bool``, asked after every step: True stops the call there, checkpointed
+      (a budget of CPU or wall time rather than steps: the schedule keeps ``steps`` as its
+      horizon, so set ``steps`` for the budget and let ``until`` cut the rest).
 
     Every argument is checked before anything acts (TypeError/ValueError naming it); a failure
     before the first update (the first batch's outputs, a checkpoint of another run) puts the
@@ -211,7 +215,8 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
                 if id(p) in frozen:
                     p.requires_grad_(False)
             result = _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir,
-                            stop_after, log_every, progress, lr, weight_decay, clip, train_mode)
+                            stop_after, until, log_every, progress, lr, weight_decay, clip,
+                            train_mode)
         finally:
             for p in student.parameters():
                 p.requires_grad_(was[id(p)])
@@ -221,7 +226,7 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
     return result
 
 
-def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, stop_after,
+def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, stop_after, until,
            log_every, progress, lr, weight_decay, clip, train_mode) -> HealResult:
     student, source = run.student, run.source
     first = _first_batch(source)
@@ -295,7 +300,7 @@ def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, sto
         every = opts["checkpoint_every"]
         if (every and step % every == 0) or time.monotonic() - saved[0] > 60:
             checkpoint()
-        if stop_after is not None and ran >= stop_after:
+        if (stop_after is not None and ran >= stop_after) or (until is not None and until(step)):
             checkpoint()
             return True
         return False
@@ -472,6 +477,8 @@ def _check_options(a: dict) -> dict:
                          "too")
     check_int("seed", a["seed"], low=0)
     check_int("log_every", a["log_every"], low=0)
+    if a["until"] is not None and not callable(a["until"]):
+        raise TypeError(f"until must be None or callable(step) -> bool, got {a['until']!r}")
     for name in ("checkpoint_every", "stop_after"):
         if a[name] is not None:
             check_int(name, a[name], low=1)

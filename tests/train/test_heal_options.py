@@ -1,4 +1,5 @@
-"""heal(..., freeze=...): the named parameters are not trained, the rest heal as usual."""
+"""heal's freeze= (the named parameters not trained, the rest healed as usual) and until= (a
+stop asked after every step: budgets of time rather than steps)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,25 @@ def test_freeze_refusals_leave_the_student_as_given(tmp_path):
     with pytest.raises(ValueError, match="other settings"):
         heal(student, teacher, X, steps=6, progress=False, checkpoint_dir=str(tmp_path))
     assert all(torch.equal(a, mid[k]) for k, a in student.state_dict().items())
+
+
+def test_until_stops_where_it_says_as_stop_after_does(tmp_path):
+    teacher, student, X = _nets()
+    twin = copy.deepcopy(student)
+    asked = []
+    out = heal(student, teacher, X, steps=10, lr=1e-2, progress=False,
+               until=lambda step: asked.append(step) or step >= 4,
+               checkpoint_dir=str(tmp_path / "a"))
+    assert out.step == 4 and not out.finished and asked == [1, 2, 3, 4]
+    ref = heal(twin, teacher, X, steps=10, lr=1e-2, progress=False, stop_after=4,
+               checkpoint_dir=str(tmp_path / "b"))
+    assert ref.step == 4
+    assert all(torch.equal(a, b) for a, b in zip(student.state_dict().values(),
+                                                 twin.state_dict().values()))
+    # both resume from their checkpoints to the same finished student
+    heal(student, teacher, X, steps=10, lr=1e-2, progress=False, checkpoint_dir=str(tmp_path / "a"))
+    heal(twin, teacher, X, steps=10, lr=1e-2, progress=False, checkpoint_dir=str(tmp_path / "b"))
+    assert all(torch.equal(a, b) for a, b in zip(student.state_dict().values(),
+                                                 twin.state_dict().values()))
+    with pytest.raises(TypeError, match="until must be"):
+        heal(student, teacher, X, steps=5, until=3, progress=False)
