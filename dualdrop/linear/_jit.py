@@ -421,7 +421,7 @@ def select_ws(score, nz, size):
     for k in range(size, n_cand):
         if _ranks_before(key, k, heap[0]):
             heap[0] = k
-            _sift_down(heap, size, 0, key)
+            _sift_down(heap, size, np.int64(0), key)  # not a literal: one compile
     keep = np.zeros(n_cand, dtype=np.bool_)
     for t in range(size):
         keep[heap[t]] = True

@@ -1,8 +1,11 @@
-"""The polish's kernels compiled ahead in a second process (``methods._ahead``): the tiny
-layer the second process polishes compiles every polish kernel with the argument types of a
-real layer (else the call would compile them again), and the switch / launch / wait logic."""
+"""The polish's kernels compiled ahead in a second process (``methods._ahead``): the job
+compiles every kernel the polish calls with the argument types of a real layer (else the call
+would compile them again), each once; run as the second process runs it, it imports no torch;
+and the switch / launch / wait logic."""
 
+import json
 import subprocess
+import sys
 
 import torch
 
@@ -22,25 +25,43 @@ def _dispatchers():
     return out
 
 
-def test_the_tiny_layer_compiles_every_polish_kernel_a_real_layer_uses():
-    """After the job, polishing a layer as the one-shot methods do (float32 trained weights,
-    a float64 Gram of real-sized calibration, a magnitude start) compiles no new signature of
-    any kernel of ``_moves`` / ``_row_kernels``; each kernel Python calls has been compiled."""
+def test_the_job_compiles_every_polish_kernel_a_real_layer_uses():
+    """After the job, polishing layers as the one-shot methods do (float32 trained weights, a
+    float64 Gram of real-sized calibration, a magnitude start; both efforts, and an N:M
+    pattern) compiles no new signature of any kernel of ``_moves`` / ``_row_kernels``: the
+    job's signatures are the calls' own, and each kernel the polish calls from Python (the
+    others are compiled into them) has exactly one."""
     _ahead_job.compile_polish()
     ds = _dispatchers()
     before = {n: len(d.signatures) for n, d in ds.items()}
-    # the kernels Python calls (the others are compiled into them, or loaded with them)
-    for d in (_moves._swaps, _moves._ladder, _row_kernels._build, _row_kernels._add,
-              _row_kernels._remove):
-        assert d.signatures, d.py_func.__name__
+    assert {d for d, _ in _ahead_job.signatures()} == set(_moves.KERNELS)
+    for d in _moves.KERNELS:
+        assert len(d.signatures) == 1, d.py_func.__name__
     g = torch.Generator().manual_seed(3)
-    X = torch.randn(200, 30, generator=g)
-    W0 = torch.randn(9, 30, generator=g)
-    k = 9 * 30 // 3
-    W = W0 * (W0.abs() >= W0.abs().flatten().kthvalue(W0.numel() - k).values)
-    out = polish(W, W0, (X.T @ X).double(), Budget(n_keep=k))
-    assert int(torch.count_nonzero(out)) == k
+    for effort, budget in (("full", None), ("swaps", None), ("full", Budget(pattern=(2, 4)))):
+        X = torch.randn(200, 32, generator=g)
+        W0 = torch.randn(9, 32, generator=g)
+        k = 9 * 32 // 3
+        W = W0 * (W0.abs() >= W0.abs().flatten().kthvalue(W0.numel() - k).values)
+        out = polish(W, W0, (X.T @ X).double(), budget or Budget(n_keep=k), effort=effort)
+        assert int(torch.count_nonzero(out)) == (k if budget is None else 9 * 16)
     assert {n: len(d.signatures) for n, d in ds.items()} == before
+
+
+def test_the_job_as_a_script_imports_neither_torch_nor_the_packages():
+    """Run as the second process runs it (a script), the job reads numpy, numba and the two
+    kernel modules alone (the packages above them stand empty: no torch) and leaves every
+    kernel of its list compiled, here loaded from the cache the test above filled."""
+    _ahead_job.compile_polish()
+    code = (f"import runpy, sys, json; runpy.run_path({_ahead.JOB!r}, run_name='__main__'); "
+            "K = sys.modules['dualdrop.nn.oneshot.methods._moves']; "
+            "print(json.dumps(['torch' in sys.modules, hasattr(sys.modules['dualdrop'], "
+            "'__version__'), [len(d.signatures) for d in K.KERNELS]]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    torch_in, package_read, counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not torch_in and not package_read
+    assert counts == [1] * len(_moves.KERNELS)
 
 
 def test_start_is_off_by_switch_and_when_compiled(monkeypatch):

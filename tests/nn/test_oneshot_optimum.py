@@ -303,9 +303,11 @@ def test_swaps_end_when_a_refresh_shows_no_progress():
     search.fix_pattern()
     st = search.row(0)
     f0 = K._exact_f(search.Gd, sl.B[0], sl.c0[0], st.S, st.s)
-    f, n = K._swaps(search.Gd, sl.B[0], sl.c0[0], st.S, st.s, st.H, st.u, st.g, st.c, st.inS,
-                    -1e9, False, search.gid, True, search.gstart, False, P.FLOOR, 1e-3, 100_000,
-                    10)
+    MT = np.empty((st.s, search.Gd.shape[0]))
+    K._fill_mt(search.Gd, st.S, st.s, st.H, MT, st.c, st.inS)
+    f, n = K._swap_loop(search.Gd, sl.B[0], sl.c0[0], st.S, st.s, st.H, st.u, st.g, st.c,
+                        st.inS, MT, -1e9, False, search.gid, True, search.gstart, False, P.FLOOR,
+                        1e-3, 100_000, 10)
     assert f == pytest.approx(K._exact_f(search.Gd, sl.B[0], sl.c0[0], st.S, st.s), rel=1e-9)
     assert f <= f0 * (1 + 1e-12)
     assert f == pytest.approx(_row_error(sl.Gs, sl.U0[0], st.S[:st.s]) / 2, rel=1e-6)

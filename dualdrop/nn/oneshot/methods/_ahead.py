@@ -7,8 +7,8 @@ kernels it inlines), which the call needs at once, and the support polish's exac
 costs about as much compile time as the other (benchmarks/RESULTS.md, "Cold and warm first
 call"). So when the polish's kernels are neither compiled nor cached and the machine has a
 second core, :func:`start` launches a second Python process that compiles them into the
-shared numba cache (``penalties._numba_cache``) by polishing a tiny random layer, which calls
-every polish kernel with the types a real layer gives them; the calling process goes on
+shared numba cache (``penalties._numba_cache``) for the argument types a real layer gives them
+(``_ahead_job``: numpy and numba alone, no torch, nothing run); the calling process goes on
 compiling and running the path meanwhile, and :func:`wait` (called before the first polish)
 waits for that process, after which the kernels load from the cache in well under a second.
 The results are those of compiling in-process: the same kernels, the same machine code.
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from penalties._numba_cache import is_compiled
 
-#: the module the second process runs (by name: importing it here would be a cycle, polish
-#: imports this module)
-JOB = "dualdrop.nn.oneshot.methods._ahead_job"
+#: the script the second process runs (by path: run as a module it would import the packages
+#: above it, torch with them)
+JOB = str(Path(__file__).with_name("_ahead_job.py"))
 _PENDING: subprocess.Popen | None = None
 #: the most seconds :func:`wait` waits for the second process (then compiles in-process)
 WAIT_LIMIT = 900.0
@@ -54,13 +54,10 @@ def start(kernels) -> bool:
         return True
     if not kernels or not enabled() or is_compiled(*kernels):
         return False
-    root = str(Path(__file__).resolve().parents[4])  # the folder holding the dualdrop package
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     try:
         _PENDING = subprocess.Popen(
-            [sys.executable, "-c", f"from {JOB} import compile_polish; compile_polish()"],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            [sys.executable, JOB], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
     except OSError:
         _PENDING = None

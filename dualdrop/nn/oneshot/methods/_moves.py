@@ -35,7 +35,7 @@ def _argsort(values, order):
         _sift(values, order, start, n)
     for end in range(n - 1, 0, -1):
         order[0], order[end] = order[end], order[0]
-        _sift(values, order, 0, end)
+        _sift(values, order, np.int64(0), end)  # not a literal: _sift compiles once
 
 
 @_kernel
@@ -306,7 +306,8 @@ def _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups
                 since += 1
         if not found and pairs:
             v, a1, a2, k1, k2 = _best_pair_row(Gd, S, s, H, u, g, c, inS, MT, gid, gstart,
-                                               use_groups, floor, tol, PAIR_OUT, PAIR_IN)
+                                               use_groups, floor, tol, np.int64(PAIR_OUT),
+                                               np.int64(PAIR_IN))  # int64: _top compiles once
             if use_groups:
                 v2, b1, b2, l1, l2 = _best_pair(Gd, S, s, H, u, g, c, inS, MT, gstart, floor,
                                                 tol)
@@ -371,21 +372,6 @@ def _exact_f(Gd, b, c0, S, s):
 
 
 @_kernel
-def _swaps(Gd, b, c0, S, s, H, u, g, c, inS, f, f_exact, gid, use_groups, gstart, pairs, floor,
-           rtol, max_swaps, refresh):
-    """:func:`_swap_loop` from the row's state (``f`` its error, ``f_exact`` when it comes from
-    a build, not from moves since; ``MT`` and ``c`` computed here), leaving the state up to
-    date. Returns ``(f, swaps)``."""
-    p = Gd.shape[0]
-    if s == 0 or s == p:
-        return f, 0
-    MT = np.empty((s, p))
-    _fill_mt(Gd, S, s, H, MT, c, inS)
-    return _swap_loop(Gd, b, c0, S, s, H, u, g, c, inS, MT, f, f_exact, gid, use_groups, gstart,
-                      pairs, floor, rtol, max_swaps, refresh)
-
-
-@_kernel
 def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
     """One exact step of the ladder: remove the cheapest input (``down``) or add the input of
     largest gain (``MT`` needs a free row). Returns the change of f (NaN: no step)."""
@@ -415,7 +401,6 @@ def _step(Gd, S, s, H, u, g, c, inS, MT, down, floor):
     return np.nan
 
 
-@_kernel
 def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_swaps,
             refresh, depth, out_S, out_f):
     """Polished supports of one row at sizes around its own: from the polished state ``(S, s,
@@ -424,13 +409,15 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
     add, then remove), for ``away`` in ``{1, depth}``. Every size passed records its polished
     support; ``out_S[depth + d]``, ``out_f[depth + d]``: the best found at size ``s + d``
     (``out_f = inf``: none). A round trip is a perturbation and a local search back: it finds
-    other local optima at the row's own size too."""
+    other local optima at the row's own size too.
+
+    Python over the compiled moves (:func:`_step`, :func:`_swap_loop`), not one kernel: a
+    compiled caller links and re-optimizes the whole swap search once more, seconds of the
+    first call for a loop of at most ``4 depth`` steps."""
     p = Gd.shape[0]
-    no = p < 0  # a run-time False: a literal would compile the callee once more
     out_f[:] = np.inf
     out_f[depth] = f
-    for a in range(s):
-        out_S[depth, a] = S[a]
+    out_S[depth, :s] = S[:s]
     cap = min(p, s + depth)
     if cap == 0:
         return
@@ -445,13 +432,11 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
         if trip >= 2 and depth == 1:
             break
         S1 = np.zeros(cap, dtype=np.int64)
-        _copy(S, S1, s)
+        S1[:s] = S[:s]
         H1 = np.zeros((cap, cap))
-        for a in range(s):
-            for d in range(s):
-                H1[a, d] = H[a, d]
+        H1[:s, :s] = H[:s, :s]
         u1 = np.zeros(cap)
-        _copy(u, u1, s)
+        u1[:s] = u[:s]
         g1, c1, in1 = g.copy(), cc.copy(), inS.copy()
         MT1 = MT0.copy()
         f1 = f
@@ -464,13 +449,13 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
             if np.isnan(df):
                 break
             s1 += -1 if down else 1
-            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, no, gid,
-                               no, gstart, no, floor, rtol, max_swaps, refresh)
+            f1, _ = _swap_loop(Gd, b, c0, S1, s1, H1, u1, g1, c1, in1, MT1, f1 + df, False, gid,
+                               False, gstart, False, floor, rtol, max_swaps, refresh)
             at = depth + s1 - s
             if f1 < out_f[at] - rtol * f1:
                 out_f[at] = f1
-                for a in range(s1):
-                    out_S[at, a] = S1[a]
+                out_S[at, :s1] = S1[:s1]
 
 
-KERNELS = (_build, _swap_loop, _ladder)  # what a first polish compiles
+#: the kernels the polish calls from Python (each compiles the ones it calls)
+KERNELS = (_build, _fill_mt, _add, _remove, _swap_loop, _step)

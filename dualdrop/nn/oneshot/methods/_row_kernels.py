@@ -237,7 +237,7 @@ def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
     if not sc > floor:
         c[k] = 0.0
         return np.nan  # refused: nothing changed
-    cvec = _schur_column(Gd, S, s, h, k, -1, sc)
+    cvec = _schur_column(Gd, S, s, h, k, np.int64(-1), sc)  # not a literal: one compile
     gk = g[k]
     delta = -gk / sc
     df = -0.5 * gk * gk / sc
@@ -260,7 +260,8 @@ def _add(Gd, S, s, H, u, g, c, inS, MT, has_mt, k, floor):
             Ma = MT[a]
             for q in range(p):
                 Ma[q] -= ha * cvec[q]
-        MT[s] = cvec
+        for q in range(p):  # (a loop: an array assignment compiles its shape checks)
+            MT[s, q] = cvec[q]
     S[s] = k
     s += 1
     inS[k] = True
@@ -313,7 +314,8 @@ def _swap(Gd, S, s, H, u, g, c, inS, MT, i, k, floor):
         Ma = MT[a]
         for q in range(p):
             Ma[q] -= fa * v[q] + ha * cvec[q]
-    MT[i] = cvec
+    for q in range(p):  # (a loop: an array assignment compiles its shape checks)
+        MT[i, q] = cvec[q]
     for a in range(s):
         if a != i:
             u[a] -= coef * hi[a] + delta * hp[a]

@@ -42,7 +42,7 @@ from .base import Budget, OneShotMethod
 from ._layer import ScaledLayer
 from .sparsegpt import SparseGPT
 from . import _ahead
-from ._moves import KERNELS, _add, _build, _fill_mt, _ladder, _remove, _swaps
+from ._moves import KERNELS, _add, _build, _fill_mt, _ladder, _remove, _swap_loop
 
 __all__ = ["Polish", "SupportSearch", "default_effort", "polish", "polish_support"]
 
@@ -145,13 +145,20 @@ class _Row:
         self.moves += 1
 
     def swaps(self, Gd, b, c0, gid, gstart, use_groups, pairs, rtol, max_swaps):
-        """Swaps until none improves, then (``pairs``) 2-for-2 replacements (:func:`_swaps`;
-        within groups with ``use_groups``); returns their number."""
-        self.f, n = _swaps(Gd, b, c0, self.S, self.s, self.H, self.u, self.g, self.c, self.inS,
-                           self.f, self.moves == 0, gid, use_groups, gstart, pairs, SWAP_FLOOR,
-                           rtol, max_swaps, REFRESH)
+        """Swaps until none improves, then (``pairs``) 2-for-2 replacements (:func:`_swap_loop`
+        from the state's ``MT`` and Schur complements, computed here; within groups with
+        ``use_groups``), leaving the state up to date; returns their number. (Driven from
+        here, not from a compiled wrapper: each compiled caller re-optimizes the whole search.)"""
+        p = Gd.shape[0]
+        if self.s == 0 or self.s == p:
+            return 0
+        MT = np.empty((self.s, p))
+        _fill_mt(Gd, self.S, self.s, self.H, MT, self.c, self.inS)
+        self.f, n = _swap_loop(Gd, b, c0, self.S, self.s, self.H, self.u, self.g, self.c,
+                               self.inS, MT, self.f, self.moves == 0, gid, use_groups, gstart,
+                               pairs, SWAP_FLOOR, rtol, max_swaps, REFRESH)
         if n:
-            self.moves = 0  # _swaps rebuilds against drift itself, and ends on an exact error
+            self.moves = 0  # _swap_loop rebuilds against drift itself, and ends on an exact error
         self.c_ok = True
         return n
 
