@@ -23,25 +23,37 @@ torch thread:
   embeddings only: sentence-transformers' MSE on the normalized embeddings is ``(2 - 2 cos) /
   384``, the same loss up to scale), or ``tokens:W`` (``1 - cos`` of the pooled embeddings plus
   ``W`` times the mean over the real tokens of ``1 - cos`` of each token's hidden state: every
-  token a target, scale-free); ``--block-weight``: heal's per-block hidden-state matching;
+  token a target, scale-free); ``--block-weight``: heal's per-block hidden-state matching
+  (every block's output to the teacher's same block: the pruned model keeps the width 384);
+  ``--freeze``: heal's ``freeze`` (``'embeddings.word_embeddings.*'``: the 11.7M-entry
+  word-embedding matrix not trained, each step about a quarter cheaper);
 - ``--mode scratch``: the same steps and schedule without the teacher: unsupervised SimCSE (Gao
   et al., 2021; two dropout views of each sentence, in-batch InfoNCE at temperature 0.05), the
   self-supervised objective a user without the dense model would train on.
 
 Text (``--text``): ``calib``, the standard library's calibration pool (every sentence of the
 files whose ``crc32 % 4 == 0``: 3,305 sentences, reused every epoch), ``packages``, fresh
-sentences of installed packages' docstrings (``heal_minilm_data.py``), or ``mix``, both. The
+sentences of installed packages' docstrings (``heal_minilm_data.py``), or ``mix``, both
+(``--fresh N``: the first ``N`` package sentences joined to the pool, which the steps go over
+in epochs; without it, one epoch of fresh text, the teacher run on every step). The
 evaluation sentences (``--eval test``) come from the other standard-library files
 (``structured_minilm_data.py``); ``--eval val`` scores on 1,000 sentences of packages held
 apart from the healing text instead (recipes are chosen there).
 
-The budget in steps is the CPU budget over the CPU time of a step measured on 10 steps (the
-teacher's forward counted for every batch it has not seen before). The run stops at the
-``--marks`` (CPU-minutes; evaluated there: mid-schedule states of the same run) and at the end.
-Rows are appended to ``--out`` (JSON lines); a killed run continues from heal's checkpoint.
+The schedule's horizon in steps is the CPU budget over the CPU time of a step, measured per
+padded token on 10 of the run's batches (the teacher's forward counted once for every batch of
+a fixed pool, on every step for fresh text); the teacher's outputs are cached on disk for the
+run (``cache_teacher``), so the mid-run stops at the ``--marks`` (CPU-minutes; evaluated there:
+mid-schedule states of the same run) never run it again. The budget is a hard stop: heal's
+``until`` ends the run when the process's CPU spent in healing reaches ``--minutes`` (the
+horizon is an estimate; a row that stopped short says so by ``steps < total_steps``, and the
+cosine schedule's last steps, which a stop cuts, move the weights least). Rows are appended to
+``--out`` (JSON lines) with the CPU actually spent; a killed run continues from heal's
+checkpoint.
 
-    python3 benchmarks/nn_accuracy/heal_minilm.py --speedup 2.0 --minutes 10 --lr 1e-3 \\
-        --text mix --out results/heal/minilm.jsonl --work results/heal/work
+    python3 benchmarks/nn_accuracy/heal_minilm.py --speedup 2.05 --minutes 10 --lr 3e-4 \\
+        --freeze 'embeddings.word_embeddings.*' --out results/heal/minilm.jsonl \\
+        --work results/heal/work
     python3 benchmarks/nn_accuracy/heal_minilm.py --tables --out results/heal/minilm.jsonl
 """
 
@@ -49,12 +61,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import functools
 import hashlib
 import json
 import os
 import random
 import resource
+import shutil
 import sys
 from pathlib import Path
 
@@ -200,7 +214,9 @@ def probe_costs(small, model, data, args):
     batches are cut from length-sorted text and their padded lengths differ 10-fold."""
     pick = random.Random(0).sample(range(len(data)), min(10, len(data)))
     probe = copy.deepcopy(small).train(args.mode == "scratch")
-    opt = torch.optim.AdamW(probe.parameters(), lr=1e-9)
+    for name, p in probe.named_parameters():
+        p.requires_grad_(not any(fnmatch.fnmatchcase(name, q) for q in args.freeze))
+    opt = torch.optim.AdamW([p for p in probe.parameters() if p.requires_grad], lr=1e-9)
     views = 2 if args.mode == "scratch" else 1
     tokens = sum(data[i]["input_ids"].numel() for i in pick)
     c0 = cpu()
@@ -224,11 +240,13 @@ def probe_costs(small, model, data, args):
 def budget_steps(small, model, tok, args, work):
     """Steps that spend ``--minutes`` of CPU (module docstring): the calibration pool's
     batches cost the teacher once, fresh text costs it on every step."""
-    data = batches(tok, healing_texts(tok, args.text, 20_000, work), batch=args.batch)
+    pool = args.text == "calib" or args.fresh is not None  # a fixed pool, epochs over it
+    data = batches(tok, healing_texts(tok, args.text, args.fresh if args.fresh is not None
+                                      else 20_000, work), batch=args.batch)
     s_tok, t_tok = probe_costs(small, model, data, args)
     per_batch = sum(b["input_ids"].numel() for b in data) / len(data)
     budget = args.minutes * 60
-    if args.text == "calib":
+    if pool:
         epoch = t_tok * per_batch * len(data)
         total = int((budget - epoch) / (s_tok * per_batch))
         if total < len(data):  # not one epoch: the teacher runs on every step
@@ -251,7 +269,14 @@ def main(argv=None):
     ap.add_argument("--warmup", type=float, default=0.05, help="fraction of the steps")
     ap.add_argument("--loss", default="auto", help="auto, cosine or tokens:W")
     ap.add_argument("--block-weight", type=float, default=0.0)
+    ap.add_argument("--freeze", nargs="*", default=[],
+                    help="parameter names or patterns not trained (heal's freeze), e.g. "
+                         "'embeddings.word_embeddings.*'")
     ap.add_argument("--text", choices=["calib", "packages", "mix"], default="calib")
+    ap.add_argument("--fresh", type=int, default=None,
+                    help="package sentences in the pool (--text packages/mix): a fixed pool "
+                         "the steps go over in epochs, the teacher run once per batch "
+                         "(default: one epoch of fresh text, the teacher on every step)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--eval", choices=["test", "val"], default="test")
     ap.add_argument("--out", default="results/heal/minilm.jsonl")
@@ -265,6 +290,9 @@ def main(argv=None):
     conf = {k: getattr(args, k) for k in ("speedup", "student", "keep_layers", "minutes",
                                           "mode", "lr", "warmup", "loss", "block_weight",
                                           "text", "batch", "eval")}
+    for k in ("freeze", "fresh"):  # in the key only when given: older rows keep their keys
+        if getattr(args, k):
+            conf[k] = getattr(args, k)
     if args.student == "layers":
         conf.pop("speedup")
     else:
@@ -303,6 +331,7 @@ def main(argv=None):
     meta_path = work / f"run-{tag}.json"
     kw = dict(tokenizer=tok, batch_size=args.batch, lr=args.lr, warmup=args.warmup,
               loss=loss_of(args.loss), block_weight=args.block_weight, masks=None,
+              freeze=args.freeze or None, cache_teacher=str(work / f"teacher-{tag}"),
               progress=False, seed=0)
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
@@ -316,28 +345,32 @@ def main(argv=None):
         meta = budget_steps(small, model, tok, args, work)
         atomic_json(meta, meta_path)
     total = meta["total"]
-    n_fresh = max(0, total * args.batch - (len(stdlib_sentences()[0]) if args.text == "mix"
-                                           else 0))
+    n_fresh = args.fresh if args.fresh is not None else max(
+        0, total * args.batch - (len(stdlib_sentences()[0]) if args.text == "mix" else 0))
     texts = healing_texts(tok, args.text, n_fresh, work)
     data = batches(tok, texts, batch=args.batch) if args.mode == "scratch" else None
     marks = sorted(m for m in args.marks if m < args.minutes) + [args.minutes]
+    budget = args.minutes * 60
     state = {}
     for mark in marks:
         stop = total if mark == args.minutes else min(total, int(mark / args.minutes * total))
-        if stop <= meta["step"]:
+        if meta.get("stopped") or stop <= meta["step"]:
             continue
-        c0 = cpu()
+        c0, spent = cpu(), meta["spent"]
+        over = lambda step: spent + cpu() - c0 >= budget  # noqa: E731  the hard CPU stop
         if args.mode == "heal":
             out = heal(small, model, texts, steps=total, stop_after=stop - meta["step"],
-                       checkpoint_dir=str(ck), **kw)
+                       until=over, checkpoint_dir=str(ck), **kw)
             step = out.step
         else:
             simcse(small, data, total, args.lr, args.warmup, stop, state)
             step = state["step"]
         meta["spent"] += cpu() - c0
         meta["step"] = step
+        meta["stopped"] = step < stop
         atomic_json(meta, meta_path)
-        record(mark, meta["spent"], step, total)
+        record(args.minutes if meta["stopped"] else mark, meta["spent"], step, total)
+    shutil.rmtree(work / f"teacher-{tag}", ignore_errors=True)
 
 
 def tables(path):

@@ -30,6 +30,7 @@ uninterrupted one, bit for bit.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import time
@@ -88,12 +89,13 @@ def warmup_cosine(total: int, warmup: int):
 def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
          epochs: int | None = None, tokenizer=None, batch_size: int = 32, max_length: int = 128,
          masks="zeros", loss="auto", temperature: float = 2.0, label_weight: float = 0.0,
-         block_weight: float = 0.0,
+         block_weight: float = 0.0, freeze=None,
          blocks=None, block_map=None, lr: float = 1e-4, weight_decay: float = 0.01,
          warmup: float = 0.05, clip: float | None = 1.0, forward_fn=None, teacher_dtype=None,
          cache_teacher="auto", cache_mb: float = 1024.0, train_mode: bool = False,
          shuffle: bool = True, seed: int = 0, checkpoint_dir=None,
          checkpoint_every: int | None = None, resume: bool = True, stop_after: int | None = None,
+         until=None,
          log_every: int = 10, progress: bool = True) -> HealResult:
     """Train ``student`` to reproduce ``teacher`` on ``data`` (module docstring).
 
@@ -121,6 +123,13 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
       ``"encoder.layer"``) or a list of module names (e.g. an MLP's ``["fc1", "fc2"]``: their
       outputs matched, listed in forward order), ``block_map`` the teacher block of each
       student block.
+    - ``freeze``: parameter names or ``fnmatch`` patterns (``"embeddings.word_embeddings.*"``)
+      of the student's parameters not to train: no gradient is computed for them and the
+      optimizer does not hold them (``requires_grad`` is set back as given afterwards). A
+      transformer's word-embedding matrix is most of a small encoder's parameters (11.7M of
+      all-MiniLM-L6-v2's 22.7M) but only the rows of a batch's tokens get a gradient, so
+      freezing it makes each step cheaper (its dense gradient and AdamW update skipped) for
+      little loss. Each pattern must match a parameter.
     - ``lr``, ``weight_decay``, ``warmup`` (steps, or a fraction of the budget when < 1),
       ``clip`` (max gradient norm; None: no clipping); ``train_mode``: dropout and BatchNorm
       updates on (default off: the student fits the teacher's eval-mode function).
@@ -131,7 +140,10 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
       reused by a resumed run (``dualdrop.train.heal_run``: teacher memory). A teacher on
       another device than the student runs there (its inputs moved to it).
     - ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``stop_after`` (stop after this
-      many steps of this call, checkpointed), ``log_every``, ``progress``: as ``fit``'s.
+      many steps of this call, checkpointed), ``log_every``, ``progress``: as ``fit``'s;
+      ``until(step) -> bool``, asked after every step: True stops the call there, checkpointed
+      (a budget of CPU or wall time rather than steps: the schedule keeps ``steps`` as its
+      horizon, so set ``steps`` for the budget and let ``until`` cut the rest).
 
     Every argument is checked before anything acts (TypeError/ValueError naming it); a failure
     before the first update (the first batch's outputs, a checkpoint of another run) puts the
@@ -176,10 +188,11 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
                              "another checkpoint_dir) to heal from the start")
     if isinstance(student, StructuredResult):
         student = student.compact()
+    frozen = _frozen(student, freeze)
     held = _held_masks(student, masks if given_masks is None else given_masks)
-    if not any(p.requires_grad for p in student.parameters()):
+    if not any(p.requires_grad for p in student.parameters() if id(p) not in frozen):
         raise ValueError("the student has no trainable parameter (requires_grad=False "
-                         "everywhere); unfreeze it to heal")
+                         "everywhere, or every one named by freeze=); unfreeze some to heal")
     losses = L.check_loss(loss)
     fwd = forward_fn or default_forward
     dist = Dist(next(student.parameters()).device)
@@ -187,25 +200,33 @@ def heal(student, teacher: nn.Module, data, *, steps: int | None = None,
                                "clip": clip, "loss": loss if not callable(loss) else repr(loss),
                                "temperature": temperature, "block_weight": block_weight,
                                **({"label_weight": label_weight} if label_weight else {}),
+                               **({"freeze": sorted(frozen.values())} if frozen else {}),
                                "total_steps": total, "seed": seed, "shuffle": shuffle,
                                "held": sum(int((m == 0).sum()) for _, m in held)})
     t_mode, s_mode = teacher.training, student.training
+    was = {id(p): p.requires_grad for p in student.parameters()}
     with undo_on_error(student, values="all" if ck is not None else "buffers", rng=True,
                        generators=[source.generator] if source.generator is not None else []
                        ) as undo:
         run = HealRun(student, teacher, source, fwd, losses, temperature, block_weight, blocks,
                    block_map, teacher_dtype, cache_teacher, cache_mb, dist, label_weight)
         try:
+            for p in student.parameters():
+                if id(p) in frozen:
+                    p.requires_grad_(False)
             result = _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir,
-                            stop_after, log_every, progress, lr, weight_decay, clip, train_mode)
+                            stop_after, until, log_every, progress, lr, weight_decay, clip,
+                            train_mode)
         finally:
+            for p in student.parameters():
+                p.requires_grad_(was[id(p)])
             run.close()
             teacher.train(t_mode)
             student.train(s_mode)
     return result
 
 
-def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, stop_after,
+def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, stop_after, until,
            log_every, progress, lr, weight_decay, clip, train_mode) -> HealResult:
     student, source = run.student, run.source
     first = _first_batch(source)
@@ -279,7 +300,7 @@ def _train(run, held, total, opts, settings, ck, undo, path, checkpoint_dir, sto
         every = opts["checkpoint_every"]
         if (every and step % every == 0) or time.monotonic() - saved[0] > 60:
             checkpoint()
-        if stop_after is not None and ran >= stop_after:
+        if (stop_after is not None and ran >= stop_after) or (until is not None and until(step)):
             checkpoint()
             return True
         return False
@@ -374,6 +395,26 @@ def _held_masks(model, masks) -> list:
     return out
 
 
+def _frozen(model, freeze) -> dict:
+    """``{id(parameter): name}`` of the parameters ``freeze`` names (``heal``'s ``freeze``:
+    names or ``fnmatch`` patterns, each matching at least one parameter)."""
+    if freeze is None:
+        return {}
+    pats = [freeze] if isinstance(freeze, str) else freeze
+    if not isinstance(pats, (list, tuple)) or not all(isinstance(q, str) for q in pats):
+        raise TypeError(f"freeze must be a parameter name or pattern, or a list of them, got "
+                        f"{freeze!r}")
+    names = [n for n, _ in model.named_parameters()]
+    out = {}
+    for q in pats:
+        hit = [n for n in names if fnmatch.fnmatchcase(n, q)]
+        if not hit:
+            raise ValueError(f"freeze: {q!r} matches no parameter of the student (its names "
+                             f"look like {names[0]!r}: model.named_parameters())")
+        out.update((id(p), n) for n, p in model.named_parameters() if n in hit)
+    return out
+
+
 def _held_names(model, held):
     ids = {id(p): n for n, p in model.named_parameters()}
     return [(ids[id(p)], m.bool()) for p, m in held]
@@ -436,6 +477,8 @@ def _check_options(a: dict) -> dict:
                          "too")
     check_int("seed", a["seed"], low=0)
     check_int("log_every", a["log_every"], low=0)
+    if a["until"] is not None and not callable(a["until"]):
+        raise TypeError(f"until must be None or callable(step) -> bool, got {a['until']!r}")
     for name in ("checkpoint_every", "stop_after"):
         if a[name] is not None:
             check_int(name, a[name], low=1)
