@@ -136,3 +136,17 @@ def test_wait_for_some_kernels_returns_once_they_are_cached(monkeypatch):
     assert failed.waited == 1 and _ahead._PENDING is None
     order = [d for d, _ in _ahead_job.signatures()]
     assert order[:len(_moves.SWAP_KERNELS)] == list(_moves.SWAP_KERNELS)
+
+
+def test_each_kernel_the_polish_reaches_compiles_for_one_signature():
+    """Compiled anew (uncached copies of the kernels the polish calls, so that numba types
+    every call inside them again), the kernels they call are asked for one signature each: no
+    literal argument makes numba compile a callee a second time (a literal ``0`` or ``-1``, or
+    a module constant, typed ``Literal[int]``)."""
+    import numba
+
+    for d, sig in _ahead_job.signatures():
+        if d in (_moves._swap_loop, _moves._step, _row_kernels._add):  # they reach every callee
+            numba.njit(d.py_func).compile(sig)
+    many = {n: d.signatures for n, d in _dispatchers().items() if len(d.signatures) > 1}
+    assert many == {}
