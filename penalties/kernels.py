@@ -399,7 +399,40 @@ def _prox_scalar(code, p, v, t):
 
 
 @njit(cache=True, inline="always")
+def _prox_logsum(p, v, t):
+    """logsum's prox, :func:`_prox`'s branch on its own (inlined alone: :data:`OWN_PROX`)."""
+    a = abs(v)
+    if a == 0.0 or t == 0.0:
+        return v
+    sgn = 1.0 if v > 0 else -1.0
+    # stationary points: x^2 + (eps - a) x + t - a eps = 0; the larger root is
+    # (a - eps)/2 + sqrt(m^2 - t) with m = (a + eps)/2, formed as m sqrt((1 - q)(1 + q)),
+    # q = sqrt(t)/m, so that nothing is squared (no overflow up to the largest float)
+    eps = p[0]
+    m = 0.5 * a + 0.5 * eps
+    q = math.sqrt(t) / m
+    if q > 1.0:
+        return 0.0
+    s = m * math.sqrt((1.0 - q) * (1.0 + q))
+    half = 0.5 * a - 0.5 * eps
+    if half >= 0.0:
+        r = half + s
+    elif t / eps < a:
+        # a < eps: half + s cancels; the product of the roots is t - a eps (divided by eps
+        # above and below: a eps can overflow)
+        r = (a - t / eps) / (s / eps + 0.5 - 0.5 * (a / eps))
+    else:
+        return 0.0
+    if r <= 0.0:
+        return 0.0
+    r = min(r, a)  # the root is below a; rounding can put it an ulp above
+    return sgn * r if _gain(LOGSUM, p, r, a, t) > 0.0 else 0.0
+
+
+@njit(cache=True, inline="always")
 def _prox(code, p, v, t):
+    if code == LOGSUM:
+        return _prox_logsum(p, v, t)
     a = abs(v)
     if a == 0.0 or t == 0.0:
         return v
@@ -408,30 +441,6 @@ def _prox(code, p, v, t):
         return sgn * max(a - t, 0.0)
     if code == LP and p[0] == 1.0:
         return sgn * max(a - t, 0.0)
-    if code == LOGSUM:
-        # stationary points: x^2 + (eps - a) x + t - a eps = 0; the larger root is
-        # (a - eps)/2 + sqrt(m^2 - t) with m = (a + eps)/2, formed as m sqrt((1 - q)(1 + q)),
-        # q = sqrt(t)/m, so that nothing is squared (no overflow up to the largest float)
-        eps = p[0]
-        m = 0.5 * a + 0.5 * eps
-        q = math.sqrt(t) / m
-        if q > 1.0:
-            return 0.0
-        s = m * math.sqrt((1.0 - q) * (1.0 + q))
-        half = 0.5 * a - 0.5 * eps
-        if half >= 0.0:
-            r = half + s
-        elif t / eps < a:
-            # a < eps: half + s cancels; the product of the roots is t - a eps (divided by eps
-            # above and below: a eps can overflow)
-            r = (a - t / eps) / (s / eps + 0.5 - 0.5 * (a / eps))
-        else:
-            return 0.0
-        if r <= 0.0:
-            return 0.0
-        r = min(r, a)  # the root is below a; rounding can put it an ulp above
-        # (LOGSUM, not code: the inlined gain keeps logsum's formula alone)
-        return sgn * r if _gain(LOGSUM, p, r, a, t) > 0.0 else 0.0
     if code == MCP:
         A = p[0] * p[1]
         if t < A:  # convex objective: firm thresholding
@@ -464,9 +473,12 @@ def _prox(code, p, v, t):
 # ----------------------------------------------------------------------------------------------
 # For kernels compiled for one penalty (``dualdrop.linear.solvers.gram_cd.kernels_for``): with
 # ``code`` a compile-time constant of the caller (a closure's free variable), numba prunes the
-# other penalties' branches of these inlined functions before typing, so only that penalty's
-# formulas compile. MIXED keeps its run-time inner code: the general kernel.
+# other penalties' branches of these inlined functions before typing (an OWN_PROX penalty's
+# prox is inlined alone, nothing to prune). MIXED keeps its run-time inner code: the general one.
 # ----------------------------------------------------------------------------------------------
+OWN_PROX = {LOGSUM: _prox_logsum}
+
+
 @njit(cache=True, inline="always")
 def omega_of(code, p, w):
     """:func:`omega_scalar` for inlining (the comment above)."""
@@ -580,9 +592,8 @@ def map_kernel(which: str, code: int, params: np.ndarray, x: np.ndarray, t: np.n
 
 # ----------------------------------------------------------------------------------------------
 # The checked entries: the public names, for Python callers and (through the overloads, without
-# the checks) for jitted ones
+# the checks) for jitted ones (the checks: ``_kernel_checks``, without numba)
 # ----------------------------------------------------------------------------------------------
-# (the checks live in their own module, without numba, and read the codes of ``_codes``)
 
 
 def omega_scalar(code, params, w):

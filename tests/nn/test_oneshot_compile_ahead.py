@@ -103,3 +103,50 @@ def test_start_launches_the_job_and_wait_waits_for_it(monkeypatch):
     _ahead.wait()
     _ahead.wait()
     assert procs[0].waited == 1 and _ahead._PENDING is None
+
+
+def test_wait_for_some_kernels_returns_once_they_are_cached(monkeypatch):
+    """``wait(kernels)`` returns as soon as those kernels are in the cache, the process still
+    running (the swaps need not wait for the ladder's step, which the job compiles last); a
+    plain ``wait`` then waits for the process; a process that ends (or fails) first ends the
+    waiting for kernels too."""
+    class Proc:
+        def __init__(self, ends):
+            self.ends, self.waited = ends, 0
+
+        def poll(self):
+            return 0 if self.ends else None
+
+        def wait(self, timeout=None):
+            self.waited += 1
+            return 0
+
+    looks = []
+    monkeypatch.setattr(_ahead, "is_compiled", lambda *d: looks.append(d) or len(looks) >= 3)
+    monkeypatch.setattr(_ahead, "POLL", 0.0)
+    proc = Proc(ends=False)
+    monkeypatch.setattr(_ahead, "_PENDING", proc)
+    _ahead.wait(_moves.SWAP_KERNELS)
+    assert len(looks) == 3 and proc.waited == 0 and _ahead._PENDING is proc
+    _ahead.wait()
+    assert proc.waited == 1 and _ahead._PENDING is None
+    failed = Proc(ends=True)
+    monkeypatch.setattr(_ahead, "_PENDING", failed)
+    _ahead.wait(_moves.SWAP_KERNELS)
+    assert failed.waited == 1 and _ahead._PENDING is None
+    order = [d for d, _ in _ahead_job.signatures()]
+    assert order[:len(_moves.SWAP_KERNELS)] == list(_moves.SWAP_KERNELS)
+
+
+def test_each_kernel_the_polish_reaches_compiles_for_one_signature():
+    """Compiled anew (uncached copies of the kernels the polish calls, so that numba types
+    every call inside them again), the kernels they call are asked for one signature each: no
+    literal argument makes numba compile a callee a second time (a literal ``0`` or ``-1``, or
+    a module constant, typed ``Literal[int]``)."""
+    import numba
+
+    for d, sig in _ahead_job.signatures():
+        if d in (_moves._swap_loop, _moves._step, _row_kernels._add):  # they reach every callee
+            numba.njit(d.py_func).compile(sig)
+    many = {n: d.signatures for n, d in _dispatchers().items() if len(d.signatures) > 1}
+    assert many == {}

@@ -121,3 +121,17 @@ def test_kernels_compiled_for_one_penalty_compile_only_its_formulas(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_working_set_heap_compiles_its_sift_once():
+    """Compiled anew (so that numba types its calls again), the working-set selection asks its
+    heap's sift for one signature: no literal start position compiles it a second time."""
+    import numba
+
+    from dualdrop.linear import _jit
+
+    rng = np.random.default_rng(0)
+    score = rng.random(60)
+    got = numba.njit(select_ws.py_func)(score, score > 0.8, 10)
+    assert np.array_equal(got, _select_ws_by_sorting(score, score > 0.8, 10))
+    assert len(_jit._sift_down.signatures) == 1

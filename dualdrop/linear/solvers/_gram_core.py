@@ -9,7 +9,7 @@ import types as _pytypes
 import numpy as np
 from numba import njit, prange
 
-from penalties.kernels import omega_of, omega_scalar, prox_of
+from penalties.kernels import OWN_PROX, omega_of, omega_scalar, prox_of
 
 from .. import _jit, _penalty
 from .._jit import prox_step, score_thresholds, select_ws
@@ -290,7 +290,7 @@ def _clone(dispatcher, code, overrides, **options):
     global names ``overrides`` bound to other objects, under its own qualified name (suffix
     ``_c<code>``: numba's cache keeps one index per name, and a global's value is not part of
     its key)."""
-    fn = dispatcher.py_func
+    fn = getattr(dispatcher, "py_func", dispatcher)  # a dispatcher, or a plain function
     new = _pytypes.FunctionType(fn.__code__, {**fn.__globals__, **overrides},
                                 f"{fn.__name__}_c{code}", fn.__defaults__, fn.__closure__)
     new.__qualname__ = f"{fn.__qualname__}_c{code}"
@@ -301,7 +301,9 @@ def _clone(dispatcher, code, overrides, **options):
 def _leaves(code):
     """The penalty's prox and ``Omega`` compiled for ``code`` alone: ``code`` is the closures'
     free variable, a compile-time constant to numba, so ``prox_of`` / ``omega_of`` keep that
-    penalty's branch only. Their first argument (a code) is ignored: they replace
+    penalty's branch only; a penalty with a prox of its own (``penalties.kernels.OWN_PROX``)
+    inlines that function alone (:func:`_own_prox`: nothing else to inline, then prune; half a
+    second of logsum's first call). Their first argument (a code) is ignored: they replace
     ``prox_scalar`` / ``omega_scalar`` in the cloned kernels."""
 
     @njit(cache=True)
@@ -312,7 +314,13 @@ def _leaves(code):
     def omega_leaf(code_, p, w):
         return omega_of(code, p, w)
 
-    return prox_leaf, omega_leaf
+    own = OWN_PROX.get(code)
+    return (prox_leaf if own is None else _clone(_own_prox, code, {"own_prox": own})), omega_leaf
+
+
+def _own_prox(code_, p, v, t):
+    """A penalty's own prox (``own_prox``, bound by :func:`_clone` in :func:`_leaves`)."""
+    return own_prox(p, v, t)  # noqa: F821 (a global of the clone only)
 
 
 class Kernels:

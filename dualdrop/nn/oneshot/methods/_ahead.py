@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from penalties._numba_cache import is_compiled
@@ -33,6 +34,8 @@ JOB = str(Path(__file__).with_name("_ahead_job.py"))
 _PENDING: subprocess.Popen | None = None
 #: the most seconds :func:`wait` waits for the second process (then compiles in-process)
 WAIT_LIMIT = 900.0
+#: seconds between two looks at the cache while :func:`wait` waits for some kernels
+POLL = 0.02
 
 
 def enabled() -> bool:
@@ -65,13 +68,22 @@ def start(kernels) -> bool:
     return True
 
 
-def wait() -> None:
-    """Wait for the second process, if one runs (a no-op otherwise)."""
+def wait(kernels=None) -> None:
+    """Wait for the second process, if one runs (a no-op otherwise): until the dispatchers
+    ``kernels`` are in the cache (it compiles them in the order a polish needs them, so that
+    the swaps need not wait for the size ladder's step), or until it ends."""
     global _PENDING
-    proc, _PENDING = _PENDING, None
+    proc = _PENDING
     if proc is None:
         return
+    deadline = time.monotonic() + WAIT_LIMIT
+    if kernels:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if is_compiled(*kernels):
+                return
+            time.sleep(POLL)
+    _PENDING = None
     try:
-        proc.wait(timeout=WAIT_LIMIT)
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:  # compile in-process instead; leave it to finish
         pass

@@ -33,11 +33,11 @@ def signatures():
     I1, B1 = numba.typeof(np.zeros(1, np.int64)), numba.typeof(np.zeros(1, np.bool_))
     f, i, b = numba.float64, numba.int64, numba.boolean
     row = (F2, I1, i, F2, F1, F1, F1, B1, F2)  # Gd, S, s, H, u, g, c, inS, MT
-    return [
+    return [  # K.SWAP_KERNELS first (what every polish waits for), the ladder's step last
         (K._build, (F2, F1, f, I1, i, F2, F1, F1, F1, B1, F2, b, b)),
         (K._fill_mt, (F2, I1, i, F2, F2, F1, B1)),
-        (K._remove, (*row, b, i)),
         (K._add, (*row, b, i, f)),
+        (K._remove, (*row, b, i)),
         (K._swap_loop, (F2, F1, f, *row[1:], f, b, I1, b, I1, b, f, f, i, i)),
         (K._step, (*row, b, f)),
     ]

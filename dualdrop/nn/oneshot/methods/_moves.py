@@ -457,5 +457,7 @@ def _ladder(Gd, b, c0, S, s, H, u, g, c, inS, f, gid, gstart, floor, rtol, max_s
                 out_S[at, :s1] = S1[:s1]
 
 
-#: the kernels the polish calls from Python (each compiles the ones it calls)
-KERNELS = (_build, _fill_mt, _add, _remove, _swap_loop, _step)
+#: the kernels the polish calls from Python (each compiles the ones it calls): those of
+#: every polish, then the size ladder's step (``effort="full"`` only)
+SWAP_KERNELS = (_build, _fill_mt, _add, _remove, _swap_loop)
+KERNELS = (*SWAP_KERNELS, _step)

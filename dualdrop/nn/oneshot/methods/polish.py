@@ -42,7 +42,7 @@ from .base import Budget, OneShotMethod
 from ._layer import ScaledLayer
 from .sparsegpt import SparseGPT
 from . import _ahead
-from ._moves import KERNELS, _add, _build, _fill_mt, _ladder, _remove, _swap_loop
+from ._moves import KERNELS, SWAP_KERNELS, _add, _build, _fill_mt, _ladder, _remove, _swap_loop
 
 __all__ = ["Polish", "SupportSearch", "default_effort", "polish", "polish_support"]
 
@@ -185,7 +185,7 @@ class SupportSearch:
     live inputs; ``pattern`` ``(N, M)`` restricts swaps to groups and forbids transfers."""
 
     def __init__(self, sl: ScaledLayer, mask, pattern=None, memory=MEMORY):
-        _ahead.wait()  # the kernels compiled ahead in a second process, if any: load them
+        _ahead.wait(SWAP_KERNELS)  # the kernels compiled ahead in a second process, if any
         self.lp = lp = sl
         self.Gd = np.ascontiguousarray(lp.Gs + RIDGE * np.eye(lp.q))
         self.supports = [np.flatnonzero(mask[r]) for r in range(lp.R)]
@@ -468,6 +468,7 @@ class SupportSearch:
         the rows changed."""
         R, q = self.lp.R, self.lp.q
         rows = list(range(R)) if rows is None else list(rows)
+        _ahead.wait()  # the ladder's step: the last kernel the second process compiles
         self._with_gains()
         cand = {}
         for r in rows:
