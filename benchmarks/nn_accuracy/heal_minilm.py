@@ -384,6 +384,11 @@ def tables(path):
         who = (f"pruned {r['speedup']}x" if r["student"] == "pruned"
                else "blocks " + ",".join(map(str, r["keep_layers"])))
         how = "SimCSE" if r["mode"] == "scratch" else f"heal, {r['loss']}"
+        how += "".join(text for cond, text in (
+            (r.get("freeze"), ", embeddings frozen"),
+            (r.get("block_weight"), f", blocks x{r.get('block_weight')}"),
+            (r.get("batch", 32) != 32, f", batch {r.get('batch')}"),
+            (r.get("fresh"), f", +{r.get('fresh')} package sentences")) if cond)
         print(f"| {who} | {r['measured_speedup']:.2f}x | {r['params'] / 1e6:.2f}M | {how} | "
               f"{r['cpu_s'] / 60:.1f} | {r['steps']} | {r['cosine']:.3f} | {r['recall10']:.3f} |")
 

@@ -19,6 +19,14 @@ the run's resumable checkpoint. Give each ``--drop-blocks`` its own ``--work`` a
     python3 benchmarks/nn_accuracy/heal_minilm_rows.py --drop-blocks 1 --speedup 1.8 \\
         --minutes 10 --marks 1 3 --lr 3e-4 --text calib \\
         --out results/heal/depth1.jsonl --work results/heal/work-depth1
+
+``--retime WORK [WORK ...]`` times every student saved in those folders (heal_minilm.py's
+``pruned-S``, this script's ``depthK-...``) against the dense model in ONE interleaved loop
+(batch 32 x 128 tokens, one thread, CPU clock, median of ``--rounds`` rounds), so that students
+measured at different times under a changing load are compared under the same one:
+
+    python3 benchmarks/nn_accuracy/heal_minilm_rows.py --retime results/heal/work \
+        results/heal/work-depth1
 """
 
 from __future__ import annotations
@@ -26,15 +34,19 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 import sys
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import heal_minilm  # noqa: E402
-from structured_minilm_data import batches, split  # noqa: E402
+from structured_minilm_data import batches, load_minilm, split  # noqa: E402
 from structured_oneshot_minilm import measured_speedup, sort_by_length, timing_batch  # noqa: E402
 
+from dualdrop.nn._timing import interleaved, torch_threads  # noqa: E402
 from dualdrop.nn.oneshot import prune_oneshot  # noqa: E402
 
 
@@ -71,15 +83,59 @@ def depth_width_student(drop, metric):
     return student_of
 
 
+def retime(folders, rounds):
+    """Every saved student of ``folders`` against the dense model, timed in one interleaved
+    loop (module docstring); prints one JSON line per student and returns them."""
+    from dualdrop.nn import load_compact
+
+    model, tok = load_minilm()
+    students = {}
+    for folder in map(Path, folders):
+        for meta in sorted(folder.glob("*.json")):
+            path = meta.with_suffix(".pt")
+            m = json.loads(meta.read_text())
+            if "measured_speedup" not in m:
+                continue
+            if meta.stem.startswith("layers-"):  # heal_minilm.py --student layers: no file
+                small = heal_minilm.keep_layers(model, list(map(int, meta.stem.split("-")[1:])))
+            elif path.is_file():
+                small = load_compact(path, heal_minilm.keep_layers(model, m["kept"])
+                                     if "kept" in m else copy.deepcopy(model))
+            else:
+                continue
+            students[f"{folder.name}/{meta.stem}"] = (small, m)
+    if not students:
+        raise SystemExit(f"no saved students in {folders}")
+    inputs = timing_batch(tok.vocab_size)
+    fns = {"dense": lambda: model(**inputs)}
+    fns.update({k: (lambda s=s: s(**inputs)) for k, (s, _) in students.items()})
+    with torch_threads(1), torch.no_grad():
+        t = interleaved(fns, rounds=rounds, warmup=1, clock="cpu")
+    dense = statistics.median(t["dense"])
+    rows = []
+    for k, (_, m) in students.items():
+        row = {"student": k, "speedup_now": dense / statistics.median(t[k]),
+               "speedup_saved": m["measured_speedup"], "params": m["params"],
+               "dense_s": dense, "rounds": rounds}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     ap.add_argument("--drop-blocks", type=int, default=1)
     ap.add_argument("--depth-metric", choices=["cosine", "reconstruction"], default="cosine")
+    ap.add_argument("--retime", nargs="+", metavar="WORK")
+    ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("-h", "--help", action="store_true")
     args, rest = ap.parse_known_args(argv)
     if args.help:
         print(__doc__)
         return heal_minilm.main(["--help"])
+    if args.retime:
+        torch.set_num_threads(1)
+        return retime(args.retime, args.rounds)
     heal_minilm.student_of = depth_width_student(args.drop_blocks, args.depth_metric)
     return heal_minilm.main(rest)
 
