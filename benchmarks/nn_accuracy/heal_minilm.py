@@ -278,6 +278,8 @@ def main(argv=None):
                          "the steps go over in epochs, the teacher run once per batch "
                          "(default: one epoch of fresh text, the teacher on every step)")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="heal's seed: the order of the batches (the student and text fixed)")
     ap.add_argument("--eval", choices=["test", "val"], default="test")
     ap.add_argument("--out", default="results/heal/minilm.jsonl")
     ap.add_argument("--work", default="results/heal/work")
@@ -290,7 +292,7 @@ def main(argv=None):
     conf = {k: getattr(args, k) for k in ("speedup", "student", "keep_layers", "minutes",
                                           "mode", "lr", "warmup", "loss", "block_weight",
                                           "text", "batch", "eval")}
-    for k in ("freeze", "fresh"):  # in the key only when given: older rows keep their keys
+    for k in ("freeze", "fresh", "seed"):  # in the key only when given (older rows keep theirs)
         if getattr(args, k):
             conf[k] = getattr(args, k)
     if args.student == "layers":
@@ -332,7 +334,7 @@ def main(argv=None):
     kw = dict(tokenizer=tok, batch_size=args.batch, lr=args.lr, warmup=args.warmup,
               loss=loss_of(args.loss), block_weight=args.block_weight, masks=None,
               freeze=args.freeze or None, cache_teacher=str(work / f"teacher-{tag}"),
-              progress=False, seed=0)
+              progress=False, seed=args.seed)
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
         if args.mode == "scratch":  # its optimizer lives in memory: a rerun starts it again
@@ -388,7 +390,8 @@ def tables(path):
             (r.get("freeze"), ", embeddings frozen"),
             (r.get("block_weight"), f", blocks x{r.get('block_weight')}"),
             (r.get("batch", 32) != 32, f", batch {r.get('batch')}"),
-            (r.get("fresh"), f", +{r.get('fresh')} package sentences")) if cond)
+            (r.get("fresh"), f", +{r.get('fresh')} package sentences"),
+            (r.get("seed"), f", seed {r.get('seed')}")) if cond)
         print(f"| {who} | {r['measured_speedup']:.2f}x | {r['params'] / 1e6:.2f}M | {how} | "
               f"{r['cpu_s'] / 60:.1f} | {r['steps']} | {r['cosine']:.3f} | {r['recall10']:.3f} |")
 
