@@ -49,7 +49,8 @@ mid-schedule states of the same run) never run it again. The budget is a hard st
 horizon is an estimate; a row that stopped short says so by ``steps < total_steps``, and the
 cosine schedule's last steps, which a stop cuts, move the weights least). Rows are appended to
 ``--out`` (JSON lines) with the CPU actually spent; a killed run continues from heal's
-checkpoint.
+checkpoint. ``--seed`` changes the order of the batches alone (a repeat of a row: the same
+student, text and schedule).
 
     python3 benchmarks/nn_accuracy/heal_minilm.py --speedup 2.05 --minutes 10 --lr 3e-4 \\
         --freeze 'embeddings.word_embeddings.*' --out results/heal/minilm.jsonl \\
@@ -169,13 +170,13 @@ def loss_of(spec):
     raise SystemExit(f"--loss: auto, cosine or tokens:W, got {spec!r}")
 
 
-def simcse(small, data, steps, lr, warmup, stop_at, state):
+def simcse(small, data, steps, lr, warmup, stop_at, state, seed=0):
     """Unsupervised SimCSE from the student's start (module docstring), ``stop_at`` steps of a
     ``steps`` budget; ``state``: the optimizer and step of the run, kept between calls."""
     if not state:
         opt = torch.optim.AdamW([p for p in small.parameters()], lr=lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps, int(warmup * steps)))
-        state.update(opt=opt, sched=sched, step=0, gen=torch.Generator().manual_seed(0))
+        state.update(opt=opt, sched=sched, step=0, gen=torch.Generator().manual_seed(seed))
     small.train()
     while state["step"] < stop_at:
         for i in torch.randperm(len(data), generator=state["gen"]).tolist():
@@ -279,7 +280,8 @@ def main(argv=None):
                          "(default: one epoch of fresh text, the teacher on every step)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0,
-                    help="heal's seed: the order of the batches (the student and text fixed)")
+                    help="the order of the batches (heal's seed; SimCSE's shuffle): "
+                         "repeats of a row, the student and text fixed")
     ap.add_argument("--eval", choices=["test", "val"], default="test")
     ap.add_argument("--out", default="results/heal/minilm.jsonl")
     ap.add_argument("--work", default="results/heal/work")
@@ -365,7 +367,7 @@ def main(argv=None):
                        until=over, checkpoint_dir=str(ck), **kw)
             step = out.step
         else:
-            simcse(small, data, total, args.lr, args.warmup, stop, state)
+            simcse(small, data, total, args.lr, args.warmup, stop, state, args.seed)
             step = state["step"]
         meta["spent"] += cpu() - c0
         meta["step"] = step
