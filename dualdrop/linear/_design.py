@@ -1,8 +1,9 @@
 """The design matrix, dense or sparse, seen the same way by every solver.
 
-Dense designs are stored Fortran-ordered (column access is what coordinate descent needs);
-sparse designs are ``scipy.sparse`` CSC. The compiled kernels receive both representations with
-a flag (``is_sparse``), so that one kernel serves both.
+Dense designs are stored Fortran-ordered (column access is what coordinate descent needs), with
+their column scaling as per-column multipliers rather than a scaled copy; sparse designs are
+``scipy.sparse`` CSC. The compiled kernels receive both representations with a flag
+(``is_sparse``), so that one kernel serves both.
 """
 
 from __future__ import annotations
@@ -20,26 +21,41 @@ _DUMMY_I = np.zeros(1, dtype=np.int32)
 
 
 class Design:
-    """Dense (Fortran) or CSC design with its kernel arrays, column sums and squared norms."""
+    """Dense (Fortran) or CSC design with its kernel arrays, column sums and squared norms.
 
-    def __init__(self, X):
+    ``scale`` (dense designs only): column divisors ``s``; the design the solvers see is then
+    ``X[:, j] / s_j``, computed by multiplying each column operation by ``c_j = 1 / s_j``
+    (:attr:`mult`) instead of dividing a copy of ``X``: a Fortran-ordered float64 ``X`` is used
+    as given (:func:`scaled_design` decides when this is exact enough). ``matrix`` is the stored
+    matrix (the user's ``X`` when dense, unscaled), never the solvers' design: read the latter
+    through :meth:`matvec`, :meth:`rmatvec`, :meth:`columns`, :meth:`gram` and :meth:`toarray`.
+    """
+
+    def __init__(self, X, scale=None):
         if sp.issparse(X):
+            if scale is not None:
+                raise ValueError("a sparse design takes no column scale: divide a copy of its "
+                                 "stored values (divide_columns)")
             if X.format != "csc" or X.dtype != np.float64:
                 X = sp.csc_matrix(X, dtype=np.float64)
             if not X.has_sorted_indices:
                 X = X.sorted_indices()  # a copy: the caller's matrix is left as it was
             self.is_sparse = True
-            self.X = X
+            self.matrix = X
             self.dense = _DUMMY_2D
             self.data = X.data
             self.indices = X.indices.astype(np.int32, copy=False)
             self.indptr = X.indptr.astype(np.int32, copy=False)
+            self.mult = None
         else:
             X = np.asfortranarray(X, dtype=np.float64)
             self.is_sparse = False
-            self.X = X
+            self.matrix = X
             self.dense = X
-            self.data = _DUMMY_F
+            # the kernels' ``data`` of a dense design: its column multipliers (see ._jit)
+            self.mult = (np.ones(X.shape[1]) if scale is None else
+                         1.0 / np.asarray(scale, dtype=np.float64))
+            self.data = self.mult
             self.indices = _DUMMY_I
             self.indptr = _DUMMY_I
         self.n, self.p = X.shape
@@ -53,20 +69,49 @@ class Design:
         return self.dense, self.data, self.indices, self.indptr, self.is_sparse
 
     def matvec(self, w):
-        return np.asarray(self.X @ w).ravel()
+        """``X w`` (``w`` of shape ``(p,)`` or ``(p, k)``)."""
+        if self.mult is not None:
+            w = w * (self.mult if w.ndim == 1 else self.mult[:, None])
+        return np.asarray(self.matrix @ w).ravel() if w.ndim == 1 else np.asarray(self.matrix @ w)
 
     def rmatvec(self, v):
+        """``X^T v`` (``v`` of shape ``(n,)`` or ``(n, k)``)."""
         if self.is_sparse and v.ndim == 1:
             out = np.empty(self.p)
             csc_rmatvec(self.data, self.indices, self.indptr,
                         np.ascontiguousarray(v, dtype=np.float64), out)
             return out
-        return np.asarray(self.X.T @ v).ravel()
+        out = np.asarray(self.matrix.T @ v)
+        if v.ndim == 1:
+            out = out.ravel()
+        if self.mult is not None:
+            out *= self.mult if v.ndim == 1 else self.mult[:, None]
+        return out
 
     def columns(self, idx):
         """Dense ``n x len(idx)`` copy of some columns."""
-        sub = self.X[:, idx]
-        return sub.toarray() if self.is_sparse else np.asarray(sub)
+        sub = self.matrix[:, idx]
+        if self.is_sparse:
+            return sub.toarray()
+        sub = np.asarray(sub)
+        sub *= self.mult[idx]
+        return sub
+
+    def gram(self):
+        """``X^T X`` as a dense ``p x p`` array."""
+        G = self.matrix.T @ self.matrix
+        if self.is_sparse:
+            return np.asarray(G.toarray())
+        G *= self.mult[:, None]
+        G *= self.mult[None, :]
+        return G
+
+    def toarray(self, order="C"):
+        """The design as one matrix (a scaled copy of a dense ``X`` in ``order``; a sparse
+        design as it is stored, CSC): for the solvers that need rows or a modelling layer."""
+        if self.is_sparse:
+            return self.matrix
+        return np.multiply(self.matrix, self.mult, order=order)
 
     def spectral_norm2(self):
         """``||X||_2^2`` (largest eigenvalue of ``X^T X``), by a few power iterations."""
@@ -101,9 +146,21 @@ def divide_columns(X, s):
     return out
 
 
+# column divisors inside this band are applied as multipliers: ``1 / s`` is finite and the
+# scaled products neither overflow nor lose digits to subnormals (columns of RMS ``s``)
+_MULT_BAND = 2.0 ** 256
+
+
 def scaled_design(X, s):
     """The :class:`Design` of ``X`` with columns divided by ``s`` (the solvers' variables are
-    ``u = s w``); ``X`` itself when every scale is 1."""
+    ``u = s w``). A dense ``X`` is not copied for it (only reordered to Fortran order or cast to
+    float64 where it is not already): the divisors become the design's column multipliers. A
+    sparse ``X`` has its stored values divided in a copy (it costs the nonzeros), as has a dense
+    one whose divisors leave ``[2^-256, 2^256]`` (columns of extreme magnitude, where ``1 / s``
+    would overflow)."""
+    s = np.asarray(s, dtype=np.float64)
     if np.all(np.abs(s - 1.0) <= 1e-12):
         return Design(X)
-    return Design(divide_columns(X, s))
+    if sp.issparse(X) or not np.all((s >= 1.0 / _MULT_BAND) & (s <= _MULT_BAND)):
+        return Design(divide_columns(X, s))
+    return Design(X, scale=s)

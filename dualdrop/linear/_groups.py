@@ -244,6 +244,7 @@ def weighted_gram(X, data, indices, indptr, is_sparse, cols, h, out):
             s = 0.0
             for i in range(n):
                 s += h[i] * X[i, ja] * X[i, jc]
+            s *= data[ja] * data[jc]  # the dense design's column multipliers
             out[a, c] = s
             out[c, a] = s
 
@@ -273,6 +274,7 @@ def block_curvatures(X, data, indices, indptr, is_sparse, ptr, idx, groups, h, c
                 else:
                     for i in range(h.shape[0]):
                         s += h[i] * X[i, j]
+                    s *= data[j]
                 hx[a] = s
             for a in range(m):
                 for c in range(m):

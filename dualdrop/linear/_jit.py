@@ -3,9 +3,12 @@
 :mod:`.solvers` import from here, and nothing here imports from either.
 
 Each function takes the design as ``(X, data, indices, indptr, is_sparse)`` (see
-``dualdrop.linear._design.Design.arrays``) and the penalty as ``(code, params)`` (see
-``penalties.kernels``), so that one compiled kernel serves dense and sparse designs and every
-penalty of the catalog.
+``dualdrop.linear._design.Design.arrays``): a sparse design is the CSC triple ``(data, indices,
+indptr)``; a dense one is the Fortran-ordered ``X`` with ``data`` its column multipliers ``c``
+(length ``p``): the design the solvers see is ``X[:, j] * c_j``, so that a column scaling costs
+no scaled copy of ``X``. The multiplier is applied once per column operation (a dot product
+times ``c_j``, an update with ``a c_j``), never per entry. The penalty comes as ``(code, params)`` (see ``penalties.kernels``): one
+compiled kernel serves dense and sparse designs and every penalty of the catalog.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def col_dot(X, data, indices, indptr, is_sparse, j, v):
     """``x_j . v``"""
     if is_sparse:
         return _sp_dot(data, indices, indptr, j, v)
-    return _dn_dot(X, j, v)
+    return _dn_dot(X, j, v) * data[j]
 
 
 @njit(cache=True)
@@ -77,7 +80,7 @@ def col_axpy(X, data, indices, indptr, is_sparse, j, a, v):
     if is_sparse:
         _sp_axpy(data, indices, indptr, j, a, v)
     else:
-        _dn_axpy(X, j, a, v)
+        _dn_axpy(X, j, a * data[j], v)
 
 
 @njit(cache=True)
@@ -85,7 +88,8 @@ def col_wnorm2(X, data, indices, indptr, is_sparse, j, h):
     """``sum_i h_i x_ij^2``"""
     if is_sparse:
         return _sp_wnorm2(data, indices, indptr, j, h)
-    return _dn_wnorm2(X, j, h)
+    c = data[j]
+    return _dn_wnorm2(X, j, h) * (c * c)
 
 
 @njit(cache=True)
@@ -262,6 +266,9 @@ def col_sums(X, data, indices, indptr, is_sparse, p, sums, sq):
                 v = X[i, j]
                 s += v
                 q += v * v
+            c = data[j]
+            s *= c
+            q *= c * c
         sums[j] = s
         sq[j] = q
 

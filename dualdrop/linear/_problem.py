@@ -111,7 +111,7 @@ class Problem:
         """``(grad_w, grad_b)`` of the datafit."""
         if z is None:
             z = self.z(w, b)
-        return self.datafit.gradient(self.design.X, self.y, z)
+        return self.datafit.gradient(self.design, self.y, z)
 
     def criterion_scale(self, F):
         """``sqrt(2 max(F, 1e-10 F_null) Lbar)``: what the raw violation is divided by (see the

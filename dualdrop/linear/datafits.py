@@ -162,10 +162,11 @@ class Datafit:
         """``(raw_grad, raw_hess)`` at once (a datafit whose two share work overrides it)."""
         return self.raw_grad(y, z), self.raw_hess(y, z)
 
-    def gradient(self, X, y, z):
-        """Gradient in ``w``: ``X^T dL/dz`` (and in ``b``: ``sum dL/dz``)."""
+    def gradient(self, design, y, z):
+        """Gradient in ``w``: ``X^T dL/dz`` (and in ``b``: ``sum dL/dz``); ``design`` a
+        :class:`._design.Design`."""
         g = self.raw_grad(y, z)
-        return np.asarray(X.T @ g).ravel(), float(g.sum())
+        return design.rmatvec(np.ascontiguousarray(g, dtype=np.float64)), float(g.sum())
 
     def lipschitz(self, design, y=None):
         """Per-coordinate Lipschitz constants of the gradient: ``curvature * ||x_j||^2 / n``
@@ -173,7 +174,9 @@ class Datafit:
         constant (Poisson, Gamma, Cox) return the curvatures at the null model of ``y``."""
         if self.sample_weight is None:
             return self.curvature * design.col_norms2 / design.n
-        return self.curvature * weighted_col_norms2(design.X, self.sample_weight) / design.n
+        out = np.empty(design.p)
+        col_wnorms2(*design.arrays, self.sample_weight, out)
+        return self.curvature * out / design.n
 
     @property
     def global_curvature(self):

@@ -65,7 +65,7 @@ class MultinomialProblem(Problem):
         if not np.any(W):
             return np.tile(np.asarray(b, dtype=np.float64).reshape(1, -1), (self.n, 1)) \
                 if np.ndim(b) else np.full((self.n, self.n_outputs), float(b))
-        return np.asarray(self.design.X @ W) + b
+        return self.design.matvec(W) + b
 
     def penalty_value(self, W):
         from .solvers._cd_multinomial import row_penalty
@@ -77,7 +77,7 @@ class MultinomialProblem(Problem):
         from .solvers._cd_multinomial import multinomial_scores
 
         G = self.datafit.raw_grad(self.y, z)
-        grad = np.ascontiguousarray(self.design.X.T @ G)
+        grad = np.ascontiguousarray(self.design.rmatvec(G))
         m = multinomial_scores(self, np.ascontiguousarray(W, dtype=np.float64), grad,
                                np.empty(self.p))
         gb = float(np.max(np.abs(G.sum(axis=0)))) if self.fit_intercept else 0.0
@@ -189,7 +189,7 @@ class SparseMultinomialRegression(ClassifierMixin, SparseLinearBase):
         data, _ = self._prepare(X, y, sample_weight)
         pr = self._problem(data, data.y, self._check_params(), 1.0)
         G = pr.datafit.raw_grad(pr.y, pr.z(pr.zeros(), pr.initial_intercept()))
-        grad = np.asarray(data.design.X.T @ G)
+        grad = data.design.rmatvec(G)
         keep = pr.lips > 0
         if self.grouped:
             return np.linalg.norm(grad, axis=1)[keep], pr.lips[keep], data.scaling

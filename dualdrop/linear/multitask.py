@@ -59,7 +59,7 @@ class MultiTaskProblem(Problem):
         return np.zeros((self.p, self.n_outputs))
 
     def z(self, W, b):
-        return np.asarray(self.design.X @ W) + b
+        return self.design.matvec(W) + b
 
     def penalty_value(self, W):
         norms = np.empty(self.p)
@@ -76,7 +76,7 @@ class MultiTaskProblem(Problem):
 
     def raw_criterion(self, W, b, z):
         G = (z - self.y) / self.n
-        grad = np.ascontiguousarray(self.design.X.T @ G)
+        grad = np.ascontiguousarray(self.design.rmatvec(G))
         out = np.empty(self.p)
         m = block_scores(grad, np.ascontiguousarray(W, dtype=np.float64), self.lips,
                          self.lam_w, *self.spec, out)
@@ -110,7 +110,7 @@ class MultiTaskProblem(Problem):
 def _gradient_rows_at_zero(design, Y, fit_intercept):
     """``(||x_j^T (Y - 1 b0^T)||_2 / n, L_j)`` over the features with ``L_j > 0``."""
     R = Y - Y.mean(axis=0) if fit_intercept else Y
-    G = np.asarray(design.X.T @ R) / design.n
+    G = design.rmatvec(R) / design.n
     L = design.col_norms2 / design.n
     keep = L > 0
     return np.linalg.norm(G, axis=1)[keep], L[keep]

@@ -104,7 +104,7 @@ def _group_alpha_max(est, X, y, sample_weight=None):
         pr = est._problem(data, yk, user_pen(1.0), 1.0)
         w0 = np.zeros(pr.p)
         if data.extra:  # the intercept column at its best value (it is unpenalized)
-            d = data.design.X[:, -1].toarray().ravel()
+            d = data.design.matrix[:, -1].toarray().ravel()
             w0 = data.to_solver(np.zeros(pr.p - 1), float(d @ data.y) / pr.n)[0]
         grad = pr.design.rmatvec(pr.datafit.raw_grad(pr.y, pr.z(w0, pr.initial_intercept())))
         a = group_alpha_max(grad, pr.Lg, pr.groups, pr.group_weights, pr.penalty, pr.l1_ratio,

@@ -80,9 +80,10 @@ def group_direction(X, data, indices, indptr, is_sparse, ws, ptr, idx, w, G, H, 
                         Xd[i] += delta * data[q]
                         u[i] += delta * H[i] * data[q]
                 else:
+                    dc = delta * data[j]  # the dense design's column multiplier
                     for i in range(n):
-                        Xd[i] += delta * X[i, j]
-                        u[i] += delta * H[i] * X[i, j]
+                        Xd[i] += dc * X[i, j]
+                        u[i] += dc * H[i] * X[i, j]
                 if elim:
                     db -= delta * hx[j] / sH
                 dn += delta * delta

@@ -113,9 +113,10 @@ def _move(X, data, indices, indptr, is_sparse, j, k, delta, H, U, XD):
             XD[k, i] += delta * data[q]
             U[k, i] += delta * H[k, i] * data[q]
     else:
+        dc = delta * data[j]  # the dense design's column multiplier
         for i in range(X.shape[0]):
-            XD[k, i] += delta * X[i, j]
-            U[k, i] += delta * H[k, i] * X[i, j]
+            XD[k, i] += dc * X[i, j]
+            U[k, i] += dc * H[k, i] * X[i, j]
 
 
 @njit(cache=True)
@@ -171,7 +172,7 @@ def solve_multinomial(problem, W, b, tol, max_iter, verbose, working_set, p0, ca
 
     def scores(W, Z):
         G = df.raw_grad(Y, Z)
-        grad = np.ascontiguousarray(des.X.T @ G)
+        grad = np.ascontiguousarray(des.rmatvec(G))
         m = multinomial_scores(problem, W, grad, score)
         gb = float(np.max(np.abs(G.sum(axis=0)))) if problem.fit_intercept else 0.0
         return max(m, gb), score, np.any(W != 0.0, axis=1)
@@ -190,7 +191,7 @@ def solve_multinomial(problem, W, b, tol, max_iter, verbose, working_set, p0, ca
         for it in range(max_newton):
             G = df.raw_grad(Y, Z)
             grad = np.zeros((problem.p, K))
-            grad[ws] = np.asarray(des.X[:, ws].T @ G)
+            grad[ws] = des.columns(ws).T @ G
             sub[:] = 0.0
             lips_ws = np.zeros(problem.p)
             lips_ws[ws] = problem.lips[ws]

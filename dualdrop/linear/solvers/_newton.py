@@ -74,9 +74,10 @@ def _col_move(X, data, indices, indptr, is_sparse, j, delta, H, Xd, u):
             Xd[i] += delta * data[k]
             u[i] += delta * H[i] * data[k]
     else:
+        dc = delta * data[j]  # the dense design's column multiplier
         for i in range(X.shape[0]):
-            Xd[i] += delta * X[i, j]
-            u[i] += delta * H[i] * X[i, j]
+            Xd[i] += dc * X[i, j]
+            u[i] += dc * H[i] * X[i, j]
 
 
 @njit(cache=True)

@@ -66,7 +66,7 @@ def _weighted_ridge(design, h, t, D, fit_intercept):
         return w, float(sol[-1]) if fit_intercept else 0.0
     P = np.flatnonzero(pen)
     U = np.flatnonzero(unp)
-    XP = design.X[:, P]
+    XP = design.matrix[:, P] if design.is_sparse else design.columns(P)
     if design.is_sparse:
         K = (XP @ sp.diags(D[P]) @ XP.T).toarray()
     else:

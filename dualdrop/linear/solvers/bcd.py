@@ -61,6 +61,7 @@ def _axpy_rows(X, data, indices, indptr, is_sparse, j, delta, R):
             for k in range(indptr[j], indptr[j + 1]):
                 R[t, indices[k]] -= d * data[k]
         else:
+            d *= data[j]  # the dense design's column multiplier
             for i in range(R.shape[1]):
                 R[t, i] -= d * X[i, j]
 
@@ -119,6 +120,7 @@ def _inner_bcd(X, data, indices, indptr, is_sparse, ws, W, R, b, fit_intercept, 
                 else:
                     for i in range(n):
                         acc += X[i, j] * R[t, i]
+                    acc *= data[j]
                 g[t] = acc
             for t in range(T):
                 v[t] = W[j, t] + (g[t] + c[t] * n * means[j]) / (n * L)
@@ -204,7 +206,7 @@ class BCD(BaseSolver):
 
         def scores(W, Z):
             G = (Z - Y) / problem.n
-            m = block_scores(np.ascontiguousarray(des.X.T @ G), W, lips, lam_w, code, params,
+            m = block_scores(np.ascontiguousarray(des.rmatvec(G)), W, lips, lam_w, code, params,
                              score)
             if problem.fit_intercept:
                 m = max(float(m), float(np.linalg.norm(G.sum(axis=0))))

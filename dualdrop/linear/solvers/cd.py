@@ -99,7 +99,9 @@ def _pass_sparse(data, indices, indptr, feats, n_feats, w, r, b, Lin, means, T, 
 
 
 @njit(cache=True)
-def _pass_dense(X, feats, n_feats, w, r, b, Lin, means, T, tin, code, params, positive, l1):
+def _pass_dense(X, mult, feats, n_feats, w, r, b, Lin, means, T, tin, code, params, positive,
+                l1):
+    """One pass over ``feats`` of a dense design ``X[:, j] * mult[j]``."""
     n = r.shape[0]
     maxd = 0.0
     c = 0.0
@@ -109,11 +111,11 @@ def _pass_dense(X, feats, n_feats, w, r, b, Lin, means, T, tin, code, params, po
         if L == 0.0:
             continue
         old = w[j]
-        g = -(_dn_dot(X, j, r) + c * n * means[j]) / n
+        g = -(_dn_dot(X, j, r) * mult[j] + c * n * means[j]) / n
         new = _cd_step(old, g, L, T[j], tin[j], code, params, positive, l1)
         if new != old:
             delta = new - old
-            _dn_axpy(X, j, -delta, r)
+            _dn_axpy(X, j, -delta * mult[j], r)
             c += delta * means[j]
             b -= delta * means[j]
             w[j] = new
@@ -162,8 +164,8 @@ def _inner_quadratic(X, data, indices, indptr, is_sparse, ws, w, r, b, fit_inter
             maxd, c, b = _pass_sparse(data, indices, indptr, feats, n_feats, w, r, b, Lin,
                                       means, T, tin, code, params, positive, l1)
         else:
-            maxd, c, b = _pass_dense(X, feats, n_feats, w, r, b, Lin, means, T, tin, code,
-                                     params, positive, l1)
+            maxd, c, b = _pass_dense(X, data, feats, n_feats, w, r, b, Lin, means, T, tin,
+                                     code, params, positive, l1)
         if c != 0.0:
             r += c
         if fit_intercept:
@@ -250,7 +252,7 @@ def _criterion_quadratic(X, data, indices, indptr, is_sparse, r, w, F, fit_inter
         csc_rmatvec(data, indices, indptr, r, grad)
     else:
         for j in range(w.shape[0]):
-            grad[j] = _dn_dot(X, j, r)
+            grad[j] = _dn_dot(X, j, r) * data[j]
     for j in range(w.shape[0]):
         grad[j] = -grad[j] / n
     m = scores_from_grad(grad, w, lips, lam_w, code, params, positive, Tg, score)
@@ -593,7 +595,7 @@ def _support_system(problem, S):
     fi = problem.fit_intercept
     ym = float(y.mean()) if fi else 0.0
     if des.is_sparse:
-        Xs = des.X[:, S]
+        Xs = des.matrix[:, S]  # a sparse design has no column multipliers
         A = np.asarray((Xs.T @ Xs).todense()) / n
         xm = des.col_sums[S] / n if fi else np.zeros(S.size)
         diag = np.diag(A) - xm * xm

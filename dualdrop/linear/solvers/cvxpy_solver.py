@@ -68,7 +68,7 @@ def _cvxpy(problem, tol, max_iter, verbose, cvxpy_solver):
 
     P = problem.penalty
     n, p = problem.n, problem.p
-    X = problem.design.X
+    X = problem.design.toarray()
     y = problem.y
     w = cp.Variable(p)
     b = cp.Variable() if problem.fit_intercept else 0.0

@@ -63,7 +63,7 @@ def _dropout_sgd(problem, w, b, tol, max_iter, verbose, lr, batch_size, mask, al
         raise ValueError(f"alpha_min must be in (0, 1], got {alpha_min!r}")
     rng = np.random.default_rng(random_state)
     des, y = problem.design, problem.y
-    X = des.X.tocsr() if des.is_sparse else np.ascontiguousarray(des.X)
+    X = des.matrix.tocsr() if des.is_sparse else des.toarray(order="C")
     n, p = des.n, des.p
     m = int(min(max(1, batch_size), n))
     if lr is None:

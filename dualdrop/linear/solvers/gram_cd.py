@@ -291,8 +291,7 @@ class GramCD(BaseSolver):
         n = problem.n
         y = problem.y
         with single_thread_blas(des):
-            XtX = des.X.T @ des.X
-            G = np.asarray(XtX.toarray() if hasattr(XtX, "toarray") else XtX) / n
+            G = des.gram() / n
             q = des.rmatvec(y) / n
         c0 = float(y @ y) / n
         if problem.fit_intercept:
