@@ -16,7 +16,6 @@ from ._jit import col_sums, csc_rmatvec
 __all__ = ["Design", "divide_columns", "scaled_design"]
 
 _DUMMY_2D = np.zeros((2, 2), order="F")
-_DUMMY_F = np.zeros(1)
 _DUMMY_I = np.zeros(1, dtype=np.int32)
 
 
@@ -74,8 +73,14 @@ class Design:
             w = w * (self.mult if w.ndim == 1 else self.mult[:, None])
         return np.asarray(self.matrix @ w).ravel() if w.ndim == 1 else np.asarray(self.matrix @ w)
 
-    def rmatvec(self, v):
-        """``X^T v`` (``v`` of shape ``(n,)`` or ``(n, k)``)."""
+    def rmatvec(self, v, cols=None):
+        """``X^T v`` (``v`` of shape ``(n,)`` or ``(n, k)``), or ``X_S^T v`` for the columns
+        ``S = cols`` (an index array)."""
+        if cols is not None:
+            out = np.asarray(self.matrix[:, cols].T @ v)
+            if self.mult is not None:
+                out *= self.mult[cols] if v.ndim == 1 else self.mult[cols][:, None]
+            return out
         if self.is_sparse and v.ndim == 1:
             out = np.empty(self.p)
             csc_rmatvec(self.data, self.indices, self.indptr,

@@ -7,8 +7,9 @@ Each function takes the design as ``(X, data, indices, indptr, is_sparse)`` (see
 indptr)``; a dense one is the Fortran-ordered ``X`` with ``data`` its column multipliers ``c``
 (length ``p``): the design the solvers see is ``X[:, j] * c_j``, so that a column scaling costs
 no scaled copy of ``X``. The multiplier is applied once per column operation (a dot product
-times ``c_j``, an update with ``a c_j``), never per entry. The penalty comes as ``(code, params)`` (see ``penalties.kernels``): one
-compiled kernel serves dense and sparse designs and every penalty of the catalog.
+times ``c_j``, an update with ``a c_j``), never per entry. The penalty comes as ``(code,
+params)`` (see ``penalties.kernels``): one compiled kernel serves dense and sparse designs and
+every penalty of the catalog.
 """
 
 from __future__ import annotations

@@ -59,6 +59,18 @@ def test_default_scaling_equals_the_fit_on_the_divided_design(raw, cls, target, 
     np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("cls, target, kw", CASES[::2] + [CASES[-1]],
+                         ids=lambda v: v.__name__ if isinstance(v, type) else None)
+def test_dense_with_multipliers_equals_sparse_divided(raw, cls, target, kw):
+    """A CSC ``X`` has its stored values divided in a copy: the other path to the same fit."""
+    X, t, _ = raw
+    y = target(t)
+    a = cls(tol=1e-10, **kw).fit(X, y)
+    b = cls(tol=1e-10, **kw).fit(sp.csc_matrix(X), y)
+    scale = np.abs(np.asarray(b.coef_)).max()
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-6, atol=1e-9 * scale)
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # a fixed budget
 @pytest.mark.parametrize("solver, params", [("dropout_sgd", {"random_state": 0}),
                                             ("eta_trick", None)])
@@ -83,6 +95,9 @@ def test_the_design_is_the_callers_array_and_matches_the_divided_one(raw):
     np.testing.assert_allclose(d.rmatvec(v), ref.rmatvec(v), rtol=1e-12)
     np.testing.assert_allclose(d.matvec(W), ref.matvec(W), rtol=1e-12)
     np.testing.assert_allclose(d.rmatvec(V), ref.rmatvec(V), rtol=1e-12)
+    cols = np.array([0, 3, 11])
+    np.testing.assert_allclose(d.rmatvec(V, cols), ref.rmatvec(V, cols), rtol=1e-12)
+    np.testing.assert_allclose(d.rmatvec(V, cols), ref.rmatvec(V)[cols], rtol=1e-12)
     np.testing.assert_allclose(d.col_norms2, ref.col_norms2, rtol=1e-12)
     np.testing.assert_allclose(d.col_sums, ref.col_sums, rtol=1e-12)
     np.testing.assert_allclose(d.gram(), ref.gram(), rtol=1e-12)

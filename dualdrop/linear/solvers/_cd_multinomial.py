@@ -191,7 +191,7 @@ def solve_multinomial(problem, W, b, tol, max_iter, verbose, working_set, p0, ca
         for it in range(max_newton):
             G = df.raw_grad(Y, Z)
             grad = np.zeros((problem.p, K))
-            grad[ws] = des.columns(ws).T @ G
+            grad[ws] = des.rmatvec(G, ws)
             sub[:] = 0.0
             lips_ws = np.zeros(problem.p)
             lips_ws[ws] = problem.lips[ws]
