@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ._jit import col_sums, csc_rmatvec
+from ._jit import col_sums, col_wnorms2, csc_rmatvec
 
 __all__ = ["Design", "divide_columns", "scaled_design"]
 
@@ -69,28 +69,31 @@ class Design:
 
     def matvec(self, w):
         """``X w`` (``w`` of shape ``(p,)`` or ``(p, k)``)."""
-        if self.mult is not None:
+        if not self.is_sparse:
             w = w * (self.mult if w.ndim == 1 else self.mult[:, None])
         return np.asarray(self.matrix @ w).ravel() if w.ndim == 1 else np.asarray(self.matrix @ w)
 
     def rmatvec(self, v, cols=None):
         """``X^T v`` (``v`` of shape ``(n,)`` or ``(n, k)``), or ``X_S^T v`` for the columns
         ``S = cols`` (an index array)."""
-        if cols is not None:
-            out = np.asarray(self.matrix[:, cols].T @ v)
-            if self.mult is not None:
-                out *= self.mult[cols] if v.ndim == 1 else self.mult[cols][:, None]
-            return out
-        if self.is_sparse and v.ndim == 1:
+        if cols is None and self.is_sparse and v.ndim == 1:
             out = np.empty(self.p)
             csc_rmatvec(self.data, self.indices, self.indptr,
                         np.ascontiguousarray(v, dtype=np.float64), out)
             return out
-        out = np.asarray(self.matrix.T @ v)
+        M = self.matrix if cols is None else self.matrix[:, cols]
+        out = np.asarray(M.T @ v)
         if v.ndim == 1:
             out = out.ravel()
-        if self.mult is not None:
-            out *= self.mult if v.ndim == 1 else self.mult[:, None]
+        if not self.is_sparse:
+            m = self.mult if cols is None else self.mult[cols]
+            out *= m if v.ndim == 1 else m[:, None]
+        return out
+
+    def col_wnorms2(self, h):
+        """``sum_i h_i x_ij^2`` for every column (``h`` of length ``n``)."""
+        out = np.empty(self.p)
+        col_wnorms2(*self.arrays, np.ascontiguousarray(h, dtype=np.float64), out)
         return out
 
     def columns(self, idx):

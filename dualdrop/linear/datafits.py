@@ -31,7 +31,6 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, log_expit
 
-from ._jit import col_wnorms2
 
 __all__ = ["Datafit", "WeightedDatafit", "Quadratic", "Logistic", "get_datafit",
            "available_datafits", "normalized_sample_weight", "weighted_col_norms2"]
@@ -166,7 +165,7 @@ class Datafit:
         """Gradient in ``w``: ``X^T dL/dz`` (and in ``b``: ``sum dL/dz``); ``design`` a
         :class:`._design.Design`."""
         g = self.raw_grad(y, z)
-        return design.rmatvec(np.ascontiguousarray(g, dtype=np.float64)), float(g.sum())
+        return design.rmatvec(g), float(g.sum())
 
     def lipschitz(self, design, y=None):
         """Per-coordinate Lipschitz constants of the gradient: ``curvature * ||x_j||^2 / n``
@@ -174,9 +173,7 @@ class Datafit:
         constant (Poisson, Gamma, Cox) return the curvatures at the null model of ``y``."""
         if self.sample_weight is None:
             return self.curvature * design.col_norms2 / design.n
-        out = np.empty(design.p)
-        col_wnorms2(*design.arrays, self.sample_weight, out)
-        return self.curvature * out / design.n
+        return self.curvature * design.col_wnorms2(self.sample_weight) / design.n
 
     @property
     def global_curvature(self):
@@ -209,12 +206,10 @@ class WeightedDatafit(Datafit):
     def lipschitz_at(self, design, h):
         """``sum_i h_i x_ij^2`` for every column: the coordinate curvatures of the datafit at a
         point whose ``raw_hess`` is ``h`` (already weighted and divided by ``n``)."""
-        h = np.ascontiguousarray(h, dtype=np.float64)
+        h = np.asarray(h, dtype=np.float64)
         if np.all(h == h[0]):  # a constant: the design's own column norms
             return design.col_norms2 * float(h[0])
-        out = np.empty(design.p)
-        col_wnorms2(*design.arrays, h, out)
-        return out
+        return design.col_wnorms2(h)
 
     def __repr__(self):
         extra = "sample_weight=..." if self.sample_weight is not None else ""
